@@ -1,0 +1,40 @@
+/*
+ * test.h - the few helpers every test program uses.
+ *
+ * CHECK(cond, fmt, ...) records a failure with its location and goes on;
+ * a test's main() ends with `return test_result();`.  Tests that cannot run
+ * here call test_skip(reason), which exits 77 (Automake's SKIP).
+ */
+#ifndef SI_TESTS_TEST_H
+#define SI_TESTS_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_failures;
+static int test_checks;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        test_checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            test_failures++;                                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static inline void test_skip(const char *reason)
+{
+    printf("SKIP: %s\n", reason);
+    exit(77);
+}
+
+static inline int test_result(void)
+{
+    printf("%d checks, %d failed\n", test_checks, test_failures);
+    return test_failures == 0 ? 0 : 1;
+}
+
+#endif /* SI_TESTS_TEST_H */
