@@ -1,0 +1,1046 @@
+/*
+ * quants_avx2.c - AVX2+FMA+F16C dequantize and dot kernels (built with
+ * -mavx2 -mfma -mf16c; without those flags the table is empty).
+ *
+ * Each block type has a decoder that turns a block, or a part of a
+ * super-block, into vectors of 8 float weights; dequantize stores them and
+ * dot multiplies them into x with FMAs on four accumulators.  The block
+ * layouts are described in quants.c.  The quantized-activation kernels
+ * (quantize_act, dot_act) follow llama.cpp's x86 AVX2 code instead; see
+ * their section.
+ */
+#include "model/quants_impl.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+/* The helpers must inline for their vectors to stay in registers. */
+#if defined(__GNUC__)
+#define INLINE static inline __attribute__((always_inline))
+#else
+#define INLINE static inline
+#endif
+
+/* ------------------------------------------------------ helpers */
+
+INLINE float half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+INLINE uint32_t u32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The 8 bytes at p, zero- (u8x8) or sign-extended (i8x8) to 32-bit lanes. */
+INLINE __m256i u8x8(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+INLINE __m256i i8x8(const uint8_t *p)
+{
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+INLINE __m256 to_float(__m256i v)
+{
+    return _mm256_cvtepi32_ps(v);
+}
+
+INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE float hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    return hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+}
+
+/* Scale and min of sub-block j of a Q4_K / Q5_K super-block (6 bits each). */
+INLINE void k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
+{
+    if (j < 4) {
+        *scale = sc[j] & 63;
+        *min = sc[j + 4] & 63;
+    } else {
+        *scale = (sc[j + 4] & 0xf) | (sc[j - 4] >> 6) << 4;
+        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+    }
+}
+
+/* ------------------------------------------------------ float rows */
+
+static void dequantize_f32(const void *src, float *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static void dequantize_f16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
+    for (; i < n; i++)
+        dst[i] = half_at(p + 2 * i);
+}
+
+INLINE __m256 bf16x8(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+INLINE float bf16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void dequantize_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, bf16x8(p + 2 * i));
+    for (; i < n; i++)
+        dst[i] = bf16_at(p + 2 * i);
+}
+
+INLINE float f32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/*
+ * The float dots: 32 elements a step on four accumulators, then the tail
+ * one element at a time.  LOAD(i) gives the 8 weights from element i.
+ */
+#define FLOAT_DOT(name, LOAD, AT)                                                                  \
+    static float name(const void *row, const float *x, int64_t n)                                 \
+    {                                                                                              \
+        const uint8_t *p = row;                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            a0 = _mm256_fmadd_ps(LOAD(i), _mm256_loadu_ps(x + i), a0);                             \
+            a1 = _mm256_fmadd_ps(LOAD(i + 8), _mm256_loadu_ps(x + i + 8), a1);                     \
+            a2 = _mm256_fmadd_ps(LOAD(i + 16), _mm256_loadu_ps(x + i + 16), a2);                   \
+            a3 = _mm256_fmadd_ps(LOAD(i + 24), _mm256_loadu_ps(x + i + 24), a3);                   \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            a0 = _mm256_fmadd_ps(LOAD(i), _mm256_loadu_ps(x + i), a0);                             \
+        float sum = hsum4(a0, a1, a2, a3);                                                         \
+        for (; i < n; i++)                                                                         \
+            sum += AT(i) * x[i];                                                                   \
+        return sum;                                                                                \
+    }
+
+#define F32_LOAD(i) _mm256_loadu_ps((const float *)(const void *)(p + 4 * (i)))
+#define F32_AT(i) f32_at(p + 4 * (i))
+#define F16_LOAD(i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * (i))))
+#define F16_AT(i) half_at(p + 2 * (i))
+#define BF16_LOAD(i) bf16x8(p + 2 * (i))
+#define BF16_AT(i) bf16_at(p + 2 * (i))
+
+FLOAT_DOT(dot_f32, F32_LOAD, F32_AT)
+FLOAT_DOT(dot_f16, F16_LOAD, F16_AT)
+FLOAT_DOT(dot_bf16, BF16_LOAD, BF16_AT)
+
+/* ------------------------------------------------------ 32-element blocks */
+
+/*
+ * Each decoder writes the 32 weights of the block at b into w[0..3], in
+ * element order.
+ */
+
+INLINE void decode_q8_0(const uint8_t *b, __m256 w[4])
+{
+    const __m256 d = _mm256_set1_ps(half_at(b));
+    w[0] = _mm256_mul_ps(to_float(i8x8(b + 2)), d);
+    w[1] = _mm256_mul_ps(to_float(i8x8(b + 10)), d);
+    w[2] = _mm256_mul_ps(to_float(i8x8(b + 18)), d);
+    w[3] = _mm256_mul_ps(to_float(i8x8(b + 26)), d);
+}
+
+/*
+ * The 32 nibbles of qs[16] as 32-bit lanes: elements 0-7, 8-15 (low nibbles
+ * of qs[0..15]), then 16-23, 24-31 (their high nibbles).
+ */
+INLINE void nibbles(const uint8_t *qs, __m256i q[4])
+{
+    const __m256i low = _mm256_set1_epi32(0xf);
+    __m256i v0 = u8x8(qs), v1 = u8x8(qs + 8);
+    q[0] = _mm256_and_si256(v0, low);
+    q[1] = _mm256_and_si256(v1, low);
+    q[2] = _mm256_srli_epi32(v0, 4);
+    q[3] = _mm256_srli_epi32(v1, 4);
+}
+
+/* Sets bit 4 (adds 16) in the lanes of q whose bit in the 32 high bits qh is set. */
+INLINE void high_bits(uint32_t qh, __m256i q[4])
+{
+    /* Group 0 shifts bit j (j < 8) up to bit 4 through qh << 4; groups 1-3
+     * shift bit 8k + j down to bit 4. */
+    const __m256i sixteen = _mm256_set1_epi32(16);
+    const __m256i up = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i down1 = _mm256_setr_epi32(4, 5, 6, 7, 8, 9, 10, 11);
+    const __m256i down2 = _mm256_setr_epi32(12, 13, 14, 15, 16, 17, 18, 19);
+    const __m256i down3 = _mm256_setr_epi32(20, 21, 22, 23, 24, 25, 26, 27);
+    __m256i h0 = _mm256_set1_epi32((int)(qh << 4)), h = _mm256_set1_epi32((int)qh);
+    q[0] = _mm256_or_si256(q[0], _mm256_and_si256(_mm256_srlv_epi32(h0, up), sixteen));
+    q[1] = _mm256_or_si256(q[1], _mm256_and_si256(_mm256_srlv_epi32(h, down1), sixteen));
+    q[2] = _mm256_or_si256(q[2], _mm256_and_si256(_mm256_srlv_epi32(h, down2), sixteen));
+    q[3] = _mm256_or_si256(q[3], _mm256_and_si256(_mm256_srlv_epi32(h, down3), sixteen));
+}
+
+/* w = d * (q - zero): as d * q + (-zero * d), exact before the last rounding. */
+INLINE void weights_sym(const __m256i q[4], float d, float zero, __m256 w[4])
+{
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(-zero * d);
+    w[0] = _mm256_fmadd_ps(to_float(q[0]), vd, vm);
+    w[1] = _mm256_fmadd_ps(to_float(q[1]), vd, vm);
+    w[2] = _mm256_fmadd_ps(to_float(q[2]), vd, vm);
+    w[3] = _mm256_fmadd_ps(to_float(q[3]), vd, vm);
+}
+
+/* w = d * q + m. */
+INLINE void weights_asym(const __m256i q[4], float d, float m, __m256 w[4])
+{
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    w[0] = _mm256_fmadd_ps(to_float(q[0]), vd, vm);
+    w[1] = _mm256_fmadd_ps(to_float(q[1]), vd, vm);
+    w[2] = _mm256_fmadd_ps(to_float(q[2]), vd, vm);
+    w[3] = _mm256_fmadd_ps(to_float(q[3]), vd, vm);
+}
+
+INLINE void decode_q4_0(const uint8_t *b, __m256 w[4])
+{
+    __m256i q[4];
+    nibbles(b + 2, q);
+    weights_sym(q, half_at(b), 8.0f, w);
+}
+
+INLINE void decode_q4_1(const uint8_t *b, __m256 w[4])
+{
+    __m256i q[4];
+    nibbles(b + 4, q);
+    weights_asym(q, half_at(b), half_at(b + 2), w);
+}
+
+INLINE void decode_q5_0(const uint8_t *b, __m256 w[4])
+{
+    __m256i q[4];
+    nibbles(b + 6, q);
+    high_bits(u32_at(b + 2), q);
+    weights_sym(q, half_at(b), 16.0f, w);
+}
+
+INLINE void decode_q5_1(const uint8_t *b, __m256 w[4])
+{
+    __m256i q[4];
+    nibbles(b + 8, q);
+    high_bits(u32_at(b + 4), q);
+    weights_asym(q, half_at(b), half_at(b + 2), w);
+}
+
+/* dequantize_<name> and dot_<name> for a 32-element block type of `size` bytes. */
+#define BLOCK32_KERNELS(name, size)                                                                \
+    static void dequantize_##name(const void *src, float *dst, int64_t n)                         \
+    {                                                                                              \
+        const uint8_t *b = src;                                                                    \
+        for (int64_t i = 0; i < n; i += 32, b += (size)) {                                         \
+            __m256 w[4];                                                                           \
+            decode_##name(b, w);                                                                   \
+            _mm256_storeu_ps(dst + i, w[0]);                                                       \
+            _mm256_storeu_ps(dst + i + 8, w[1]);                                                   \
+            _mm256_storeu_ps(dst + i + 16, w[2]);                                                  \
+            _mm256_storeu_ps(dst + i + 24, w[3]);                                                  \
+        }                                                                                          \
+    }                                                                                              \
+    static float dot_##name(const void *row, const float *x, int64_t n)                           \
+    {                                                                                              \
+        const uint8_t *b = row;                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        for (int64_t i = 0; i < n; i += 32, b += (size)) {                                         \
+            __m256 w[4];                                                                           \
+            decode_##name(b, w);                                                                   \
+            a0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x + i), a0);                                \
+            a1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + i + 8), a1);                            \
+            a2 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + i + 16), a2);                           \
+            a3 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + i + 24), a3);                           \
+        }                                                                                          \
+        return hsum4(a0, a1, a2, a3);                                                              \
+    }
+
+BLOCK32_KERNELS(q8_0, 34)
+BLOCK32_KERNELS(q4_0, 18)
+BLOCK32_KERNELS(q4_1, 20)
+BLOCK32_KERNELS(q5_0, 22)
+BLOCK32_KERNELS(q5_1, 24)
+
+/* ------------------------------------------------------ K super-blocks */
+
+/*
+ * A Q4_K / Q5_K super-block as 4 chunks of 64 elements; chunk c holds
+ * sub-blocks 2c (low nibbles of qs[32c..32c+31]) and 2c+1 (high nibbles).
+ * Each chunk is 4 groups: group g covers elements 64c + 8g .. +7 (`lo`) and
+ * 64c + 32 + 8g .. +7 (`hi`), from qs[32c + 8g .. +7].  For Q5_K, qh holds
+ * qh[8g .. 8g+7] shifted right by 2c, so that bits 0 and 1 are the chunk's
+ * two high bits.  The loops over groups are written out so that compilers
+ * keep every vector in a register.
+ */
+struct k_chunk {
+    __m256 s0, m0, s1, m1; /* d * scale and dmin * min of sub-blocks 2c and 2c+1 */
+};
+
+/* d * scale and dmin * min of the 8 sub-blocks of the super-block at b. */
+INLINE void k_scales(const uint8_t *b, float scale[8], float min[8])
+{
+    float d = half_at(b), dmin = half_at(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        k_scale_min(b + 4, j, &s, &m);
+        scale[j] = d * (float)s;
+        min[j] = dmin * (float)m;
+    }
+}
+
+INLINE void k_chunk_init(const float *scale, const float *min, int c, struct k_chunk *k)
+{
+    k->s0 = _mm256_broadcast_ss(scale + 2 * c);
+    k->m0 = _mm256_broadcast_ss(min + 2 * c);
+    k->s1 = _mm256_broadcast_ss(scale + 2 * c + 1);
+    k->m1 = _mm256_broadcast_ss(min + 2 * c + 1);
+}
+
+INLINE void k_group(const struct k_chunk *k, const uint8_t *qs, __m256i qh, int five,
+                           __m256 *lo, __m256 *hi)
+{
+    const __m256i low = _mm256_set1_epi32(0xf), sixteen = _mm256_set1_epi32(16);
+    __m256i v = u8x8(qs);
+    __m256i ql = _mm256_and_si256(v, low), qu = _mm256_srli_epi32(v, 4);
+    if (five) {
+        ql = _mm256_or_si256(ql, _mm256_and_si256(_mm256_slli_epi32(qh, 4), sixteen));
+        qu = _mm256_or_si256(qu, _mm256_and_si256(_mm256_slli_epi32(qh, 3), sixteen));
+    }
+    *lo = _mm256_fmsub_ps(to_float(ql), k->s0, k->m0);
+    *hi = _mm256_fmsub_ps(to_float(qu), k->s1, k->m1);
+}
+
+/* Stores group g of a chunk at dst (the chunk's first element). */
+INLINE void k_group_store(const struct k_chunk *k, const uint8_t *qs, __m256i qh, int five,
+                                 float *dst)
+{
+    __m256 lo, hi;
+    k_group(k, qs, qh, five, &lo, &hi);
+    _mm256_storeu_ps(dst, lo);
+    _mm256_storeu_ps(dst + 32, hi);
+}
+
+/* acc + the group's weights times x (x at the group's first element). */
+INLINE __m256 k_group_dot(const struct k_chunk *k, const uint8_t *qs, __m256i qh, int five,
+                                 const float *x, __m256 acc)
+{
+    __m256 lo, hi;
+    k_group(k, qs, qh, five, &lo, &hi);
+    acc = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x), acc);
+    return _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 32), acc);
+}
+
+INLINE void dequantize_k(const void *src, float *dst, int64_t n, int five)
+{
+    const size_t size = five ? 176 : 144;
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i += 256, b += size) {
+        const uint8_t *qs = b + (five ? 48 : 16);
+        float scale[8], min[8];
+        k_scales(b, scale, min);
+        __m256i h0 = _mm256_setzero_si256(), h1 = h0, h2 = h0, h3 = h0;
+        if (five) {
+            h0 = u8x8(b + 16);
+            h1 = u8x8(b + 24);
+            h2 = u8x8(b + 32);
+            h3 = u8x8(b + 40);
+        }
+        for (int c = 0; c < 4; c++, qs += 32) {
+            struct k_chunk k;
+            k_chunk_init(scale, min, c, &k);
+            float *y = dst + i + 64 * c;
+            k_group_store(&k, qs, h0, five, y);
+            k_group_store(&k, qs + 8, h1, five, y + 8);
+            k_group_store(&k, qs + 16, h2, five, y + 16);
+            k_group_store(&k, qs + 24, h3, five, y + 24);
+            h0 = _mm256_srli_epi32(h0, 2);
+            h1 = _mm256_srli_epi32(h1, 2);
+            h2 = _mm256_srli_epi32(h2, 2);
+            h3 = _mm256_srli_epi32(h3, 2);
+        }
+    }
+}
+
+INLINE float dot_k(const void *row, const float *x, int64_t n, int five)
+{
+    const size_t size = five ? 176 : 144;
+    const uint8_t *b = row;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 256, b += size) {
+        const uint8_t *qs = b + (five ? 48 : 16);
+        float scale[8], min[8];
+        k_scales(b, scale, min);
+        __m256i h0 = _mm256_setzero_si256(), h1 = h0, h2 = h0, h3 = h0;
+        if (five) {
+            h0 = u8x8(b + 16);
+            h1 = u8x8(b + 24);
+            h2 = u8x8(b + 32);
+            h3 = u8x8(b + 40);
+        }
+        for (int c = 0; c < 4; c++, qs += 32) {
+            struct k_chunk k;
+            k_chunk_init(scale, min, c, &k);
+            const float *xs = x + i + 64 * c;
+            a0 = k_group_dot(&k, qs, h0, five, xs, a0);
+            a1 = k_group_dot(&k, qs + 8, h1, five, xs + 8, a1);
+            a2 = k_group_dot(&k, qs + 16, h2, five, xs + 16, a2);
+            a3 = k_group_dot(&k, qs + 24, h3, five, xs + 24, a3);
+            h0 = _mm256_srli_epi32(h0, 2);
+            h1 = _mm256_srli_epi32(h1, 2);
+            h2 = _mm256_srli_epi32(h2, 2);
+            h3 = _mm256_srli_epi32(h3, 2);
+        }
+    }
+    return hsum4(a0, a1, a2, a3);
+}
+
+static void dequantize_q4_k(const void *src, float *dst, int64_t n)
+{
+    dequantize_k(src, dst, n, 0);
+}
+
+static float dot_q4_k(const void *row, const float *x, int64_t n)
+{
+    return dot_k(row, x, n, 0);
+}
+
+static void dequantize_q5_k(const void *src, float *dst, int64_t n)
+{
+    dequantize_k(src, dst, n, 1);
+}
+
+static float dot_q5_k(const void *row, const float *x, int64_t n)
+{
+    return dot_k(row, x, n, 1);
+}
+
+/*
+ * Q6_K: for half h and group g (l = 8g .. 8g+7), the weights of elements
+ * 128h + l + {0, 32, 64, 96} into w[0..3]; they use scales
+ * sc[8h + g/2 + {0, 2, 4, 6}], given here already multiplied by d.
+ */
+INLINE void decode_q6_k_group(const uint8_t *b, const float *scale, int h, int g, __m256 w[4])
+{
+    const __m256i low = _mm256_set1_epi32(0xf), two_bits = _mm256_set1_epi32(0x30);
+    const __m256i bias = _mm256_set1_epi32(32);
+    const uint8_t *ql = b + 64 * h + 8 * g, *qhp = b + 128 + 32 * h + 8 * g;
+    const float *s = scale + 8 * h + g / 2;
+    __m256i a = u8x8(ql), c = u8x8(ql + 32), qh = u8x8(qhp);
+    __m256i q0 = _mm256_or_si256(_mm256_and_si256(a, low),
+                                 _mm256_and_si256(_mm256_slli_epi32(qh, 4), two_bits));
+    __m256i q1 = _mm256_or_si256(_mm256_and_si256(c, low),
+                                 _mm256_and_si256(_mm256_slli_epi32(qh, 2), two_bits));
+    __m256i q2 = _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(qh, two_bits));
+    __m256i q3 = _mm256_or_si256(_mm256_srli_epi32(c, 4),
+                                 _mm256_and_si256(_mm256_srli_epi32(qh, 2), two_bits));
+    w[0] = _mm256_mul_ps(to_float(_mm256_sub_epi32(q0, bias)), _mm256_broadcast_ss(s));
+    w[1] = _mm256_mul_ps(to_float(_mm256_sub_epi32(q1, bias)), _mm256_broadcast_ss(s + 2));
+    w[2] = _mm256_mul_ps(to_float(_mm256_sub_epi32(q2, bias)), _mm256_broadcast_ss(s + 4));
+    w[3] = _mm256_mul_ps(to_float(_mm256_sub_epi32(q3, bias)), _mm256_broadcast_ss(s + 6));
+}
+
+/* d * sc[j] for the 16 scales of the Q6_K super-block at b. */
+INLINE void q6_k_scales(const uint8_t *b, float scale[16])
+{
+    float d = half_at(b + 208);
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (int j = 0; j < 16; j++)
+        scale[j] = d * (float)sc[j];
+}
+
+static void dequantize_q6_k(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i += 256, b += 210) {
+        float scale[16];
+        q6_k_scales(b, scale);
+        for (int h = 0; h < 2; h++) {
+            for (int g = 0; g < 4; g++) {
+                __m256 w[4];
+                decode_q6_k_group(b, scale, h, g, w);
+                float *y = dst + i + 128 * h + 8 * g;
+                _mm256_storeu_ps(y, w[0]);
+                _mm256_storeu_ps(y + 32, w[1]);
+                _mm256_storeu_ps(y + 64, w[2]);
+                _mm256_storeu_ps(y + 96, w[3]);
+            }
+        }
+    }
+}
+
+static float dot_q6_k(const void *row, const float *x, int64_t n)
+{
+    const uint8_t *b = row;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 256, b += 210) {
+        float scale[16];
+        q6_k_scales(b, scale);
+        for (int h = 0; h < 2; h++) {
+            for (int g = 0; g < 4; g++) {
+                __m256 w[4];
+                decode_q6_k_group(b, scale, h, g, w);
+                const float *xs = x + i + 128 * h + 8 * g;
+                a0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xs), a0);
+                a1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs + 32), a1);
+                a2 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 64), a2);
+                a3 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 96), a3);
+            }
+        }
+    }
+    return hsum4(a0, a1, a2, a3);
+}
+
+/* ------------------------------------------------------ quantized activations */
+
+/*
+ * The activation quantizers and the dots with quantized activations, in the
+ * forms of llama.cpp's x86 AVX2 code so that the float results round the
+ * same way: a block's integer products summed in 8 int32 lanes (lane k
+ * holding elements 4k .. 4k+3 of a run of 32), converted to float and added
+ * into 8 float accumulators with one FMA per block, the accumulators summed
+ * at the end.  The block layouts are described in quants.c.
+ */
+
+INLINE void put_half(uint8_t *p, float f)
+{
+    uint16_t h = (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    memcpy(p, &h, sizeof h);
+}
+
+INLINE float hmax(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+INLINE int hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 32 int32 lanes (a, b, c, d in element order) as 32 bytes in element order; pack is
+ * the 32-to-16 and 16-to-8 bit narrowing of one flavour (saturating signed or unsigned). */
+#define PACK_BYTES(packs32, packs16, a, b, c, d)                                                   \
+    _mm256_permutevar8x32_epi32(packs16(packs32(a, b), packs32(c, d)),                             \
+                                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+
+INLINE __m256i abs_ps_bits(void)
+{
+    return _mm256_set1_epi32(0x7fffffff);
+}
+
+INLINE __m256 abs_ps(__m256 v)
+{
+    return _mm256_and_ps(v, _mm256_castsi256_ps(abs_ps_bits()));
+}
+
+/*
+ * One Q8_0 / Q8_1 block: d = max|x| / 127, q = x * (127 / max|x|) rounded
+ * half to even.  Writes qs, returns d unrounded and the sum of the quants
+ * in *sum.
+ */
+INLINE float act_q8_block(const float *x, uint8_t *qs, int *sum)
+{
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps(v0), abs_ps(v1)),
+                             _mm256_max_ps(abs_ps(v2), abs_ps(v3)));
+    float amax = hmax(m);
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const int mode = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), mode));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), mode));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), mode));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), mode));
+    *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    __m256i q = PACK_BYTES(_mm256_packs_epi32, _mm256_packs_epi16, i0, i1, i2, i3);
+    _mm256_storeu_si256((__m256i *)qs, q);
+    return amax / 127.0f;
+}
+
+static void quantize_act_q8_0(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n; i += 32, b += 34) {
+        int sum;
+        put_half(b, act_q8_block(x + i, b + 2, &sum));
+    }
+}
+
+static void quantize_act_q8_1(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n; i += 32, b += 36) {
+        int sum;
+        float d = act_q8_block(x + i, b + 4, &sum);
+        put_half(b, d);
+        put_half(b + 2, d * (float)sum);
+    }
+}
+
+/*
+ * Q8_K: max is the element of largest magnitude (the first on ties),
+ * q = min(127, nearest(x * -127 / max)) with ggml's rounding by adding
+ * 1.5 * 2^23, stored modulo 256; d = 1 / (-127 / max).
+ */
+static void quantize_act_q8_k(const float *x, void *dst, int64_t n)
+{
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256i mant = _mm256_set1_epi32(0x7fffff), bias = _mm256_set1_epi32(0x400000);
+    const __m256i top = _mm256_set1_epi32(127), byte = _mm256_set1_epi32(0xff);
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n; i += 256, b += 292, x += 256) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 256; k += 8)
+            m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + k)));
+        float amax = hmax(m);
+        if (amax == 0.0f) {
+            memset(b, 0, 292);
+            continue;
+        }
+        int first = 0;
+        const __m256 vamax = _mm256_set1_ps(amax);
+        for (int k = 0; k < 256; k += 8) {
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + k)), vamax,
+                                                       _CMP_EQ_OQ));
+            if (hit != 0) {
+                first = k + __builtin_ctz((unsigned)hit);
+                break;
+            }
+        }
+        float iscale = -127.0f / x[first];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        int16_t bsums[16];
+        for (int g = 0; g < 8; g++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 v =
+                    _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 32 * g + 8 * k)), magic);
+                __m256i r = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
+                q[k] = _mm256_min_epi32(r, top);
+            }
+            /* The stored values are the low bytes; the bsums add them as int8. */
+            __m256i s0 = _mm256_add_epi32(_mm256_srai_epi32(_mm256_slli_epi32(q[0], 24), 24),
+                                          _mm256_srai_epi32(_mm256_slli_epi32(q[1], 24), 24));
+            __m256i s1 = _mm256_add_epi32(_mm256_srai_epi32(_mm256_slli_epi32(q[2], 24), 24),
+                                          _mm256_srai_epi32(_mm256_slli_epi32(q[3], 24), 24));
+            bsums[2 * g] = (int16_t)hsum_i32(s0);
+            bsums[2 * g + 1] = (int16_t)hsum_i32(s1);
+            __m256i bytes = PACK_BYTES(_mm256_packus_epi32, _mm256_packus_epi16,
+                                       _mm256_and_si256(q[0], byte), _mm256_and_si256(q[1], byte),
+                                       _mm256_and_si256(q[2], byte), _mm256_and_si256(q[3], byte));
+            _mm256_storeu_si256((__m256i *)(b + 4 + 32 * g), bytes);
+        }
+        float d = 1.0f / iscale;
+        memcpy(b, &d, sizeof d);
+        memcpy(b + 260, bsums, sizeof bsums);
+    }
+}
+
+static void quantize_act_f32(const float *x, void *dst, int64_t n)
+{
+    memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+static void quantize_act_f16(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(b + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        put_half(b + 2 * i, x[i]);
+}
+
+/* bfloat16 of 8 floats, rounded to nearest even; NaNs truncated and made quiet. */
+INLINE __m128i bf16_from8(__m256 v)
+{
+    __m256i x = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+    __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_ps_bits()), _mm256_set1_epi32(0x7f800000));
+    __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, quiet, nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+INLINE uint16_t bf16_from1(float f)
+{
+    return (uint16_t)_mm_extract_epi16(bf16_from8(_mm256_set1_ps(f)), 0);
+}
+
+static void quantize_act_bf16(const float *x, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(b + 2 * i), bf16_from8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) {
+        uint16_t h = bf16_from1(x[i]);
+        memcpy(b + 2 * i, &h, sizeof h);
+    }
+}
+
+/*
+ * The float dots: four accumulators over runs of 32, reduced as ggml
+ * reduces them, the tail one element at a time.  F32 sums in float, F16 and
+ * BF16 add the reduced sum and the tail in double.  ggml writes BF16's step
+ * as a multiply and an add, which GCC (ggml's usual compiler) contracts to
+ * the FMA written here.
+ */
+
+/* (a0 + a2) + (a1 + a3), then its two halves, then pairwise (ggml's F32 reduce). */
+INLINE float reduce_pairwise(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    t = _mm_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_hadd_ps(t, t));
+}
+
+#define ACT_DOT_LOOP(LOAD)                                                                         \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                    \
+    int64_t i = 0;                                                                                 \
+    for (; i + 32 <= n; i += 32) {                                                                 \
+        a0 = _mm256_fmadd_ps(LOAD(w, i), LOAD(a, i), a0);                                          \
+        a1 = _mm256_fmadd_ps(LOAD(w, i + 8), LOAD(a, i + 8), a1);                                  \
+        a2 = _mm256_fmadd_ps(LOAD(w, i + 16), LOAD(a, i + 16), a2);                                \
+        a3 = _mm256_fmadd_ps(LOAD(w, i + 24), LOAD(a, i + 24), a3);                                \
+    }
+
+#define F32_AT8(p, i) _mm256_loadu_ps((const float *)(const void *)((p) + 4 * (i)))
+#define F16_AT8(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (i))))
+#define BF16_AT8(p, i) bf16x8((p) + 2 * (i))
+
+static float dot_act_f32(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    ACT_DOT_LOOP(F32_AT8)
+    float sum = reduce_pairwise(a0, a1, a2, a3);
+    for (; i < n; i++)
+        sum = fmaf(f32_at(w + 4 * i), f32_at(a + 4 * i), sum);
+    return sum;
+}
+
+static float dot_act_f16(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    ACT_DOT_LOOP(F16_AT8)
+    double sum = reduce_pairwise(a0, a1, a2, a3);
+    for (; i < n; i++)
+        sum += (double)(half_at(w + 2 * i) * half_at(a + 2 * i));
+    return (float)sum;
+}
+
+static float dot_act_bf16(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    ACT_DOT_LOOP(BF16_AT8)
+    double sum = hsum(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
+    for (; i < n; i++)
+        sum += (double)(bf16_at(w + 2 * i) * bf16_at(a + 2 * i));
+    return (float)sum;
+}
+
+/* Lane k: sum of x[j] * y[j] over bytes j = 4k .. 4k+3, x and y signed (y > -128). */
+INLINE __m256i dot_i8(__m256i x, __m256i y)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* The same with x unsigned and small (x * y pairs fit in int16). */
+INLINE __m256i dot_u8(__m256i x, __m256i y)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+}
+
+/* The 32 nibbles of qs[16] as bytes in element order: low nibbles, then high ones. */
+INLINE __m256i nibble_bytes(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0xf));
+}
+
+/* Byte j is 0xff where bit j of the 32 bits at qh is set, else 0. */
+INLINE __m256i bit_bytes(const uint8_t *qh)
+{
+    /* Each 128-bit half picks its two bytes of qh (every dword holds all four). */
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u32_at(qh)), pick);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* dot_act_<name> of a 32-element block type with Q8_0; QUANTS(w): its 32 quants, signed bytes. */
+#define Q8_0_DOT(name, size, QUANTS)                                                               \
+    static float dot_act_##name(const void *row, const void *xa, int64_t n)                       \
+    {                                                                                              \
+        const uint8_t *w = row, *a = xa;                                                           \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0; i < n; i += 32, w += (size), a += 34) {                                \
+            __m256 d = _mm256_set1_ps(half_at(w) * half_at(a));                                    \
+            __m256i q = dot_i8(QUANTS(w), _mm256_loadu_si256((const __m256i *)(a + 2)));           \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc);                                  \
+        }                                                                                          \
+        return hsum(acc);                                                                          \
+    }
+
+/* Q4_0: q - 8; Q5_0: the nibble with bit 4 set, minus 16 (0xf0 where the bit is clear). */
+#define Q8_0_QUANTS(w) _mm256_loadu_si256((const __m256i *)((w) + 2))
+#define Q4_0_QUANTS(w) _mm256_sub_epi8(nibble_bytes((w) + 2), _mm256_set1_epi8(8))
+#define Q5_0_QUANTS(w)                                                                             \
+    _mm256_or_si256(nibble_bytes((w) + 6),                                                         \
+                    _mm256_andnot_si256(bit_bytes((w) + 2), _mm256_set1_epi8((char)0xf0)))
+
+Q8_0_DOT(q8_0, 34, Q8_0_QUANTS)
+Q8_0_DOT(q4_0, 18, Q4_0_QUANTS)
+Q8_0_DOT(q5_0, 22, Q5_0_QUANTS)
+
+/*
+ * dot_act_<name> for a block type with a min, dotted with Q8_1: the m * s
+ * terms summed apart in float (fused, as compilers contract ggml's
+ * `summs += m * s`) and added at the end.
+ */
+#define Q8_1_DOT(name, size, QUANTS)                                                               \
+    static float dot_act_##name(const void *row, const void *xa, int64_t n)                       \
+    {                                                                                              \
+        const uint8_t *w = row, *a = xa;                                                           \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        float summs = 0.0f;                                                                        \
+        for (int64_t i = 0; i < n; i += 32, w += (size), a += 36) {                                \
+            summs = fmaf(half_at(w + 2), half_at(a + 2), summs);                                   \
+            __m256 d = _mm256_set1_ps(half_at(w) * half_at(a));                                    \
+            __m256i q = dot_u8(QUANTS(w), _mm256_loadu_si256((const __m256i *)(a + 4)));           \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc);                                  \
+        }                                                                                          \
+        return hsum(acc) + summs;                                                                  \
+    }
+
+#define Q4_1_QUANTS(w) nibble_bytes((w) + 4)
+#define Q5_1_QUANTS(w)                                                                             \
+    _mm256_or_si256(nibble_bytes((w) + 8),                                                         \
+                    _mm256_and_si256(bit_bytes((w) + 4), _mm256_set1_epi8(0x10)))
+
+Q8_1_DOT(q4_1, 20, Q4_1_QUANTS)
+Q8_1_DOT(q5_1, 24, Q5_1_QUANTS)
+
+/*
+ * The 8 scales then the 8 mins (6 bits each) of a Q4_K / Q5_K super-block
+ * from its 12 packed bytes: scale j < 4 is sc[j] & 63 and min j < 4 is
+ * sc[j + 4] & 63; for j >= 4 the low 4 bits come from sc[j + 4] (low nibble
+ * for the scale, high for the min) and the top 2 from bits 6-7 of sc[j - 4]
+ * (scale) or sc[j] (min).
+ */
+INLINE void k_scales_mins(const uint8_t *sc, uint8_t out[16])
+{
+    uint32_t u0 = u32_at(sc), u1 = u32_at(sc + 4), u2 = u32_at(sc + 8);
+    uint32_t v[4] = {
+        u0 & 0x3f3f3f3fu,
+        (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4,
+        u1 & 0x3f3f3f3fu,
+        ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4,
+    };
+    memcpy(out, v, sizeof v);
+}
+
+/* Lane k (0-3): min_2k * q8 sum of sub-block 2k + the same for 2k + 1, from the Q8_K bsums. */
+INLINE __m128i k_min_products(const uint8_t sm[16], const uint8_t *bsums)
+{
+    __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+    __m128i sums = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                  _mm_loadu_si128((const __m128i *)(bsums + 16)));
+    return _mm_madd_epi16(mins, sums);
+}
+
+/*
+ * The int32 lanes of sum_j(scale_j * q_w * q_a) over a Q4_K / Q5_K
+ * super-block: chunk c of 64 elements is sub-blocks 2c (low nibbles of
+ * qs[32c .. 32c+31], 5th bit = bit 2c of qh[l]) and 2c+1 (high nibbles,
+ * bit 2c+1).
+ */
+INLINE __m256i k_sums(const uint8_t *qs, const uint8_t *qh, const int8_t *qa, const uint8_t sm[16])
+{
+    const __m256i low = _mm256_set1_epi8(0xf), bit4 = _mm256_set1_epi8(0x10);
+    __m256i hb = qh != NULL ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(bits, low);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+        if (qh != NULL) {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+            hb = _mm256_srli_epi16(hb, 2);
+        }
+        __m256i p0 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(qa + 64 * c))),
+            _mm256_set1_epi16(sm[2 * c]));
+        __m256i p1 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(qa + 64 * c + 32))),
+            _mm256_set1_epi16(sm[2 * c + 1]));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    return sumi;
+}
+
+/*
+ * Q4_K: the min terms in 4 float lanes, FMA'd per super-block with
+ * -d_a * dmin and summed at the end as (m0 + m2) + (m1 + m3).
+ */
+static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n; i += 256, w += 144, a += 292) {
+        float da = f32_at(a);
+        uint8_t sm[16];
+        k_scales_mins(w + 4, sm);
+        __m128i mp = k_min_products(sm, a + 260);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(-da * half_at(w + 2)), _mm_cvtepi32_ps(mp), acc_m);
+        __m256i sumi = k_sums(w + 16, NULL, (const int8_t *)(a + 4), sm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(da * half_at(w)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return hsum(acc) + _mm_cvtss_f32(acc_m);
+}
+
+/* Q5_K: the min terms as one integer per super-block, FMA'd into a float sum. */
+static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n; i += 256, w += 176, a += 292) {
+        float da = f32_at(a);
+        uint8_t sm[16];
+        k_scales_mins(w + 4, sm);
+        __m128i p = k_min_products(sm, a + 260);
+        p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+        p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
+        summs = fmaf(-da * half_at(w + 2), (float)_mm_cvtsi128_si32(p), summs);
+        __m256i sumi = k_sums(w + 48, w + 16, (const int8_t *)(a + 4), sm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(da * half_at(w)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum(acc) + summs;
+}
+
+/*
+ * Q6_K: per 32-element chunk, maddubs(q, a) - maddubs(32, a) gives the
+ * (q - 32) * a pairs, multiplied by the chunk's two scales (16 elements
+ * each) and summed in int32 lanes.
+ */
+static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
+{
+    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    const uint8_t *w = row, *a = xa;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 256, w += 210, a += 292) {
+        const int8_t *sc = (const int8_t *)(w + 192), *qa = (const int8_t *)(a + 4);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
+            __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, low),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                                _mm256_and_si256(qh, two)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
+            };
+            for (int k = 0; k < 4; k++) {
+                __m256i y = _mm256_loadu_si256((const __m256i *)(qa + 128 * h + 32 * k));
+                __m256i p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(m32, y));
+                const int8_t *s = sc + 8 * h + 2 * k;
+                __m256i scale = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_set1_epi16(s[0])), _mm_set1_epi16(s[1]), 1);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f32_at(a) * half_at(w + 208)),
+                              _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum(acc);
+}
+
+const struct si__quants_table si__quants_avx2 = {
+    .name = "avx2",
+    .compiled = true,
+    .type =
+        {
+            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16},
+            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0},
+            [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
+            [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1},
+            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0},
+            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1},
+            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k},
+            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k},
+            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k},
+        },
+};
+
+#else /* no AVX2, FMA and F16C at compile time */
+
+const struct si__quants_table si__quants_avx2 = {.name = "avx2", .compiled = false};
+
+#endif

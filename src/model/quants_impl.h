@@ -1,0 +1,54 @@
+/*
+ * quants_impl.h - the kernels behind quants.h, one table per implementation.
+ *
+ * quants.c holds the scalar table and picks, once, which table the public
+ * functions use; quants_avx2.c holds the AVX2+FMA+F16C table.  Tests call the
+ * tables directly to check both implementations on the same machine.
+ *
+ * Every kernel takes a row of n elements, n a multiple of the type's block
+ * size; rows may start at any byte address.
+ */
+#ifndef SI_MODEL_QUANTS_IMPL_H
+#define SI_MODEL_QUANTS_IMPL_H
+
+#include "model/types.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* dst[0..n) = the n values of the row at src. */
+typedef void (*si__dequantize_fn)(const void *src, float *dst, int64_t n);
+
+/* Sum over i < n of row[i] * x[i], accumulated in float. */
+typedef float (*si__dot_fn)(const void *row, const float *x, int64_t n);
+
+/* Converts n activations x to the table entry's type at dst. */
+typedef void (*si__quantize_act_fn)(const float *x, void *dst, int64_t n);
+
+/* Dot of a row with activations converted by the quantize_act of its si_act_type(). */
+typedef float (*si__dot_act_fn)(const void *row, const void *xa, int64_t n);
+
+struct si__quants_kernels {
+    si__dequantize_fn dequantize; /* NULL when the type is not supported */
+    si__dot_fn dot;               /* NULL when the type is not supported */
+    /* Writes activations of this type (Q8_0, Q8_1, Q8_K, F16, BF16, F32); NULL for others. */
+    si__quantize_act_fn quantize_act;
+    si__dot_act_fn dot_act; /* NULL when the type is not supported */
+};
+
+struct si__quants_table {
+    const char *name; /* "scalar" or "avx2" */
+    bool compiled;    /* false when the build left this implementation out */
+    struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
+};
+
+/* The portable implementation: every supported type. */
+extern const struct si__quants_table si__quants_scalar;
+
+/* The AVX2+FMA+F16C implementation; all NULL unless compiled with those. */
+extern const struct si__quants_table si__quants_avx2;
+
+/* True when si__quants_avx2 is compiled in and this CPU runs it. */
+bool si__quants_avx2_usable(void);
+
+#endif /* SI_MODEL_QUANTS_IMPL_H */

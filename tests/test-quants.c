@@ -1,0 +1,1060 @@
+/*
+ * test-quants.c - tensor row conversions against float64 references written
+ * here from the formats' definitions, never from the library's code:
+ *   - all 65536 halves and bfloat16s to float, and float to half / bfloat16
+ *     (round to nearest even) on edge values and random floats;
+ *   - dequantize and dot of every supported type, scalar and AVX2 kernels
+ *     both (AVX2 when this CPU has it), on random rows of several lengths;
+ *   - the quantizers: the scale each block gets, each value's rounding, and
+ *     the error bound |x - dequantize(quantize(x))|;
+ *   - the quantized-activation path: si_quantize_act's bytes against a
+ *     converter written here from llama.cpp's rules (ties to even included),
+ *     and si_vec_dot_act against the float64 dot of the dequantized row and
+ *     activations, scalar and AVX2 kernels both.
+ *
+ * Tolerances: dequantize within 1e-6 of the magnitude of the terms that make
+ * the value (|d*q| + |m|; the kernels round once, so this is loose); dot
+ * within 1e-5 of the sum of |terms|, with quantized activations too.
+ */
+#include "model/quants.h"
+#include "model/quants_impl.h"
+#include "model/types.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEQUANT_TOL 1e-6
+#define DOT_TOL 1e-5
+
+/* ------------------------------------------------------ random numbers */
+
+static uint64_t rng_state = 0x5eed5eed1234ull;
+
+/* splitmix64. */
+static uint64_t rng(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(double lo, double hi)
+{
+    return lo + (hi - lo) * (double)(rng() >> 11) * 0x1p-53;
+}
+
+static float bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* ------------------------------------------------------ element formats */
+
+/* A half's value: sign, 5-bit exponent (bias 15), 10-bit fraction. */
+static double ref_half(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp(m, -24);
+    else
+        v = ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* A bfloat16's value: sign, 8-bit exponent (bias 127), 7-bit fraction. */
+static double ref_bf16(uint16_t h)
+{
+    int e = (h >> 7) & 255, m = h & 127;
+    double v;
+    if (e == 255)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp(m, -133);
+    else
+        v = ldexp(128 + m, e - 134);
+    return (h & 0x8000) ? -v : v;
+}
+
+/*
+ * The 16-bit pattern nearest to f, ties to the even pattern, by binary
+ * search over the positive patterns 0 .. inf_bits, whose values grow with
+ * the bits.  The infinity pattern stands for `past`, the value one step
+ * after the largest finite one, so rounding up to it overflows.
+ */
+static uint16_t ref_round(float f, double (*value)(uint16_t), uint16_t inf_bits, double past)
+{
+    uint16_t sign = (float_bits(f) >> 31) ? 0x8000 : 0;
+    double a = fabs((double)f);
+    if (a >= past)
+        return sign | inf_bits;
+    uint16_t lo = 0, hi = inf_bits; /* value(lo) <= a < value(hi) */
+    while (hi - lo > 1) {
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (value(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double vhi = hi == inf_bits ? past : value(hi);
+    double dlo = a - value(lo), dhi = vhi - a;
+    uint16_t r = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1) ? hi : lo;
+    return sign | r;
+}
+
+static uint16_t ref_to_half(float f)
+{
+    return ref_round(f, ref_half, 0x7c00, 65536.0);
+}
+
+static uint16_t ref_to_bf16(float f)
+{
+    return ref_round(f, ref_bf16, 0x7f80, ldexp(1, 128));
+}
+
+static bool same_value(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    return a == b && signbit(a) == signbit(b);
+}
+
+static void test_conversions(void)
+{
+    int bad16 = 0, badbf = 0, badtrip = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = si_fp16_to_fp32((uint16_t)h);
+        bad16 += !same_value(f, ref_half((uint16_t)h));
+        float g = si_bf16_to_fp32((uint16_t)h);
+        badbf += !same_value(g, ref_bf16((uint16_t)h));
+        /* Every finite value and infinity converts back to itself; NaNs stay NaN. */
+        if (isnan(f))
+            badtrip += !isnan(si_fp16_to_fp32(si_fp32_to_fp16(f)));
+        else
+            badtrip += si_fp32_to_fp16(f) != h;
+        if (isnan(g))
+            badtrip += !isnan(si_bf16_to_fp32(si_fp32_to_bf16(g)));
+        else
+            badtrip += si_fp32_to_bf16(g) != h;
+    }
+    CHECK(bad16 == 0, "%d halves convert wrongly", bad16);
+    CHECK(badbf == 0, "%d bfloat16s convert wrongly", badbf);
+    CHECK(badtrip == 0, "%d patterns do not convert back", badtrip);
+
+    /* Edge values: ties, subnormals, the overflow threshold. */
+    const float edges[] = {
+        0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f, 1e10f,
+        0x1p-24f,                 /* smallest subnormal half */
+        0x1p-25f,                 /* tie between 0 and 2^-24: 0 */
+        0x1.000002p-25f,          /* just above the tie: 2^-24 */
+        0x1.8p-24f,               /* tie between 1 and 2 * 2^-24: 2 */
+        0x1.4p-23f,               /* 2.5 * 2^-24: tie, rounds to 2 */
+        0x1p-14f,                 /* smallest normal half */
+        0x1p-14f - 0x1p-25f,      /* tie between 1023 * 2^-24 and 2^-14: 2^-14 */
+        0x1.ffcp-15f,             /* the largest subnormal half */
+        1.0f + 0x1p-11f,          /* tie: 1 */
+        1.0f + 0x3p-11f,          /* tie: 1 + 2^-9 */
+        1.0f + 0x1p-8f,           /* bfloat16 tie: 1 */
+        1.0f + 0x3p-8f,           /* bfloat16 tie: 1 + 2^-6 */
+        0x1.fep127f,              /* bfloat16's largest finite */
+        0x1.ff0002p127f,          /* above bfloat16's largest finite + half a step: inf */
+        0x1.fefffep127f,          /* just below that: largest finite */
+        3.4028235e38f,            /* FLT_MAX */
+        1e-45f, 0x1p-126f, 0x1.8p-140f, 0x1.01p-133f, 0x1p-134f, 0x1.8p-134f,
+        2.5f, 3.5f, 0.1f, 1.0f / 3.0f, 1e-8f, -1e-8f, 6e-5f, 6.1e-5f,
+        INFINITY, -INFINITY,
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        float f = edges[i];
+        uint16_t h = si_fp32_to_fp16(f), rh = ref_to_half(f);
+        CHECK(h == rh, "fp32 %a -> fp16 0x%04x, want 0x%04x", (double)f, h, rh);
+        uint16_t b = si_fp32_to_bf16(f), rb = ref_to_bf16(f);
+        CHECK(b == rb, "fp32 %a -> bf16 0x%04x, want 0x%04x", (double)f, b, rb);
+        h = si_fp32_to_fp16(-f), rh = ref_to_half(-f);
+        CHECK(h == rh, "fp32 %a -> fp16 0x%04x, want 0x%04x", (double)-f, h, rh);
+        b = si_fp32_to_bf16(-f), rb = ref_to_bf16(-f);
+        CHECK(b == rb, "fp32 %a -> bf16 0x%04x, want 0x%04x", (double)-f, b, rb);
+    }
+    CHECK(isnan(si_fp16_to_fp32(si_fp32_to_fp16(NAN))), "NaN -> fp16 is not NaN");
+    CHECK(isnan(si_bf16_to_fp32(si_fp32_to_bf16(NAN))), "NaN -> bf16 is not NaN");
+    /* A NaN whose payload sits only in the low bits must not become infinity. */
+    CHECK(isnan(si_fp16_to_fp32(si_fp32_to_fp16(bits_float(0x7f800001u)))), "low NaN -> fp16");
+    CHECK(isnan(si_bf16_to_fp32(si_fp32_to_bf16(bits_float(0xff800001u)))), "low NaN -> bf16");
+
+    /* Random floats: any bit pattern, and ones in the half's range. */
+    int bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)rng();
+        if (i & 1) /* exponent 100 ... 143: around the half's range */
+            u = (u & 0x807fffffu) | (uint32_t)(100 + (u >> 8) % 44) << 23;
+        float f = bits_float(u);
+        if (isnan(f))
+            continue;
+        bad += si_fp32_to_fp16(f) != ref_to_half(f);
+        bad += si_fp32_to_bf16(f) != ref_to_bf16(f);
+    }
+    CHECK(bad == 0, "%d random floats round wrongly", bad);
+}
+
+/* ------------------------------------------------------ block layouts */
+
+/* Scale and min of sub-block j from the 12 packed bytes of a Q4_K / Q5_K block. */
+static void ref_k_scale(const uint8_t *sc, int j, int *scale, int *min)
+{
+    if (j < 4) {
+        *scale = sc[j] & 63;
+        *min = sc[j + 4] & 63;
+    } else {
+        *scale = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+    }
+}
+
+/*
+ * The n values of a row of type t in double, and in mag[i] the size of the
+ * terms that make value i (|d*q| + |m|), the scale of its rounding error.
+ */
+static void ref_dequantize(uint32_t t, const uint8_t *row, int64_t n, double *y, double *mag)
+{
+    const struct si_type_traits *tr = si_type_get(t);
+    for (int64_t i = 0; i < n; i += tr->block) {
+        const uint8_t *b = row + (size_t)(i / tr->block) * tr->size;
+        double *o = y + i, *g = mag + i;
+        switch (t) {
+        case SI_TYPE_F32: {
+            float f;
+            memcpy(&f, b, 4);
+            o[0] = f;
+            g[0] = fabs(f);
+            break;
+        }
+        case SI_TYPE_F16:
+            o[0] = ref_half(get16(b));
+            g[0] = fabs(o[0]);
+            break;
+        case SI_TYPE_BF16:
+            o[0] = ref_bf16(get16(b));
+            g[0] = fabs(o[0]);
+            break;
+        case SI_TYPE_Q8_0:
+            for (int j = 0; j < 32; j++) {
+                o[j] = ref_half(get16(b)) * (int8_t)b[2 + j];
+                g[j] = fabs(o[j]);
+            }
+            break;
+        case SI_TYPE_Q4_0:
+        case SI_TYPE_Q4_1:
+        case SI_TYPE_Q5_0:
+        case SI_TYPE_Q5_1: {
+            bool five = t == SI_TYPE_Q5_0 || t == SI_TYPE_Q5_1;
+            bool has_m = t == SI_TYPE_Q4_1 || t == SI_TYPE_Q5_1;
+            double d = ref_half(get16(b)), m = has_m ? ref_half(get16(b + 2)) : 0;
+            const uint8_t *qh = b + (has_m ? 4 : 2);
+            const uint8_t *qs = qh + (five ? 4 : 0);
+            uint32_t hb = five ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                                     (uint32_t)qh[3] << 24
+                               : 0;
+            for (int j = 0; j < 32; j++) {
+                int q = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+                q += (int)((hb >> j) & 1) * 16;
+                if (!has_m)
+                    q -= five ? 16 : 8;
+                o[j] = d * q + m;
+                g[j] = fabs(d * q) + fabs(m);
+            }
+            break;
+        }
+        case SI_TYPE_Q4_K:
+        case SI_TYPE_Q5_K: {
+            bool five = t == SI_TYPE_Q5_K;
+            double d = ref_half(get16(b)), dmin = ref_half(get16(b + 2));
+            const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
+            for (int c = 0; c < 4; c++) {
+                for (int half = 0; half < 2; half++) {
+                    int s, m;
+                    ref_k_scale(sc, 2 * c + half, &s, &m);
+                    for (int l = 0; l < 32; l++) {
+                        int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+                        if (five && (qh[l] >> (2 * c + half)) & 1)
+                            q += 16;
+                        int e = 64 * c + 32 * half + l;
+                        o[e] = d * s * q - dmin * m;
+                        g[e] = fabs(d * s * q) + fabs(dmin * m);
+                    }
+                }
+            }
+            break;
+        }
+        case SI_TYPE_Q6_K: {
+            double d = ref_half(get16(b + 208));
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                const int8_t *sc = (const int8_t *)(b + 192) + 8 * h;
+                for (int l = 0; l < 32; l++) {
+                    int s = l / 16;
+                    int q[4] = {(ql[l] & 15) | (qh[l] & 3) << 4,
+                                (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4,
+                                (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4,
+                                (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4};
+                    for (int k = 0; k < 4; k++) {
+                        int e = 128 * h + l + 32 * k;
+                        o[e] = d * sc[s + 2 * k] * (q[k] - 32);
+                        g[e] = fabs(o[e]);
+                    }
+                }
+            }
+            break;
+        }
+        default:
+            abort();
+        }
+    }
+}
+
+/* A random half of magnitude 2^-10 ... 1, either sign: a block's scale. */
+static uint16_t small_half(void)
+{
+    uint64_t r = rng();
+    return (uint16_t)((r & 0x8000) | (5 + (r >> 16) % 10) << 10 | (r >> 32 & 0x3ff));
+}
+
+/*
+ * A random row of n elements of type t: random bytes, with every scale field
+ * set to a small finite half; float types get finite random values.
+ */
+static void random_row(uint32_t t, uint8_t *row, int64_t n)
+{
+    size_t bytes;
+    if (!si_type_row_size(t, n, &bytes))
+        abort();
+    for (size_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)rng();
+    const struct si_type_traits *tr = si_type_get(t);
+    for (int64_t i = 0; i < n / tr->block; i++) {
+        uint8_t *b = row + (size_t)i * tr->size;
+        switch (t) {
+        case SI_TYPE_F32: {
+            float f = (float)uniform(-4, 4);
+            if (rng() % 8 == 0)
+                f *= 1e-30f;
+            memcpy(b, &f, 4);
+            break;
+        }
+        case SI_TYPE_F16: /* any finite half, subnormals included */
+            if (((get16(b) >> 10) & 31) == 31)
+                put16(b, get16(b) & 0x83ff);
+            break;
+        case SI_TYPE_BF16: { /* exponent 100 ... 150, or zero and subnormal */
+            uint16_t h = get16(b);
+            int e = rng() % 16 == 0 ? 0 : 100 + (int)(rng() % 51);
+            put16(b, (uint16_t)((h & 0x807f) | e << 7));
+            break;
+        }
+        case SI_TYPE_Q8_0:
+        case SI_TYPE_Q4_0:
+        case SI_TYPE_Q5_0:
+            put16(b, small_half());
+            break;
+        case SI_TYPE_Q4_1:
+        case SI_TYPE_Q5_1:
+        case SI_TYPE_Q4_K:
+        case SI_TYPE_Q5_K:
+            put16(b, small_half());
+            put16(b + 2, small_half());
+            break;
+        case SI_TYPE_Q6_K:
+            put16(b + 208, small_half());
+            break;
+        }
+    }
+}
+
+static const uint32_t supported[] = {
+    SI_TYPE_F32,  SI_TYPE_F16,  SI_TYPE_BF16, SI_TYPE_Q8_0, SI_TYPE_Q4_0, SI_TYPE_Q4_1,
+    SI_TYPE_Q5_0, SI_TYPE_Q5_1, SI_TYPE_Q4_K, SI_TYPE_Q5_K, SI_TYPE_Q6_K,
+};
+#define N_SUPPORTED (sizeof supported / sizeof supported[0])
+
+/* ------------------------------------------------------ dequantize and dot */
+
+/*
+ * One row of type t and length n, starting `skew` bytes past an aligned
+ * address, through every table in `tables`; the public functions must agree
+ * bit for bit with the table si_quants_impl() names.
+ */
+static void check_row(uint32_t t, int64_t n, size_t skew, const struct si__quants_table **tables,
+                      int n_tables)
+{
+    size_t bytes;
+    if (!si_type_row_size(t, n, &bytes))
+        abort();
+    uint8_t *buf = malloc(bytes + 64);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    double *ref = malloc((size_t)n * sizeof *ref), *mag = malloc((size_t)n * sizeof *mag);
+    if (buf == NULL || x == NULL || y == NULL || ref == NULL || mag == NULL)
+        abort();
+    uint8_t *row = buf + skew;
+    random_row(t, row, n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)uniform(-1, 1);
+    ref_dequantize(t, row, n, ref, mag);
+    double dot_ref = 0, dot_abs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        dot_ref += ref[i] * x[i];
+        dot_abs += mag[i] * fabs(x[i]);
+    }
+
+    for (int k = 0; k < n_tables; k++) {
+        const struct si__quants_kernels *kern = &tables[k]->type[t];
+        const char *impl = tables[k]->name, *name = si_type_name(t);
+        if (kern->dequantize == NULL || kern->dot == NULL) {
+            CHECK(false, "%s %s: no kernels", impl, name);
+            continue;
+        }
+        kern->dequantize(row, y, n);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++) {
+            if (!(fabs(y[i] - ref[i]) <= DEQUANT_TOL * mag[i])) {
+                if (bad++ == 0)
+                    first = i;
+            }
+        }
+        CHECK(bad == 0, "%s %s n=%lld: %lld values wrong, first [%lld] = %.9g, want %.9g", impl,
+              name, (long long)n, (long long)bad, (long long)first, first >= 0 ? y[first] : 0.0,
+              first >= 0 ? ref[first] : 0.0);
+
+        float dot = kern->dot(row, x, n);
+        double err = fabs(dot - dot_ref);
+        CHECK(err <= DOT_TOL * dot_abs + 1e-30, "%s %s n=%lld: dot %.9g, want %.9g (err %.3g of %.3g)",
+              impl, name, (long long)n, dot, dot_ref, err, dot_abs);
+
+        if (strcmp(impl, si_quants_impl()) == 0) {
+            float *z = malloc((size_t)n * sizeof *z);
+            if (z == NULL)
+                abort();
+            si_dequantize_row(t, row, z, n);
+            CHECK(memcmp(y, z, (size_t)n * sizeof *z) == 0, "%s: si_dequantize_row differs", name);
+            float d2 = si_vec_dot(t, row, x, n);
+            CHECK(memcmp(&dot, &d2, sizeof dot) == 0, "%s: si_vec_dot differs", name);
+            free(z);
+        }
+    }
+    free(buf);
+    free(x);
+    free(y);
+    free(ref);
+    free(mag);
+}
+
+static void test_kernels(void)
+{
+    const struct si__quants_table *tables[2] = {&si__quants_scalar, &si__quants_avx2};
+    int n_tables = si__quants_avx2_usable() ? 2 : 1;
+    printf("kernels: scalar%s; public functions use %s\n",
+           n_tables == 2 ? " and avx2" : " (no avx2 on this build or CPU)", si_quants_impl());
+
+    const char *no_simd = getenv("SI_NO_SIMD");
+    bool forced = no_simd != NULL && no_simd[0] != '\0' && strcmp(no_simd, "0") != 0;
+    CHECK(strcmp(si_quants_impl(), n_tables == 2 && !forced ? "avx2" : "scalar") == 0,
+          "si_quants_impl() = %s", si_quants_impl());
+
+    for (size_t i = 0; i < N_SUPPORTED; i++) {
+        uint32_t t = supported[i];
+        CHECK(si_type_supported(t), "%s not supported", si_type_name(t));
+        int64_t block = si_type_get(t)->block;
+        if (block == 1) {
+            const int64_t lens[] = {1, 3, 8, 17, 31, 32, 33, 100, 4096, 4099};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_row(t, lens[j], j % 4, tables, n_tables);
+        } else {
+            const int64_t lens[] = {block, 3 * block, 4096, 4096 + block};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_row(t, lens[j], j % 2 ? 1 : 0, tables, n_tables);
+            /* Many rows of one block each: scales and bytes in many combinations. */
+            for (int r = 0; r < 200; r++)
+                check_row(t, block, 0, tables, n_tables);
+        }
+    }
+    const uint32_t unsupported[] = {SI_TYPE_Q8_1, SI_TYPE_Q2_K, SI_TYPE_Q3_K, SI_TYPE_IQ4_NL,
+                                    SI_TYPE_I8, 5, 99};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        CHECK(!si_type_supported(unsupported[i]), "type %u supported", unsupported[i]);
+}
+
+/* ------------------------------------------------------ quantizers */
+
+/* A 32-element block of test data in one of 9 shapes. */
+static void fill_block(float *x, int shape)
+{
+    /* Shapes 0-4 and 7-8: uniform in [lo, hi]; 5: zeros; 6: a constant. */
+    static const double lo[9] = {-1, -1e-3, -100, 5, -3, 0, 0.25, -0.1, -0.4};
+    static const double hi[9] = {1, 1e-3, 100, 6, -2, 0, 0.25, 0.1, 0.4};
+    shape %= 9;
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)uniform(lo[shape], hi[shape]);
+    if (shape == 7) /* one outlier, either sign */
+        x[rng() % 32] = (rng() & 1) ? 3.0f : -3.0f;
+    if (shape == 8) { /* the largest magnitudes tie: the first one's sign wins */
+        float s = (rng() & 1) ? 0.5f : -0.5f;
+        x[3] = s;
+        x[20] = -s;
+    }
+}
+
+/*
+ * Checks the block quantized from x at b: its scale (and min) chosen as
+ * ggml's reference quantizers choose them, each value rounded as they round,
+ * and the dequantized error within half a step (a whole one where the top
+ * value was clamped) plus the error of storing d and m as halves.
+ */
+static void check_quantized_block(uint32_t t, const float *x, const uint8_t *b)
+{
+    const char *name = si_type_name(t);
+    bool asym = t == SI_TYPE_Q4_1 || t == SI_TYPE_Q5_1;
+    int top = t == SI_TYPE_Q8_0 ? 127 : (t == SI_TYPE_Q4_0 || t == SI_TYPE_Q4_1) ? 15 : 31;
+
+    /* The scale the reference quantizer picks, in float as it computes it. */
+    float d, m = 0.0f, amax = 0.0f, smax = 0.0f, min = x[0], max = x[0];
+    for (int j = 0; j < 32; j++) {
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            smax = x[j];
+        }
+        min = x[j] < min ? x[j] : min;
+        max = x[j] > max ? x[j] : max;
+    }
+    if (t == SI_TYPE_Q8_0)
+        d = amax / 127.0f;
+    else if (asym)
+        d = (max - min) / (float)top, m = min;
+    else
+        d = smax / (t == SI_TYPE_Q4_0 ? -8.0f : -16.0f);
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    CHECK(get16(b) == si_fp32_to_fp16(d), "%s: d = 0x%04x, want 0x%04x (%g)", name, get16(b),
+          si_fp32_to_fp16(d), (double)d);
+    if (asym)
+        CHECK(get16(b + 2) == si_fp32_to_fp16(m), "%s: m = 0x%04x, want 0x%04x (%g)", name,
+              get16(b + 2), si_fp32_to_fp16(m), (double)m);
+
+    double y[32], mag[32];
+    ref_dequantize(t, b, 32, y, mag);
+    double dh = ref_half(get16(b)), mh = asym ? ref_half(get16(b + 2)) : 0.0;
+    int zero = t == SI_TYPE_Q4_0 ? 8 : t == SI_TYPE_Q5_0 ? 16 : 0;
+    for (int j = 0; j < 32; j++) {
+        /* The value the reference quantizer stores, and whether it was clamped. */
+        int want;
+        bool clamped = false;
+        if (t == SI_TYPE_Q8_0) {
+            want = (int)roundf(x[j] * id);
+        } else {
+            float v = asym ? (x[j] - min) * id + 0.5f : x[j] * id + ((float)zero + 0.5f);
+            want = (int)v;
+            clamped = want > top;
+            want = clamped ? top : want;
+        }
+        /* The stored value, read back from the dequantized one: q = (y - m) / d + zero. */
+        int got = dh != 0.0 ? (int)lround((y[j] - mh) / dh) + zero : want;
+        CHECK(got == want, "%s: x[%d] = %.9g stored as %d, want %d", name, j, (double)x[j], got,
+              want);
+        double bound = (clamped ? 1.0 : 0.5) * fabs(d) * (1 + 1e-5) +
+                       abs(want - zero) * fabs(d - dh) + fabs(m - mh) + 1e-30;
+        CHECK(fabs(x[j] - y[j]) <= bound, "%s: |x - dq(q(x))| = %.3g > %.3g at %d", name,
+              fabs(x[j] - y[j]), bound, j);
+    }
+}
+
+static void test_quantize(void)
+{
+    const uint32_t types[] = {SI_TYPE_Q8_0, SI_TYPE_Q4_0, SI_TYPE_Q4_1, SI_TYPE_Q5_0,
+                              SI_TYPE_Q5_1};
+    enum { N = 32 * 64 };
+    float x[N];
+    uint8_t row[N / 32 * 34];
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        uint32_t t = types[i];
+        CHECK(si_type_quantizable(t), "%s not quantizable", si_type_name(t));
+        const struct si_type_traits *tr = si_type_get(t);
+        for (int rep = 0; rep < 8; rep++) {
+            for (int k = 0; k < N / 32; k++)
+                fill_block(x + 32 * k, k + rep);
+            size_t bytes = si_quantize_row(t, x, row, N);
+            CHECK(bytes == (size_t)N / 32 * tr->size, "%s: %zu bytes", si_type_name(t), bytes);
+            for (int k = 0; k < N / 32; k++)
+                check_quantized_block(t, x + 32 * k, row + (size_t)k * tr->size);
+        }
+    }
+
+    /* The float types: element by element, the conversions tested above. */
+    float f[37];
+    uint8_t out[37 * 4];
+    for (int j = 0; j < 37; j++)
+        f[j] = (float)uniform(-70000, 70000) * (j % 3 ? 1.0f : 1e-6f);
+    CHECK(si_quantize_row(SI_TYPE_F32, f, out, 37) == 37 * 4, "F32 bytes");
+    CHECK(memcmp(out, f, sizeof f) == 0, "F32 quantize is not a copy");
+    CHECK(si_quantize_row(SI_TYPE_F16, f, out, 37) == 37 * 2, "F16 bytes");
+    for (int j = 0; j < 37; j++)
+        CHECK(get16(out + 2 * j) == ref_to_half(f[j]), "F16 quantize at %d", j);
+    CHECK(si_quantize_row(SI_TYPE_BF16, f, out, 37) == 37 * 2, "BF16 bytes");
+    for (int j = 0; j < 37; j++)
+        CHECK(get16(out + 2 * j) == ref_to_bf16(f[j]), "BF16 quantize at %d", j);
+
+    /* What cannot be written. */
+    CHECK(!si_type_quantizable(SI_TYPE_Q4_K), "Q4_K quantizable");
+    CHECK(!si_type_quantizable(SI_TYPE_Q6_K), "Q6_K quantizable");
+    CHECK(si_quantize_row(SI_TYPE_Q4_K, x, row, 256) == 0, "Q4_K quantized");
+    CHECK(si_quantize_row(SI_TYPE_Q8_0, x, row, 31) == 0, "Q8_0 row of 31 quantized");
+    CHECK(si_quantize_row(99, x, row, 32) == 0, "type 99 quantized");
+}
+
+/* ------------------------------------------------------ quantized activations */
+
+/* v rounded to the nearest integer, ties to the even one. */
+static double ref_round_even(double v)
+{
+    double f = floor(v), r = v - f;
+    return r > 0.5 || (r == 0.5 && fmod(f, 2.0) != 0.0) ? f + 1 : f;
+}
+
+/* The vec_dot_type of weight type t, as quants.h lists them. */
+static uint32_t ref_act_type(uint32_t t)
+{
+    switch (t) {
+    case SI_TYPE_Q4_0:
+    case SI_TYPE_Q5_0:
+    case SI_TYPE_Q8_0:
+        return SI_TYPE_Q8_0;
+    case SI_TYPE_Q4_1:
+    case SI_TYPE_Q5_1:
+        return SI_TYPE_Q8_1;
+    case SI_TYPE_Q4_K:
+    case SI_TYPE_Q5_K:
+    case SI_TYPE_Q6_K:
+        return SI_TYPE_Q8_K;
+    default:
+        return t;
+    }
+}
+
+/*
+ * n activations as type at, from llama.cpp's rules: Q8_0 / Q8_1 blocks of
+ * 32 with amax = max|x|, d = amax / 127, id = 127 / amax (0 when amax is 0),
+ * q = x * id rounded half to even, d stored as a half, and for Q8_1
+ * s = half(d * sum q) with d unrounded; Q8_K super-blocks of 256 with max the
+ * first element of largest magnitude, iscale = -127 / max,
+ * q = min(127, x * iscale rounded half to even), d = 1 / iscale (all zero
+ * when max is 0) and bsums[j] = sum of q[16j .. 16j+15]; halves and
+ * bfloat16s rounded to nearest even; floats copied.
+ */
+static void ref_quantize_act(uint32_t at, const float *x, uint8_t *out, int64_t n)
+{
+    switch (at) {
+    case SI_TYPE_F32:
+        memcpy(out, x, (size_t)n * sizeof *x);
+        break;
+    case SI_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + 2 * i, ref_to_half(x[i]));
+        break;
+    case SI_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            put16(out + 2 * i, ref_to_bf16(x[i]));
+        break;
+    case SI_TYPE_Q8_0:
+    case SI_TYPE_Q8_1: {
+        bool has_s = at == SI_TYPE_Q8_1;
+        for (int64_t i = 0; i < n; i += 32) {
+            uint8_t *b = out + (size_t)(i / 32) * (has_s ? 36 : 34), *qs = b + (has_s ? 4 : 2);
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++)
+                amax = fabsf(x[i + j]) > amax ? fabsf(x[i + j]) : amax;
+            float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                float v = x[i + j] * id;
+                int q = (int)ref_round_even(v);
+                qs[j] = (uint8_t)(q & 0xff);
+                sum += q;
+            }
+            put16(b, ref_to_half(d));
+            if (has_s)
+                put16(b + 2, ref_to_half(d * (float)sum));
+        }
+        break;
+    }
+    case SI_TYPE_Q8_K:
+        for (int64_t i = 0; i < n; i += 256) {
+            uint8_t *b = out + (size_t)(i / 256) * 292;
+            float amax = 0.0f, max = 0.0f, d = 0.0f;
+            for (int j = 0; j < 256; j++) {
+                if (fabsf(x[i + j]) > amax) {
+                    amax = fabsf(x[i + j]);
+                    max = x[i + j];
+                }
+            }
+            int q[256] = {0};
+            if (amax != 0.0f) {
+                float iscale = -127.0f / max;
+                for (int j = 0; j < 256; j++) {
+                    float v = iscale * x[i + j];
+                    q[j] = (int)ref_round_even(v);
+                    q[j] = q[j] > 127 ? 127 : q[j];
+                }
+                d = 1.0f / iscale;
+            }
+            memcpy(b, &d, 4);
+            for (int j = 0; j < 256; j++)
+                b[4 + j] = (uint8_t)(q[j] & 0xff);
+            for (int j = 0; j < 16; j++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++)
+                    sum += q[16 * j + l];
+                put16(b + 260 + 2 * j, (uint16_t)(int16_t)sum);
+            }
+        }
+        break;
+    default:
+        abort();
+    }
+}
+
+/* The activations' values in double; for Q8_1 also each block's s in s[i / 32]. */
+static void ref_act_values(uint32_t at, const uint8_t *xa, int64_t n, double *y, double *s)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (at) {
+        case SI_TYPE_F32: {
+            float f;
+            memcpy(&f, xa + 4 * i, 4);
+            y[i] = f;
+            break;
+        }
+        case SI_TYPE_F16:
+            y[i] = ref_half(get16(xa + 2 * i));
+            break;
+        case SI_TYPE_BF16:
+            y[i] = ref_bf16(get16(xa + 2 * i));
+            break;
+        case SI_TYPE_Q8_0: {
+            const uint8_t *b = xa + (size_t)(i / 32) * 34;
+            y[i] = ref_half(get16(b)) * (int8_t)b[2 + i % 32];
+            break;
+        }
+        case SI_TYPE_Q8_1: {
+            const uint8_t *b = xa + (size_t)(i / 32) * 36;
+            y[i] = ref_half(get16(b)) * (int8_t)b[4 + i % 32];
+            s[i / 32] = ref_half(get16(b + 2));
+            break;
+        }
+        case SI_TYPE_Q8_K: {
+            const uint8_t *b = xa + (size_t)(i / 256) * 292;
+            float d;
+            memcpy(&d, b, 4);
+            y[i] = (double)d * (int8_t)b[4 + i % 256];
+            break;
+        }
+        default:
+            abort();
+        }
+    }
+}
+
+/*
+ * Test activations for a row of n: blocks of 32 in shapes meant to catch
+ * rounding slips.  Shapes 0-2: uniform at different scales; 3: zeros;
+ * 4-6: exact ties x * 127 / max|x| = k + 1/2 (max|x| = 127, 63.5 and
+ * 127/1024, of either sign); 7: the largest magnitudes tie with opposite
+ * signs; 8: half and bfloat16 rounding ties; 9: one nonzero value.
+ */
+static void fill_acts(float *x, int64_t n)
+{
+    static const float tie_amax[3] = {127.0f, 63.5f, 127.0f / 1024.0f};
+    for (int64_t i = 0; i < n; i += 32) {
+        int len = n - i < 32 ? (int)(n - i) : 32, shape = (int)(rng() % 10);
+        float *b = x + i;
+        for (int j = 0; j < len; j++)
+            b[j] = (float)uniform(-1, 1);
+        switch (shape) {
+        case 1:
+            for (int j = 0; j < len; j++)
+                b[j] *= 1e-3f;
+            break;
+        case 2:
+            for (int j = 0; j < len; j++)
+                b[j] *= 300.0f;
+            break;
+        case 3:
+            for (int j = 0; j < len; j++)
+                b[j] = (j & 1) ? -0.0f : 0.0f;
+            break;
+        case 4:
+        case 5:
+        case 6: {
+            /* x = (k + 1/2) * amax / 127 exactly, |k + 1/2| < 127; one element at +-amax. */
+            float amax = tie_amax[shape - 4];
+            for (int j = 0; j < len; j++)
+                b[j] = ((float)((int)(rng() % 253) - 126) + 0.5f) * (amax / 127.0f);
+            b[rng() % (unsigned)len] = (rng() & 1) ? amax : -amax;
+            break;
+        }
+        case 7:
+            if (len > 20) {
+                float v = (rng() & 1) ? 2.0f : -2.0f;
+                b[3] = v;
+                b[20] = -v;
+            }
+            break;
+        case 8: {
+            static const float ties[] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 0x1p-25f, 0x1.8p-24f,
+                                         1.0f + 0x1p-8f,  1.0f + 0x3p-8f,  2.5f,     -0.5f};
+            for (int j = 0; j < len; j++)
+                b[j] = (rng() & 1) ? ties[rng() % 8] : -ties[rng() % 8];
+            break;
+        }
+        case 9:
+            for (int j = 0; j < len; j++)
+                b[j] = 0.0f;
+            b[rng() % (unsigned)len] = (float)uniform(-5, 5);
+            break;
+        }
+    }
+    /* Q8_K super-blocks whose largest magnitude is +-127 exactly make ties too. */
+    for (int64_t i = 0; i + 256 <= n; i += 256) {
+        if (rng() % 3 == 0) {
+            for (int j = 0; j < 256; j++)
+                x[i + j] = (float)((int)(rng() % 253) - 126) + 0.5f;
+            x[i + rng() % 256] = (rng() & 1) ? 127.0f : -127.0f;
+        }
+    }
+}
+
+static const uint32_t act_types[] = {SI_TYPE_Q8_0, SI_TYPE_Q8_1, SI_TYPE_Q8_K,
+                                     SI_TYPE_F16,  SI_TYPE_BF16, SI_TYPE_F32};
+
+/* The act_type converter of every table against ref_quantize_act, on n activations. */
+static void check_quantize_act(uint32_t at, int64_t n, size_t skew,
+                               const struct si__quants_table **tables, int n_tables)
+{
+    size_t bytes;
+    if (!si_type_row_size(at, n, &bytes))
+        abort();
+    float *x = malloc((size_t)n * sizeof *x);
+    uint8_t *want = malloc(bytes), *buf = malloc(bytes + 64);
+    if (x == NULL || want == NULL || buf == NULL)
+        abort();
+    fill_acts(x, n);
+    ref_quantize_act(at, x, want, n);
+    uint8_t *got = buf + skew;
+    for (int k = 0; k < n_tables; k++) {
+        const char *impl = tables[k]->name, *name = si_type_name(at);
+        si__quantize_act_fn quantize = tables[k]->type[at].quantize_act;
+        if (quantize == NULL) {
+            CHECK(false, "%s %s: no quantize_act", impl, name);
+            continue;
+        }
+        memset(buf, 0xa5, bytes + 64);
+        quantize(x, got, n);
+        size_t first = bytes;
+        for (size_t i = 0; i < bytes && first == bytes; i++)
+            first = got[i] != want[i] ? i : bytes;
+        CHECK(first == bytes, "%s %s n=%lld: byte %zu is 0x%02x, want 0x%02x", impl, name,
+              (long long)n, first, first < bytes ? got[first] : 0, first < bytes ? want[first] : 0);
+        CHECK(got[bytes] == 0xa5, "%s %s n=%lld: wrote past the row", impl, name, (long long)n);
+
+        /* The Q8_1 s and Q8_K bsums read back against the quants they sum. */
+        if (at == SI_TYPE_Q8_1) {
+            for (int64_t b = 0; b < n / 32; b++) {
+                const uint8_t *p = got + 36 * b;
+                int sum = 0;
+                for (int j = 0; j < 32; j++)
+                    sum += (int8_t)p[4 + j];
+                double d = ref_half(get16(p)), s = ref_half(get16(p + 2));
+                /* s = half(d' * sum), d = half(d'): each within half a step of a half
+                 * (2^-11 relative, or 2^-25 among the subnormals). */
+                double err = fabs(s - d * sum);
+                double bound = (fabs(d) * 0x1p-11 + 0x1p-25) * abs(sum) +
+                               fabs(d * sum) * 0x1p-11 + 0x1p-25;
+                CHECK(err <= bound, "%s Q8_1 block %lld: s = %g, d * sum = %g", impl, (long long)b,
+                      s, d * sum);
+            }
+        }
+        if (at == SI_TYPE_Q8_K) {
+            for (int64_t b = 0; b < n / 256; b++) {
+                const uint8_t *p = got + 292 * b;
+                for (int j = 0; j < 16; j++) {
+                    int sum = 0;
+                    for (int l = 0; l < 16; l++)
+                        sum += (int8_t)p[4 + 16 * j + l];
+                    CHECK((int16_t)get16(p + 260 + 2 * j) == sum,
+                          "%s Q8_K block %lld: bsums[%d] = %d, want %d", impl, (long long)b, j,
+                          (int16_t)get16(p + 260 + 2 * j), sum);
+                }
+            }
+        }
+        if (strcmp(impl, si_quants_impl()) == 0) {
+            memset(buf, 0x5a, bytes + 64);
+            si_quantize_act(at, x, got, n);
+            CHECK(memcmp(got, want, bytes) == 0, "%s: si_quantize_act differs", name);
+        }
+    }
+    free(x);
+    free(want);
+    free(buf);
+}
+
+/*
+ * A row of type t and length n dotted with converted activations, through
+ * every table, against the float64 dot of the dequantized row and
+ * activations.  For Q8_1 the block's m * s term uses the stored s, as the
+ * kernels do (s is d * sum(q) rounded to a half).
+ */
+static void check_dot_act(uint32_t t, int64_t n, size_t skew,
+                          const struct si__quants_table **tables, int n_tables)
+{
+    uint32_t at = si_act_type(t);
+    const char *name = si_type_name(t);
+    size_t rbytes, abytes;
+    if (!si_type_row_size(t, n, &rbytes) || !si_type_row_size(at, n, &abytes))
+        abort();
+    uint8_t *rbuf = malloc(rbytes + 64), *abuf = malloc(abytes + 64);
+    float *x = malloc((size_t)n * sizeof *x);
+    double *w = malloc((size_t)n * sizeof *w), *mag = malloc((size_t)n * sizeof *mag);
+    double *y = malloc((size_t)n * sizeof *y), *s = malloc((size_t)(n / 32 + 1) * sizeof *s);
+    if (rbuf == NULL || abuf == NULL || x == NULL || w == NULL || mag == NULL || y == NULL ||
+        s == NULL)
+        abort();
+    uint8_t *row = rbuf + skew, *xa = abuf + (skew ^ 1);
+    random_row(t, row, n);
+    fill_acts(x, n);
+    ref_quantize_act(at, x, xa, n);
+    ref_dequantize(t, row, n, w, mag);
+    ref_act_values(at, xa, n, y, s);
+    double want = 0, abs_sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        want += w[i] * y[i];
+        abs_sum += mag[i] * fabs(y[i]);
+    }
+    if (at == SI_TYPE_Q8_1) {
+        /* Replace m * sum(y) by m * s per block. */
+        size_t size = si_type_get(t)->size;
+        for (int64_t b = 0; b < n / 32; b++) {
+            double m = ref_half(get16(row + (size_t)b * size + 2)), ysum = 0;
+            for (int j = 0; j < 32; j++)
+                ysum += y[32 * b + j];
+            want += m * (s[b] - ysum);
+            abs_sum += fabs(m * s[b]);
+        }
+    }
+
+    float got[2] = {0, 0};
+    for (int k = 0; k < n_tables; k++) {
+        const char *impl = tables[k]->name;
+        si__dot_act_fn dot = tables[k]->type[t].dot_act;
+        if (dot == NULL) {
+            CHECK(false, "%s %s: no dot_act", impl, name);
+            continue;
+        }
+        got[k] = dot(row, xa, n);
+        double err = fabs(got[k] - want);
+        CHECK(err <= DOT_TOL * abs_sum + 1e-30,
+              "%s %s n=%lld: dot_act %.9g, want %.9g (err %.3g of %.3g)", impl, name, (long long)n,
+              got[k], want, err, abs_sum);
+        if (strcmp(impl, si_quants_impl()) == 0) {
+            float pub = si_vec_dot_act(t, row, xa, n);
+            CHECK(memcmp(&pub, &got[k], sizeof pub) == 0, "%s: si_vec_dot_act differs", name);
+        }
+    }
+    if (n_tables == 2)
+        CHECK(fabs(got[0] - got[1]) <= DOT_TOL * abs_sum + 1e-30,
+              "%s n=%lld: scalar %.9g and avx2 %.9g differ", name, (long long)n, got[0], got[1]);
+    free(rbuf);
+    free(abuf);
+    free(x);
+    free(w);
+    free(mag);
+    free(y);
+    free(s);
+}
+
+static void test_act(void)
+{
+    const struct si__quants_table *tables[2] = {&si__quants_scalar, &si__quants_avx2};
+    int n_tables = si__quants_avx2_usable() ? 2 : 1;
+
+    for (size_t i = 0; i < N_SUPPORTED; i++) {
+        uint32_t t = supported[i];
+        CHECK(si_act_type(t) == ref_act_type(t), "si_act_type(%s) = %u", si_type_name(t),
+              si_act_type(t));
+    }
+    CHECK(si_act_type(SI_TYPE_Q8_1) == SI_TYPE_COUNT, "si_act_type(Q8_1)");
+    CHECK(si_act_type(SI_TYPE_Q2_K) == SI_TYPE_COUNT, "si_act_type(Q2_K)");
+    CHECK(si_act_type(99) == SI_TYPE_COUNT, "si_act_type(99)");
+
+    for (size_t i = 0; i < sizeof act_types / sizeof act_types[0]; i++) {
+        uint32_t at = act_types[i];
+        int64_t block = si_type_get(at)->block;
+        if (block == 1) {
+            const int64_t lens[] = {1, 3, 8, 17, 31, 32, 33, 100, 4096, 4099};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_quantize_act(at, lens[j], j % 4, tables, n_tables);
+        } else {
+            const int64_t lens[] = {block, 3 * block, 4096, 4096 + block};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_quantize_act(at, lens[j], j % 2, tables, n_tables);
+            for (int r = 0; r < 300; r++)
+                check_quantize_act(at, block, 0, tables, n_tables);
+        }
+    }
+
+    for (size_t i = 0; i < N_SUPPORTED; i++) {
+        uint32_t t = supported[i];
+        int64_t block = si_type_get(si_act_type(t))->block;
+        if (block < si_type_get(t)->block)
+            block = si_type_get(t)->block;
+        if (block == 1) {
+            const int64_t lens[] = {1, 3, 8, 17, 31, 32, 33, 100, 4096, 4099};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_dot_act(t, lens[j], j % 4, tables, n_tables);
+        } else {
+            const int64_t lens[] = {block, 3 * block, 4096, 4096 + block};
+            for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+                check_dot_act(t, lens[j], j % 2, tables, n_tables);
+            for (int r = 0; r < 200; r++)
+                check_dot_act(t, block, 0, tables, n_tables);
+        }
+    }
+}
+
+int main(void)
+{
+    test_conversions();
+    test_kernels();
+    test_quantize();
+    test_act();
+    return test_result();
+}
