@@ -8,6 +8,7 @@
 #include "starinfer.h"
 #include "test.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,36 @@ static void test_real_model(void)
     si_gguf_free(g);
 }
 
+/* Every file of the fuzzing corpus (tests/fuzz/corpus) parses or is refused
+ * with a message: the libFuzzer run's seeds, replayed in every test run. */
+static void test_corpus(void)
+{
+    const char *srcdir = getenv("srcdir");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", srcdir != NULL ? srcdir : ".");
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "cannot open %s", dir);
+    if (d == NULL)
+        return;
+    int n = 0, ok = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[2048], err[512] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct si_gguf *g = NULL;
+        int rc = si_gguf_open(&g, path, err, sizeof err);
+        CHECK(rc == SI_OK || (g == NULL && err[0] != '\0'), "%s: status %d without a message", path, rc);
+        ok += rc == SI_OK;
+        n++;
+        si_gguf_free(g);
+    }
+    closedir(d);
+    CHECK(n > 0, "empty corpus in %s", dir);
+    printf("corpus: %d files, %d valid\n", n, ok);
+}
+
 int main(void)
 {
     test_valid("GGUF", 3);
@@ -428,6 +459,7 @@ int main(void)
     test_valid("PWRI", 3);
     test_corrupt();
     test_files();
+    test_corpus();
     test_real_model();
     return test_result();
 }

@@ -629,11 +629,8 @@ int si_gguf_get_u32(const struct si_gguf *g, const char *key, uint32_t *out)
     return SI_OK;
 }
 
-int si_gguf_get_i64(const struct si_gguf *g, const char *key, int64_t *out)
+int si_gguf_kv_i64(const struct si_gguf_kv *kv, int64_t *out)
 {
-    const struct si_gguf_kv *kv = get(g, key);
-    if (kv == NULL)
-        return SI_E_NOT_FOUND;
     if (is_signed(kv->type)) {
         *out = kv->v.i64;
         return SI_OK;
@@ -643,6 +640,12 @@ int si_gguf_get_i64(const struct si_gguf *g, const char *key, int64_t *out)
         return SI_OK;
     }
     return SI_E_FORMAT;
+}
+
+int si_gguf_get_i64(const struct si_gguf *g, const char *key, int64_t *out)
+{
+    const struct si_gguf_kv *kv = get(g, key);
+    return kv == NULL ? SI_E_NOT_FOUND : si_gguf_kv_i64(kv, out);
 }
 
 int si_gguf_get_f64(const struct si_gguf *g, const char *key, double *out)

@@ -122,6 +122,8 @@ int64_t si_gguf_find_tensor(const struct si_gguf *g, const char *name);
 int si_gguf_get_u64(const struct si_gguf *g, const char *key, uint64_t *out);
 int si_gguf_get_u32(const struct si_gguf *g, const char *key, uint32_t *out);
 int si_gguf_get_i64(const struct si_gguf *g, const char *key, int64_t *out);
+/* The same conversion to int64 for a kv already found (or an array element). */
+int si_gguf_kv_i64(const struct si_gguf_kv *kv, int64_t *out);
 int si_gguf_get_f64(const struct si_gguf *g, const char *key, double *out);
 int si_gguf_get_bool(const struct si_gguf *g, const char *key, bool *out);
 int si_gguf_get_str(const struct si_gguf *g, const char *key, struct si_gguf_str *out);
