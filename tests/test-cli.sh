@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test-cli.sh - the starinfer CLI: help, version, and one clear error line with
-# a non-zero exit for each kind of bad input.  With STARINFER_TEST_MODEL, also
-# `starinfer info` on the real model.
+# test-cli.sh - the starinfer CLI: help, version, one clear error line with a
+# non-zero exit for each kind of bad input, a synthetic model end to end, and
+# with STARINFER_TEST_MODEL `info` and `generate` on the real model.
 set -u
 si=${STARINFER:?STARINFER must name the starinfer binary}
 tmp=$(mktemp -d)
@@ -42,6 +42,35 @@ expect_error 1 "empty file" info "$tmp/empty.gguf"
 printf 'GGUF\001\000\000\000' >"$tmp/v1.gguf"
 expect_error 1 "GGUF version 1 is not supported" info "$tmp/v1.gguf"
 
+# The other commands' argument errors.
+expect_error 1 "generate: no prompt given" generate -m x.gguf
+expect_error 1 "generate: no model given" generate -p hi
+expect_error 1 "generate: give either -p or -f, not both" generate -m x.gguf -p a -f b
+expect_error 1 "--temp: 'hot' is not a number" generate -m x.gguf -p a --temp hot
+expect_error 1 "-n: -3 is out of range" generate -m x.gguf -p a -n -3
+expect_error 1 "--top-p: 1.5 is out of range" generate -m x.gguf -p a --top-p 1.5
+expect_error 1 "generate: unknown option '--frobnicate'" generate --frobnicate
+expect_error 1 "/nonexistent.gguf: No such file or directory" generate -m /nonexistent.gguf -p a
+expect_error 1 "not a GGUF file" generate -m "$tmp/text.gguf" -p a
+expect_error 1 "perplexity: no text given" perplexity -m x.gguf
+expect_error 1 "--ctx-size must be at least 16" perplexity -m x.gguf -f y -c 8
+expect_error 1 "/nonexistent.txt: No such file or directory" perplexity -m x.gguf -f /nonexistent.txt
+"$si" generate --help | grep -q -- '--top-k' || fail "generate --help lacks --top-k"
+"$si" perplexity --help | grep -q -- '--chunks' || fail "perplexity --help lacks --chunks"
+"$si" synth --help | grep -q -- '--sparsity' || fail "synth --help lacks --sparsity"
+
+# A synthetic model end to end: write, summarise, generate.
+"$si" synth -o "$tmp/tiny.gguf" --arch llama-relu --preset tiny --type q4_0 --seed 5 >"$tmp/out" 2>&1 ||
+    fail "synth: $(cat "$tmp/out")"
+grep -q 'measured: sparsity 0.8[89]\|measured: sparsity 0.9[01]' "$tmp/out" || fail "synth: measured sparsity: $(cat "$tmp/out")"
+"$si" info --no-workers "$tmp/tiny.gguf" | grep -q '^architecture *: "llama"' || fail "info on a synth model"
+"$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids >"$tmp/out" 2>"$tmp/err" ||
+    fail "generate on a synth model: $(cat "$tmp/err")"
+grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(cat "$tmp/out")"
+expect_error 1 "synth: unknown option '--bogus'" synth --bogus
+head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
+expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a
+
 model=${STARINFER_TEST_MODEL:-}
 if [ -n "$model" ] && [ -r "$model" ]; then
     head -c 100000 "$model" >"$tmp/truncated.gguf"
@@ -53,6 +82,13 @@ if [ -n "$model" ] && [ -r "$model" ]; then
     grep -q '^tokenizer *: gpt2, 49152 tokens' "$tmp/out" || fail "info: tokenizer"
     grep -q '^tensor types :.*Q4_1' "$tmp/out" || fail "info: tensor types"
     grep -q '^workers *: 1 CPU' "$tmp/out" || fail "info: STARPU_NCPU=1 not honoured"
+    "$si" generate -m "$model" -p "The capital of France is" -n 4 --temp 0 >"$tmp/out" 2>"$tmp/err" ||
+        fail "generate on the real model: $(cat "$tmp/err")"
+    grep -q '^The capital of France is Paris' "$tmp/out" || fail "generate printed: $(cat "$tmp/out")"
+    grep -q 'tokens/s' "$tmp/err" || fail "generate printed no timing line"
+    "$si" generate -m "$model" -p "What is the capital of France?" --chat -n 8 --temp 0 >"$tmp/out" 2>&1 ||
+        fail "generate --chat"
+    grep -q '<|im_start|>assistant' "$tmp/out" || fail "--chat did not apply the template: $(cat "$tmp/out")"
     "$si" info --no-workers --tensors --kv -m "$model" >"$tmp/out" 2>&1 || fail "info --tensors --kv"
     grep -q 'blk.29.ffn_down.weight' "$tmp/out" || fail "info --tensors lacks blk.29.ffn_down.weight"
     grep -q 'tokenizer.ggml.tokens .*ARRAY' "$tmp/out" || fail "info --kv lacks the vocabulary"

@@ -1,0 +1,470 @@
+/* forward.c - the reference forward pass, one token at a time. */
+#include "model/forward.h"
+
+#include "model/quants.h"
+#include "model/types.h"
+#include "starinfer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct si_ref_params si_ref_default_params(void)
+{
+    return (struct si_ref_params){.n_ctx = 0, .kv_f16 = true, .act_quant = true};
+}
+
+/* ------------------------------------------------------------ small kernels */
+
+/*
+ * y = W x for W stored as rows of ne[0] elements: y[r] = row_r . x.  With
+ * act_quant, x is first converted to the row type's dot type (as llama.cpp
+ * does), else each row is dotted with x in float.
+ */
+static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
+{
+    const char *row = w->data;
+    if (s->p.act_quant) {
+        si_quantize_act(si_act_type(w->type), x, s->xq, w->ne[0]);
+        for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+            y[r] = si_vec_dot_act(w->type, row, s->xq, w->ne[0]);
+        return;
+    }
+    for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+        y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
+}
+
+/* y += b, when the bias exists. */
+static void add_bias(float *y, const struct si_tensor *b, int64_t n)
+{
+    if (b->data == NULL)
+        return;
+    const float *bv = b->data; /* norms and biases are F32 in every supported file */
+    for (int64_t i = 0; i < n; i++)
+        y[i] += bv[i];
+}
+
+/* A 1-D weight as floats (F32 in files; other types dequantized into tmp). */
+static const float *vec_f32(const struct si_tensor *t, float *tmp)
+{
+    if (t->type == SI_TYPE_F32)
+        return t->data;
+    si_dequantize_row(t->type, t->data, tmp, t->ne[0]);
+    return tmp;
+}
+
+/* y = x / rms(x) * w (mean of squares accumulated in double). */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * scale * w[i];
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w + b. */
+static void layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                      float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        var += (double)((x[i] - mean) * (x[i] - mean));
+    const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] - mean) * scale * w[i] + (b != NULL ? b[i] : 0.0f);
+}
+
+static float act(enum si_act a, float x)
+{
+    switch (a) {
+    case SI_ACT_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case SI_ACT_GELU: /* tanh approximation */
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+    case SI_ACT_SILU:
+    default:
+        return x / (1.0f + expf(-x));
+    }
+}
+
+/*
+ * Rotate the first n_rot dimensions of each head of x (n_heads heads of
+ * head_dim) by position pos: pairs (2i, 2i+1) (NORM) or (i, i + n_rot/2)
+ * (NEOX), angle pos * scale * base^(-2i/n_rot), the angle computed by
+ * repeated multiplication in float.
+ */
+static void rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind kind, int pos,
+                 float base, float scale)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_dim;
+        float theta = (float)pos * scale;
+        for (int i = 0; i < n_rot / 2; i++) {
+            const float c = cosf(theta), s = sinf(theta);
+            const int a = kind == SI_ROPE_NEOX ? i : 2 * i;
+            const int b = kind == SI_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+            theta *= theta_scale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ state */
+
+int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_params p, char *err,
+                size_t err_size)
+{
+    *out = NULL;
+    const struct si_hparams *hp = &m->hp;
+    if (p.n_ctx <= 0)
+        p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_ctx > hp->n_ctx_train && hp->rope_kind == SI_ROPE_NONE) {
+        snprintf(err, err_size, "context %d is longer than the model's %d learned positions",
+                 p.n_ctx, hp->n_ctx_train);
+        return SI_E_INVALID;
+    }
+    struct si_ref *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        goto oom;
+    s->m = m;
+    s->p = p;
+    const size_t d = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
+                 kvd = (size_t)hp->n_head_kv * hp->head_dim, ff = (size_t)hp->n_ff;
+    s->x = calloc(d, sizeof(float));
+    s->xb = calloc(d > qd ? d : qd, sizeof(float));
+    s->xb2 = calloc(d, sizeof(float));
+    s->q = calloc(qd, sizeof(float));
+    s->k = calloc(kvd, sizeof(float));
+    s->v = calloc(kvd, sizeof(float));
+    s->att = calloc(qd, sizeof(float));
+    s->score = calloc((size_t)hp->n_head * (size_t)p.n_ctx, sizeof(float));
+    size_t widest = d > qd ? d : qd;
+    widest = widest > ff ? widest : ff;
+    s->krow = calloc(kvd, sizeof(float));
+    s->xq = malloc(4 * widest + 512); /* F32 is the widest dot type: 4 bytes a value */
+    s->q16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
+    s->vkq16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
+    s->hg = calloc(ff, sizeof(float));
+    s->hu = calloc(ff, sizeof(float));
+    s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    s->n_active = calloc((size_t)hp->n_layer, sizeof(int64_t));
+    s->xb3 = calloc(d, sizeof(float));
+    s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
+    const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
+    s->kcache = calloc(cache, esz);
+    s->vcache = calloc(cache, esz);
+    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow || !s->xq || !s->q16 || !s->vkq16 || !s->hg ||
+        !s->hu || !s->logits || !s->n_active || !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
+        goto oom;
+    *out = s;
+    return SI_OK;
+oom:
+    si_ref_free(s);
+    snprintf(err, err_size, "out of memory for a context of %d tokens", p.n_ctx);
+    return SI_E_NOMEM;
+}
+
+void si_ref_free(struct si_ref *s)
+{
+    if (s == NULL)
+        return;
+    free(s->x);
+    free(s->xb);
+    free(s->xb2);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->score);
+    free(s->krow);
+    free(s->xq);
+    free(s->q16);
+    free(s->vkq16);
+    free(s->hg);
+    free(s->hu);
+    free(s->logits);
+    free(s->n_active);
+    free(s->xb3);
+    free(s->tmp);
+    free(s->kcache);
+    free(s->vcache);
+    free(s);
+}
+
+void si_ref_reset(struct si_ref *s)
+{
+    s->n_past = 0;
+}
+
+/* Store row `pos` of layer l's K or V cache from src (kvd floats). */
+static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,
+                      size_t kvd)
+{
+    size_t off = ((size_t)l * (size_t)s->p.n_ctx + (size_t)pos) * kvd;
+    if (s->p.kv_f16) {
+        uint16_t *dst = (uint16_t *)cache + off;
+        for (size_t i = 0; i < kvd; i++)
+            dst[i] = si_fp32_to_fp16(src[i]);
+    } else {
+        memcpy((float *)cache + off, src, kvd * sizeof(float));
+    }
+}
+
+/* Normalise x into y with the block's norm weights (RMS or Layer). */
+static void norm(const struct si_hparams *hp, float *y, const float *x, const struct si_tensor *w,
+                 const struct si_tensor *b, float *tmp)
+{
+    const float *wv = vec_f32(w, tmp);
+    if (hp->norm_kind == SI_NORM_RMS) {
+        rmsnorm(y, x, wv, hp->n_embd, hp->norm_eps);
+    } else {
+        const float *bv = b->data != NULL ? vec_f32(b, tmp + hp->n_embd) : NULL;
+        layernorm(y, x, wv, bv, hp->n_embd, hp->norm_eps);
+    }
+}
+
+/* First cached position layer l attends to from `pos` (sliding windows). */
+static int attention_start(const struct si_hparams *hp, int l, int pos)
+{
+    if (si_hparams_is_swa(hp, l) && pos >= hp->sliding_window)
+        return pos - hp->sliding_window + 1;
+    return 0;
+}
+
+/*
+ * Attention with the fp16 cache, in llama.cpp's flash-attention arithmetic:
+ * per head the query is rounded to fp16, each score is an fp16 dot product
+ * scaled in float, and an online softmax keeps a running maximum M and sum S
+ * while the values accumulate in an fp16 vector (scaled by exp(Mold - M) when
+ * the maximum grows, then += v * exp(s - M) with one rounding per step).
+ */
+static void attention_f16(struct si_ref *s, int l, int pos)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const size_t kvd = (size_t)hp->n_head_kv * hd;
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * kvd;
+    const uint16_t *kc = (const uint16_t *)s->kcache + base, *vc = (const uint16_t *)s->vcache + base;
+    const int first = attention_start(hp, l, pos);
+    for (int h = 0; h < hp->n_head; h++) {
+        const size_t koff = (size_t)(h / group) * hd;
+        si_quantize_act(SI_TYPE_F16, s->q + (size_t)h * hd, s->q16, hd);
+        memset(s->vkq16, 0, (size_t)hd * sizeof *s->vkq16);
+        float M = -INFINITY, S = 0.0f;
+        for (int t = first; t <= pos; t++) {
+            const float sc =
+                si_vec_dot_act(SI_TYPE_F16, kc + (size_t)t * kvd + koff, s->q16, hd) * hp->attn_scale;
+            const uint16_t *v = vc + (size_t)t * kvd + koff;
+            float ms = 1.0f, vs = 1.0f;
+            if (sc > M) {
+                const float Mold = M;
+                M = sc;
+                ms = expf(Mold - M);
+                for (int i = 0; i < hd; i++)
+                    s->vkq16[i] = si_fp32_to_fp16(si_fp16_to_fp32(s->vkq16[i]) * ms);
+            } else {
+                vs = expf(sc - M);
+            }
+            for (int i = 0; i < hd; i++)
+                s->vkq16[i] = si_fp32_to_fp16(
+                    fmaf(si_fp16_to_fp32(v[i]), vs, si_fp16_to_fp32(s->vkq16[i])));
+            S = S * ms + vs;
+        }
+        float *out = s->att + (size_t)h * hd;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (int i = 0; i < hd; i++)
+            out[i] = si_fp16_to_fp32(s->vkq16[i]) * inv;
+    }
+}
+
+/* Row t of layer l's K or V cache as floats in dst (kvd of them). */
+static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
+                      size_t kvd)
+{
+    const size_t off = ((size_t)l * (size_t)s->p.n_ctx + (size_t)t) * kvd;
+    if (s->p.kv_f16)
+        si_dequantize_row(SI_TYPE_F16, (const uint16_t *)cache + off, dst, (int64_t)kvd);
+    else
+        memcpy(dst, (const float *)cache + off, kvd * sizeof(float));
+}
+
+/*
+ * Attention in f32 (over an f32 cache, or the fp16 one converted): scores of
+ * every head against each cached position, an exact softmax per head, then
+ * the weighted sum of the values.  Cached rows are converted once for all
+ * heads.
+ */
+static void attention_f32(struct si_ref *s, int l, int pos)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const int hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const size_t kvd = (size_t)hp->n_head_kv * hd, n_ctx = (size_t)s->p.n_ctx;
+    const int first = attention_start(hp, l, pos);
+    float *row = s->krow;
+    for (int t = first; t <= pos; t++) {
+        cache_row(s, s->kcache, l, t, row, kvd);
+        for (int h = 0; h < nh; h++) {
+            const float *q = s->q + (size_t)h * hd, *k = row + (size_t)(h / group) * hd;
+            float dot = 0.0f;
+            for (int i = 0; i < hd; i++)
+                dot += q[i] * k[i];
+            s->score[(size_t)h * n_ctx + (size_t)t] = dot * hp->attn_scale;
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        float *sc = s->score + (size_t)h * n_ctx;
+        float maxv = -INFINITY;
+        for (int t = first; t <= pos; t++)
+            maxv = sc[t] > maxv ? sc[t] : maxv;
+        double sum = 0.0;
+        for (int t = first; t <= pos; t++) {
+            sc[t] = expf(sc[t] - maxv);
+            sum += sc[t];
+        }
+        for (int t = first; t <= pos; t++)
+            sc[t] = (float)(sc[t] / sum);
+    }
+    memset(s->att, 0, (size_t)nh * hd * sizeof(float));
+    for (int t = first; t <= pos; t++) {
+        cache_row(s, s->vcache, l, t, row, kvd);
+        for (int h = 0; h < nh; h++) {
+            const float a = s->score[(size_t)h * n_ctx + (size_t)t];
+            const float *v = row + (size_t)(h / group) * hd;
+            float *out = s->att + (size_t)h * hd;
+            for (int i = 0; i < hd; i++)
+                out[i] += a * v[i];
+        }
+    }
+}
+
+/* The FFN of layer l on xb into xb2; counts active neurons when asked. */
+static void ffn(struct si_ref *s, const struct si_layer *L, int l)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const int64_t ff = hp->n_ff;
+    matvec(s, s->hu, &L->ffn_up, s->xb);
+    add_bias(s->hu, &L->ffn_up_b, ff);
+    if (hp->ffn_kind == SI_FFN_PLAIN) {
+        for (int64_t i = 0; i < ff; i++)
+            s->hu[i] = act(hp->act, s->hu[i]);
+    } else {
+        matvec(s, s->hg, &L->ffn_gate, s->xb);
+        for (int64_t i = 0; i < ff; i++) {
+            float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? act(SI_ACT_RELU, s->hu[i]) : s->hu[i];
+            s->hu[i] = act(hp->act, s->hg[i]) * up;
+        }
+    }
+    if (s->count_active) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < ff; i++)
+            n += s->hu[i] != 0.0f;
+        s->n_active[l] = n;
+    }
+    matvec(s, s->xb2, &L->ffn_down, s->hu);
+    add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
+}
+
+int si_ref_eval(struct si_ref *s, int32_t token)
+{
+    const struct si_model *m = s->m;
+    const struct si_hparams *hp = &m->hp;
+    if (token < 0 || token >= hp->n_vocab)
+        return SI_E_INVALID;
+    if (s->n_past >= s->p.n_ctx)
+        return SI_E_BUDGET;
+    const int pos = s->n_past;
+    const int64_t d = hp->n_embd;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    float *tmp = s->tmp;
+
+    /* Token embedding (scaled for gemma), plus learned position (opt). */
+    const struct si_tensor *te = &m->w.token_embd;
+    si_dequantize_row(te->type, (const char *)te->data + (size_t)token * te->row_bytes, s->x, d);
+    for (int64_t i = 0; i < d; i++)
+        s->x[i] *= hp->embd_scale;
+    if (m->w.pos_embd.data != NULL) {
+        const struct si_tensor *pe = &m->w.pos_embd;
+        si_dequantize_row(pe->type, (const char *)pe->data + (size_t)pos * pe->row_bytes, tmp, d);
+        for (int64_t i = 0; i < d; i++)
+            s->x[i] += tmp[i];
+    }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct si_layer *L = &m->w.layers[l];
+
+        /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
+        norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+        matvec(s, s->q, &L->wq, s->xb);
+        matvec(s, s->k, &L->wk, s->xb);
+        matvec(s, s->v, &L->wv, s->xb);
+        add_bias(s->q, &L->bq, (int64_t)hp->n_head * hp->head_dim);
+        add_bias(s->k, &L->bk, (int64_t)kvd);
+        add_bias(s->v, &L->bv, (int64_t)kvd);
+        if (L->q_norm.data != NULL) {
+            const float *qn = vec_f32(&L->q_norm, tmp);
+            const float *kn = vec_f32(&L->k_norm, tmp + hp->head_dim);
+            for (int h = 0; h < hp->n_head; h++)
+                rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
+                        hp->head_dim, hp->norm_eps);
+            for (int h = 0; h < hp->n_head_kv; h++)
+                rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
+                        hp->head_dim, hp->norm_eps);
+        }
+        if (hp->rope_kind != SI_ROPE_NONE) {
+            const bool local = si_hparams_is_swa(hp, l);
+            const float base = local ? hp->rope_base_local : hp->rope_base;
+            const float scale = local ? 1.0f : hp->rope_scale;
+            rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+            rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+        }
+        cache_put(s, s->kcache, l, pos, s->k, kvd);
+        cache_put(s, s->vcache, l, pos, s->v, kvd);
+        if (s->p.kv_f16 && !s->attn_f32)
+            attention_f16(s, l, pos);
+        else
+            attention_f32(s, l, pos);
+        matvec(s, s->xb2, &L->wo, s->att);
+        add_bias(s->xb2, &L->bo, d);
+        if (L->attn_post_norm.data != NULL)
+            rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
+
+        if (hp->parallel_residual) {
+            /* Falcon: the FFN reads the layer input too (its own norm if any). */
+            memcpy(s->xb3, s->xb2, (size_t)d * sizeof(float));
+            if (L->attn_norm2.data != NULL)
+                norm(hp, s->xb, s->x, &L->attn_norm2, &L->attn_norm2_b, tmp);
+            else
+                norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+            ffn(s, L, l);
+            for (int64_t i = 0; i < d; i++)
+                s->x[i] += s->xb3[i] + s->xb2[i];
+            continue;
+        }
+        for (int64_t i = 0; i < d; i++)
+            s->x[i] += s->xb2[i];
+
+        /* FFN: norm, neurons, down projection, residual. */
+        norm(hp, s->xb, s->x, &L->ffn_norm, &L->ffn_norm_b, tmp);
+        ffn(s, L, l);
+        if (L->ffn_post_norm.data != NULL)
+            rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, tmp), d, hp->norm_eps);
+        for (int64_t i = 0; i < d; i++)
+            s->x[i] += s->xb2[i];
+    }
+
+    norm(hp, s->xb, s->x, &m->w.output_norm, &m->w.output_norm_b, tmp);
+    matvec(s, s->logits, &m->w.output, s->xb);
+    s->n_past++;
+    return SI_OK;
+}

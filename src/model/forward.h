@@ -1,0 +1,83 @@
+/*
+ * forward.h - the plain-C reference forward pass.
+ *
+ * Single-threaded and written to be obviously correct: it is the oracle every
+ * faster path is tested against.  One token at a time, with a KV cache; the
+ * weights are used where they lie in the mapped file (each matrix-vector
+ * product is a row-by-row si_vec_dot on the stored type).
+ */
+#ifndef SI_MODEL_FORWARD_H
+#define SI_MODEL_FORWARD_H
+
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * Numerics.  By default the reference computes as llama.cpp's CPU backend
+ * does, so that its outputs can be compared token for token: activations are
+ * converted to each weight's dot type before a matrix-vector product
+ * (act_quant: Q8_0, Q8_1, Q8_K, F16 ...), K and V are cached as fp16, and
+ * attention runs as llama.cpp's flash attention (query in fp16, online
+ * softmax, values accumulated in fp16; or in f32 with attn_f32 below, as
+ * llama.cpp does for long batches such as prompts and perplexity chunks).  With act_quant off and kv_f16 off
+ * everything is plain float with an exact softmax.
+ */
+struct si_ref_params {
+    int32_t n_ctx;  /* KV cache length (0: the model's training context, at most 4096) */
+    bool kv_f16;    /* fp16 K/V cache and llama.cpp's flash-attention arithmetic */
+    bool act_quant; /* convert activations to each weight's dot type */
+};
+
+struct si_ref_params si_ref_default_params(void);
+
+struct si_ref {
+    const struct si_model *m;
+    struct si_ref_params p;
+    int32_t n_past; /* tokens already in the cache */
+
+    /* Activations of the current token. */
+    float *x;      /* (n_embd) residual stream */
+    float *xb;     /* (n_embd) normed input of a block */
+    float *xb2;    /* (n_embd) block output */
+    float *q;      /* (n_head * head_dim) */
+    float *k, *v;  /* (n_head_kv * head_dim) */
+    float *att;    /* (n_head * head_dim) attention output */
+    float *score;  /* (n_head, n_ctx) attention scores, then weights */
+    float *krow;   /* (n_head_kv * head_dim) one cached K or V row as f32 */
+    void *xq;      /* activations converted for si_vec_dot_act */
+    uint16_t *q16, *vkq16; /* (head_dim) fp16 query and value accumulator */
+    float *hg, *hu; /* (n_ff) gate and up activations */
+    float *logits; /* (n_vocab) */
+    float *xb3;    /* (n_embd) falcon: the attention output beside the FFN's */
+    float *tmp;    /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
+
+    /* KV cache: (n_layer, n_ctx, n_head_kv * head_dim), fp16 or f32. */
+    void *kcache, *vcache;
+
+    /* Attention arithmetic for the next evaluations: false is llama.cpp's
+     * flash attention for one query (fp16 query, fp16 value accumulator);
+     * true is its tiled path for batches of 64 queries or more (f32 over the
+     * fp16-rounded cache).  Without kv_f16 attention is always f32. */
+    bool attn_f32;
+
+    /* Per layer, the FFN neurons active for the last token (activation != 0),
+     * counted when count_active is set: (n_layer). */
+    bool count_active;
+    int64_t *n_active;
+};
+
+/* Allocate the state; SI_OK or a negative si_status with one line in err. */
+int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_params p, char *err,
+                size_t err_size);
+void si_ref_free(struct si_ref *s);
+
+/* Forget the cache (start a new sequence). */
+void si_ref_reset(struct si_ref *s);
+
+/* Evaluate `token` at position n_past; logits in s->logits.  SI_E_INVALID
+ * for a token outside the vocabulary, SI_E_BUDGET when the cache is full. */
+int si_ref_eval(struct si_ref *s, int32_t token);
+
+#endif /* SI_MODEL_FORWARD_H */

@@ -1,0 +1,405 @@
+/* model.c - hyperparameters and weight views for each architecture. */
+#include "model/model.h"
+
+#include "model/quants.h"
+#include "model/types.h"
+#include "starinfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const arch_names[SI_ARCH_COUNT] = {
+    [SI_ARCH_LLAMA] = "llama", [SI_ARCH_BAMBOO] = "bamboo", [SI_ARCH_OPT] = "opt",
+    [SI_ARCH_FALCON] = "falcon", [SI_ARCH_GEMMA3] = "gemma3",
+};
+
+const char *si_arch_name(enum si_arch arch)
+{
+    return (unsigned)arch < SI_ARCH_COUNT ? arch_names[arch] : "?";
+}
+
+bool si_hparams_is_swa(const struct si_hparams *hp, int32_t l)
+{
+    return hp->sliding_window > 0 && hp->swa_pattern > 0 && (l + 1) % hp->swa_pattern != 0;
+}
+
+/* Loading context: the file, the architecture prefix and the error sink. */
+struct loader {
+    struct si_gguf *g;
+    const char *arch;
+    char *err;
+    size_t err_size;
+};
+
+static int fail(struct loader *ld, int status, const char *fmt, ...)
+{
+    if (ld->err != NULL && ld->err_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ld->err, ld->err_size, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/*
+ * `<arch>.<suffix>` as a positive int32, required or else `def`.  A per-layer
+ * array whose values are all equal counts as that value.
+ */
+static int key_i32(struct loader *ld, const char *suffix, bool required, int32_t def,
+                   int32_t *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    int64_t i = si_gguf_find_key(ld->g, key);
+    if (i < 0) {
+        if (required)
+            return fail(ld, SI_E_FORMAT, "missing metadata key %s", key);
+        *out = def;
+        return SI_OK;
+    }
+    const struct si_gguf_kv *kv = &ld->g->kv[i];
+    int64_t v = 0;
+    if (kv->type == SI_GGUF_ARRAY) {
+        if (kv->arr_n == 0)
+            return fail(ld, SI_E_FORMAT, "metadata key %s is an empty array", key);
+        for (uint64_t k = 0; k < kv->arr_n; k++) {
+            struct si_gguf_kv e;
+            int64_t x;
+            if (si_gguf_arr_elem(kv, k, &e) != SI_OK || si_gguf_kv_i64(&e, &x) != SI_OK)
+                return fail(ld, SI_E_FORMAT, "metadata key %s is not an integer array", key);
+            if (k > 0 && x != v)
+                return fail(ld, SI_E_UNSUPPORTED, "%s differs between layers (not supported)",
+                            key);
+            v = x;
+        }
+    } else if (si_gguf_kv_i64(kv, &v) != SI_OK) {
+        return fail(ld, SI_E_FORMAT, "metadata key %s is not an integer", key);
+    }
+    if (v <= 0 || v > INT32_MAX)
+        return fail(ld, SI_E_FORMAT, "metadata key %s = %" PRId64 " is out of range", key, v);
+    *out = (int32_t)v;
+    return SI_OK;
+}
+
+static int key_f32(struct loader *ld, const char *suffix, bool required, float def, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    double v;
+    int rc = si_gguf_get_f64(ld->g, key, &v);
+    if (rc == SI_E_NOT_FOUND) {
+        if (required)
+            return fail(ld, SI_E_FORMAT, "missing metadata key %s", key);
+        *out = def;
+        return SI_OK;
+    }
+    if (rc != SI_OK)
+        return fail(ld, SI_E_FORMAT, "metadata key %s is not a float", key);
+    if (!isfinite(v))
+        return fail(ld, SI_E_FORMAT, "metadata key %s is not finite", key);
+    *out = (float)v;
+    return SI_OK;
+}
+
+/*
+ * Find tensor `name` and check its shape against ne0, ne1 (0: 1-D tensor).
+ * Optional tensors that are absent leave *t zeroed.
+ */
+static int tensor(struct loader *ld, struct si_tensor *t, bool required, int64_t ne0, int64_t ne1,
+                  const char *fmt, ...)
+{
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    memset(t, 0, sizeof *t);
+    int64_t i = si_gguf_find_tensor(ld->g, name);
+    if (i < 0)
+        return required ? fail(ld, SI_E_FORMAT, "missing tensor %s", name) : SI_OK;
+    const struct si_gguf_tensor *gt = &ld->g->tensors[i];
+    int64_t want1 = ne1 == 0 ? 1 : ne1;
+    if (gt->ne[0] != ne0 || gt->ne[1] != want1 || gt->ne[2] != 1 || gt->ne[3] != 1)
+        return fail(ld, SI_E_FORMAT,
+                    "tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                    "], expected [%" PRId64 ", %" PRId64 "]",
+                    name, gt->ne[0], gt->ne[1], gt->ne[2], gt->ne[3], ne0, want1);
+    if (!si_type_supported(gt->type))
+        return fail(ld, SI_E_UNSUPPORTED, "tensor %s has type %s, which starinfer cannot compute with",
+                    name, si_type_name(gt->type));
+    t->data = gt->data;
+    t->type = gt->type;
+    memcpy(t->ne, gt->ne, sizeof t->ne);
+    t->nbytes = gt->nbytes;
+    si_type_row_size(gt->type, gt->ne[0], &t->row_bytes);
+    return SI_OK;
+}
+
+static int read_hparams(struct loader *ld, struct si_model *m)
+{
+    struct si_hparams *hp = &m->hp;
+    int rc;
+    if ((rc = key_i32(ld, "embedding_length", true, 0, &hp->n_embd)) != SI_OK ||
+        (rc = key_i32(ld, "block_count", true, 0, &hp->n_layer)) != SI_OK ||
+        (rc = key_i32(ld, "feed_forward_length", true, 0, &hp->n_ff)) != SI_OK ||
+        (rc = key_i32(ld, "attention.head_count", true, 0, &hp->n_head)) != SI_OK ||
+        (rc = key_i32(ld, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv)) != SI_OK ||
+        (rc = key_i32(ld, "context_length", false, 2048, &hp->n_ctx_train)) != SI_OK)
+        return rc;
+    if (hp->n_embd % hp->n_head != 0 && si_gguf_find_key(ld->g, "gemma3.attention.key_length") < 0)
+        return fail(ld, SI_E_FORMAT, "%s.embedding_length %d is not a multiple of head_count %d",
+                    ld->arch, hp->n_embd, hp->n_head);
+    if ((rc = key_i32(ld, "attention.key_length", false, hp->n_embd / hp->n_head,
+                      &hp->head_dim)) != SI_OK)
+        return rc;
+    int32_t vlen;
+    if ((rc = key_i32(ld, "attention.value_length", false, hp->head_dim, &vlen)) != SI_OK)
+        return rc;
+    if (vlen != hp->head_dim)
+        return fail(ld, SI_E_UNSUPPORTED, "key length %d differs from value length %d",
+                    hp->head_dim, vlen);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return fail(ld, SI_E_FORMAT, "%s.attention.head_count %d is not a multiple of head_count_kv %d",
+                    ld->arch, hp->n_head, hp->n_head_kv);
+    if ((rc = key_i32(ld, "rope.dimension_count", false, hp->head_dim, &hp->n_rot)) != SI_OK)
+        return rc;
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return fail(ld, SI_E_FORMAT, "%s.rope.dimension_count %d does not fit head size %d",
+                    ld->arch, hp->n_rot, hp->head_dim);
+    if ((rc = key_f32(ld, "rope.freq_base", false, 10000.0f, &hp->rope_base)) != SI_OK)
+        return rc;
+    hp->rope_base_local = hp->rope_base;
+    float factor = 1.0f;
+    if ((rc = key_f32(ld, "rope.scaling.factor", false, 1.0f, &factor)) != SI_OK)
+        return rc;
+    hp->rope_scale = factor > 0 ? 1.0f / factor : 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+
+    const char *eps_key = hp->norm_kind == SI_NORM_RMS ? "attention.layer_norm_rms_epsilon"
+                                                       : "attention.layer_norm_epsilon";
+    if ((rc = key_f32(ld, eps_key, true, 0, &hp->norm_eps)) != SI_OK)
+        return rc;
+    if (hp->arch == SI_ARCH_GEMMA3) {
+        if ((rc = key_i32(ld, "attention.sliding_window", false, 0, &hp->sliding_window)) != SI_OK)
+            return rc;
+        hp->swa_pattern = 6;
+        hp->rope_base_local = 10000.0f;
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+    }
+
+    /* Vocabulary size: the tokenizer's list, else the embedding's rows. */
+    enum si_gguf_type t;
+    uint64_t n = 0;
+    int64_t it = si_gguf_find_tensor(ld->g, "token_embd.weight");
+    if (it < 0)
+        return fail(ld, SI_E_FORMAT, "missing tensor token_embd.weight");
+    if (si_gguf_get_arr(ld->g, "tokenizer.ggml.tokens", &t, &n) == SI_OK &&
+        (int64_t)n != ld->g->tensors[it].ne[1])
+        return fail(ld, SI_E_FORMAT, "the vocabulary has %" PRIu64 " tokens but token_embd has %" PRId64 " rows",
+                    n, ld->g->tensors[it].ne[1]);
+    if (ld->g->tensors[it].ne[1] <= 0 || ld->g->tensors[it].ne[1] > INT32_MAX)
+        return fail(ld, SI_E_FORMAT, "token_embd.weight has an invalid row count");
+    hp->n_vocab = (int32_t)ld->g->tensors[it].ne[1];
+    return SI_OK;
+}
+
+static int read_weights(struct loader *ld, struct si_model *m)
+{
+    const struct si_hparams *hp = &m->hp;
+    struct si_weights *w = &m->w;
+    const int64_t d = hp->n_embd, ff = hp->n_ff, qd = (int64_t)hp->n_head * hp->head_dim,
+                  kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    const bool ln = hp->norm_kind == SI_NORM_LAYER;
+    int rc;
+    if ((rc = tensor(ld, &w->token_embd, true, d, hp->n_vocab, "token_embd.weight")) != SI_OK ||
+        (rc = tensor(ld, &w->output_norm, true, d, 0, "output_norm.weight")) != SI_OK ||
+        (rc = tensor(ld, &w->output_norm_b, ln, d, 0, "output_norm.bias")) != SI_OK ||
+        (rc = tensor(ld, &w->output, false, d, hp->n_vocab, "output.weight")) != SI_OK)
+        return rc;
+    if (w->output.data == NULL)
+        w->output = w->token_embd; /* tied embeddings */
+    if (hp->rope_kind == SI_ROPE_NONE &&
+        (rc = tensor(ld, &w->pos_embd, true, d, hp->n_ctx_train, "position_embd.weight")) != SI_OK)
+        return rc;
+
+    w->layers = calloc((size_t)hp->n_layer, sizeof *w->layers);
+    if (w->layers == NULL)
+        return fail(ld, SI_E_NOMEM, "out of memory");
+    m->has_predictor = si_gguf_find_tensor(ld->g, "blk.0.fc1.weight") >= 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        struct si_layer *L = &w->layers[l];
+        const bool opt = hp->arch == SI_ARCH_OPT;
+        if ((rc = tensor(ld, &L->attn_norm, true, d, 0, "blk.%d.attn_norm.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->attn_norm_b, ln, d, 0, "blk.%d.attn_norm.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->wq, true, d, qd, "blk.%d.attn_q.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->wk, true, d, kvd, "blk.%d.attn_k.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->wv, true, d, kvd, "blk.%d.attn_v.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->wo, true, qd, d, "blk.%d.attn_output.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->bq, opt, qd, 0, "blk.%d.attn_q.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->bk, opt, kvd, 0, "blk.%d.attn_k.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->bv, opt, kvd, 0, "blk.%d.attn_v.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->bo, opt, d, 0, "blk.%d.attn_output.bias", l)) != SI_OK)
+            return rc;
+        if (hp->parallel_residual) {
+            if ((rc = tensor(ld, &L->attn_norm2, false, d, 0, "blk.%d.attn_norm_2.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->attn_norm2_b, false, d, 0, "blk.%d.attn_norm_2.bias", l)) != SI_OK)
+                return rc;
+        } else {
+            if ((rc = tensor(ld, &L->ffn_norm, true, d, 0, "blk.%d.ffn_norm.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->ffn_norm_b, ln, d, 0, "blk.%d.ffn_norm.bias", l)) != SI_OK)
+                return rc;
+        }
+        const bool gated = hp->ffn_kind != SI_FFN_PLAIN;
+        if ((rc = tensor(ld, &L->ffn_gate, gated, d, ff, "blk.%d.ffn_gate.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_up, true, d, ff, "blk.%d.ffn_up.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_down, true, ff, d, "blk.%d.ffn_down.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_up_b, opt, ff, 0, "blk.%d.ffn_up.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_down_b, opt, d, 0, "blk.%d.ffn_down.bias", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_down_t, false, d, ff, "blk.%d.ffn_down_t.weight", l)) != SI_OK)
+            return rc;
+        if (hp->arch == SI_ARCH_GEMMA3) {
+            if ((rc = tensor(ld, &L->q_norm, true, hp->head_dim, 0, "blk.%d.attn_q_norm.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->k_norm, true, hp->head_dim, 0, "blk.%d.attn_k_norm.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->attn_post_norm, true, d, 0, "blk.%d.post_attention_norm.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->ffn_post_norm, true, d, 0, "blk.%d.post_ffw_norm.weight", l)) != SI_OK)
+                return rc;
+        }
+        if (m->has_predictor) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.fc1.weight", l);
+            int64_t it = si_gguf_find_tensor(ld->g, name);
+            if (it < 0)
+                return fail(ld, SI_E_FORMAT, "missing tensor %s", name);
+            int64_t r = ld->g->tensors[it].ne[1];
+            if ((rc = tensor(ld, &L->fc1, true, d, r, "blk.%d.fc1.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->fc2, true, r, ff, "blk.%d.fc2.weight", l)) != SI_OK)
+                return rc;
+        }
+    }
+    return SI_OK;
+}
+
+/* The FFN activation: starinfer.ffn_activation when present, else the
+ * architecture's own (PowerInfer llama files are ReLU-LLaMA). */
+static int read_activation(struct loader *ld, struct si_model *m)
+{
+    struct si_gguf_str s;
+    int rc = si_gguf_get_str(ld->g, "starinfer.ffn_activation", &s);
+    if (rc == SI_E_NOT_FOUND)
+        return SI_OK;
+    if (rc != SI_OK)
+        return fail(ld, SI_E_FORMAT, "starinfer.ffn_activation is not a string");
+    if (si_gguf_str_eq(s, "relu"))
+        m->hp.act = SI_ACT_RELU;
+    else if (si_gguf_str_eq(s, "silu"))
+        m->hp.act = SI_ACT_SILU;
+    else if (si_gguf_str_eq(s, "gelu"))
+        m->hp.act = SI_ACT_GELU;
+    else
+        return fail(ld, SI_E_UNSUPPORTED, "unknown starinfer.ffn_activation '%.*s'", (int)s.len,
+                    s.data);
+    return SI_OK;
+}
+
+int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size_t err_size)
+{
+    *out = NULL;
+    struct loader ld = {.g = g, .err = err, .err_size = err_size};
+    struct si_gguf_str arch;
+    if (si_gguf_get_str(g, "general.architecture", &arch) != SI_OK)
+        return fail(&ld, SI_E_FORMAT, "missing or non-string metadata key general.architecture");
+    int a = -1;
+    for (int i = 0; i < SI_ARCH_COUNT; i++)
+        if (si_gguf_str_eq(arch, arch_names[i]))
+            a = i;
+    if (a < 0)
+        return fail(&ld, SI_E_UNSUPPORTED,
+                    "architecture '%.*s' is not supported (llama, bamboo, opt, falcon, gemma3 are)",
+                    (int)arch.len > 64 ? 64 : (int)arch.len, arch.data);
+    ld.arch = arch_names[a];
+
+    struct si_model *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return fail(&ld, SI_E_NOMEM, "out of memory");
+    struct si_hparams *hp = &m->hp;
+    hp->arch = (enum si_arch)a;
+    switch (hp->arch) {
+    case SI_ARCH_LLAMA:
+        hp->act = g->powerinfer ? SI_ACT_RELU : SI_ACT_SILU;
+        hp->ffn_kind = SI_FFN_GATED;
+        hp->norm_kind = SI_NORM_RMS;
+        hp->rope_kind = SI_ROPE_NORM;
+        break;
+    case SI_ARCH_BAMBOO:
+        hp->act = SI_ACT_RELU;
+        hp->ffn_kind = SI_FFN_GATED_RELU2;
+        hp->norm_kind = SI_NORM_RMS;
+        hp->rope_kind = SI_ROPE_NORM;
+        break;
+    case SI_ARCH_OPT:
+        hp->act = SI_ACT_RELU;
+        hp->ffn_kind = SI_FFN_PLAIN;
+        hp->norm_kind = SI_NORM_LAYER;
+        hp->rope_kind = SI_ROPE_NONE;
+        break;
+    case SI_ARCH_FALCON:
+        hp->act = SI_ACT_GELU;
+        hp->ffn_kind = SI_FFN_PLAIN;
+        hp->norm_kind = SI_NORM_LAYER;
+        hp->rope_kind = SI_ROPE_NEOX;
+        hp->parallel_residual = true;
+        break;
+    case SI_ARCH_GEMMA3:
+        hp->act = SI_ACT_GELU;
+        hp->ffn_kind = SI_FFN_GATED;
+        hp->norm_kind = SI_NORM_RMS;
+        hp->rope_kind = SI_ROPE_NEOX;
+        break;
+    default:
+        break;
+    }
+    int rc;
+    if ((rc = read_activation(&ld, m)) != SI_OK || (rc = read_hparams(&ld, m)) != SI_OK ||
+        (rc = read_weights(&ld, m)) != SI_OK) {
+        free(m->w.layers);
+        free(m);
+        return rc;
+    }
+    double thr = 0.0;
+    si_gguf_get_f64(g, "powerinfer.sparse_threshold", &thr);
+    m->predictor_threshold = (float)thr;
+    m->gguf = g;
+    *out = m;
+    return SI_OK;
+}
+
+int si_model_load(struct si_model **out, const char *path, char *err, size_t err_size)
+{
+    *out = NULL;
+    struct si_gguf *g = NULL;
+    int rc = si_gguf_open(&g, path, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    char msg[512];
+    rc = si_model_from_gguf(out, g, msg, sizeof msg);
+    if (rc != SI_OK) {
+        snprintf(err, err_size, "%s: %s", path, msg);
+        si_gguf_free(g);
+    }
+    return rc;
+}
+
+void si_model_free(struct si_model *m)
+{
+    if (m == NULL)
+        return;
+    free(m->w.layers);
+    si_gguf_free(m->gguf);
+    free(m);
+}

@@ -1,0 +1,138 @@
+/*
+ * model.h - a model's hyperparameters and weights, read from a GGUF file.
+ *
+ * The file is mapped; every weight is a view into the mapping (never copied).
+ * Architectures, from general.architecture:
+ *
+ *   llama   RMSNorm, RoPE (adjacent pairs), GQA, FFN act(gate)*up with
+ *           act = SiLU (SwiGLU, as SmolLM2) or ReLU (ReLU-LLaMA / ProSparse:
+ *           starinfer.ffn_activation = "relu", or any PowerInfer "PWRI" file)
+ *   bamboo  as llama with relu(gate)*relu(up)
+ *   opt     LayerNorm with biases, learned positions, biases everywhere,
+ *           FFN relu(up x + b) (fc1/fc2)
+ *   falcon  LayerNorm, parallel attention and FFN, GELU FFN without gate,
+ *           RoPE (halves), multi-query attention
+ *   gemma3  RMSNorm before and after attention and FFN, QK norm, GeGLU,
+ *           embeddings scaled by sqrt(n_embd), sliding-window layers with
+ *           their own RoPE base, every swa_pattern-th layer global
+ *
+ * Hyperparameters are read from `<arch>.*` keys; a missing or inconsistent
+ * key is an error naming the key.
+ */
+#ifndef SI_MODEL_MODEL_H
+#define SI_MODEL_MODEL_H
+
+#include "model/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum si_arch {
+    SI_ARCH_LLAMA,
+    SI_ARCH_BAMBOO,
+    SI_ARCH_OPT,
+    SI_ARCH_FALCON,
+    SI_ARCH_GEMMA3,
+    SI_ARCH_COUNT
+};
+
+enum si_act { SI_ACT_SILU, SI_ACT_RELU, SI_ACT_GELU };
+
+/* How an FFN neuron's activation is formed from its rows. */
+enum si_ffn_kind {
+    SI_FFN_GATED,       /* act(gate . x) * (up . x) */
+    SI_FFN_GATED_RELU2, /* relu(gate . x) * relu(up . x) (Bamboo) */
+    SI_FFN_PLAIN,       /* act(up . x + b) (OPT, Falcon) */
+};
+
+enum si_norm_kind { SI_NORM_RMS, SI_NORM_LAYER };
+
+enum si_rope_kind {
+    SI_ROPE_NONE,  /* learned positions (OPT) */
+    SI_ROPE_NORM,  /* rotate pairs (2i, 2i+1) */
+    SI_ROPE_NEOX,  /* rotate pairs (i, i + n_rot/2) */
+};
+
+struct si_hparams {
+    enum si_arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train; /* context length the model was trained with */
+    int32_t n_embd;      /* width of the residual stream */
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim; /* per head, for queries and keys; values use the same */
+    int32_t n_ff;     /* FFN neurons per layer */
+    int32_t n_rot;    /* rotated dimensions per head */
+    float norm_eps;
+    float rope_base;       /* RoPE frequency base (global layers) */
+    float rope_base_local; /* RoPE base of sliding-window layers (gemma3) */
+    float rope_scale;      /* linear position scaling of global layers (1 = none) */
+    float attn_scale;      /* multiplies q . k */
+    float embd_scale;      /* multiplies the token embedding (gemma: sqrt(n_embd)) */
+    int32_t sliding_window; /* 0: none */
+    int32_t swa_pattern;    /* layer l is global when (l + 1) % swa_pattern == 0 */
+    enum si_act act;
+    enum si_ffn_kind ffn_kind;
+    enum si_norm_kind norm_kind;
+    enum si_rope_kind rope_kind;
+    bool parallel_residual; /* falcon: attention and FFN both read the layer input */
+};
+
+/* A tensor as stored in the file: a view into the mapping. */
+struct si_tensor {
+    const void *data;
+    uint32_t type; /* enum si_type */
+    int64_t ne[4];
+    size_t nbytes;
+    size_t row_bytes; /* bytes of one row of ne[0] elements */
+};
+
+struct si_layer {
+    struct si_tensor attn_norm, attn_norm_b;     /* [n_embd] */
+    struct si_tensor attn_norm2, attn_norm2_b;   /* falcon-40b style second norm */
+    struct si_tensor wq, wk, wv, wo;             /* [n_embd, n_head*head_dim], ... */
+    struct si_tensor bq, bk, bv, bo;             /* biases (opt) */
+    struct si_tensor q_norm, k_norm;             /* [head_dim] (gemma3) */
+    struct si_tensor attn_post_norm;             /* [n_embd] (gemma3) */
+    struct si_tensor ffn_norm, ffn_norm_b;       /* [n_embd] */
+    struct si_tensor ffn_gate, ffn_up, ffn_down; /* [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd] */
+    struct si_tensor ffn_up_b, ffn_down_b;       /* [n_ff], [n_embd] */
+    struct si_tensor ffn_post_norm;              /* [n_embd] (gemma3) */
+    struct si_tensor fc1, fc2;                   /* predictor [n_embd, r], [r, n_ff] */
+    struct si_tensor ffn_down_t;                 /* [n_embd, n_ff], a row per neuron */
+};
+
+struct si_weights {
+    struct si_tensor token_embd;              /* [n_embd, n_vocab] */
+    struct si_tensor pos_embd;                /* [n_embd, n_ctx] (opt) */
+    struct si_tensor output_norm, output_norm_b;
+    struct si_tensor output; /* [n_embd, n_vocab]; token_embd when tied */
+    struct si_layer *layers; /* [n_layer] */
+};
+
+struct si_model {
+    struct si_gguf *gguf;
+    struct si_hparams hp;
+    struct si_weights w;
+    float predictor_threshold; /* powerinfer.sparse_threshold, 0 by default */
+    bool has_predictor;
+};
+
+/* Map and check the model at `path`; SI_OK or a negative si_status with one
+ * line in err. */
+int si_model_load(struct si_model **out, const char *path, char *err, size_t err_size);
+
+/* The same on an already opened file; on success the model owns `g`. */
+int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size_t err_size);
+
+void si_model_free(struct si_model *m);
+
+/* Name of an architecture ("llama", ...) */
+const char *si_arch_name(enum si_arch arch);
+
+/* Whether layer l uses the sliding window. */
+bool si_hparams_is_swa(const struct si_hparams *hp, int32_t l);
+
+#endif /* SI_MODEL_MODEL_H */

@@ -1,0 +1,96 @@
+/* cli.c - helpers shared by the starinfer commands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int si_cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(SI_PROG ": error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+const char *si_cli_value(int argc, char **argv, int *i)
+{
+    const char *flag = argv[*i];
+    if (*i + 1 >= argc) {
+        si_cli_error("%s needs a value", flag);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') {
+        si_cli_error("%s: '%s' is not a whole number", flag, s);
+        return false;
+    }
+    if (v < min || v > max) {
+        si_cli_error("%s: %lld is out of range [%lld, %lld]", flag, v, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool si_cli_float(const char *flag, const char *s, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) {
+        si_cli_error("%s: '%s' is not a number", flag, s);
+        return false;
+    }
+    if (v < min || v > max) {
+        si_cli_error("%s: %g is out of range [%g, %g]", flag, v, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+char *si_cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        si_cli_error("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (ferror(f)) {
+            si_cli_error("%s: %s", path, strerror(errno));
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (feof(f))
+            break;
+        char *nb = realloc(buf, cap *= 2);
+        if (nb == NULL)
+            free(buf);
+        buf = nb;
+    }
+    fclose(f);
+    if (buf == NULL)
+        return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}

@@ -1,0 +1,38 @@
+/*
+ * cli.h - what the starinfer commands share: error reporting and option values.
+ *
+ * Every command is `int si_cmd_<name>(int argc, char **argv)` with argv[0] the
+ * command's name; it returns the process exit status (0, 1 for errors, 2 for
+ * usage errors is not used: every error is 1).
+ */
+#ifndef SI_TOOLS_CLI_H
+#define SI_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SI_PROG "starinfer"
+
+/* Print "starinfer: error: <message>" on one line of stderr; returns 1. */
+int si_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The value of option argv[*i] (advancing *i), or NULL after an error
+ * message when it is missing. */
+const char *si_cli_value(int argc, char **argv, int *i);
+
+/* Parse a whole integer / float in [min, max] for `flag`; false after an
+ * error message. */
+bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out);
+bool si_cli_float(const char *flag, const char *s, double min, double max, double *out);
+
+/* Read a whole file into a NUL-terminated buffer (free() it); NULL after an
+ * error message. */
+char *si_cli_read_file(const char *path, size_t *len);
+
+int si_cmd_info(int argc, char **argv);
+int si_cmd_generate(int argc, char **argv);
+int si_cmd_perplexity(int argc, char **argv);
+int si_cmd_synth(int argc, char **argv);
+
+#endif /* SI_TOOLS_CLI_H */

@@ -1,0 +1,450 @@
+/*
+ * cmd_generate.c - `starinfer generate` and `starinfer perplexity` on the
+ * plain-C reference forward pass (single thread; the StarPU engine replaces
+ * it as the default path when it lands).
+ */
+#include "cli.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "starinfer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Options both commands share. */
+struct common {
+    const char *model;
+    long long n_ctx;
+    bool kv_f32;
+};
+
+/* Handle -m/--model, -c/--ctx-size and --kv-f32; 1: consumed, 0: not
+ * ours, -1: error (already reported). */
+static int common_option(struct common *c, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if ((v = si_cli_value(argc, argv, i)) == NULL)
+            return -1;
+        c->model = v;
+        return 1;
+    }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+        if ((v = si_cli_value(argc, argv, i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &c->n_ctx))
+            return -1;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-f32")) {
+        c->kv_f32 = true;
+        return 1;
+    }
+    return 0;
+}
+
+/* Load model, tokenizer and reference state; 0 or 1 after an error message. */
+static int open_all(const struct common *c, int32_t n_ctx_min, struct si_model **m,
+                    struct si_tokenizer **tok, struct si_ref **ref)
+{
+    char err[600];
+    if (c->model == NULL)
+        return si_cli_error("no model given (-m MODEL.gguf)");
+    if (si_model_load(m, c->model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if (si_tokenizer_load(tok, (*m)->gguf, err, sizeof err) != SI_OK)
+        return si_cli_error("%s: %s", c->model, err);
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = (int32_t)c->n_ctx;
+    if (rp.n_ctx == 0)
+        rp.n_ctx = n_ctx_min;
+    rp.kv_f16 = !c->kv_f32;
+    if (si_ref_init(ref, *m, rp, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    return 0;
+}
+
+static void generate_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " generate -m MODEL (-p PROMPT | -f FILE) [OPTIONS]\n"
+            "\n"
+            "Continue a prompt with the reference CPU forward pass; the text streams to\n"
+            "stdout, timings go to stderr.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE        the model (GGUF)\n"
+            "  -p, --prompt TEXT       the prompt\n"
+            "  -f, --file FILE         read the prompt from a file\n"
+            "  -n, --n-predict N       tokens to generate (default 128)\n"
+            "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
+            "  -s, --seed N            random seed (default 0)\n"
+            "      --temp T            temperature; 0 is greedy (default 0.8)\n"
+            "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
+            "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
+            "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
+            "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
+            "      --repeat-last-n N   how many recent tokens (default 64)\n"
+            "      --chat              wrap the prompt as a user turn in the chat template\n"
+            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --ids               print token ids instead of text\n"
+            "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+            "  -h, --help              show this help\n");
+}
+
+int si_cmd_generate(int argc, char **argv)
+{
+    struct common c = {0};
+    const char *prompt = NULL, *file = NULL, *v;
+    long long n_predict = 128, seed = 0, ll;
+    double d;
+    bool chat = false, ignore_eos = false, ids = false;
+    struct si_sampler_params sp = si_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = common_option(&c, argc, argv, &i);
+        if (r < 0)
+            return 1;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            generate_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if ((prompt = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if ((file = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &n_predict))
+                return 1;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, INT64_MAX, &seed))
+                return 1;
+        } else if (!strcmp(a, "--temp")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 100, &d))
+                return 1;
+            sp.temp = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, INT32_MAX, &ll))
+                return 1;
+            sp.top_k = (int32_t)ll;
+        } else if (!strcmp(a, "--top-p")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1, &d))
+                return 1;
+            sp.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1, &d))
+                return 1;
+            sp.min_p = (float)d;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0.01, 100, &d))
+                return 1;
+            sp.repeat_penalty = (float)d;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &ll))
+                return 1;
+            sp.repeat_last_n = (int32_t)ll;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+        } else if (!strcmp(a, "--ids")) {
+            ids = true;
+        } else {
+            return si_cli_error("generate: unknown option '%s' (see starinfer generate --help)", a);
+        }
+    }
+    if (prompt == NULL && file == NULL)
+        return si_cli_error("generate: no prompt given (-p TEXT or -f FILE)");
+    if (prompt != NULL && file != NULL)
+        return si_cli_error("generate: give either -p or -f, not both");
+    sp.seed = (uint64_t)seed;
+
+    char *text = NULL;
+    size_t text_len = 0;
+    if (file != NULL) {
+        if ((text = si_cli_read_file(file, &text_len)) == NULL)
+            return 1;
+    } else {
+        text = strdup(prompt);
+        text_len = strlen(prompt);
+    }
+
+    struct si_model *m = NULL;
+    struct si_tokenizer *tok = NULL;
+    struct si_ref *ref = NULL;
+    struct si_sampler *smp = NULL;
+    int32_t *toks = NULL;
+    char *wrapped = NULL;
+    int rc = 1;
+    char err[600];
+    if (c.model == NULL) {
+        si_cli_error("generate: no model given (-m MODEL.gguf)");
+        goto out;
+    }
+    if (si_model_load(&m, c.model, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
+        si_cli_error("%s: %s", c.model, err);
+        goto out;
+    }
+    if (chat) {
+        struct si_chat_msg msg = {"user", text};
+        int64_t need = si_chat_format(m->gguf, &msg, 1, true, NULL, 0);
+        if (need < 0) {
+            si_cli_error("%s: the model's chat template is not supported", c.model);
+            goto out;
+        }
+        wrapped = malloc((size_t)need + 1);
+        if (wrapped == NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        si_chat_format(m->gguf, &msg, 1, true, wrapped, (size_t)need + 1);
+        free(text);
+        text = wrapped;
+        wrapped = NULL;
+        text_len = (size_t)need;
+    }
+    int64_t n_prompt = si_tokenize(tok, text, text_len, si_tokenizer_add_bos(tok), true, NULL, 0);
+    if (n_prompt < 0) {
+        si_cli_error("cannot tokenize the prompt: %s", si_status_str((int)n_prompt));
+        goto out;
+    }
+    if (n_prompt == 0) {
+        si_cli_error("generate: the prompt is empty");
+        goto out;
+    }
+    toks = malloc(((size_t)n_prompt + (size_t)n_predict + 1) * sizeof *toks);
+    if (toks == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    si_tokenize(tok, text, text_len, si_tokenizer_add_bos(tok), true, toks, (size_t)n_prompt);
+
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = c.n_ctx > 0 ? (int32_t)c.n_ctx : (int32_t)(n_prompt + n_predict);
+    rp.kv_f16 = !c.kv_f32;
+    if (n_prompt + n_predict > rp.n_ctx) {
+        si_cli_error("generate: prompt (%lld tokens) + n-predict (%lld) exceed the context of %d",
+                     (long long)n_prompt, n_predict, rp.n_ctx);
+        goto out;
+    }
+    if (si_ref_init(&ref, m, rp, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    smp = si_sampler_init(sp, m->hp.n_vocab);
+    if (smp == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+
+    if (ids) {
+        printf("prompt_ids:");
+        for (int64_t i = 0; i < n_prompt; i++)
+            printf(" %d", toks[i]);
+        printf("\nids:");
+    } else {
+        fwrite(text, 1, text_len, stdout);
+    }
+    fflush(stdout);
+
+    double t0 = now();
+    /* Prompts of 64 tokens or more are one batch in llama.cpp: f32 attention. */
+    ref->attn_f32 = n_prompt >= 64;
+    for (int64_t i = 0; i < n_prompt; i++) {
+        if (si_ref_eval(ref, toks[i]) != SI_OK) {
+            si_cli_error("evaluation failed at prompt token %lld", (long long)i);
+            goto out;
+        }
+        si_sampler_accept(smp, toks[i]);
+    }
+    double t1 = now();
+    ref->attn_f32 = false;
+    int64_t n_gen = 0;
+    char piece[256];
+    for (; n_gen < n_predict; n_gen++) {
+        int32_t next = si_sampler_sample(smp, ref->logits);
+        if (!ignore_eos && si_tokenizer_is_eog(tok, next))
+            break;
+        if (ids) {
+            printf(" %d", next);
+        } else {
+            int64_t len = si_token_to_piece(tok, next, false, piece, sizeof piece);
+            if (len > 0)
+                fwrite(piece, 1, (size_t)(len < (int64_t)sizeof piece ? len : (int64_t)sizeof piece), stdout);
+        }
+        fflush(stdout);
+        si_sampler_accept(smp, next);
+        if (n_gen + 1 < n_predict && si_ref_eval(ref, next) != SI_OK) {
+            si_cli_error("evaluation failed at generated token %lld", (long long)n_gen);
+            goto out;
+        }
+    }
+    double t2 = now();
+    printf("\n");
+    fprintf(stderr, "prompt: %lld tokens in %.2f s (%.2f tokens/s); generated: %lld tokens in %.2f s (%.2f tokens/s)\n",
+            (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), (long long)n_gen, t2 - t1,
+            n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
+    rc = 0;
+out:
+    si_sampler_free(smp);
+    si_ref_free(ref);
+    si_tokenizer_free(tok);
+    si_model_free(m);
+    free(toks);
+    free(text);
+    free(wrapped);
+    return rc;
+}
+
+static void perplexity_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " perplexity -m MODEL -f FILE [OPTIONS]\n"
+            "\n"
+            "Perplexity of the model on a text, computed as llama.cpp's perplexity tool\n"
+            "does: the text (without one trailing newline) is cut into chunks of\n"
+            "--ctx-size tokens, each evaluated from an empty cache (its first token\n"
+            "replaced by BOS when the model adds one), and the tokens of the second half\n"
+            "of each chunk are scored.  Prints the running value after each chunk.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE   the model (GGUF)\n"
+            "  -f, --file FILE    the text\n"
+            "  -c, --ctx-size N   chunk length (default 512)\n"
+            "      --chunks N     score at most N chunks (default: all)\n"
+            "      --kv-f32       keep the KV cache in f32 (default fp16)\n"
+            "  -h, --help         show this help\n");
+}
+
+int si_cmd_perplexity(int argc, char **argv)
+{
+    struct common c = {.n_ctx = 512};
+    const char *file = NULL, *v;
+    long long max_chunks = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = common_option(&c, argc, argv, &i);
+        if (r < 0)
+            return 1;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            perplexity_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if ((file = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--chunks")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
+                return 1;
+        } else {
+            return si_cli_error("perplexity: unknown option '%s' (see starinfer perplexity --help)", a);
+        }
+    }
+    if (file == NULL)
+        return si_cli_error("perplexity: no text given (-f FILE)");
+    if (c.n_ctx < 16)
+        return si_cli_error("perplexity: --ctx-size must be at least 16");
+
+    size_t len;
+    char *text = si_cli_read_file(file, &len);
+    if (text == NULL)
+        return 1;
+    /* As llama.cpp's tools read -f files: one trailing newline is dropped. */
+    if (len > 0 && text[len - 1] == '\n')
+        text[--len] = '\0';
+    struct si_model *m = NULL;
+    struct si_tokenizer *tok = NULL;
+    struct si_ref *ref = NULL;
+    int32_t *toks = NULL;
+    int rc = open_all(&c, (int32_t)c.n_ctx, &m, &tok, &ref);
+    if (rc != 0)
+        goto out;
+    rc = 1;
+    const bool bos = si_tokenizer_add_bos(tok);
+    int64_t n = si_tokenize(tok, text, len, bos, false, NULL, 0);
+    if (n < 0) {
+        si_cli_error("cannot tokenize %s: %s", file, si_status_str((int)n));
+        goto out;
+    }
+    toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    if (toks == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
+    const int64_t ctx = c.n_ctx;
+    int64_t n_chunks = n / ctx;
+    if (n_chunks == 0) {
+        si_cli_error("%s: %lld tokens, fewer than one chunk of %lld", file, (long long)n, (long long)ctx);
+        goto out;
+    }
+    if (max_chunks > 0 && max_chunks < n_chunks)
+        n_chunks = max_chunks;
+    fprintf(stderr, "%s: %lld tokens, %lld chunks of %lld\n", file, (long long)n,
+            (long long)n_chunks, (long long)ctx);
+
+    const int32_t nv = m->hp.n_vocab;
+    const int64_t first = ctx / 2;
+    double nll = 0.0, nll2 = 0.0;
+    int64_t count = 0;
+    double t0 = now();
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+        const int32_t *chunk = toks + ch * ctx;
+        si_ref_reset(ref);
+        /* llama.cpp evaluates a chunk as one batch: f32 attention (its tiled path). */
+        ref->attn_f32 = ctx >= 64;
+        for (int64_t j = 0; j < ctx - 1; j++) {
+            int32_t t = (j == 0 && bos) ? si_tokenizer_bos(tok) : chunk[j];
+            if (si_ref_eval(ref, t) != SI_OK) {
+                si_cli_error("evaluation failed in chunk %lld", (long long)ch);
+                goto out;
+            }
+            if (j < first)
+                continue;
+            /* -log softmax(logits)[next], with the max subtracted. */
+            const float *lg = ref->logits;
+            float mx = lg[0];
+            for (int32_t k = 1; k < nv; k++)
+                mx = lg[k] > mx ? lg[k] : mx;
+            double sum = 0.0;
+            for (int32_t k = 0; k < nv; k++)
+                sum += exp((double)(lg[k] - mx));
+            const double l = log(sum) - (double)(lg[chunk[j + 1]] - mx);
+            nll += l;
+            nll2 += l * l;
+            count++;
+        }
+        printf("[%lld] %.4f\n", (long long)ch + 1, exp(nll / (double)count));
+        fflush(stdout);
+    }
+    const double mean = nll / (double)count, ppl = exp(mean);
+    const double var = count > 1 ? (nll2 / (double)count - mean * mean) / (double)(count - 1) : 0.0;
+    printf("Final estimate: PPL = %.4f +/- %.5f (%lld tokens scored, %.1f s)\n", ppl,
+           ppl * sqrt(var > 0 ? var : 0), (long long)count, now() - t0);
+    rc = 0;
+out:
+    si_ref_free(ref);
+    si_tokenizer_free(tok);
+    si_model_free(m);
+    free(toks);
+    free(text);
+    return rc;
+}
