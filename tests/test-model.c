@@ -79,7 +79,8 @@ static void write_model(const char *path, const char *arch, enum fault fault)
 {
     used = 0;
     struct si_gguf_writer *w = si_gguf_writer_init(false);
-    const bool opt = !strcmp(arch, "opt"), gemma = !strcmp(arch, "gemma3");
+    const bool opt = !strcmp(arch, "opt"), gemma = !strcmp(arch, "gemma3"),
+               falcon = !strcmp(arch, "falcon"), ln = opt || falcon;
     const char *a = fault == FAULT_BAD_ARCH ? "gpt-17" : arch;
     char key[96];
     si_gguf_writer_set_str(w, "general.architecture", a);
@@ -95,7 +96,7 @@ static void write_model(const char *path, const char *arch, enum fault fault)
     si_gguf_writer_set_u32(w, KEY("attention.head_count"), fault == FAULT_HEADS_NOT_DIVIDING ? 3 : NH);
     si_gguf_writer_set_u32(w, KEY("attention.head_count_kv"),
                            fault == FAULT_KV_NOT_DIVIDING ? 3 : (opt ? NH : NKV));
-    si_gguf_writer_set_f32(w, opt ? KEY("attention.layer_norm_epsilon")
+    si_gguf_writer_set_f32(w, ln ? KEY("attention.layer_norm_epsilon")
                                   : KEY("attention.layer_norm_rms_epsilon"),
                            1e-5f);
     if (gemma)
@@ -117,22 +118,30 @@ static void write_model(const char *path, const char *arch, enum fault fault)
     if (opt)
         add(w, D, NCTX, rnd((size_t)D * NCTX, 0.1f, 2), "position_embd.weight");
     add(w, D, 0, ones(D), "output_norm.weight");
-    if (opt)
+    if (ln)
         add(w, D, 0, rnd(D, 0.1f, 3), "output_norm.bias");
     add(w, D, NV, rnd((size_t)D * NV, 0.3f, 4), "output.weight");
     for (int l = 0; l < NL; l++) {
         unsigned s = 100u * (unsigned)l;
         add(w, D, 0, ones(D), "blk.%d.attn_norm.weight", l);
-        add(w, D, fault == FAULT_SHAPE && l == 1 ? D + 1 : D, rnd((size_t)D * (D + 1), 0.3f, s + 1),
-            "blk.%d.attn_q.weight", l);
-        add(w, D, kvd, rnd((size_t)D * kvd, 0.3f, s + 2), "blk.%d.attn_k.weight", l);
-        add(w, D, kvd, rnd((size_t)D * kvd, 0.3f, s + 3), "blk.%d.attn_v.weight", l);
+        if (falcon) {
+            /* Fused projections: rows of Q, then K, then V. */
+            add(w, D, D + 2 * kvd, rnd((size_t)D * (D + 2 * kvd), 0.3f, s + 1),
+                "blk.%d.attn_qkv.weight", l);
+            add(w, D, 0, rnd(D, 0.1f, s + 8), "blk.%d.attn_norm.bias", l);
+        } else {
+            add(w, D, fault == FAULT_SHAPE && l == 1 ? D + 1 : D,
+                rnd((size_t)D * (D + 1), 0.3f, s + 1), "blk.%d.attn_q.weight", l);
+            add(w, D, kvd, rnd((size_t)D * kvd, 0.3f, s + 2), "blk.%d.attn_k.weight", l);
+            add(w, D, kvd, rnd((size_t)D * kvd, 0.3f, s + 3), "blk.%d.attn_v.weight", l);
+        }
         add(w, D, D, rnd((size_t)D * D, 0.3f, s + 4), "blk.%d.attn_output.weight", l);
-        add(w, D, 0, ones(D), "blk.%d.ffn_norm.weight", l);
+        if (!falcon)
+            add(w, D, 0, ones(D), "blk.%d.ffn_norm.weight", l);
         if (!(fault == FAULT_MISSING_TENSOR && l == 1))
             add(w, D, FF, rnd((size_t)D * FF, 0.3f, s + 5), "blk.%d.ffn_up.weight", l);
         add(w, FF, D, rnd((size_t)D * FF, 0.3f, s + 6), "blk.%d.ffn_down.weight", l);
-        if (!opt)
+        if (!ln)
             add(w, D, FF, rnd((size_t)D * FF, 0.3f, s + 7), "blk.%d.ffn_gate.weight", l);
         if (opt) {
             add(w, D, 0, rnd(D, 0.1f, s + 8), "blk.%d.attn_norm.bias", l);
@@ -235,6 +244,7 @@ int main(void)
     check_arch(path, "bamboo");
     check_arch(path, "opt");
     check_arch(path, "gemma3");
+    check_arch(path, "falcon");
 
     expect_load_error(path, "llama", FAULT_NO_BLOCK_COUNT, "missing metadata key llama.block_count");
     expect_load_error(path, "llama", FAULT_HEADS_NOT_DIVIDING, "not a multiple of head_count 3");

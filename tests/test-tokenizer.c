@@ -659,11 +659,22 @@ static void test_chat_synthetic(void)
     si_gguf_free(g);
     free(file.p);
 
-    /* No template at all: chatml without a default system message. */
+    /* No template at all in a gemma file: gemma's turns (content trimmed). */
     file = make_spm(1, NULL);
     CHECK(si_gguf_parse(&g, file.p, file.n, err, sizeof err) == SI_OK, "%s", err);
     expect_chat(g, conv + 1, 1, true,
-                "<|im_start|>user\n Hello <|im_end|>\n<|im_start|>assistant\n", "no template");
+                "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n", "no template");
+    si_gguf_free(g);
+    free(file.p);
+
+    /* No template in another architecture: chatml without a default system
+     * message, as llama.cpp assumes. */
+    struct gguf_build b = {0};
+    kv_str(&b, "general.architecture", "llama");
+    file = finish(&b);
+    CHECK(si_gguf_parse(&g, file.p, file.n, err, sizeof err) == SI_OK, "%s", err);
+    expect_chat(g, conv + 1, 1, true,
+                "<|im_start|>user\n Hello <|im_end|>\n<|im_start|>assistant\n", "no template, llama");
     si_gguf_free(g);
     free(file.p);
 }

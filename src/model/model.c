@@ -140,6 +140,38 @@ static int tensor(struct loader *ld, struct si_tensor *t, bool required, int64_t
     return SI_OK;
 }
 
+/* Rows [r0, r0 + n) of matrix t, as a matrix of its own. */
+static struct si_tensor rows(const struct si_tensor *t, int64_t r0, int64_t n)
+{
+    struct si_tensor v = *t;
+    v.data = (const char *)t->data + (size_t)r0 * t->row_bytes;
+    v.ne[1] = n;
+    v.nbytes = (size_t)n * t->row_bytes;
+    return v;
+}
+
+/*
+ * Layer l's query, key and value projections: separate attn_q/k/v tensors,
+ * or one fused attn_qkv (Falcon) whose rows are Q, then K, then V.
+ */
+static int qkv(struct loader *ld, struct si_layer *L, int l, int64_t d, int64_t qd, int64_t kvd)
+{
+    struct si_tensor fused;
+    int rc = tensor(ld, &fused, false, d, qd + 2 * kvd, "blk.%d.attn_qkv.weight", l);
+    if (rc != SI_OK)
+        return rc;
+    if (fused.data != NULL) {
+        L->wq = rows(&fused, 0, qd);
+        L->wk = rows(&fused, qd, kvd);
+        L->wv = rows(&fused, qd + kvd, kvd);
+        return SI_OK;
+    }
+    if ((rc = tensor(ld, &L->wq, true, d, qd, "blk.%d.attn_q.weight", l)) != SI_OK ||
+        (rc = tensor(ld, &L->wk, true, d, kvd, "blk.%d.attn_k.weight", l)) != SI_OK)
+        return rc;
+    return tensor(ld, &L->wv, true, d, kvd, "blk.%d.attn_v.weight", l);
+}
+
 static int read_hparams(struct loader *ld, struct si_model *m)
 {
     struct si_hparams *hp = &m->hp;
@@ -237,9 +269,7 @@ static int read_weights(struct loader *ld, struct si_model *m)
         const bool opt = hp->arch == SI_ARCH_OPT;
         if ((rc = tensor(ld, &L->attn_norm, true, d, 0, "blk.%d.attn_norm.weight", l)) != SI_OK ||
             (rc = tensor(ld, &L->attn_norm_b, ln, d, 0, "blk.%d.attn_norm.bias", l)) != SI_OK ||
-            (rc = tensor(ld, &L->wq, true, d, qd, "blk.%d.attn_q.weight", l)) != SI_OK ||
-            (rc = tensor(ld, &L->wk, true, d, kvd, "blk.%d.attn_k.weight", l)) != SI_OK ||
-            (rc = tensor(ld, &L->wv, true, d, kvd, "blk.%d.attn_v.weight", l)) != SI_OK ||
+            (rc = qkv(ld, L, l, d, qd, kvd)) != SI_OK ||
             (rc = tensor(ld, &L->wo, true, qd, d, "blk.%d.attn_output.weight", l)) != SI_OK ||
             (rc = tensor(ld, &L->bq, opt, qd, 0, "blk.%d.attn_q.bias", l)) != SI_OK ||
             (rc = tensor(ld, &L->bk, opt, kvd, 0, "blk.%d.attn_k.bias", l)) != SI_OK ||

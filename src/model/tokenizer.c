@@ -1321,9 +1321,16 @@ int64_t si_chat_format(const struct si_gguf *g, const struct si_chat_msg *msgs, 
     int rc = si_gguf_get_str(g, "tokenizer.chat_template", &t);
     if (rc == SI_E_FORMAT)
         return SI_E_UNSUPPORTED;
-    /* No template: chatml, as llama.cpp assumes. */
-    if (rc == SI_E_NOT_FOUND)
-        t = (struct si_gguf_str){12, "<|im_start|>"};
+    /* No template: the architecture's own turn markers for gemma models
+     * (their GGUF files often carry none), else chatml as llama.cpp assumes. */
+    if (rc == SI_E_NOT_FOUND) {
+        struct si_gguf_str arch;
+        if (si_gguf_get_str(g, "general.architecture", &arch) == SI_OK && arch.len >= 5 &&
+            memcmp(arch.data, "gemma", 5) == 0)
+            t = (struct si_gguf_str){15, "<start_of_turn>"};
+        else
+            t = (struct si_gguf_str){12, "<|im_start|>"};
+    }
     struct sink s = {buf, cap, 0};
 
     if (contains(t, "<|im_start|>")) {
