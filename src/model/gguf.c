@@ -1,6 +1,7 @@
 /* gguf.c - a GGUF reader that trusts nothing in the file. */
 #include "model/gguf.h"
 
+#include "internal.h"
 #include "model/types.h"
 #include "starinfer.h"
 
@@ -33,13 +34,13 @@ struct reader {
 };
 
 static int fail(struct reader *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct reader *r, int status, const char *fmt, ...)
 {
-    if (r->err != NULL && r->err_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err, r->err_size, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    si__verrf(r->err, r->err_size, status, fmt, ap);
+    va_end(ap);
     return status;
 }
 

@@ -2,6 +2,7 @@
 #include "model/gguf_write.h"
 
 #include "model/types.h"
+#include "internal.h"
 #include "starinfer.h"
 
 #include <errno.h>
@@ -558,17 +559,6 @@ static bool out_str(struct out *o, const char *s, size_t len)
     return out_put(o, &n, 8) && out_put(o, s, len);
 }
 
-static int errf(char *err, size_t err_size, int status, const char *fmt, ...)
-{
-    if (err != NULL && err_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* The alignment the file will declare; SI_E_INVALID for a value the reader refuses. */
 static int alignment_of(const struct si_gguf_writer *w, uint64_t *align)
 {
@@ -644,10 +634,10 @@ static int create_temp(const char *path, char *tmp, size_t tmp_size)
 int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, size_t err_size)
 {
     if (w == NULL || path == NULL || path[0] == '\0')
-        return errf(err, err_size, SI_E_INVALID, "no writer or no path");
+        return si__errf(err, err_size, SI_E_INVALID, "no writer or no path");
     uint64_t align;
     if (alignment_of(w, &align) != SI_OK)
-        return errf(err, err_size, SI_E_INVALID,
+        return si__errf(err, err_size, SI_E_INVALID,
                     "%s: general.alignment must be a UINT32 power of two", path);
 
     /* Where each tensor goes: aligned offsets from the data section start. */
@@ -657,7 +647,7 @@ int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, 
         t->offset = data_size;
         uint64_t padded = t->nbytes + (align - t->nbytes % align) % align;
         if (padded < t->nbytes || __builtin_add_overflow(data_size, padded, &data_size))
-            return errf(err, err_size, SI_E_INVALID, "%s: tensor data too large", path);
+            return si__errf(err, err_size, SI_E_INVALID, "%s: tensor data too large", path);
     }
 
     size_t plen = strlen(path);
@@ -666,12 +656,12 @@ int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, 
     if (tmp == NULL || buf == NULL) {
         free(tmp);
         free(buf);
-        return errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
+        return si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
     }
     int rc = SI_OK;
     struct out o = {.fd = create_temp(path, tmp, plen + 64), .buf = buf};
     if (o.fd < 0) {
-        rc = errf(err, err_size, SI_E_IO, "cannot create '%s' (as '%s'): %s", path, tmp,
+        rc = si__errf(err, err_size, SI_E_IO, "cannot create '%s' (as '%s'): %s", path, tmp,
                   strerror(errno));
         free(tmp);
         free(buf);
@@ -710,7 +700,7 @@ int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, 
         const struct tensor_entry *t = &w->tensors[i];
         if (write_tensor_data(&o, t, &fill_rc) != SI_OK) {
             if (fill_rc != SI_OK) {
-                rc = errf(err, err_size, fill_rc, "%s: tensor '%s': %s", path, t->name,
+                rc = si__errf(err, err_size, fill_rc, "%s: tensor '%s': %s", path, t->name,
                           si_status_str(fill_rc));
                 break;
             }
@@ -722,11 +712,11 @@ int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, 
     if (rc == SI_OK && o.err_no == 0 && fsync(o.fd) != 0)
         o.err_no = errno;
     if (rc == SI_OK && o.err_no != 0)
-        rc = errf(err, err_size, SI_E_IO, "writing '%s' failed: %s", path, strerror(o.err_no));
+        rc = si__errf(err, err_size, SI_E_IO, "writing '%s' failed: %s", path, strerror(o.err_no));
     if (close(o.fd) != 0 && rc == SI_OK)
-        rc = errf(err, err_size, SI_E_IO, "writing '%s' failed: %s", path, strerror(errno));
+        rc = si__errf(err, err_size, SI_E_IO, "writing '%s' failed: %s", path, strerror(errno));
     if (rc == SI_OK && rename(tmp, path) != 0)
-        rc = errf(err, err_size, SI_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+        rc = si__errf(err, err_size, SI_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
                   strerror(errno));
     if (rc != SI_OK)
         unlink(tmp);

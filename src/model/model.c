@@ -1,6 +1,7 @@
 /* model.c - hyperparameters and weight views for each architecture. */
 #include "model/model.h"
 
+#include "internal.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -36,13 +37,13 @@ struct loader {
 };
 
 static int fail(struct loader *ld, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct loader *ld, int status, const char *fmt, ...)
 {
-    if (ld->err != NULL && ld->err_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err, ld->err_size, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    si__verrf(ld->err, ld->err_size, status, fmt, ap);
+    va_end(ap);
     return status;
 }
 

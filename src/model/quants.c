@@ -134,18 +134,6 @@ static void put_half(uint8_t *p, float f)
     memcpy(p, &h, sizeof h);
 }
 
-/* Scale and min of sub-block j of a Q4_K / Q5_K super-block (6 bits each). */
-static void k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
-{
-    if (j < 4) {
-        *scale = sc[j] & 63;
-        *min = sc[j + 4] & 63;
-    } else {
-        *scale = (sc[j + 4] & 0xf) | (sc[j - 4] >> 6) << 4;
-        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
-    }
-}
-
 /* ------------------------------------------------------ float rows */
 
 static void dequantize_f32(const void *src, float *dst, int64_t n)
@@ -399,7 +387,7 @@ static void k_values(const uint8_t *sc, const uint8_t *qh, const uint8_t *qs, in
 {
     for (int j = 0; j < 8; j++) {
         int s, m;
-        k_scale_min(sc, j, &s, &m);
+        si__k_scale_min(sc, j, &s, &m);
         scale[j] = d * s;
         min[j] = dmin * m;
     }
@@ -785,7 +773,7 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
         int isum = 0, msum = 0;
         for (int j = 0; j < 8; j++) {
             int scale, min, s = 0;
-            k_scale_min(w + 4, j, &scale, &min);
+            si__k_scale_min(w + 4, j, &scale, &min);
             for (int l = 32 * j; l < 32 * j + 32; l++)
                 s += q[l] * qa[l];
             isum += scale * s;

@@ -69,18 +69,6 @@ INLINE float hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
     return hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
 }
 
-/* Scale and min of sub-block j of a Q4_K / Q5_K super-block (6 bits each). */
-INLINE void k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
-{
-    if (j < 4) {
-        *scale = sc[j] & 63;
-        *min = sc[j + 4] & 63;
-    } else {
-        *scale = (sc[j + 4] & 0xf) | (sc[j - 4] >> 6) << 4;
-        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
-    }
-}
-
 /* ------------------------------------------------------ float rows */
 
 static void dequantize_f32(const void *src, float *dst, int64_t n)
@@ -319,7 +307,7 @@ INLINE void k_scales(const uint8_t *b, float scale[8], float min[8])
     float d = half_at(b), dmin = half_at(b + 2);
     for (int j = 0; j < 8; j++) {
         int s, m;
-        k_scale_min(b + 4, j, &s, &m);
+        si__k_scale_min(b + 4, j, &s, &m);
         scale[j] = d * (float)s;
         min[j] = dmin * (float)m;
     }

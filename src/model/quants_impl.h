@@ -16,6 +16,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Scale and min of sub-block j of a Q4_K / Q5_K super-block: 6 bits each,
+ * packed in the block's 12 scale bytes `sc`. */
+static inline void si__k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
+{
+    if (j < 4) {
+        *scale = sc[j] & 63;
+        *min = sc[j + 4] & 63;
+    } else {
+        *scale = (sc[j + 4] & 0xf) | (sc[j - 4] >> 6) << 4;
+        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+    }
+}
+
 /* dst[0..n) = the n values of the row at src. */
 typedef void (*si__dequantize_fn)(const void *src, float *dst, int64_t n);
 

@@ -4,6 +4,7 @@
 #include "model/gguf_write.h"
 #include "model/quants.h"
 #include "model/types.h"
+#include "internal.h"
 #include "starinfer.h"
 
 #include <math.h>
@@ -22,17 +23,6 @@
 #define TOKEN_NORMAL 1
 #define TOKEN_CONTROL 3
 #define TOKEN_UNUSED 5
-
-static int errf(char *err, size_t err_size, int status, const char *fmt, ...)
-{
-    if (err != NULL && err_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* ------------------------------------------------------ random numbers */
 
@@ -174,10 +164,10 @@ int si_synth_check(const struct si_synth_params *p, char *err, size_t err_size)
 {
     const int E = SI_E_INVALID;
     if ((unsigned)p->arch >= SI_SYNTH_ARCH_COUNT)
-        return errf(err, err_size, E, "unknown architecture %d", (int)p->arch);
+        return si__errf(err, err_size, E, "unknown architecture %d", (int)p->arch);
     if (p->type != SI_TYPE_F32 && p->type != SI_TYPE_F16 && p->type != SI_TYPE_Q8_0 &&
         p->type != SI_TYPE_Q4_0 && p->type != SI_TYPE_Q4_1)
-        return errf(err, err_size, E, "type %s is not one of f32, f16, q8_0, q4_0, q4_1",
+        return si__errf(err, err_size, E, "type %s is not one of f32, f16, q8_0, q4_0, q4_1",
                     si_type_name(p->type));
     const int64_t block = si_type_get(p->type)->block;
     const int64_t big = (int64_t)1 << 20;
@@ -185,38 +175,38 @@ int si_synth_check(const struct si_synth_params *p, char *err, size_t err_size)
         p->n_layer > 10000 || p->n_vocab < 1 || p->n_vocab > (int64_t)1 << 24 || p->n_ctx < 1 ||
         p->n_ctx > big || p->n_head < 1 || p->n_head_kv < 1 || p->predictor_rank < 0 ||
         p->predictor_rank > big)
-        return errf(err, err_size, E, "a dimension is out of range");
+        return si__errf(err, err_size, E, "a dimension is out of range");
     if (p->n_embd % block != 0)
-        return errf(err, err_size, E, "n-embd %lld is not a multiple of the %s block size %lld",
+        return si__errf(err, err_size, E, "n-embd %lld is not a multiple of the %s block size %lld",
                     (long long)p->n_embd, si_type_name(p->type), (long long)block);
     if (p->n_ff % block != 0)
-        return errf(err, err_size, E, "n-ff %lld is not a multiple of the %s block size %lld",
+        return si__errf(err, err_size, E, "n-ff %lld is not a multiple of the %s block size %lld",
                     (long long)p->n_ff, si_type_name(p->type), (long long)block);
     if (p->arch != SI_SYNTH_OPT && p->n_embd < 2 * channel_width(p))
-        return errf(err, err_size, E, "n-embd %lld is too small: %s needs at least %lld",
+        return si__errf(err, err_size, E, "n-embd %lld is too small: %s needs at least %lld",
                     (long long)p->n_embd, si_type_name(p->type), (long long)(2 * block));
     if (p->n_embd % p->n_head != 0)
-        return errf(err, err_size, E, "n-embd %lld is not a multiple of n-head %lld",
+        return si__errf(err, err_size, E, "n-embd %lld is not a multiple of n-head %lld",
                     (long long)p->n_embd, (long long)p->n_head);
     if (p->arch != SI_SYNTH_OPT && (p->n_embd / p->n_head) % 2 != 0)
-        return errf(err, err_size, E, "the head size %lld is odd (RoPE needs pairs)",
+        return si__errf(err, err_size, E, "the head size %lld is odd (RoPE needs pairs)",
                     (long long)(p->n_embd / p->n_head));
     if (p->n_head_kv > p->n_head || p->n_head % p->n_head_kv != 0)
-        return errf(err, err_size, E, "n-head %lld is not a multiple of n-head-kv %lld",
+        return si__errf(err, err_size, E, "n-head %lld is not a multiple of n-head-kv %lld",
                     (long long)p->n_head, (long long)p->n_head_kv);
     if (p->arch == SI_SYNTH_OPT && p->n_head_kv != p->n_head)
-        return errf(err, err_size, E, "opt has no grouped-query attention (n-head-kv %lld != "
+        return si__errf(err, err_size, E, "opt has no grouped-query attention (n-head-kv %lld != "
                     "n-head %lld)", (long long)p->n_head_kv, (long long)p->n_head);
     if (p->n_vocab < N_FIXED_TOKENS)
-        return errf(err, err_size, E, "n-vocab %lld is below %d (256 bytes, BOS, EOS)",
+        return si__errf(err, err_size, E, "n-vocab %lld is below %d (256 bytes, BOS, EOS)",
                     (long long)p->n_vocab, N_FIXED_TOKENS);
     if (!(p->sparsity > 0.0 && p->sparsity < 1.0) || 1.0 - p->sparsity > p_max_of(p))
-        return errf(err, err_size, E, "sparsity %g is out of range (%g, 1)", p->sparsity,
+        return si__errf(err, err_size, E, "sparsity %g is out of range (%g, 1)", p->sparsity,
                     1.0 - p_max_of(p));
     if (!(p->hot_fraction > 0.0 && p->hot_fraction < 1.0))
-        return errf(err, err_size, E, "hot fraction %g is not in (0, 1)", p->hot_fraction);
+        return si__errf(err, err_size, E, "hot fraction %g is not in (0, 1)", p->hot_fraction);
     if (!(p->hot_share > p->hot_fraction && p->hot_share < 1.0))
-        return errf(err, err_size, E, "hot share %g is not in (hot fraction %g, 1)",
+        return si__errf(err, err_size, E, "hot share %g is not in (hot fraction %g, 1)",
                     p->hot_share, p->hot_fraction);
     return SI_OK;
 }
@@ -267,13 +257,13 @@ int si_synth_profile(int64_t n, double sparsity, double hot_fraction, double hot
 {
     const double mean = 1.0 - sparsity;
     if (n < 1 || !(mean > 0 && mean <= p_max) || !(hot_fraction > 0 && hot_fraction < 1))
-        return errf(err, err_size, SI_E_INVALID, "bad activity targets");
+        return si__errf(err, err_size, SI_E_INVALID, "bad activity targets");
     double *lt = malloc((size_t)n * sizeof *lt);
     double *pw = malloc((size_t)n * sizeof *pw);
     if (lt == NULL || pw == NULL) {
         free(lt);
         free(pw);
-        return errf(err, err_size, SI_E_NOMEM, "out of memory");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     }
     for (int64_t k = 0; k < n; k++)
         lt[k] = log(((double)k + 0.5) / (double)n);
@@ -285,7 +275,7 @@ int si_synth_profile(int64_t n, double sparsity, double hot_fraction, double hot
     double s_lo = law_share(&l, lo, mean, &a), s_hi = law_share(&l, hi, mean, &a);
     int rc = SI_OK;
     if (hot_share < s_lo - 1e-9 || hot_share > s_hi + 1e-9) {
-        rc = errf(err, err_size, SI_E_INVALID,
+        rc = si__errf(err, err_size, SI_E_INVALID,
                   "cannot plant a hot share of %g in the top %g of %lld neurons with mean "
                   "activity %g: reachable shares are %.3f to %.3f",
                   hot_share, hot_fraction, (long long)n, mean, s_lo, s_hi);
@@ -728,7 +718,7 @@ static int plant(struct synth *s, char *err, size_t err_size)
     const int64_t ff = p->n_ff;
     float *profile = malloc((size_t)ff * sizeof *profile);
     if (profile == NULL)
-        return errf(err, err_size, SI_E_NOMEM, "out of memory");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     int rc = si_synth_profile(ff, p->sparsity, p->hot_fraction, p->hot_share, p_max_of(p),
                               profile, err, err_size);
     if (rc != SI_OK) {
@@ -739,7 +729,7 @@ static int plant(struct synth *s, char *err, size_t err_size)
     float *z = malloc((size_t)ff * sizeof *z);
     if (z == NULL) {
         free(profile);
-        return errf(err, err_size, SI_E_NOMEM, "out of memory");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     }
     const double q = p->arch == SI_SYNTH_BAMBOO ? SI_SYNTH_BAMBOO_UP_P : 1.0;
     for (int64_t k = 0; k < ff; k++)
@@ -749,7 +739,7 @@ static int plant(struct synth *s, char *err, size_t err_size)
     if (perm == NULL) {
         free(profile);
         free(z);
-        return errf(err, err_size, SI_E_NOMEM, "out of memory");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     }
     for (int64_t l = 0; l < p->n_layer; l++) {
         uint64_t key = tensor_key(p->seed ^ (uint64_t)l, "planted permutation");
@@ -841,18 +831,18 @@ int si_synth_write(const struct si_synth_params *p, const char *path, char *err,
     struct si_gguf_writer *w = si_gguf_writer_init(p->powerinfer);
     if (s.prob == NULL || s.gate_z == NULL || s.row == NULL || s.tmp == NULL || s.out == NULL ||
         s.qrow == NULL || s.src == NULL || w == NULL) {
-        rc = errf(err, err_size, SI_E_NOMEM, "out of memory");
+        rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         goto done;
     }
     if ((rc = plant(&s, err, err_size)) != SI_OK)
         goto done;
     if ((rc = set_metadata(w, p, s.chan)) != SI_OK) {
-        errf(err, err_size, rc, "cannot set the metadata: %s", si_status_str(rc));
+        si__errf(err, err_size, rc, "cannot set the metadata: %s", si_status_str(rc));
         goto done;
     }
     struct add_ctx a = {.s = &s, .w = w};
     if ((rc = for_each_tensor(p, add_tensor, &a)) != SI_OK) {
-        errf(err, err_size, rc, "cannot describe the tensors: %s", si_status_str(rc));
+        si__errf(err, err_size, rc, "cannot describe the tensors: %s", si_status_str(rc));
         goto done;
     }
     rc = si_gguf_writer_write(w, path, err, err_size);
@@ -899,7 +889,7 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
 {
     struct si_gguf_str arch;
     if (si_gguf_get_str(g, "general.architecture", &arch) != SI_OK)
-        return errf(err, err_size, SI_E_FORMAT, "no general.architecture");
+        return si__errf(err, err_size, SI_E_FORMAT, "no general.architecture");
     const bool opt = si_gguf_str_eq(arch, "opt"), bamboo = si_gguf_str_eq(arch, "bamboo");
     const struct si_gguf_tensor *emb = find(g, "token_embd.weight", 0);
     const struct si_gguf_tensor *nw = find(g, "blk.%lld.ffn_norm.weight", layer);
@@ -911,12 +901,12 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
     const struct si_gguf_tensor *planted = find(g, "blk.%lld.ffn_planted_prob", layer);
     if (emb == NULL || nw == NULL || gate == NULL || (opt && (nb == NULL || bias == NULL)) ||
         (bamboo && up == NULL))
-        return errf(err, err_size, SI_E_FORMAT, "layer %lld: FFN input tensors missing",
+        return si__errf(err, err_size, SI_E_FORMAT, "layer %lld: FFN input tensors missing",
                     (long long)layer);
     const int64_t d = emb->ne[0], n_vocab = emb->ne[1], ff = gate->ne[1];
     if (nw->ne[0] != d || gate->ne[0] != d || (up && (up->ne[0] != d || up->ne[1] != ff)) ||
         (bias && bias->ne[0] != ff) || (nb && nb->ne[0] != d) || n_samples < 1)
-        return errf(err, err_size, SI_E_FORMAT, "layer %lld: FFN shapes disagree",
+        return si__errf(err, err_size, SI_E_FORMAT, "layer %lld: FFN shapes disagree",
                     (long long)layer);
     double eps = 1e-5;
     char key[96];
@@ -935,11 +925,11 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
     int64_t *count = calloc((size_t)ff, sizeof *count);
     int rc = SI_OK;
     if (x == NULL || w == NULL || wb == NULL || wu == NULL || b == NULL || count == NULL) {
-        rc = errf(err, err_size, SI_E_NOMEM, "out of memory");
+        rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         goto done;
     }
     if (!read_row(nw, 0, w) || (nb && !read_row(nb, 0, wb)) || (bias && !read_row(bias, 0, b))) {
-        rc = errf(err, err_size, SI_E_UNSUPPORTED, "unsupported tensor type");
+        rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "unsupported tensor type");
         goto done;
     }
     /* The FFN input of each sample: the norm of a token embedding. */
@@ -947,7 +937,7 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
         int64_t id = all ? k : (int64_t)(mix64(seed + (uint64_t)k * GOLDEN) % (uint64_t)n_vocab);
         float *xk = x + k * d;
         if (!read_row(emb, id, xk)) {
-            rc = errf(err, err_size, SI_E_UNSUPPORTED, "unsupported embedding type");
+            rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "unsupported embedding type");
             goto done;
         }
         double mean = 0, ss = 0;
@@ -964,7 +954,7 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
     }
     for (int64_t i = 0; i < ff; i++) {
         if (!read_row(gate, i, wu) || (up && !read_row(up, i, wb))) {
-            rc = errf(err, err_size, SI_E_UNSUPPORTED, "unsupported weight type");
+            rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "unsupported weight type");
             goto done;
         }
         for (int64_t k = 0; k < n; k++) {

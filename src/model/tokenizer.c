@@ -25,6 +25,7 @@
 #include "model/tokenizer.h"
 
 #include "model/unicode.h"
+#include "internal.h"
 #include "starinfer.h"
 
 #include <inttypes.h>
@@ -323,17 +324,6 @@ struct si_tokenizer {
     bool add_space_prefix;
 };
 
-static int fail(char *err, size_t err_size, int status, const char *fmt, ...)
-{
-    if (err != NULL && err_size > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 static int32_t find_token(const struct si_tokenizer *tok, const char *p, size_t n)
 {
     size_t h = (size_t)hash_bytes(p, n) & tok->slot_mask;
@@ -397,12 +387,12 @@ static int load_special_id(const struct si_gguf *g, const char *key, int32_t n_v
     if (rc == SI_E_NOT_FOUND)
         return SI_OK;
     if (rc != SI_OK)
-        return fail(err, err_size, SI_E_FORMAT, "%s is not an integer", key);
+        return si__errf(err, err_size, SI_E_FORMAT, "%s is not an integer", key);
     if (v < 0 || v >= n_vocab) {
         /* llama.cpp ignores out-of-range ids with a warning; BOS and EOS
          * matter too much to guess. */
         if (required_in_range)
-            return fail(err, err_size, SI_E_FORMAT,
+            return si__errf(err, err_size, SI_E_FORMAT,
                         "%s = %" PRId64 " is outside the %" PRId32 "-token vocabulary", key, v,
                         n_vocab);
         return SI_OK;
@@ -426,12 +416,12 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
 {
     int64_t ik = si_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (ik < 0)
-        return fail(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.tokens");
+        return si__errf(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.tokens");
     const struct si_gguf_kv *kt = &g->kv[ik];
     if (kt->type != SI_GGUF_ARRAY || kt->arr_type != SI_GGUF_STRING)
-        return fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.tokens is not an array of strings");
+        return si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.tokens is not an array of strings");
     if (kt->arr_n == 0 || kt->arr_n > INT32_MAX / 2)
-        return fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.tokens has %" PRIu64 " tokens",
+        return si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.tokens has %" PRIu64 " tokens",
                     kt->arr_n);
     const int32_t n = (int32_t)kt->arr_n;
     tok->n_vocab = n;
@@ -439,11 +429,11 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         if (kt->strs[i].len > UINT32_MAX / 2)
-            return fail(err, err_size, SI_E_FORMAT, "token %" PRId32 " is too long", i);
+            return si__errf(err, err_size, SI_E_FORMAT, "token %" PRId32 " is too long", i);
         total += kt->strs[i].len;
     }
     if (total > UINT32_MAX - 1)
-        return fail(err, err_size, SI_E_FORMAT, "token texts too large (%" PRIu64 " bytes)", total);
+        return si__errf(err, err_size, SI_E_FORMAT, "token texts too large (%" PRIu64 " bytes)", total);
     tok->text = malloc((size_t)total + 1);
     tok->off = malloc((size_t)n * sizeof *tok->off);
     tok->len = malloc((size_t)n * sizeof *tok->len);
@@ -454,7 +444,7 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
     tok->slots = malloc((tok->slot_mask + 1) * sizeof *tok->slots);
     if (!tok->text || !tok->off || !tok->len || !tok->score || !tok->type || !tok->eog ||
         !tok->slots)
-        return fail(err, err_size, SI_E_NOMEM, "out of memory for %" PRId32 " tokens", n);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for %" PRId32 " tokens", n);
 
     size_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -491,7 +481,7 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
         if (ks->type != SI_GGUF_ARRAY ||
             (ks->arr_type != SI_GGUF_FLOAT32 && ks->arr_type != SI_GGUF_FLOAT64) ||
             ks->arr_n != (uint64_t)n)
-            return fail(err, err_size, SI_E_FORMAT,
+            return si__errf(err, err_size, SI_E_FORMAT,
                         "tokenizer.ggml.scores is not an array of %" PRId32 " floats", n);
         for (int32_t i = 0; i < n; i++) {
             struct si_gguf_kv e;
@@ -505,7 +495,7 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
         if (ky->type != SI_GGUF_ARRAY || ky->arr_n != (uint64_t)n ||
             si_gguf_type_size(ky->arr_type) == 0 || ky->arr_type == SI_GGUF_FLOAT32 ||
             ky->arr_type == SI_GGUF_FLOAT64 || ky->arr_type == SI_GGUF_BOOL)
-            return fail(err, err_size, SI_E_FORMAT,
+            return si__errf(err, err_size, SI_E_FORMAT,
                         "tokenizer.ggml.token_type is not an array of %" PRId32 " integers", n);
         bool is_signed = ky->arr_type == SI_GGUF_INT8 || ky->arr_type == SI_GGUF_INT16 ||
                          ky->arr_type == SI_GGUF_INT32 || ky->arr_type == SI_GGUF_INT64;
@@ -514,7 +504,7 @@ static int load_vocab(struct si_tokenizer *tok, const struct si_gguf *g, char *e
             si_gguf_arr_elem(ky, (uint64_t)i, &e);
             int64_t t = is_signed ? e.v.i64 : (int64_t)e.v.u64;
             if (t < TOK_UNDEFINED || t > TOK_BYTE)
-                return fail(err, err_size, SI_E_FORMAT, "token %" PRId32 " has type %" PRId64, i,
+                return si__errf(err, err_size, SI_E_FORMAT, "token %" PRId32 " has type %" PRId64, i,
                             t);
             tok->type[i] = t == TOK_UNDEFINED ? TOK_NORMAL : (uint8_t)t;
         }
@@ -527,17 +517,17 @@ static int load_merges(struct si_tokenizer *tok, const struct si_gguf *g, char *
 {
     int64_t im = si_gguf_find_key(g, "tokenizer.ggml.merges");
     if (im < 0)
-        return fail(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.merges");
+        return si__errf(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.merges");
     const struct si_gguf_kv *km = &g->kv[im];
     if (km->type != SI_GGUF_ARRAY || km->arr_type != SI_GGUF_STRING)
-        return fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.merges is not an array of strings");
+        return si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.merges is not an array of strings");
     if (km->arr_n > INT32_MAX / 4)
-        return fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.merges has %" PRIu64 " merges",
+        return si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.merges has %" PRIu64 " merges",
                     km->arr_n);
     tok->merge_mask = pow2_at_least(2 * (size_t)km->arr_n) - 1;
     tok->merges = malloc((tok->merge_mask + 1) * sizeof *tok->merges);
     if (tok->merges == NULL)
-        return fail(err, err_size, SI_E_NOMEM, "out of memory for %" PRIu64 " merges", km->arr_n);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for %" PRIu64 " merges", km->arr_n);
     for (size_t i = 0; i <= tok->merge_mask; i++)
         tok->merges[i].key = EMPTY_KEY;
 
@@ -547,13 +537,13 @@ static int load_merges(struct si_tokenizer *tok, const struct si_gguf *g, char *
          * itself begin with a space. */
         const char *sp = s.len > 1 ? memchr(s.data + 1, ' ', (size_t)s.len - 1) : NULL;
         if (sp == NULL)
-            return fail(err, err_size, SI_E_FORMAT, "merge #%" PRIu64 " '%.*s' is not 'a b'", r,
+            return si__errf(err, err_size, SI_E_FORMAT, "merge #%" PRIu64 " '%.*s' is not 'a b'", r,
                         (int)(s.len > 64 ? 64 : s.len), s.data);
         size_t ll = (size_t)(sp - s.data), rl = (size_t)s.len - ll - 1;
         int32_t a = find_token(tok, s.data, ll);
         int32_t b = find_token(tok, sp + 1, rl);
         if (a < 0 || b < 0)
-            return fail(err, err_size, SI_E_FORMAT,
+            return si__errf(err, err_size, SI_E_FORMAT,
                         "merge #%" PRIu64 " '%.*s' references unknown token '%.*s'", r,
                         (int)(s.len > 64 ? 64 : s.len), s.data, (int)(a < 0 ? ll : rl),
                         a < 0 ? s.data : sp + 1);
@@ -561,14 +551,14 @@ static int load_merges(struct si_tokenizer *tok, const struct si_gguf *g, char *
         char stack[256];
         char *cat = ll + rl <= sizeof stack ? stack : malloc(ll + rl);
         if (cat == NULL)
-            return fail(err, err_size, SI_E_NOMEM, "out of memory reading merges");
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory reading merges");
         memcpy(cat, s.data, ll);
         memcpy(cat + ll, sp + 1, rl);
         int32_t ab = find_token(tok, cat, ll + rl);
         if (cat != stack)
             free(cat);
         if (ab < 0)
-            return fail(err, err_size, SI_E_FORMAT,
+            return si__errf(err, err_size, SI_E_FORMAT,
                         "merge #%" PRIu64 " '%.*s' makes a token not in the vocabulary", r,
                         (int)(s.len > 64 ? 64 : s.len), s.data);
 
@@ -593,7 +583,7 @@ static int load_specials(struct si_tokenizer *tok, char *err, size_t err_size)
             count++;
     tok->specials = malloc((count ? count : 1) * sizeof *tok->specials);
     if (tok->specials == NULL)
-        return fail(err, err_size, SI_E_NOMEM, "out of memory for special tokens");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for special tokens");
     size_t k = 0;
     for (int32_t i = 0; i < tok->n_vocab; i++)
         if ((tok->type[i] == TOK_CONTROL || tok->type[i] == TOK_USER_DEFINED ||
@@ -623,20 +613,20 @@ int si_tokenizer_load(struct si_tokenizer **out, const struct si_gguf *g, char *
     struct si_gguf_str model, pre = {0, NULL};
     rc = si_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (rc == SI_E_NOT_FOUND)
-        return fail(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.model");
+        return si__errf(err, err_size, SI_E_FORMAT, "missing key tokenizer.ggml.model");
     if (rc != SI_OK)
-        return fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.model is not a string");
+        return si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.model is not a string");
 
     struct si_tokenizer *tok = calloc(1, sizeof *tok);
     if (tok == NULL)
-        return fail(err, err_size, SI_E_NOMEM, "out of memory");
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     tok->bos = tok->eos = tok->eot = tok->unk = -1;
 
     if (si_gguf_str_eq(model, "gpt2")) {
         tok->model = MODEL_BPE;
         rc = si_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
         if (rc == SI_E_FORMAT) {
-            rc = fail(err, err_size, SI_E_FORMAT, "tokenizer.ggml.pre is not a string");
+            rc = si__errf(err, err_size, SI_E_FORMAT, "tokenizer.ggml.pre is not a string");
             goto error;
         }
         const char *name = rc == SI_E_NOT_FOUND ? "default" : NULL;
@@ -646,7 +636,7 @@ int si_tokenizer_load(struct si_tokenizer **out, const struct si_gguf *g, char *
                                  : si_gguf_str_eq(pre, PRE_TOKENIZERS[i].names[j]))
                     tok->pre = &PRE_TOKENIZERS[i];
         if (tok->pre == NULL) {
-            rc = fail(err, err_size, SI_E_UNSUPPORTED, "unknown pre-tokenizer '%.*s'",
+            rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "unknown pre-tokenizer '%.*s'",
                       (int)(pre.len > 64 ? 64 : pre.len), pre.data);
             goto error;
         }
@@ -657,7 +647,7 @@ int si_tokenizer_load(struct si_tokenizer **out, const struct si_gguf *g, char *
         tok->add_bos = true;
         tok->add_space_prefix = true;
     } else {
-        rc = fail(err, err_size, SI_E_UNSUPPORTED, "unknown tokenizer model '%.*s'",
+        rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "unknown tokenizer model '%.*s'",
                   (int)(model.len > 64 ? 64 : model.len), model.data);
         goto error;
     }
