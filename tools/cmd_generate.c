@@ -298,6 +298,7 @@ int si_cmd_generate(int argc, char **argv)
     }
     double t2 = now();
     printf("\n");
+    fflush(stdout);
     fprintf(stderr, "prompt: %lld tokens in %.2f s (%.2f tokens/s); generated: %lld tokens in %.2f s (%.2f tokens/s)\n",
             (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), (long long)n_gen, t2 - t1,
             n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
