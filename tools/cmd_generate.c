@@ -76,30 +76,29 @@ static int open_all(const struct common *c, int32_t n_ctx_min, struct si_model *
 
 static void generate_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: " SI_PROG " generate -m MODEL (-p PROMPT | -f FILE) [OPTIONS]\n"
-            "\n"
-            "Continue a prompt with the reference CPU forward pass; the text streams to\n"
-            "stdout, timings go to stderr.\n"
-            "\n"
-            "Options:\n"
-            "  -m, --model FILE        the model (GGUF)\n"
-            "  -p, --prompt TEXT       the prompt\n"
-            "  -f, --file FILE         read the prompt from a file\n"
-            "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
-            "  -s, --seed N            random seed (default 0)\n"
-            "      --temp T            temperature; 0 is greedy (default 0.8)\n"
-            "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
-            "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
-            "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
-            "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
-            "      --repeat-last-n N   how many recent tokens (default 64)\n"
-            "      --chat              wrap the prompt as a user turn in the chat template\n"
-            "      --ignore-eos        do not stop at end-of-generation tokens\n"
-            "      --ids               print token ids instead of text\n"
-            "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
-            "  -h, --help              show this help\n");
+    fprintf(f, "Usage: " SI_PROG " generate -m MODEL (-p PROMPT | -f FILE) [OPTIONS]\n"
+               "\n"
+               "Continue a prompt with the reference CPU forward pass; the text streams to\n"
+               "stdout, timings go to stderr.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE        the model (GGUF)\n"
+               "  -p, --prompt TEXT       the prompt\n"
+               "  -f, --file FILE         read the prompt from a file\n"
+               "  -n, --n-predict N       tokens to generate (default 128)\n"
+               "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
+               "  -s, --seed N            random seed (default 0)\n"
+               "      --temp T            temperature; 0 is greedy (default 0.8)\n"
+               "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
+               "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
+               "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
+               "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
+               "      --repeat-last-n N   how many recent tokens (default 64)\n"
+               "      --chat              wrap the prompt as a user turn in the chat template\n"
+               "      --ignore-eos        do not stop at end-of-generation tokens\n"
+               "      --ids               print token ids instead of text\n"
+               "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+               "  -h, --help              show this help\n");
 }
 
 int si_cmd_generate(int argc, char **argv)
@@ -127,10 +126,12 @@ int si_cmd_generate(int argc, char **argv)
             if ((file = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &n_predict))
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 0, 1 << 20, &n_predict))
                 return 1;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, INT64_MAX, &seed))
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 0, INT64_MAX, &seed))
                 return 1;
         } else if (!strcmp(a, "--temp")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 100, &d))
@@ -287,7 +288,8 @@ int si_cmd_generate(int argc, char **argv)
         } else {
             int64_t len = si_token_to_piece(tok, next, false, piece, sizeof piece);
             if (len > 0)
-                fwrite(piece, 1, (size_t)(len < (int64_t)sizeof piece ? len : (int64_t)sizeof piece), stdout);
+                fwrite(piece, 1,
+                       (size_t)(len < (int64_t)sizeof piece ? len : (int64_t)sizeof piece), stdout);
         }
         fflush(stdout);
         si_sampler_accept(smp, next);
@@ -299,7 +301,9 @@ int si_cmd_generate(int argc, char **argv)
     double t2 = now();
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "prompt: %lld tokens in %.2f s (%.2f tokens/s); generated: %lld tokens in %.2f s (%.2f tokens/s)\n",
+    fprintf(stderr,
+            "prompt: %lld tokens in %.2f s (%.2f tokens/s); generated: %lld tokens in %.2f s (%.2f "
+            "tokens/s)\n",
             (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), (long long)n_gen, t2 - t1,
             n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
     rc = 0;
@@ -316,22 +320,21 @@ out:
 
 static void perplexity_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: " SI_PROG " perplexity -m MODEL -f FILE [OPTIONS]\n"
-            "\n"
-            "Perplexity of the model on a text, computed as llama.cpp's perplexity tool\n"
-            "does: the text (without one trailing newline) is cut into chunks of\n"
-            "--ctx-size tokens, each evaluated from an empty cache (its first token\n"
-            "replaced by BOS when the model adds one), and the tokens of the second half\n"
-            "of each chunk are scored.  Prints the running value after each chunk.\n"
-            "\n"
-            "Options:\n"
-            "  -m, --model FILE   the model (GGUF)\n"
-            "  -f, --file FILE    the text\n"
-            "  -c, --ctx-size N   chunk length (default 512)\n"
-            "      --chunks N     score at most N chunks (default: all)\n"
-            "      --kv-f32       keep the KV cache in f32 (default fp16)\n"
-            "  -h, --help         show this help\n");
+    fprintf(f, "Usage: " SI_PROG " perplexity -m MODEL -f FILE [OPTIONS]\n"
+               "\n"
+               "Perplexity of the model on a text, computed as llama.cpp's perplexity tool\n"
+               "does: the text (without one trailing newline) is cut into chunks of\n"
+               "--ctx-size tokens, each evaluated from an empty cache (its first token\n"
+               "replaced by BOS when the model adds one), and the tokens of the second half\n"
+               "of each chunk are scored.  Prints the running value after each chunk.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE   the model (GGUF)\n"
+               "  -f, --file FILE    the text\n"
+               "  -c, --ctx-size N   chunk length (default 512)\n"
+               "      --chunks N     score at most N chunks (default: all)\n"
+               "      --kv-f32       keep the KV cache in f32 (default fp16)\n"
+               "  -h, --help         show this help\n");
 }
 
 int si_cmd_perplexity(int argc, char **argv)
@@ -353,10 +356,12 @@ int si_cmd_perplexity(int argc, char **argv)
             if ((file = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "--chunks")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
                 return 1;
         } else {
-            return si_cli_error("perplexity: unknown option '%s' (see starinfer perplexity --help)", a);
+            return si_cli_error("perplexity: unknown option '%s' (see starinfer perplexity --help)",
+                                a);
         }
     }
     if (file == NULL)
@@ -394,7 +399,8 @@ int si_cmd_perplexity(int argc, char **argv)
     const int64_t ctx = c.n_ctx;
     int64_t n_chunks = n / ctx;
     if (n_chunks == 0) {
-        si_cli_error("%s: %lld tokens, fewer than one chunk of %lld", file, (long long)n, (long long)ctx);
+        si_cli_error("%s: %lld tokens, fewer than one chunk of %lld", file, (long long)n,
+                     (long long)ctx);
         goto out;
     }
     if (max_chunks > 0 && max_chunks < n_chunks)

@@ -164,8 +164,9 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
     s->kcache = calloc(cache, esz);
     s->vcache = calloc(cache, esz);
-    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow || !s->xq || !s->q16 || !s->vkq16 || !s->hg ||
-        !s->hu || !s->logits || !s->n_active || !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
+    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
+        !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->logits || !s->n_active ||
+        !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
         goto oom;
     *out = s;
     return SI_OK;
@@ -255,7 +256,8 @@ static void attention_f16(struct si_ref *s, int l, int pos)
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const size_t kvd = (size_t)hp->n_head_kv * hd;
     const size_t base = (size_t)l * (size_t)s->p.n_ctx * kvd;
-    const uint16_t *kc = (const uint16_t *)s->kcache + base, *vc = (const uint16_t *)s->vcache + base;
+    const uint16_t *kc = (const uint16_t *)s->kcache + base,
+                   *vc = (const uint16_t *)s->vcache + base;
     const int first = attention_start(hp, l, pos);
     for (int h = 0; h < hp->n_head; h++) {
         const size_t koff = (size_t)(h / group) * hd;
@@ -263,8 +265,8 @@ static void attention_f16(struct si_ref *s, int l, int pos)
         memset(s->vkq16, 0, (size_t)hd * sizeof *s->vkq16);
         float M = -INFINITY, S = 0.0f;
         for (int t = first; t <= pos; t++) {
-            const float sc =
-                si_vec_dot_act(SI_TYPE_F16, kc + (size_t)t * kvd + koff, s->q16, hd) * hp->attn_scale;
+            const float sc = si_vec_dot_act(SI_TYPE_F16, kc + (size_t)t * kvd + koff, s->q16, hd) *
+                             hp->attn_scale;
             const uint16_t *v = vc + (size_t)t * kvd + koff;
             float ms = 1.0f, vs = 1.0f;
             if (sc > M) {
@@ -277,8 +279,8 @@ static void attention_f16(struct si_ref *s, int l, int pos)
                 vs = expf(sc - M);
             }
             for (int i = 0; i < hd; i++)
-                s->vkq16[i] = si_fp32_to_fp16(
-                    fmaf(si_fp16_to_fp32(v[i]), vs, si_fp16_to_fp32(s->vkq16[i])));
+                s->vkq16[i] =
+                    si_fp32_to_fp16(fmaf(si_fp16_to_fp32(v[i]), vs, si_fp16_to_fp32(s->vkq16[i])));
             S = S * ms + vs;
         }
         float *out = s->att + (size_t)h * hd;

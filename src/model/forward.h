@@ -21,8 +21,8 @@
  * (act_quant: Q8_0, Q8_1, Q8_K, F16 ...), K and V are cached as fp16, and
  * attention runs as llama.cpp's flash attention (query in fp16, online
  * softmax, values accumulated in fp16; or in f32 with attn_f32 below, as
- * llama.cpp does for long batches such as prompts and perplexity chunks).  With act_quant off and kv_f16 off
- * everything is plain float with an exact softmax.
+ * llama.cpp does for long batches such as prompts and perplexity chunks).  With act_quant off and
+ * kv_f16 off everything is plain float with an exact softmax.
  */
 struct si_ref_params {
     int32_t n_ctx;  /* KV cache length (0: the model's training context, at most 4096) */
@@ -38,20 +38,20 @@ struct si_ref {
     int32_t n_past; /* tokens already in the cache */
 
     /* Activations of the current token. */
-    float *x;      /* (n_embd) residual stream */
-    float *xb;     /* (n_embd) normed input of a block */
-    float *xb2;    /* (n_embd) block output */
-    float *q;      /* (n_head * head_dim) */
-    float *k, *v;  /* (n_head_kv * head_dim) */
-    float *att;    /* (n_head * head_dim) attention output */
-    float *score;  /* (n_head, n_ctx) attention scores, then weights */
-    float *krow;   /* (n_head_kv * head_dim) one cached K or V row as f32 */
-    void *xq;      /* activations converted for si_vec_dot_act */
+    float *x;              /* (n_embd) residual stream */
+    float *xb;             /* (n_embd) normed input of a block */
+    float *xb2;            /* (n_embd) block output */
+    float *q;              /* (n_head * head_dim) */
+    float *k, *v;          /* (n_head_kv * head_dim) */
+    float *att;            /* (n_head * head_dim) attention output */
+    float *score;          /* (n_head, n_ctx) attention scores, then weights */
+    float *krow;           /* (n_head_kv * head_dim) one cached K or V row as f32 */
+    void *xq;              /* activations converted for si_vec_dot_act */
     uint16_t *q16, *vkq16; /* (head_dim) fp16 query and value accumulator */
-    float *hg, *hu; /* (n_ff) gate and up activations */
-    float *logits; /* (n_vocab) */
-    float *xb3;    /* (n_embd) falcon: the attention output beside the FFN's */
-    float *tmp;    /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
+    float *hg, *hu;        /* (n_ff) gate and up activations */
+    float *logits;         /* (n_vocab) */
+    float *xb3;            /* (n_embd) falcon: the attention output beside the FFN's */
+    float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
 
     /* KV cache: (n_layer, n_ctx, n_head_kv * head_dim), fp16 or f32. */
     void *kcache, *vcache;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *const arch_names[SI_ARCH_COUNT] = {
-    [SI_ARCH_LLAMA] = "llama", [SI_ARCH_BAMBOO] = "bamboo", [SI_ARCH_OPT] = "opt",
+    [SI_ARCH_LLAMA] = "llama",   [SI_ARCH_BAMBOO] = "bamboo", [SI_ARCH_OPT] = "opt",
     [SI_ARCH_FALCON] = "falcon", [SI_ARCH_GEMMA3] = "gemma3",
 };
 
@@ -51,8 +51,7 @@ static int fail(struct loader *ld, int status, const char *fmt, ...)
  * `<arch>.<suffix>` as a positive int32, required or else `def`.  A per-layer
  * array whose values are all equal counts as that value.
  */
-static int key_i32(struct loader *ld, const char *suffix, bool required, int32_t def,
-                   int32_t *out)
+static int key_i32(struct loader *ld, const char *suffix, bool required, int32_t def, int32_t *out)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
@@ -74,8 +73,7 @@ static int key_i32(struct loader *ld, const char *suffix, bool required, int32_t
             if (si_gguf_arr_elem(kv, k, &e) != SI_OK || si_gguf_kv_i64(&e, &x) != SI_OK)
                 return fail(ld, SI_E_FORMAT, "metadata key %s is not an integer array", key);
             if (k > 0 && x != v)
-                return fail(ld, SI_E_UNSUPPORTED, "%s differs between layers (not supported)",
-                            key);
+                return fail(ld, SI_E_UNSUPPORTED, "%s differs between layers (not supported)", key);
             v = x;
         }
     } else if (si_gguf_kv_i64(kv, &v) != SI_OK) {
@@ -131,8 +129,9 @@ static int tensor(struct loader *ld, struct si_tensor *t, bool required, int64_t
                     "], expected [%" PRId64 ", %" PRId64 "]",
                     name, gt->ne[0], gt->ne[1], gt->ne[2], gt->ne[3], ne0, want1);
     if (!si_type_supported(gt->type))
-        return fail(ld, SI_E_UNSUPPORTED, "tensor %s has type %s, which starinfer cannot compute with",
-                    name, si_type_name(gt->type));
+        return fail(ld, SI_E_UNSUPPORTED,
+                    "tensor %s has type %s, which starinfer cannot compute with", name,
+                    si_type_name(gt->type));
     t->data = gt->data;
     t->type = gt->type;
     memcpy(t->ne, gt->ne, sizeof t->ne);
@@ -187,8 +186,8 @@ static int read_hparams(struct loader *ld, struct si_model *m)
     if (hp->n_embd % hp->n_head != 0 && si_gguf_find_key(ld->g, "gemma3.attention.key_length") < 0)
         return fail(ld, SI_E_FORMAT, "%s.embedding_length %d is not a multiple of head_count %d",
                     ld->arch, hp->n_embd, hp->n_head);
-    if ((rc = key_i32(ld, "attention.key_length", false, hp->n_embd / hp->n_head,
-                      &hp->head_dim)) != SI_OK)
+    if ((rc = key_i32(ld, "attention.key_length", false, hp->n_embd / hp->n_head, &hp->head_dim)) !=
+        SI_OK)
         return rc;
     int32_t vlen;
     if ((rc = key_i32(ld, "attention.value_length", false, hp->head_dim, &vlen)) != SI_OK)
@@ -197,8 +196,9 @@ static int read_hparams(struct loader *ld, struct si_model *m)
         return fail(ld, SI_E_UNSUPPORTED, "key length %d differs from value length %d",
                     hp->head_dim, vlen);
     if (hp->n_head % hp->n_head_kv != 0)
-        return fail(ld, SI_E_FORMAT, "%s.attention.head_count %d is not a multiple of head_count_kv %d",
-                    ld->arch, hp->n_head, hp->n_head_kv);
+        return fail(ld, SI_E_FORMAT,
+                    "%s.attention.head_count %d is not a multiple of head_count_kv %d", ld->arch,
+                    hp->n_head, hp->n_head_kv);
     if ((rc = key_i32(ld, "rope.dimension_count", false, hp->head_dim, &hp->n_rot)) != SI_OK)
         return rc;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
@@ -234,8 +234,9 @@ static int read_hparams(struct loader *ld, struct si_model *m)
         return fail(ld, SI_E_FORMAT, "missing tensor token_embd.weight");
     if (si_gguf_get_arr(ld->g, "tokenizer.ggml.tokens", &t, &n) == SI_OK &&
         (int64_t)n != ld->g->tensors[it].ne[1])
-        return fail(ld, SI_E_FORMAT, "the vocabulary has %" PRIu64 " tokens but token_embd has %" PRId64 " rows",
-                    n, ld->g->tensors[it].ne[1]);
+        return fail(ld, SI_E_FORMAT,
+                    "the vocabulary has %" PRIu64 " tokens but token_embd has %" PRId64 " rows", n,
+                    ld->g->tensors[it].ne[1]);
     if (ld->g->tensors[it].ne[1] <= 0 || ld->g->tensors[it].ne[1] > INT32_MAX)
         return fail(ld, SI_E_FORMAT, "token_embd.weight has an invalid row count");
     hp->n_vocab = (int32_t)ld->g->tensors[it].ne[1];
@@ -278,8 +279,10 @@ static int read_weights(struct loader *ld, struct si_model *m)
             (rc = tensor(ld, &L->bo, opt, d, 0, "blk.%d.attn_output.bias", l)) != SI_OK)
             return rc;
         if (hp->parallel_residual) {
-            if ((rc = tensor(ld, &L->attn_norm2, false, d, 0, "blk.%d.attn_norm_2.weight", l)) != SI_OK ||
-                (rc = tensor(ld, &L->attn_norm2_b, false, d, 0, "blk.%d.attn_norm_2.bias", l)) != SI_OK)
+            if ((rc = tensor(ld, &L->attn_norm2, false, d, 0, "blk.%d.attn_norm_2.weight", l)) !=
+                    SI_OK ||
+                (rc = tensor(ld, &L->attn_norm2_b, false, d, 0, "blk.%d.attn_norm_2.bias", l)) !=
+                    SI_OK)
                 return rc;
         } else {
             if ((rc = tensor(ld, &L->ffn_norm, true, d, 0, "blk.%d.ffn_norm.weight", l)) != SI_OK ||
@@ -295,10 +298,14 @@ static int read_weights(struct loader *ld, struct si_model *m)
             (rc = tensor(ld, &L->ffn_down_t, false, d, ff, "blk.%d.ffn_down_t.weight", l)) != SI_OK)
             return rc;
         if (hp->arch == SI_ARCH_GEMMA3) {
-            if ((rc = tensor(ld, &L->q_norm, true, hp->head_dim, 0, "blk.%d.attn_q_norm.weight", l)) != SI_OK ||
-                (rc = tensor(ld, &L->k_norm, true, hp->head_dim, 0, "blk.%d.attn_k_norm.weight", l)) != SI_OK ||
-                (rc = tensor(ld, &L->attn_post_norm, true, d, 0, "blk.%d.post_attention_norm.weight", l)) != SI_OK ||
-                (rc = tensor(ld, &L->ffn_post_norm, true, d, 0, "blk.%d.post_ffw_norm.weight", l)) != SI_OK)
+            if ((rc = tensor(ld, &L->q_norm, true, hp->head_dim, 0, "blk.%d.attn_q_norm.weight",
+                             l)) != SI_OK ||
+                (rc = tensor(ld, &L->k_norm, true, hp->head_dim, 0, "blk.%d.attn_k_norm.weight",
+                             l)) != SI_OK ||
+                (rc = tensor(ld, &L->attn_post_norm, true, d, 0,
+                             "blk.%d.post_attention_norm.weight", l)) != SI_OK ||
+                (rc = tensor(ld, &L->ffn_post_norm, true, d, 0, "blk.%d.post_ffw_norm.weight",
+                             l)) != SI_OK)
                 return rc;
         }
         if (m->has_predictor) {

@@ -49,9 +49,9 @@ enum si_ffn_kind {
 enum si_norm_kind { SI_NORM_RMS, SI_NORM_LAYER };
 
 enum si_rope_kind {
-    SI_ROPE_NONE,  /* learned positions (OPT) */
-    SI_ROPE_NORM,  /* rotate pairs (2i, 2i+1) */
-    SI_ROPE_NEOX,  /* rotate pairs (i, i + n_rot/2) */
+    SI_ROPE_NONE, /* learned positions (OPT) */
+    SI_ROPE_NORM, /* rotate pairs (2i, 2i+1) */
+    SI_ROPE_NEOX, /* rotate pairs (i, i + n_rot/2) */
 };
 
 struct si_hparams {
@@ -66,11 +66,11 @@ struct si_hparams {
     int32_t n_ff;     /* FFN neurons per layer */
     int32_t n_rot;    /* rotated dimensions per head */
     float norm_eps;
-    float rope_base;       /* RoPE frequency base (global layers) */
-    float rope_base_local; /* RoPE base of sliding-window layers (gemma3) */
-    float rope_scale;      /* linear position scaling of global layers (1 = none) */
-    float attn_scale;      /* multiplies q . k */
-    float embd_scale;      /* multiplies the token embedding (gemma: sqrt(n_embd)) */
+    float rope_base;        /* RoPE frequency base (global layers) */
+    float rope_base_local;  /* RoPE base of sliding-window layers (gemma3) */
+    float rope_scale;       /* linear position scaling of global layers (1 = none) */
+    float attn_scale;       /* multiplies q . k */
+    float embd_scale;       /* multiplies the token embedding (gemma: sqrt(n_embd)) */
     int32_t sliding_window; /* 0: none */
     int32_t swa_pattern;    /* layer l is global when (l + 1) % swa_pattern == 0 */
     enum si_act act;
@@ -90,23 +90,24 @@ struct si_tensor {
 };
 
 struct si_layer {
-    struct si_tensor attn_norm, attn_norm_b;     /* [n_embd] */
-    struct si_tensor attn_norm2, attn_norm2_b;   /* falcon-40b style second norm */
-    struct si_tensor wq, wk, wv, wo;             /* [n_embd, n_head*head_dim], ... */
-    struct si_tensor bq, bk, bv, bo;             /* biases (opt) */
-    struct si_tensor q_norm, k_norm;             /* [head_dim] (gemma3) */
-    struct si_tensor attn_post_norm;             /* [n_embd] (gemma3) */
-    struct si_tensor ffn_norm, ffn_norm_b;       /* [n_embd] */
-    struct si_tensor ffn_gate, ffn_up, ffn_down; /* [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd] */
-    struct si_tensor ffn_up_b, ffn_down_b;       /* [n_ff], [n_embd] */
-    struct si_tensor ffn_post_norm;              /* [n_embd] (gemma3) */
-    struct si_tensor fc1, fc2;                   /* predictor [n_embd, r], [r, n_ff] */
-    struct si_tensor ffn_down_t;                 /* [n_embd, n_ff], a row per neuron */
+    struct si_tensor attn_norm, attn_norm_b;   /* [n_embd] */
+    struct si_tensor attn_norm2, attn_norm2_b; /* falcon-40b style second norm */
+    struct si_tensor wq, wk, wv, wo;           /* [n_embd, n_head*head_dim], ... */
+    struct si_tensor bq, bk, bv, bo;           /* biases (opt) */
+    struct si_tensor q_norm, k_norm;           /* [head_dim] (gemma3) */
+    struct si_tensor attn_post_norm;           /* [n_embd] (gemma3) */
+    struct si_tensor ffn_norm, ffn_norm_b;     /* [n_embd] */
+    struct si_tensor ffn_gate, ffn_up,
+        ffn_down;                          /* [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd] */
+    struct si_tensor ffn_up_b, ffn_down_b; /* [n_ff], [n_embd] */
+    struct si_tensor ffn_post_norm;        /* [n_embd] (gemma3) */
+    struct si_tensor fc1, fc2;             /* predictor [n_embd, r], [r, n_ff] */
+    struct si_tensor ffn_down_t;           /* [n_embd, n_ff], a row per neuron */
 };
 
 struct si_weights {
-    struct si_tensor token_embd;              /* [n_embd, n_vocab] */
-    struct si_tensor pos_embd;                /* [n_embd, n_ctx] (opt) */
+    struct si_tensor token_embd; /* [n_embd, n_vocab] */
+    struct si_tensor pos_embd;   /* [n_embd, n_ctx] (opt) */
     struct si_tensor output_norm, output_norm_b;
     struct si_tensor output; /* [n_embd, n_vocab]; token_embd when tied */
     struct si_layer *layers; /* [n_layer] */

@@ -13,10 +13,10 @@ struct cand {
 struct si_sampler {
     struct si_sampler_params p;
     int32_t n_vocab;
-    struct cand *c;   /* (n_vocab) */
-    int32_t *recent;  /* ring of the last repeat_last_n accepted tokens */
+    struct cand *c;  /* (n_vocab) */
+    int32_t *recent; /* ring of the last repeat_last_n accepted tokens */
     int32_t n_recent, head;
-    uint64_t rng[4];  /* xoshiro256** state */
+    uint64_t rng[4]; /* xoshiro256** state */
 };
 
 struct si_sampler_params si_sampler_default_params(void)
@@ -138,8 +138,8 @@ int32_t si_sampler_sample(struct si_sampler *s, const float *logits)
                 seen = s->recent[q] == id;
             if (seen)
                 continue;
-            c[id].logit = c[id].logit > 0 ? c[id].logit / p->repeat_penalty
-                                          : c[id].logit * p->repeat_penalty;
+            c[id].logit =
+                c[id].logit > 0 ? c[id].logit / p->repeat_penalty : c[id].logit * p->repeat_penalty;
         }
     }
 
