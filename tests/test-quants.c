@@ -3,8 +3,9 @@
  * here from the formats' definitions, never from the library's code:
  *   - all 65536 halves and bfloat16s to float, and float to half / bfloat16
  *     (round to nearest even) on edge values and random floats;
- *   - dequantize and dot of every supported type, scalar and AVX2 kernels
- *     both (AVX2 when this CPU has it), on random rows of several lengths;
+ *   - dequantize, dot and mad (y += a * row) of every supported type,
+ *     scalar and AVX2 kernels both (AVX2 when this CPU has it), on random
+ *     rows of several lengths;
  *   - the quantizers: the scale each block gets, each value's rounding, and
  *     the error bound |x - dequantize(quantize(x))|;
  *   - the quantized-activation path: si_quantize_act's bytes against a
@@ -14,7 +15,8 @@
  *
  * Tolerances: dequantize within 1e-6 of the magnitude of the terms that make
  * the value (|d*q| + |m|; the kernels round once, so this is loose); dot
- * within 1e-5 of the sum of |terms|, with quantized activations too.
+ * within 1e-5 of the sum of |terms|, with quantized activations too; mad
+ * within 1e-6 of |y| + |a| * (the value's terms), a few float roundings.
  */
 #include "model/quants.h"
 #include "model/quants_impl.h"
@@ -28,6 +30,7 @@
 
 #define DEQUANT_TOL 1e-6
 #define DOT_TOL 1e-5
+#define MAD_TOL 1e-6
 
 /* ------------------------------------------------------ random numbers */
 
@@ -454,14 +457,42 @@ static void check_row(uint32_t t, int64_t n, size_t skew, const struct si__quant
         CHECK(err <= DOT_TOL * dot_abs + 1e-30, "%s %s n=%lld: dot %.9g, want %.9g (err %.3g of %.3g)",
               impl, name, (long long)n, dot, dot_ref, err, dot_abs);
 
+        /* mad: y = x + a * row, against x + a * ref in double. */
+        const float a = (float)uniform(-2, 2);
+        int64_t bad_mad = 0, first_mad = -1;
+        if (kern->mad == NULL) {
+            CHECK(false, "%s %s: no mad", impl, name);
+        } else {
+            memcpy(y, x, (size_t)n * sizeof *y);
+            kern->mad(row, a, y, n);
+            for (int64_t i = 0; i < n; i++) {
+                double want = x[i] + (double)a * ref[i];
+                double bound = MAD_TOL * (fabs(x[i]) + fabs(a) * mag[i]) + 1e-30;
+                if (!(fabs(y[i] - want) <= bound) && bad_mad++ == 0)
+                    first_mad = i;
+            }
+        }
+        CHECK(bad_mad == 0, "%s %s n=%lld: mad: %lld values wrong, first [%lld] = %.9g, want %.9g",
+              impl, name, (long long)n, (long long)bad_mad, (long long)first_mad,
+              first_mad >= 0 ? y[first_mad] : 0.0,
+              first_mad >= 0 ? x[first_mad] + (double)a * ref[first_mad] : 0.0);
+
         if (strcmp(impl, si_quants_impl()) == 0) {
             float *z = malloc((size_t)n * sizeof *z);
             if (z == NULL)
                 abort();
             si_dequantize_row(t, row, z, n);
+            kern->dequantize(row, y, n);
             CHECK(memcmp(y, z, (size_t)n * sizeof *z) == 0, "%s: si_dequantize_row differs", name);
             float d2 = si_vec_dot(t, row, x, n);
             CHECK(memcmp(&dot, &d2, sizeof dot) == 0, "%s: si_vec_dot differs", name);
+            if (kern->mad != NULL) {
+                memcpy(y, x, (size_t)n * sizeof *y);
+                kern->mad(row, a, y, n);
+                memcpy(z, x, (size_t)n * sizeof *z);
+                si_vec_mad(t, row, a, z, n);
+                CHECK(memcmp(y, z, (size_t)n * sizeof *z) == 0, "%s: si_vec_mad differs", name);
+            }
             free(z);
         }
     }

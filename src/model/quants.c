@@ -816,24 +816,62 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
     return sum;
 }
 
+/* ------------------------------------------------------ mad (y += a * row) */
+
+/*
+ * The scalar mads dequantize one block (a run of up to 32 values for the
+ * float types) into a local buffer, then add a times each value to y: the
+ * value rounded as dequantize rounds it, then the product, then the sum.
+ */
+static void mad_blocks(si__dequantize_fn dequantize, int64_t block, size_t size, const void *row,
+                       float a, float *y, int64_t n)
+{
+    const uint8_t *b = row;
+    float w[QK_K];
+    for (int64_t i = 0; i < n; i += block, b += size) {
+        int64_t m = n - i < block ? n - i : block;
+        dequantize(b, w, m);
+        for (int64_t j = 0; j < m; j++)
+            y[i + j] += a * w[j];
+    }
+}
+
+#define MAD(name, block, size)                                                                     \
+    static void mad_##name(const void *row, float a, float *y, int64_t n)                         \
+    {                                                                                              \
+        mad_blocks(dequantize_##name, (block), (size), row, a, y, n);                              \
+    }
+
+MAD(f32, QK, 4 * QK)
+MAD(f16, QK, 2 * QK)
+MAD(bf16, QK, 2 * QK)
+MAD(q8_0, QK, 34)
+MAD(q4_0, QK, 18)
+MAD(q4_1, QK, 20)
+MAD(q5_0, QK, 22)
+MAD(q5_1, QK, 24)
+MAD(q4_k, QK_K, 144)
+MAD(q5_k, QK_K, 176)
+MAD(q6_k, QK_K, 210)
+
 const struct si__quants_table si__quants_scalar = {
     .name = "scalar",
     .compiled = true,
     .type =
         {
-            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32},
-            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16},
-            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0},
+            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16},
+            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0},
-            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1},
-            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0},
-            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1},
-            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k},
-            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k},
-            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1},
+            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
+            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
+            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
+            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
+            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
 };
 
@@ -1036,6 +1074,8 @@ static void choose_kernels(void)
             active.type[t].quantize_act = si__quants_avx2.type[t].quantize_act;
         if (si__quants_avx2.type[t].dot_act != NULL)
             active.type[t].dot_act = si__quants_avx2.type[t].dot_act;
+        if (si__quants_avx2.type[t].mad != NULL)
+            active.type[t].mad = si__quants_avx2.type[t].mad;
     }
 }
 
@@ -1105,6 +1145,15 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n)
         return 0.0f;
     }
     return kernels(t, n)->dot_act(row, xa, n);
+}
+
+void si_vec_mad(uint32_t t, const void *row, float a, float *y, int64_t n)
+{
+    if (!si_type_supported(t)) {
+        assert(!"unsupported tensor type");
+        return;
+    }
+    kernels(t, n)->mad(row, a, y, n);
 }
 
 const char *si_quants_impl(void)

@@ -74,6 +74,15 @@ void si_quantize_act(uint32_t at, const float *x, void *dst, int64_t n);
 /* Dot of a row of type t with activations converted by si_quantize_act(si_act_type(t), ...). */
 float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n);
 
+/*
+ * y[0..n) += a * row[0..n) for a row of type t (F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the "axpy" that adds one neuron's
+ * down-projection row to the output.  The row's values are rounded as
+ * si_dequantize_row() rounds them or fused into the product (within a few
+ * float roundings of y + a * value); y is not read past n.
+ */
+void si_vec_mad(uint32_t t, const void *row, float a, float *y, int64_t n);
+
 /* Which implementation runs: "avx2" or "scalar". */
 const char *si_quants_impl(void);
 

@@ -515,6 +515,175 @@ static float dot_q6_k(const void *row, const float *x, int64_t n)
     return hsum4(a0, a1, a2, a3);
 }
 
+/* ------------------------------------------------------ mad (y += a * row) */
+
+/*
+ * y += a * row, 8 lanes at a time.  Where a block has one scale d (Q8_0,
+ * Q4_0, Q4_1), a is folded into it first: y += (a*d) * q (+ a*m), one FMA
+ * per 8 elements; the K types fold a into their sub-block scales and mins;
+ * the others multiply the decoded weights by a in the FMA with y.
+ */
+#define FLOAT_MAD(name, LOAD, AT)                                                                  \
+    static void name(const void *row, float a, float *y, int64_t n)                               \
+    {                                                                                              \
+        const uint8_t *p = row;                                                                    \
+        const __m256 va = _mm256_set1_ps(a);                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(LOAD(i), va, _mm256_loadu_ps(y + i)));         \
+            _mm256_storeu_ps(y + i + 8,                                                            \
+                             _mm256_fmadd_ps(LOAD(i + 8), va, _mm256_loadu_ps(y + i + 8)));        \
+            _mm256_storeu_ps(y + i + 16,                                                           \
+                             _mm256_fmadd_ps(LOAD(i + 16), va, _mm256_loadu_ps(y + i + 16)));      \
+            _mm256_storeu_ps(y + i + 24,                                                           \
+                             _mm256_fmadd_ps(LOAD(i + 24), va, _mm256_loadu_ps(y + i + 24)));      \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(LOAD(i), va, _mm256_loadu_ps(y + i)));         \
+        for (; i < n; i++)                                                                         \
+            y[i] = fmaf(AT(i), a, y[i]);                                                           \
+    }
+
+FLOAT_MAD(mad_f32, F32_LOAD, F32_AT)
+FLOAT_MAD(mad_f16, F16_LOAD, F16_AT)
+FLOAT_MAD(mad_bf16, BF16_LOAD, BF16_AT)
+
+/* y[0..31] = q[k] * s + (y + m), the four groups of a 32-element block. */
+INLINE void mad_block32(const __m256i q[4], float s, float m, float *y)
+{
+    const __m256 vs = _mm256_set1_ps(s), vm = _mm256_set1_ps(m);
+    for (int k = 0; k < 4; k++) {
+        __m256 acc = _mm256_loadu_ps(y + 8 * k);
+        if (m != 0.0f)
+            acc = _mm256_add_ps(acc, vm);
+        _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(to_float(q[k]), vs, acc));
+    }
+}
+
+static void mad_q8_0(const void *row, float a, float *y, int64_t n)
+{
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < n; i += 32, b += 34) {
+        __m256i q[4] = {i8x8(b + 2), i8x8(b + 10), i8x8(b + 18), i8x8(b + 26)};
+        mad_block32(q, a * half_at(b), 0.0f, y + i);
+    }
+}
+
+static void mad_q4_0(const void *row, float a, float *y, int64_t n)
+{
+    const __m256i eight = _mm256_set1_epi32(8);
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < n; i += 32, b += 18) {
+        __m256i q[4];
+        nibbles(b + 2, q);
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_sub_epi32(q[k], eight);
+        mad_block32(q, a * half_at(b), 0.0f, y + i);
+    }
+}
+
+static void mad_q4_1(const void *row, float a, float *y, int64_t n)
+{
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < n; i += 32, b += 20) {
+        __m256i q[4];
+        nibbles(b + 4, q);
+        mad_block32(q, a * half_at(b), a * half_at(b + 2), y + i);
+    }
+}
+
+/* Q5_0, Q5_1: the decoded weights times a, added to y. */
+#define DECODED_MAD(name, size)                                                                    \
+    static void mad_##name(const void *row, float a, float *y, int64_t n)                         \
+    {                                                                                              \
+        const __m256 va = _mm256_set1_ps(a);                                                       \
+        const uint8_t *b = row;                                                                    \
+        for (int64_t i = 0; i < n; i += 32, b += (size)) {                                         \
+            __m256 w[4];                                                                           \
+            decode_##name(b, w);                                                                   \
+            for (int k = 0; k < 4; k++)                                                            \
+                _mm256_storeu_ps(y + i + 8 * k,                                                    \
+                                 _mm256_fmadd_ps(w[k], va, _mm256_loadu_ps(y + i + 8 * k)));       \
+        }                                                                                          \
+    }
+
+DECODED_MAD(q5_0, 22)
+DECODED_MAD(q5_1, 24)
+
+/* Adds group g of a chunk to y (the chunk's first element); k's scales already hold a. */
+INLINE void k_group_add(const struct k_chunk *k, const uint8_t *qs, __m256i qh, int five, float *y)
+{
+    __m256 lo, hi;
+    k_group(k, qs, qh, five, &lo, &hi);
+    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_loadu_ps(y), lo));
+    _mm256_storeu_ps(y + 32, _mm256_add_ps(_mm256_loadu_ps(y + 32), hi));
+}
+
+INLINE void mad_k(const void *row, float a, float *y, int64_t n, int five)
+{
+    const size_t size = five ? 176 : 144;
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < n; i += 256, b += size) {
+        const uint8_t *qs = b + (five ? 48 : 16);
+        float scale[8], min[8];
+        k_scales(b, scale, min);
+        for (int j = 0; j < 8; j++) {
+            scale[j] *= a;
+            min[j] *= a;
+        }
+        __m256i h0 = _mm256_setzero_si256(), h1 = h0, h2 = h0, h3 = h0;
+        if (five) {
+            h0 = u8x8(b + 16);
+            h1 = u8x8(b + 24);
+            h2 = u8x8(b + 32);
+            h3 = u8x8(b + 40);
+        }
+        for (int c = 0; c < 4; c++, qs += 32) {
+            struct k_chunk k;
+            k_chunk_init(scale, min, c, &k);
+            float *yc = y + i + 64 * c;
+            k_group_add(&k, qs, h0, five, yc);
+            k_group_add(&k, qs + 8, h1, five, yc + 8);
+            k_group_add(&k, qs + 16, h2, five, yc + 16);
+            k_group_add(&k, qs + 24, h3, five, yc + 24);
+            h0 = _mm256_srli_epi32(h0, 2);
+            h1 = _mm256_srli_epi32(h1, 2);
+            h2 = _mm256_srli_epi32(h2, 2);
+            h3 = _mm256_srli_epi32(h3, 2);
+        }
+    }
+}
+
+static void mad_q4_k(const void *row, float a, float *y, int64_t n)
+{
+    mad_k(row, a, y, n, 0);
+}
+
+static void mad_q5_k(const void *row, float a, float *y, int64_t n)
+{
+    mad_k(row, a, y, n, 1);
+}
+
+static void mad_q6_k(const void *row, float a, float *y, int64_t n)
+{
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < n; i += 256, b += 210) {
+        float scale[16];
+        q6_k_scales(b, scale);
+        for (int j = 0; j < 16; j++)
+            scale[j] *= a;
+        for (int h = 0; h < 2; h++) {
+            for (int g = 0; g < 4; g++) {
+                __m256 w[4];
+                decode_q6_k_group(b, scale, h, g, w);
+                float *yg = y + i + 128 * h + 8 * g;
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_ps(yg + 32 * k, _mm256_add_ps(_mm256_loadu_ps(yg + 32 * k), w[k]));
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------ quantized activations */
 
 /*
@@ -1011,19 +1180,19 @@ const struct si__quants_table si__quants_avx2 = {
     .compiled = true,
     .type =
         {
-            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32},
-            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16},
-            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0},
+            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16},
+            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0},
-            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1},
-            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0},
-            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1},
-            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k},
-            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k},
-            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1},
+            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
+            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
+            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
+            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
+            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
 };
 

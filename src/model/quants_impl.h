@@ -41,12 +41,16 @@ typedef void (*si__quantize_act_fn)(const float *x, void *dst, int64_t n);
 /* Dot of a row with activations converted by the quantize_act of its si_act_type(). */
 typedef float (*si__dot_act_fn)(const void *row, const void *xa, int64_t n);
 
+/* y[0..n) += a * row[0..n) (the row's values as dequantize gives them, up to rounding). */
+typedef void (*si__mad_fn)(const void *row, float a, float *y, int64_t n);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
     /* Writes activations of this type (Q8_0, Q8_1, Q8_K, F16, BF16, F32); NULL for others. */
     si__quantize_act_fn quantize_act;
     si__dot_act_fn dot_act; /* NULL when the type is not supported */
+    si__mad_fn mad;         /* NULL when the type is not supported */
 };
 
 struct si__quants_table {

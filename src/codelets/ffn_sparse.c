@@ -1,0 +1,117 @@
+/*
+ * ffn_sparse.c - the sparse (and dense) FFN kernels of ffn_sparse.h.
+ *
+ * Row offsets are computed in size_t: a slice of 11008 neurons of 8 KiB
+ * rows is past 2^26 bytes, and larger layers pass 2^31.
+ */
+#include "codelets/ffn_sparse.h"
+
+#include "model/act.h"
+#include "model/quants.h"
+
+#include <assert.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* The row of neuron i in a matrix of rows row_bytes apart. */
+static const void *row_at(const void *rows, size_t row_bytes, int64_t i)
+{
+    return (const char *)rows + (size_t)i * row_bytes;
+}
+
+/*
+ * Rows of scattered neurons defeat the hardware prefetchers, which follow
+ * sequential streams: the sparse kernels ask for the rows of the neuron
+ * PREFETCH_AHEAD entries further in idx while computing the current one,
+ * unless that neuron follows its predecessor in idx (a stream the hardware
+ * already fetches; prefetching it too only slows the dense case).
+ */
+#define PREFETCH_AHEAD 2
+
+/* Whether the rows of idx[k] are worth prefetching (k in range, a jump from idx[k - 1]). */
+static bool scattered(const int32_t *idx, int64_t n_idx, int64_t k)
+{
+    return k < n_idx && idx[k] != idx[k - 1] + 1;
+}
+
+static void prefetch_row(const void *row, size_t bytes)
+{
+#if defined(__GNUC__)
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch((const char *)row + o, 0, 3);
+#else
+    (void)row;
+    (void)bytes;
+#endif
+}
+
+/* One neuron's activation, formed as the reference forward pass forms it. */
+static float neuron(enum si_ffn_kind kind, enum si_act act, uint32_t type, const void *gate,
+                    const void *up, const float *up_b, size_t row_bytes, int64_t n_embd,
+                    const void *xa, int64_t i)
+{
+    float u = si_vec_dot_act(type, row_at(up, row_bytes, i), xa, n_embd);
+    if (up_b != NULL)
+        u += up_b[i];
+    if (kind == SI_FFN_PLAIN)
+        return si_act_apply(act, u);
+    float g = si_vec_dot_act(type, row_at(gate, row_bytes, i), xa, n_embd);
+    if (kind == SI_FFN_GATED_RELU2)
+        u = si_act_apply(SI_ACT_RELU, u);
+    return si_act_apply(act, g) * u;
+}
+
+void si_k_ffn_act_sparse(enum si_ffn_kind kind, enum si_act act, uint32_t type, const void *gate,
+                         const void *up, const float *up_b, size_t row_bytes, int64_t n_embd,
+                         const void *xa, const int32_t *idx, int64_t n_idx, float *h)
+{
+    for (int64_t k = 0; k < n_idx; k++) {
+        assert(idx[k] >= 0 && "negative neuron index");
+        if (scattered(idx, n_idx, k + PREFETCH_AHEAD)) {
+            prefetch_row(row_at(up, row_bytes, idx[k + PREFETCH_AHEAD]), row_bytes);
+            if (kind != SI_FFN_PLAIN)
+                prefetch_row(row_at(gate, row_bytes, idx[k + PREFETCH_AHEAD]), row_bytes);
+        }
+        h[k] = neuron(kind, act, type, gate, up, up_b, row_bytes, n_embd, xa, idx[k]);
+    }
+}
+
+void si_k_ffn_act_dense(enum si_ffn_kind kind, enum si_act act, uint32_t type, const void *gate,
+                        const void *up, const float *up_b, size_t row_bytes, int64_t n_embd,
+                        const void *xa, int64_t n_ff, float *h)
+{
+    for (int64_t i = 0; i < n_ff; i++)
+        h[i] = neuron(kind, act, type, gate, up, up_b, row_bytes, n_embd, xa, i);
+}
+
+void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, int64_t n_embd,
+                          const float *h, const int32_t *idx, int64_t n_idx, float *y)
+{
+    memset(y, 0, (size_t)n_embd * sizeof *y);
+    for (int64_t k = 0; k < n_idx; k++) {
+        assert(idx[k] >= 0 && "negative neuron index");
+        if (scattered(idx, n_idx, k + PREFETCH_AHEAD))
+            prefetch_row(row_at(down_t, row_bytes, idx[k + PREFETCH_AHEAD]), row_bytes);
+        if (h[k] != 0.0f)
+            si_vec_mad(type, row_at(down_t, row_bytes, idx[k]), h[k], y, n_embd);
+    }
+}
+
+void si_k_ffn_down_dense(uint32_t type, const void *down, size_t row_bytes, int64_t n_ff,
+                         int64_t n_embd, const float *h, void *hq, float *y)
+{
+    si_quantize_act(si_act_type(type), h, hq, n_ff);
+    for (int64_t r = 0; r < n_embd; r++)
+        y[r] = si_vec_dot_act(type, row_at(down, row_bytes, r), hq, n_ff);
+}
+
+int64_t si_k_ffn_mask_from_gate(enum si_act act, const float *pre, int64_t n, float threshold,
+                                int32_t *idx)
+{
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabsf(si_act_apply(act, pre[i])) > threshold)
+            idx[count++] = (int32_t)i;
+    }
+    return count;
+}
