@@ -1,0 +1,254 @@
+/*
+ * cuda_common.cuh - device helpers shared by the CUDA kernels: fp16 decode,
+ * warp reductions, and the weight-row decoders for F32, F16, Q8_0, Q4_0 and
+ * Q4_1 (GGUF block layouts, as in model/quants.c):
+ *
+ *   Q8_0  34 bytes / 32: half d; int8 qs[32]       x = d*q
+ *   Q4_0  18 bytes / 32: half d; u8 qs[16]         x = d*(q-8)
+ *   Q4_1  20 bytes / 32: half d, m; u8 qs[16]      x = d*q + m
+ *
+ * In Q4_0 and Q4_1, element j < 16 is the low nibble of qs[j] and element
+ * j + 16 its high nibble.  Rows are read with 16-bit loads (32-bit for F32):
+ * a row must start at an even address (a multiple of 4 for F32), which GGUF's
+ * 32-byte tensor alignment and even block sizes guarantee.
+ *
+ * Everything here is `static __device__` and inline: the header has no
+ * symbols of its own and may be included by any number of .cu files.
+ */
+#ifndef SI_CODELETS_CUDA_COMMON_CUH
+#define SI_CODELETS_CUDA_COMMON_CUH
+
+#include "model/types.h"
+
+#include <cuda_fp16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SI_CUDA_WARP 32
+
+/* Bytes per 32-element block of the quantized types. */
+#define SI_CUDA_Q8_0_BYTES 34
+#define SI_CUDA_Q4_0_BYTES 18
+#define SI_CUDA_Q4_1_BYTES 20
+
+/* The IEEE half at p (p 2-byte aligned) as a float; exact. */
+static __device__ __forceinline__ float cu_half_at(const uint8_t *p)
+{
+    return __half2float(__ushort_as_half(*(const uint16_t *)p));
+}
+
+/* Sum of v over the 32 lanes of a full warp; every lane gets the sum. */
+static __device__ __forceinline__ float cu_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = SI_CUDA_WARP / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/*
+ * This lane's share of row . x for a row of n elements of type T; the warp's
+ * 32 shares summed (cu_warp_sum) give the dot.  F32 and F16 lanes take
+ * elements lane, lane + 32, ...; the quantized types are cut into 8-element
+ * "units" (a quarter of a block), lane taking units lane, lane + 32, ..., so
+ * that a warp reads 8 consecutive blocks at a time.
+ */
+template <int T>
+static __device__ __forceinline__ float cu_row_dot_lane(const uint8_t *row, const float *x,
+                                                        int64_t n, int lane);
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F32>(const uint8_t *row, const float *x,
+                                                              int64_t n, int lane)
+{
+    const float *w = (const float *)row;
+    float s0 = 0.0f, s1 = 0.0f;
+    int64_t i = lane;
+    for (; i + SI_CUDA_WARP < n; i += 2 * SI_CUDA_WARP) {
+        s0 += w[i] * x[i];
+        s1 += w[i + SI_CUDA_WARP] * x[i + SI_CUDA_WARP];
+    }
+    if (i < n)
+        s0 += w[i] * x[i];
+    return s0 + s1;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F16>(const uint8_t *row, const float *x,
+                                                              int64_t n, int lane)
+{
+    const uint16_t *w = (const uint16_t *)row;
+    float s0 = 0.0f, s1 = 0.0f;
+    int64_t i = lane;
+    for (; i + SI_CUDA_WARP < n; i += 2 * SI_CUDA_WARP) {
+        s0 += __half2float(__ushort_as_half(w[i])) * x[i];
+        s1 += __half2float(__ushort_as_half(w[i + SI_CUDA_WARP])) * x[i + SI_CUDA_WARP];
+    }
+    if (i < n)
+        s0 += __half2float(__ushort_as_half(w[i])) * x[i];
+    return s0 + s1;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q8_0>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    const int64_t units = n / 8;
+    float s = 0.0f;
+    for (int64_t u = lane; u < units; u += SI_CUDA_WARP) {
+        const int64_t b = u >> 2;
+        const int q = (int)(u & 3);
+        const uint8_t *p = row + b * SI_CUDA_Q8_0_BYTES;
+        const uint16_t *qs = (const uint16_t *)(p + 2 + 8 * q);
+        const float *xs = x + b * 32 + 8 * q;
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint16_t v = qs[j];
+            t += (float)(int8_t)(v & 0xff) * xs[2 * j] + (float)(int8_t)(v >> 8) * xs[2 * j + 1];
+        }
+        s += cu_half_at(p) * t;
+    }
+    return s;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_0>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    const int64_t units = n / 8;
+    float s = 0.0f;
+    for (int64_t u = lane; u < units; u += SI_CUDA_WARP) {
+        const int64_t b = u >> 2;
+        const int q = (int)(u & 3);
+        const uint8_t *p = row + b * SI_CUDA_Q4_0_BYTES;
+        const uint16_t *qs = (const uint16_t *)(p + 2 + 4 * q);
+        const float *lo = x + b * 32 + 4 * q; /* elements 4q .. 4q+3 */
+        const float *hi = lo + 16;            /* elements 16+4q .. 16+4q+3 */
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const uint16_t v = qs[j];
+            t += (float)((int)(v & 0xf) - 8) * lo[2 * j] +
+                 (float)((int)((v >> 4) & 0xf) - 8) * hi[2 * j] +
+                 (float)((int)((v >> 8) & 0xf) - 8) * lo[2 * j + 1] +
+                 (float)((int)(v >> 12) - 8) * hi[2 * j + 1];
+        }
+        s += cu_half_at(p) * t;
+    }
+    return s;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    const int64_t units = n / 8;
+    float s = 0.0f;
+    for (int64_t u = lane; u < units; u += SI_CUDA_WARP) {
+        const int64_t b = u >> 2;
+        const int q = (int)(u & 3);
+        const uint8_t *p = row + b * SI_CUDA_Q4_1_BYTES;
+        const uint16_t *qs = (const uint16_t *)(p + 4 + 4 * q);
+        const float *lo = x + b * 32 + 4 * q;
+        const float *hi = lo + 16;
+        float t = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const uint16_t v = qs[j];
+            t += (float)(v & 0xf) * lo[2 * j] + (float)((v >> 4) & 0xf) * hi[2 * j] +
+                 (float)((v >> 8) & 0xf) * lo[2 * j + 1] + (float)(v >> 12) * hi[2 * j + 1];
+            sx += lo[2 * j] + hi[2 * j] + lo[2 * j + 1] + hi[2 * j + 1];
+        }
+        /* sum (d*q + m) * x = d * sum q*x + m * sum x */
+        s += cu_half_at(p) * t + cu_half_at(p + 2) * sx;
+    }
+    return s;
+}
+
+/* Element j of a row of type T (for the column-wise down projection). */
+template <int T> static __device__ __forceinline__ float cu_row_elem(const uint8_t *row, int64_t j);
+
+template <> __device__ __forceinline__ float cu_row_elem<SI_TYPE_F32>(const uint8_t *row, int64_t j)
+{
+    return ((const float *)row)[j];
+}
+
+template <> __device__ __forceinline__ float cu_row_elem<SI_TYPE_F16>(const uint8_t *row, int64_t j)
+{
+    return __half2float(__ushort_as_half(((const uint16_t *)row)[j]));
+}
+
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q8_0>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 5) * SI_CUDA_Q8_0_BYTES;
+    return cu_half_at(p) * (float)(int8_t)p[2 + (j & 31)];
+}
+
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_0>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 5) * SI_CUDA_Q4_0_BYTES;
+    const int e = (int)(j & 31);
+    const uint8_t v = p[2 + (e & 15)];
+    const int q = e < 16 ? (v & 0xf) : (v >> 4);
+    return cu_half_at(p) * (float)(q - 8);
+}
+
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_1>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 5) * SI_CUDA_Q4_1_BYTES;
+    const int e = (int)(j & 31);
+    const uint8_t v = p[4 + (e & 15)];
+    const int q = e < 16 ? (v & 0xf) : (v >> 4);
+    return cu_half_at(p) * (float)q + cu_half_at(p + 2);
+}
+
+/*
+ * Bytes of a row of n elements of type t, and the alignment its loads need;
+ * 0 when t is not one of the five types or n is not a whole number of blocks.
+ */
+static inline size_t cu_row_bytes(uint32_t t, int64_t n, size_t *align)
+{
+    if (n < 0)
+        return 0;
+    switch (t) {
+    case SI_TYPE_F32:
+        *align = 4;
+        return (size_t)n * 4;
+    case SI_TYPE_F16:
+        *align = 2;
+        return (size_t)n * 2;
+    case SI_TYPE_Q8_0:
+        *align = 2;
+        return n % 32 ? 0 : (size_t)(n / 32) * SI_CUDA_Q8_0_BYTES;
+    case SI_TYPE_Q4_0:
+        *align = 2;
+        return n % 32 ? 0 : (size_t)(n / 32) * SI_CUDA_Q4_0_BYTES;
+    case SI_TYPE_Q4_1:
+        *align = 2;
+        return n % 32 ? 0 : (size_t)(n / 32) * SI_CUDA_Q4_1_BYTES;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * Check a weight matrix's description for the launchers: type supported,
+ * n_cols a whole number of blocks, w and the row stride aligned, the stride
+ * at least a row.  *stride is set to the row size when it is 0 (packed rows).
+ */
+static inline bool cu_check_rows(uint32_t t, const void *w, int64_t n_cols, size_t *stride)
+{
+    size_t align = 1;
+    const size_t bytes = cu_row_bytes(t, n_cols, &align);
+    if (bytes == 0 || w == NULL)
+        return false;
+    if (*stride == 0)
+        *stride = bytes;
+    return *stride >= bytes && *stride % align == 0 && (uintptr_t)w % align == 0;
+}
+
+#endif /* SI_CODELETS_CUDA_COMMON_CUH */

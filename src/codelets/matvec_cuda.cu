@@ -1,0 +1,103 @@
+/* matvec_cuda.cu - dense matrix-vector product and RMSNorm on CUDA devices. */
+#include "codelets/codelets_cuda.h"
+#include "codelets/cuda_common.cuh"
+
+#include <limits.h>
+
+/* Rows per block of the matvec: one warp each. */
+#define MATVEC_WARPS 8
+/* Threads of the single RMSNorm block. */
+#define RMSNORM_THREADS 1024
+
+/* y[r] = row r . x; warp threadIdx.y of block b takes row b * MATVEC_WARPS + y. */
+template <int T>
+static __global__ void matvec_kernel(const uint8_t *w, size_t stride, int64_t n_rows,
+                                     int64_t n_cols, const float *x, float *y)
+{
+    const int lane = threadIdx.x;
+    const int64_t r = (int64_t)blockIdx.x * MATVEC_WARPS + threadIdx.y;
+    if (r >= n_rows) /* the whole warp leaves together */
+        return;
+    const float s = cu_warp_sum(cu_row_dot_lane<T>(w + (size_t)r * stride, x, n_cols, lane));
+    if (lane == 0)
+        y[r] = s;
+}
+
+template <int T>
+static cudaError_t matvec_launch(const void *w, size_t stride, int64_t n_rows, int64_t n_cols,
+                                 const float *x, float *y, cudaStream_t stream)
+{
+    const int64_t blocks = (n_rows + MATVEC_WARPS - 1) / MATVEC_WARPS;
+    if (blocks > INT_MAX)
+        return cudaErrorInvalidValue;
+    const dim3 threads(SI_CUDA_WARP, MATVEC_WARPS);
+    matvec_kernel<T><<<(unsigned)blocks, threads, 0, stream>>>((const uint8_t *)w, stride, n_rows,
+                                                               n_cols, x, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t si_cuda_matvec(uint32_t type, const void *w, size_t row_stride,
+                                      int64_t n_rows, int64_t n_cols, const float *x, float *y,
+                                      cudaStream_t stream)
+{
+    if (n_rows < 0 || !cu_check_rows(type, w, n_cols, &row_stride) || x == NULL || y == NULL)
+        return cudaErrorInvalidValue;
+    if (n_rows == 0)
+        return cudaSuccess;
+    switch (type) {
+    case SI_TYPE_F32:
+        return matvec_launch<SI_TYPE_F32>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_F16:
+        return matvec_launch<SI_TYPE_F16>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q8_0:
+        return matvec_launch<SI_TYPE_Q8_0>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q4_0:
+        return matvec_launch<SI_TYPE_Q4_0>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q4_1:
+        return matvec_launch<SI_TYPE_Q4_1>(w, row_stride, n_rows, n_cols, x, y, stream);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+/*
+ * One block: each thread sums the squares of its strided elements, the warps
+ * reduce by shuffles, warp 0 reduces the warps' sums; then every thread scales
+ * its elements.  All reads of x happen before the barrier that precedes the
+ * writes, so y may alias x.
+ */
+static __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int64_t n,
+                                      float eps)
+{
+    __shared__ float partial[RMSNORM_THREADS / SI_CUDA_WARP];
+    __shared__ float scale;
+    const int tid = threadIdx.x, lane = tid % SI_CUDA_WARP, warp = tid / SI_CUDA_WARP;
+    float ss = 0.0f;
+    for (int64_t i = tid; i < n; i += blockDim.x)
+        ss += x[i] * x[i];
+    ss = cu_warp_sum(ss);
+    if (lane == 0)
+        partial[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        float v = lane < (int)(blockDim.x / SI_CUDA_WARP) ? partial[lane] : 0.0f;
+        v = cu_warp_sum(v);
+        if (lane == 0)
+            scale = 1.0f / sqrtf(v / (float)n + eps);
+    }
+    __syncthreads();
+    const float s = scale;
+    for (int64_t i = tid; i < n; i += blockDim.x)
+        y[i] = w != NULL ? x[i] * s * w[i] : x[i] * s;
+}
+
+extern "C" cudaError_t si_cuda_rmsnorm(float *y, const float *x, const float *w, int64_t n,
+                                       float eps, cudaStream_t stream)
+{
+    if (n < 0 || y == NULL || x == NULL)
+        return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
+    rmsnorm_kernel<<<1, RMSNORM_THREADS, 0, stream>>>(y, x, w, n, eps);
+    return cudaGetLastError();
+}
