@@ -67,6 +67,13 @@ grep -q 'measured: sparsity 0.8[89]\|measured: sparsity 0.9[01]' "$tmp/out" || f
 "$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids >"$tmp/out" 2>"$tmp/err" ||
     fail "generate on a synth model: $(cat "$tmp/err")"
 grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(cat "$tmp/out")"
+"$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids --engine starpu --sparsity gate \
+    >"$tmp/out2" 2>"$tmp/err" || fail "generate --engine starpu: $(cat "$tmp/err")"
+cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
+grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
+expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
+expect_error 1 "--sparsity gate needs --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "--sparsity: 'half' is neither dense nor gate" generate -m x.gguf -p a --sparsity half
 expect_error 1 "synth: unknown option '--bogus'" synth --bogus
 head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a

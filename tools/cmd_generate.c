@@ -1,9 +1,10 @@
 /*
- * cmd_generate.c - `starinfer generate` and `starinfer perplexity` on the
- * plain-C reference forward pass (single thread; the StarPU engine replaces
- * it as the default path when it lands).
+ * cmd_generate.c - `starinfer generate` (on the plain-C reference, or the
+ * StarPU engine with --engine starpu) and `starinfer perplexity` (reference).
  */
 #include "cli.h"
+#include "graph/engine.h"
+#include "graph/runtime.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -107,8 +108,11 @@ int si_cmd_generate(int argc, char **argv)
     const char *prompt = NULL, *file = NULL, *v;
     long long n_predict = 128, seed = 0, ll;
     double d;
-    bool chat = false, ignore_eos = false, ids = false;
+    /* The reference stays the default until the engine is faster than it
+     * (it is bit-identical, and slower for now: see the README). */
+    bool chat = false, ignore_eos = false, ids = false, use_engine = false;
     struct si_sampler_params sp = si_sampler_default_params();
+    struct si_engine_params ep = si_engine_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = common_option(&c, argc, argv, &i);
@@ -157,6 +161,29 @@ int si_cmd_generate(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &ll))
                 return 1;
             sp.repeat_last_n = (int32_t)ll;
+        } else if (!strcmp(a, "--engine")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0)
+                return si_cli_error("--engine: '%s' is neither starpu nor ref", v);
+            use_engine = !strcmp(v, "starpu");
+        } else if (!strcmp(a, "--sparsity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (!strcmp(v, "dense"))
+                ep.mode = SI_SPARSITY_DENSE;
+            else if (!strcmp(v, "gate"))
+                ep.mode = SI_SPARSITY_GATE;
+            else
+                return si_cli_error("--sparsity: '%s' is neither dense nor gate", v);
+        } else if (!strcmp(a, "--gate-threshold")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1e6, &d))
+                return 1;
+            ep.gate_threshold = (float)d;
+        } else if (!strcmp(a, "--slices")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 256, &ll))
+                return 1;
+            ep.n_slices = (int32_t)ll;
         } else if (!strcmp(a, "--chat")) {
             chat = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -171,6 +198,8 @@ int si_cmd_generate(int argc, char **argv)
         return si_cli_error("generate: no prompt given (-p TEXT or -f FILE)");
     if (prompt != NULL && file != NULL)
         return si_cli_error("generate: give either -p or -f, not both");
+    if (!use_engine && ep.mode != SI_SPARSITY_DENSE)
+        return si_cli_error("generate: --sparsity gate needs --engine starpu");
     sp.seed = (uint64_t)seed;
 
     char *text = NULL;
@@ -186,6 +215,8 @@ int si_cmd_generate(int argc, char **argv)
     struct si_model *m = NULL;
     struct si_tokenizer *tok = NULL;
     struct si_ref *ref = NULL;
+    struct si_engine *eng = NULL;
+    struct si_runtime rt = {0};
     struct si_sampler *smp = NULL;
     int32_t *toks = NULL;
     char *wrapped = NULL;
@@ -245,7 +276,18 @@ int si_cmd_generate(int argc, char **argv)
                      (long long)n_prompt, n_predict, rp.n_ctx);
         goto out;
     }
-    if (si_ref_init(&ref, m, rp, err, sizeof err) != SI_OK) {
+    if (use_engine) {
+        if (si_runtime_start(&rt, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        ep.ref = rp;
+        if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        ref = si_engine_ref(eng);
+    } else if (si_ref_init(&ref, m, rp, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
@@ -269,7 +311,7 @@ int si_cmd_generate(int argc, char **argv)
     /* Prompts of 64 tokens or more are one batch in llama.cpp: f32 attention. */
     ref->attn_f32 = n_prompt >= 64;
     for (int64_t i = 0; i < n_prompt; i++) {
-        if (si_ref_eval(ref, toks[i]) != SI_OK) {
+        if ((eng != NULL ? si_engine_eval(eng, toks[i]) : si_ref_eval(ref, toks[i])) != SI_OK) {
             si_cli_error("evaluation failed at prompt token %lld", (long long)i);
             goto out;
         }
@@ -293,7 +335,8 @@ int si_cmd_generate(int argc, char **argv)
         }
         fflush(stdout);
         si_sampler_accept(smp, next);
-        if (n_gen + 1 < n_predict && si_ref_eval(ref, next) != SI_OK) {
+        if (n_gen + 1 < n_predict &&
+            (eng != NULL ? si_engine_eval(eng, next) : si_ref_eval(ref, next)) != SI_OK) {
             si_cli_error("evaluation failed at generated token %lld", (long long)n_gen);
             goto out;
         }
@@ -306,10 +349,24 @@ int si_cmd_generate(int argc, char **argv)
             "tokens/s)\n",
             (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0), (long long)n_gen, t2 - t1,
             n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
+    if (eng != NULL) {
+        struct si_engine_stats st = si_engine_get_stats(eng);
+        fprintf(stderr,
+                "engine: StarPU, %u CPU workers, %d FFN slices per layer, %s mode: %.1f%% of FFN "
+                "neurons computed, %.0f tasks per token\n",
+                si_runtime_ncpu(), si_engine_n_slices(eng),
+                ep.mode == SI_SPARSITY_GATE ? "gate" : "dense",
+                100.0 * (double)st.neurons_active / (double)(st.neurons_total ? st.neurons_total : 1),
+                (double)st.tasks / (double)(st.tokens ? st.tokens : 1));
+    }
     rc = 0;
 out:
     si_sampler_free(smp);
-    si_ref_free(ref);
+    if (eng != NULL)
+        si_engine_free(eng);
+    else
+        si_ref_free(ref);
+    si_runtime_stop(&rt);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

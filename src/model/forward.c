@@ -1,6 +1,7 @@
 /* forward.c - the reference forward pass, one token at a time. */
 #include "model/forward.h"
 
+#include "model/act.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -33,6 +34,48 @@ static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, 
     }
     for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
         y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
+}
+
+int64_t si_ref_ffn_chunk(const struct si_model *m)
+{
+    const struct si_tensor *w = &m->w.layers[0].ffn_down;
+    const struct si_type_traits *tw = si_type_get(w->type);
+    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
+    int64_t chunk = 256;
+    if (chunk % tw->block != 0 || chunk % ta->block != 0 || m->hp.n_ff % chunk != 0)
+        chunk = tw->block > ta->block ? tw->block : ta->block;
+    if (m->hp.n_ff % chunk != 0)
+        chunk = m->hp.n_ff; /* a single chunk */
+    return chunk;
+}
+
+/*
+ * The FFN's down projection y = W h, summed chunk by chunk: each row's dot
+ * product is taken over chunks of si_ref_ffn_chunk() neurons, and the chunk
+ * results are added in order.  An engine that computes chunks in separate
+ * tasks and adds them in the same order gets the same bits.
+ */
+static void down_proj(const struct si_ref *s, float *y, const struct si_tensor *w, const float *h)
+{
+    const int64_t chunk = si_ref_ffn_chunk(s->m), n = w->ne[0];
+    size_t chunk_bytes = 0;
+    si_type_row_size(w->type, chunk, &chunk_bytes);
+    if (s->p.act_quant)
+        si_quantize_act(si_act_type(w->type), h, s->xq, n);
+    size_t xa_chunk = 0;
+    si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
+    const char *row = w->data;
+    for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < n; c += chunk) {
+            const char *part = row + (size_t)(c / chunk) * chunk_bytes;
+            float v = s->p.act_quant
+                          ? si_vec_dot_act(w->type, part, (const char *)s->xq + (size_t)(c / chunk) * xa_chunk, chunk)
+                          : si_vec_dot(w->type, part, h + c, chunk);
+            acc = c == 0 ? v : acc + v;
+        }
+        y[r] = acc;
+    }
 }
 
 /* y += b, when the bias exists. */
@@ -79,19 +122,6 @@ static void layernorm(float *y, const float *x, const float *w, const float *b, 
     const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
     for (int64_t i = 0; i < n; i++)
         y[i] = (x[i] - mean) * scale * w[i] + (b != NULL ? b[i] : 0.0f);
-}
-
-static float act(enum si_act a, float x)
-{
-    switch (a) {
-    case SI_ACT_RELU:
-        return x > 0.0f ? x : 0.0f;
-    case SI_ACT_GELU: /* tanh approximation */
-        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
-    case SI_ACT_SILU:
-    default:
-        return x / (1.0f + expf(-x));
-    }
 }
 
 /*
@@ -359,12 +389,12 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
         for (int64_t i = 0; i < ff; i++)
-            s->hu[i] = act(hp->act, s->hu[i]);
+            s->hu[i] = si_act_apply(hp->act, s->hu[i]);
     } else {
         matvec(s, s->hg, &L->ffn_gate, s->xb);
         for (int64_t i = 0; i < ff; i++) {
-            float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? act(SI_ACT_RELU, s->hu[i]) : s->hu[i];
-            s->hu[i] = act(hp->act, s->hg[i]) * up;
+            float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, s->hu[i]) : s->hu[i];
+            s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
         }
     }
     if (s->count_active) {
@@ -373,11 +403,11 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             n += s->hu[i] != 0.0f;
         s->n_active[l] = n;
     }
-    matvec(s, s->xb2, &L->ffn_down, s->hu);
+    down_proj(s, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
 }
 
-int si_ref_eval(struct si_ref *s, int32_t token)
+int si_ref_begin(struct si_ref *s, int32_t token)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
@@ -385,10 +415,7 @@ int si_ref_eval(struct si_ref *s, int32_t token)
         return SI_E_INVALID;
     if (s->n_past >= s->p.n_ctx)
         return SI_E_BUDGET;
-    const int pos = s->n_past;
     const int64_t d = hp->n_embd;
-    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    float *tmp = s->tmp;
 
     /* Token embedding (scaled for gemma), plus learned position (opt). */
     const struct si_tensor *te = &m->w.token_embd;
@@ -397,76 +424,109 @@ int si_ref_eval(struct si_ref *s, int32_t token)
         s->x[i] *= hp->embd_scale;
     if (m->w.pos_embd.data != NULL) {
         const struct si_tensor *pe = &m->w.pos_embd;
-        si_dequantize_row(pe->type, (const char *)pe->data + (size_t)pos * pe->row_bytes, tmp, d);
+        si_dequantize_row(pe->type, (const char *)pe->data + (size_t)s->n_past * pe->row_bytes,
+                          s->tmp, d);
         for (int64_t i = 0; i < d; i++)
-            s->x[i] += tmp[i];
+            s->x[i] += s->tmp[i];
     }
+    return SI_OK;
+}
 
-    for (int l = 0; l < hp->n_layer; l++) {
-        const struct si_layer *L = &m->w.layers[l];
+void si_ref_attn(struct si_ref *s, int l)
+{
+    const struct si_model *m = s->m;
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *L = &m->w.layers[l];
+    const int pos = s->n_past;
+    const int64_t d = hp->n_embd;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    float *tmp = s->tmp;
 
-        /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
-        norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
-        matvec(s, s->q, &L->wq, s->xb);
-        matvec(s, s->k, &L->wk, s->xb);
-        matvec(s, s->v, &L->wv, s->xb);
-        add_bias(s->q, &L->bq, (int64_t)hp->n_head * hp->head_dim);
-        add_bias(s->k, &L->bk, (int64_t)kvd);
-        add_bias(s->v, &L->bv, (int64_t)kvd);
-        if (L->q_norm.data != NULL) {
-            const float *qn = vec_f32(&L->q_norm, tmp);
-            const float *kn = vec_f32(&L->k_norm, tmp + hp->head_dim);
-            for (int h = 0; h < hp->n_head; h++)
-                rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
-                        hp->head_dim, hp->norm_eps);
-            for (int h = 0; h < hp->n_head_kv; h++)
-                rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
-                        hp->head_dim, hp->norm_eps);
-        }
-        if (hp->rope_kind != SI_ROPE_NONE) {
-            const bool local = si_hparams_is_swa(hp, l);
-            const float base = local ? hp->rope_base_local : hp->rope_base;
-            const float scale = local ? 1.0f : hp->rope_scale;
-            rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
-            rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
-        }
-        cache_put(s, s->kcache, l, pos, s->k, kvd);
-        cache_put(s, s->vcache, l, pos, s->v, kvd);
-        if (s->p.kv_f16 && !s->attn_f32)
-            attention_f16(s, l, pos);
+    /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
+    norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+    matvec(s, s->q, &L->wq, s->xb);
+    matvec(s, s->k, &L->wk, s->xb);
+    matvec(s, s->v, &L->wv, s->xb);
+    add_bias(s->q, &L->bq, (int64_t)hp->n_head * hp->head_dim);
+    add_bias(s->k, &L->bk, (int64_t)kvd);
+    add_bias(s->v, &L->bv, (int64_t)kvd);
+    if (L->q_norm.data != NULL) {
+        const float *qn = vec_f32(&L->q_norm, tmp);
+        const float *kn = vec_f32(&L->k_norm, tmp + hp->head_dim);
+        for (int h = 0; h < hp->n_head; h++)
+            rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
+                    hp->head_dim, hp->norm_eps);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
+                    hp->head_dim, hp->norm_eps);
+    }
+    if (hp->rope_kind != SI_ROPE_NONE) {
+        const bool local = si_hparams_is_swa(hp, l);
+        const float base = local ? hp->rope_base_local : hp->rope_base;
+        const float scale = local ? 1.0f : hp->rope_scale;
+        rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+        rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+    }
+    cache_put(s, s->kcache, l, pos, s->k, kvd);
+    cache_put(s, s->vcache, l, pos, s->v, kvd);
+    if (s->p.kv_f16 && !s->attn_f32)
+        attention_f16(s, l, pos);
+    else
+        attention_f32(s, l, pos);
+    matvec(s, s->xb2, &L->wo, s->att);
+    add_bias(s->xb2, &L->bo, d);
+    if (L->attn_post_norm.data != NULL)
+        rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
+
+    if (hp->parallel_residual) {
+        /* Falcon: the FFN reads the layer input too (its own norm if any);
+         * the attention output waits in xb3 for the residual. */
+        memcpy(s->xb3, s->xb2, (size_t)d * sizeof(float));
+        if (L->attn_norm2.data != NULL)
+            norm(hp, s->xb, s->x, &L->attn_norm2, &L->attn_norm2_b, tmp);
         else
-            attention_f32(s, l, pos);
-        matvec(s, s->xb2, &L->wo, s->att);
-        add_bias(s->xb2, &L->bo, d);
-        if (L->attn_post_norm.data != NULL)
-            rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
-
-        if (hp->parallel_residual) {
-            /* Falcon: the FFN reads the layer input too (its own norm if any). */
-            memcpy(s->xb3, s->xb2, (size_t)d * sizeof(float));
-            if (L->attn_norm2.data != NULL)
-                norm(hp, s->xb, s->x, &L->attn_norm2, &L->attn_norm2_b, tmp);
-            else
-                norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
-            ffn(s, L, l);
-            for (int64_t i = 0; i < d; i++)
-                s->x[i] += s->xb3[i] + s->xb2[i];
-            continue;
-        }
-        for (int64_t i = 0; i < d; i++)
-            s->x[i] += s->xb2[i];
-
-        /* FFN: norm, neurons, down projection, residual. */
-        norm(hp, s->xb, s->x, &L->ffn_norm, &L->ffn_norm_b, tmp);
-        ffn(s, L, l);
-        if (L->ffn_post_norm.data != NULL)
-            rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, tmp), d, hp->norm_eps);
-        for (int64_t i = 0; i < d; i++)
-            s->x[i] += s->xb2[i];
+            norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+        return;
     }
+    for (int64_t i = 0; i < d; i++)
+        s->x[i] += s->xb2[i];
+    norm(hp, s->xb, s->x, &L->ffn_norm, &L->ffn_norm_b, tmp);
+}
 
-    norm(hp, s->xb, s->x, &m->w.output_norm, &m->w.output_norm_b, tmp);
+void si_ref_ffn(struct si_ref *s, int l)
+{
+    ffn(s, &s->m->w.layers[l], l);
+}
+
+void si_ref_ffn_finish(struct si_ref *s, int l)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const struct si_layer *L = &s->m->w.layers[l];
+    const int64_t d = hp->n_embd;
+    if (L->ffn_post_norm.data != NULL)
+        rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, s->tmp), d, hp->norm_eps);
+    for (int64_t i = 0; i < d; i++)
+        s->x[i] += s->xb2[i] + (hp->parallel_residual ? s->xb3[i] : 0.0f);
+}
+
+void si_ref_end(struct si_ref *s)
+{
+    const struct si_model *m = s->m;
+    norm(&m->hp, s->xb, s->x, &m->w.output_norm, &m->w.output_norm_b, s->tmp);
     matvec(s, s->logits, &m->w.output, s->xb);
     s->n_past++;
+}
+
+int si_ref_eval(struct si_ref *s, int32_t token)
+{
+    int rc = si_ref_begin(s, token);
+    if (rc != SI_OK)
+        return rc;
+    for (int l = 0; l < s->m->hp.n_layer; l++) {
+        si_ref_attn(s, l);
+        si_ref_ffn(s, l);
+        si_ref_ffn_finish(s, l);
+    }
+    si_ref_end(s);
     return SI_OK;
 }

@@ -80,4 +80,25 @@ void si_ref_reset(struct si_ref *s);
  * for a token outside the vocabulary, SI_E_BUDGET when the cache is full. */
 int si_ref_eval(struct si_ref *s, int32_t token);
 
+/*
+ * The steps of si_ref_eval, for engines that run them as tasks and replace
+ * the FFN with their own:
+ *   si_ref_begin(s, token)   x = embedding (checks token and cache room)
+ *   per layer l:
+ *     si_ref_attn(s, l)      attention; x += its output (Falcon: kept in xb3);
+ *                            xb = the FFN's normalised input
+ *     si_ref_ffn(s, l)       xb2 = FFN(xb), dense, the down projection summed
+ *                            chunk by chunk in order (or an engine's own sum)
+ *     si_ref_ffn_finish(s, l) post-FFN norm if any; x += xb2 (+ xb3)
+ *   si_ref_end(s)            logits; the token joins the cache (n_past + 1)
+ */
+int si_ref_begin(struct si_ref *s, int32_t token);
+/* Neurons per chunk of the FFN down projection (see si_ref_ffn): a multiple
+ * of the quantization blocks, 256 where the FFN width allows. */
+int64_t si_ref_ffn_chunk(const struct si_model *m);
+void si_ref_attn(struct si_ref *s, int l);
+void si_ref_ffn(struct si_ref *s, int l);
+void si_ref_ffn_finish(struct si_ref *s, int l);
+void si_ref_end(struct si_ref *s);
+
 #endif /* SI_MODEL_FORWARD_H */
