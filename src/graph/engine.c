@@ -35,6 +35,9 @@ struct si_engine {
     struct scratch *scratch; /* one per worker */
     unsigned n_workers;
 
+    /* Task names as traces show them: "attn L3", "ffn_cold L3.1", "merge L3". */
+    char (*name_attn)[24], (*name_merge)[24], (*name_ffn)[32];
+
     starpu_data_handle_t h_x, h_xb, h_partials, h_logits;
     starpu_data_handle_t *h_part; /* children of h_partials */
 
@@ -340,8 +343,18 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->h_part = calloc((size_t)ns, sizeof *e->h_part);
     e->n_workers = starpu_worker_get_count();
     e->scratch = calloc(e->n_workers, sizeof *e->scratch);
-    if (!e->slice_c0 || !e->partials || !e->active || !e->h_part || !e->scratch || !lengths)
+    e->name_attn = calloc((size_t)hp->n_layer, sizeof *e->name_attn);
+    e->name_merge = calloc((size_t)hp->n_layer, sizeof *e->name_merge);
+    e->name_ffn = calloc((size_t)hp->n_layer * (size_t)ns, sizeof *e->name_ffn);
+    if (!e->slice_c0 || !e->partials || !e->active || !e->h_part || !e->scratch || !lengths ||
+        !e->name_attn || !e->name_merge || !e->name_ffn)
         goto oom;
+    for (int l = 0; l < hp->n_layer; l++) {
+        snprintf(e->name_attn[l], sizeof e->name_attn[l], "attn L%d", l);
+        snprintf(e->name_merge[l], sizeof e->name_merge[l], "merge L%d", l);
+        for (int32_t j = 0; j < ns; j++)
+            snprintf(e->name_ffn[(size_t)l * ns + j], sizeof e->name_ffn[0], "ffn_cold L%d.%d", l, j);
+    }
     for (int32_t j = 0; j <= ns; j++)
         e->slice_c0[j] = (int64_t)j * n_chunks / ns;
     for (int32_t j = 0; j < ns; j++)
@@ -404,6 +417,9 @@ void si_engine_free(struct si_engine *e)
     free(e->partials);
     free(e->slice_c0);
     free(e->lengths);
+    free(e->name_attn);
+    free(e->name_merge);
+    free(e->name_ffn);
     si_ref_free(e->ref);
     free(e);
 }
@@ -431,13 +447,13 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         h[1] = e->h_xb;
         md[0] = STARPU_RW;
         md[1] = STARPU_W;
-        rc = submit(e, &cl_attn, "attn", l, -1, token, h, md, 2);
+        rc = submit(e, &cl_attn, e->name_attn[l], l, -1, token, h, md, 2);
         for (int32_t j = 0; j < ns && rc == 0; j++) {
             h[0] = e->h_xb;
             h[1] = e->h_part[j];
             md[0] = STARPU_R;
             md[1] = STARPU_W;
-            rc = submit(e, &cl_ffn, "ffn_cold", l, j, token, h, md, 2);
+            rc = submit(e, &cl_ffn, e->name_ffn[(size_t)l * ns + j], l, j, token, h, md, 2);
         }
         if (rc != 0)
             break;
@@ -447,7 +463,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
             h[1 + j] = e->h_part[j];
             md[1 + j] = STARPU_R;
         }
-        rc = submit(e, &cl_merge, "merge", l, -1, token, h, md, 1 + ns);
+        rc = submit(e, &cl_merge, e->name_merge[l], l, -1, token, h, md, 1 + ns);
     }
     if (rc == 0) {
         h[0] = e->h_x;
