@@ -56,6 +56,7 @@ expect_error 1 "perplexity: no text given" perplexity -m x.gguf
 expect_error 1 "--ctx-size must be at least 16" perplexity -m x.gguf -f y -c 8
 expect_error 1 "/nonexistent.txt: No such file or directory" perplexity -m x.gguf -f /nonexistent.txt
 "$si" generate --help | grep -q -- '--top-k' || fail "generate --help lacks --top-k"
+"$si" generate --help | grep -q -- '--engine E' || fail "generate --help lacks --engine"
 "$si" perplexity --help | grep -q -- '--chunks' || fail "perplexity --help lacks --chunks"
 "$si" synth --help | grep -q -- '--sparsity' || fail "synth --help lacks --sparsity"
 

@@ -79,8 +79,8 @@ static void generate_usage(FILE *f)
 {
     fprintf(f, "Usage: " SI_PROG " generate -m MODEL (-p PROMPT | -f FILE) [OPTIONS]\n"
                "\n"
-               "Continue a prompt with the reference CPU forward pass; the text streams to\n"
-               "stdout, timings go to stderr.\n"
+               "Continue a prompt, on the reference forward pass or the StarPU engine; the\n"
+               "text streams to stdout, timings go to stderr.\n"
                "\n"
                "Options:\n"
                "  -m, --model FILE        the model (GGUF)\n"
@@ -99,6 +99,12 @@ static void generate_usage(FILE *f)
                "      --ignore-eos        do not stop at end-of-generation tokens\n"
                "      --ids               print token ids instead of text\n"
                "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+               "      --engine E          ref (default: the single-threaded reference) or\n"
+               "                          starpu (the task graph on StarPU's workers)\n"
+               "      --sparsity M        dense (default) or gate: skip FFN neurons whose gate\n"
+               "                          activation is zero (ReLU) or below --gate-threshold\n"
+               "      --gate-threshold T  gate mode, SiLU/GELU models (default 0)\n"
+               "      --slices N          FFN slices per layer (default: one per CPU worker)\n"
                "  -h, --help              show this help\n");
 }
 

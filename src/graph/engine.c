@@ -316,7 +316,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     /* Slices are whole chunks of the down projection (whole quantization
      * blocks), whose shares the merge adds in the reference's order. */
     const int64_t chunk = si_ref_ffn_chunk(m), n_chunks = hp->n_ff / chunk;
-    int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)(2 * ncpu);
+    int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     if (ns > n_chunks)
         ns = (int32_t)n_chunks;
     if (ns > 256)

@@ -41,7 +41,7 @@ struct si_engine_params {
     struct si_ref_params ref; /* context length and numerics, as the reference's */
     enum si_sparsity mode;
     float gate_threshold; /* gate mode, non-ReLU models: |act(gate)| must exceed it */
-    int32_t n_slices;     /* FFN slices per layer; 0: two per CPU worker */
+    int32_t n_slices;     /* FFN slices per layer; 0: one per CPU worker */
 };
 
 struct si_engine_params si_engine_default_params(void);
