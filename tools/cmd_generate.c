@@ -357,13 +357,24 @@ int si_cmd_generate(int argc, char **argv)
             n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
     if (eng != NULL) {
         struct si_engine_stats st = si_engine_get_stats(eng);
+        const double tokens = (double)(st.tokens ? st.tokens : 1);
         fprintf(stderr,
                 "engine: StarPU, %u CPU workers, %d FFN slices per layer, %s mode: %.1f%% of FFN "
                 "neurons computed, %.0f tasks per token\n",
                 si_runtime_ncpu(), si_engine_n_slices(eng),
                 ep.mode == SI_SPARSITY_GATE ? "gate" : "dense",
                 100.0 * (double)st.neurons_active / (double)(st.neurons_total ? st.neurons_total : 1),
-                (double)st.tasks / (double)(st.tokens ? st.tokens : 1));
+                (double)st.tasks / tokens);
+        double busy = 0.0;
+        fprintf(stderr, "engine: per token, time in tasks:");
+        for (int k = 0; k < SI_TASK_KIND_COUNT; k++) {
+            busy += st.task_seconds[k];
+            fprintf(stderr, " %s %.3f ms,", si_task_kind_name((enum si_task_kind)k),
+                    1e3 * st.task_seconds[k] / tokens);
+        }
+        fprintf(stderr, " wall %.3f ms; workers busy %.0f%% of the wall time\n",
+                1e3 * st.seconds / tokens,
+                st.seconds > 0 ? 100.0 * busy / (st.seconds * si_runtime_ncpu()) : 0.0);
     }
     rc = 0;
 out:

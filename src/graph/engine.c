@@ -13,12 +13,28 @@
 #include <string.h>
 #include <time.h>
 
-/* Scratch of one worker for the FFN slice tasks. */
+/* Scratch and counters of one worker. */
 struct scratch {
     float *h;  /* (n_ff) the slice's neuron activations */
     void *xq;  /* the FFN input converted for the up and gate dots */
     void *hq;  /* the activations converted for the down dots */
+    double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
+    int64_t count[SI_TASK_KIND_COUNT];
 };
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *si_task_kind_name(enum si_task_kind k)
+{
+    static const char *const names[SI_TASK_KIND_COUNT] = {"embed", "attn", "ffn_cold", "merge",
+                                                          "norm+lm_head"};
+    return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
+}
 
 struct si_engine {
     const struct si_model *m;
@@ -157,18 +173,30 @@ static struct scratch *my_scratch(struct si_engine *e)
     return &e->scratch[w];
 }
 
+/* Charge the time since t0 to this worker's counter of kind k. */
+static void account(struct si_engine *e, enum si_task_kind k, double t0)
+{
+    struct scratch *sc = my_scratch(e);
+    sc->busy[k] += now() - t0;
+    sc->count[k]++;
+}
+
 static void embed_cpu(void *buffers[], void *cl_arg)
 {
     (void)buffers;
     struct task_arg *a = cl_arg;
+    double t0 = now();
     si_ref_begin(a->e->ref, a->token); /* checked before submission */
+    account(a->e, SI_TASK_EMBED, t0);
 }
 
 static void attn_cpu(void *buffers[], void *cl_arg)
 {
     (void)buffers; /* x and xb: the reference state's own arrays (main memory) */
     struct task_arg *a = cl_arg;
+    double t0 = now();
     si_ref_attn(a->e->ref, a->l);
+    account(a->e, SI_TASK_ATTN, t0);
 }
 
 static void ffn_cpu(void *buffers[], void *cl_arg)
@@ -177,9 +205,11 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    double t0 = now();
     e->active[(size_t)a->l * e->n_slices + a->j] =
         ffn_slice(e, a->l, xb, e->slice_c0[a->j] * e->chunk, e->slice_c0[a->j + 1] * e->chunk,
                   my_scratch(e), y);
+    account(e, SI_TASK_FFN, t0);
 }
 
 static void merge_cpu(void *buffers[], void *cl_arg)
@@ -189,6 +219,7 @@ static void merge_cpu(void *buffers[], void *cl_arg)
     struct si_ref *s = e->ref;
     const struct si_layer *L = &e->m->w.layers[a->l];
     const int64_t d = e->m->hp.n_embd;
+    double t0 = now();
     /* xb2 = the chunks' shares in chunk order (the reference's order). */
     bool first = true;
     for (int32_t j = 0; j < e->n_slices; j++) {
@@ -204,13 +235,16 @@ static void merge_cpu(void *buffers[], void *cl_arg)
             s->xb2[i] += b[i];
     }
     si_ref_ffn_finish(s, a->l);
+    account(e, SI_TASK_MERGE, t0);
 }
 
 static void head_cpu(void *buffers[], void *cl_arg)
 {
     (void)buffers;
     struct task_arg *a = cl_arg;
+    double t0 = now();
     si_ref_end(a->e->ref);
+    account(a->e, SI_TASK_HEAD, t0);
 }
 
 static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
@@ -431,8 +465,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         return SI_E_INVALID;
     if (e->ref->n_past >= e->ref->p.n_ctx)
         return SI_E_BUDGET;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = now();
 
     const int32_t ns = e->n_slices;
     starpu_data_handle_t h[1 + 256];
@@ -482,9 +515,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         return SI_E_RUNTIME;
     }
 
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     e->stats.tokens++;
-    e->stats.seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    e->stats.seconds += now() - t0;
     for (size_t i = 0; i < (size_t)hp->n_layer * (size_t)ns; i++)
         e->stats.neurons_active += e->active[i];
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
@@ -508,7 +540,13 @@ struct si_ref *si_engine_ref(struct si_engine *e)
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 {
-    return e->stats;
+    struct si_engine_stats st = e->stats;
+    for (unsigned w = 0; w < e->n_workers; w++)
+        for (int k = 0; k < SI_TASK_KIND_COUNT; k++) {
+            st.task_seconds[k] += e->scratch[w].busy[k];
+            st.task_count[k] += e->scratch[w].count[k];
+        }
+    return st;
 }
 
 int32_t si_engine_n_slices(const struct si_engine *e)

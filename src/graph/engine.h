@@ -46,13 +46,30 @@ struct si_engine_params {
 
 struct si_engine_params si_engine_default_params(void);
 
-/* Totals since init (or the last si_engine_reset_stats). */
+/* Task kinds, as named in traces. */
+enum si_task_kind {
+    SI_TASK_EMBED,
+    SI_TASK_ATTN,
+    SI_TASK_FFN,
+    SI_TASK_MERGE,
+    SI_TASK_HEAD,
+    SI_TASK_KIND_COUNT
+};
+
+/* "embed", "attn", "ffn_cold", "merge", "norm+lm_head" */
+const char *si_task_kind_name(enum si_task_kind k);
+
+/* Totals since init. */
 struct si_engine_stats {
     int64_t tokens;
     int64_t tasks;
     int64_t neurons_active; /* FFN neurons computed, summed over layers and tokens */
     int64_t neurons_total;  /* FFN neurons that exist, likewise */
     double seconds;         /* wall time inside si_engine_eval */
+    /* Time spent inside the tasks' functions, by kind, summed over workers;
+     * the rest of seconds x workers is scheduling, submission and idling. */
+    double task_seconds[SI_TASK_KIND_COUNT];
+    int64_t task_count[SI_TASK_KIND_COUNT];
 };
 
 struct si_engine;
