@@ -48,12 +48,13 @@ static double rel_err(const float *a, const float *b, int32_t n)
  * step.
  */
 static void compare(const char *what, const struct si_model *m, enum si_sparsity mode,
-                    double tol)
+                    int32_t n_slices, double tol)
 {
     char err[512];
     struct si_engine_params ep = si_engine_default_params();
     ep.ref.n_ctx = 96;
     ep.mode = mode;
+    ep.n_slices = n_slices;
     struct si_engine *e = NULL;
     int rc = si_engine_init(&e, m, ep, err, sizeof err);
     CHECK(rc == SI_OK, "%s: engine: %s", what, err);
@@ -100,7 +101,7 @@ static void compare(const char *what, const struct si_model *m, enum si_sparsity
     si_ref_free(r);
 }
 
-static void synthetic(const char *arch, uint32_t type, double tol)
+static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol)
 {
     char path[] = "/tmp/si-test-engine-XXXXXX";
     int fd = mkstemp(path);
@@ -113,7 +114,7 @@ static void synthetic(const char *arch, uint32_t type, double tol)
     si_synth_arch_parse(arch, &p.arch);
     p.type = type;
     p.n_layer = 3;
-    p.n_ff = 1024; /* four chunks of 256 neurons: several slices */
+    p.n_ff = n_ff; /* chunks of 256 neurons: several slices */
     p.seed = 11;
     if (p.arch == SI_SYNTH_OPT)
         p.n_head_kv = p.n_head; /* OPT has no grouped-query attention */
@@ -124,8 +125,8 @@ static void synthetic(const char *arch, uint32_t type, double tol)
     if (rc == SI_OK && si_model_load(&m, path, err, sizeof err) == SI_OK) {
         char what[96];
         snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
-        compare(what, m, SI_SPARSITY_DENSE, tol);
-        compare(what, m, SI_SPARSITY_GATE, tol);
+        compare(what, m, SI_SPARSITY_DENSE, n_slices, tol);
+        compare(what, m, SI_SPARSITY_GATE, n_slices, tol);
     } else if (rc == SI_OK) {
         CHECK(false, "load %s: %s", arch, err);
     }
@@ -144,17 +145,20 @@ int main(void)
     printf("StarPU: %u CPU workers, scheduler %s\n", si_runtime_ncpu(),
            getenv("STARPU_SCHED") != NULL ? getenv("STARPU_SCHED") : "(default)");
     /* Float weights: the slices' partial sums only reorder additions. */
-    synthetic("llama-relu", SI_TYPE_F32, 1e-4);
-    synthetic("bamboo", SI_TYPE_F16, 1e-4);
-    synthetic("opt", SI_TYPE_F32, 1e-4);
+    synthetic("llama-relu", SI_TYPE_F32, 1024, 0, 1e-4);
+    synthetic("bamboo", SI_TYPE_F16, 1024, 0, 1e-4);
+    synthetic("opt", SI_TYPE_F32, 1024, 0, 1e-4);
     /* Quantized weights: the same blocks, so the same bound holds. */
-    synthetic("llama-relu", SI_TYPE_Q4_0, 1e-4);
+    synthetic("llama-relu", SI_TYPE_Q4_0, 1024, 0, 1e-4);
+    /* More slices than a task's fixed buffer slots: the merge task's
+     * handles go through StarPU's dynamic buffer arrays. */
+    synthetic("llama-relu", SI_TYPE_Q4_0, 4096, 12, 1e-4);
 
     const char *path = getenv("STARINFER_TEST_MODEL");
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("SmolLM2-135M Q4_1", m, SI_SPARSITY_DENSE, 1e-4);
+            compare("SmolLM2-135M Q4_1", m, SI_SPARSITY_DENSE, 0, 1e-4);
             si_model_free(m);
         } else {
             CHECK(false, "%s", err);
