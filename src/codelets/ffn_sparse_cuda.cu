@@ -2,6 +2,7 @@
  * gate/up activations, and the down projection over those neurons. */
 #include "codelets/codelets_cuda.h"
 #include "codelets/cuda_common.cuh"
+#include "model/act.h"
 #include "model/model.h"
 
 #include <limits.h>
@@ -10,20 +11,6 @@
 #define GATE_UP_WARPS 8
 /* Warps per down block; the block owns SI_CUDA_WARP output columns. */
 #define DOWN_WARPS 8
-
-/* The activation `a` (enum si_act) at v, as model/forward.c computes it. */
-static __device__ __forceinline__ float act_apply(int a, float v)
-{
-    switch (a) {
-    case SI_ACT_RELU:
-        return v > 0.0f ? v : 0.0f;
-    case SI_ACT_GELU: /* tanh approximation */
-        return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * v * (1.0f + 0.044715f * v * v)));
-    case SI_ACT_SILU:
-    default:
-        return v / (1.0f + expf(-v));
-    }
-}
 
 /* h[k] for k = block * GATE_UP_WARPS + threadIdx.y: the warp dots neuron
  * idx[k]'s up row (and gate row) with x. */
@@ -47,12 +34,12 @@ static __global__ void gate_up_kernel(const uint8_t *gate, const uint8_t *up, si
         u += b[i];
     float r;
     if (kind == SI_FFN_PLAIN) {
-        r = act_apply(act, u);
+        r = si_act_apply((enum si_act)act, u);
     } else {
         const float g = cu_warp_sum(cu_row_dot_lane<T>(gate + (size_t)i * stride, x, n_embd, lane));
         if (kind == SI_FFN_GATED_RELU2)
             u = u > 0.0f ? u : 0.0f;
-        r = act_apply(act, g) * u;
+        r = si_act_apply((enum si_act)act, g) * u;
     }
     if (lane == 0)
         h[k] = r;

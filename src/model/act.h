@@ -1,6 +1,6 @@
 /*
- * act.h - the FFN activation functions, shared by the reference forward pass
- * and the FFN kernels so that both round alike.
+ * act.h - the FFN activation functions, shared by the reference forward pass,
+ * the CPU FFN kernels and the CUDA ones so that all round alike.
  */
 #ifndef SI_MODEL_ACT_H
 #define SI_MODEL_ACT_H
@@ -9,8 +9,15 @@
 
 #include <math.h>
 
+/* Host code, and CUDA device code too when nvcc compiles the includer. */
+#ifdef __CUDACC__
+#define SI_ACT_FN static inline __host__ __device__
+#else
+#define SI_ACT_FN static inline
+#endif
+
 /* act(x): SiLU x / (1 + e^-x), ReLU max(x, 0), or GELU's tanh approximation. */
-static inline float si_act_apply(enum si_act a, float x)
+SI_ACT_FN float si_act_apply(enum si_act a, float x)
 {
     switch (a) {
     case SI_ACT_RELU:
