@@ -1081,11 +1081,43 @@ static void test_act(void)
     }
 }
 
+/* si_vec_mad4 must equal four si_vec_mad calls in order, bit for bit. */
+static void test_mad4(void)
+{
+    static const uint32_t types[] = {SI_TYPE_F32,  SI_TYPE_F16,  SI_TYPE_BF16, SI_TYPE_Q8_0,
+                                     SI_TYPE_Q4_0, SI_TYPE_Q4_1, SI_TYPE_Q5_0, SI_TYPE_Q4_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        const int64_t n = 1024;
+        size_t rb = 0;
+        si_type_row_size(t, n, &rb);
+        uint8_t *buf = malloc(4 * rb);
+        float *y1 = malloc(n * sizeof *y1), *y4 = malloc(n * sizeof *y4);
+        const void *rows[4];
+        const float a[4] = {0.75f, -1.5f, 0.0f, 3.25f};
+        for (int k = 0; k < 4; k++) {
+            random_row(t, buf + k * rb, n);
+            rows[k] = buf + k * rb;
+        }
+        for (int64_t i = 0; i < n; i++)
+            y1[i] = y4[i] = (float)(i % 7) - 3.0f;
+        for (int k = 0; k < 4; k++)
+            si_vec_mad(t, rows[k], a[k], y1, n);
+        si_vec_mad4(t, rows, a, y4, n);
+        CHECK(memcmp(y1, y4, n * sizeof *y1) == 0, "%s: mad4 differs from four mads",
+              si_type_name(t));
+        free(buf);
+        free(y1);
+        free(y4);
+    }
+}
+
 int main(void)
 {
     test_conversions();
     test_kernels();
     test_quantize();
     test_act();
+    test_mad4();
     return test_result();
 }

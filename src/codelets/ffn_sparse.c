@@ -87,14 +87,28 @@ void si_k_ffn_act_dense(enum si_ffn_kind kind, enum si_act act, uint32_t type, c
 void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, int64_t n_embd,
                           const float *h, const int32_t *idx, int64_t n_idx, float *y)
 {
+    /* The non-zero terms go four at a time through si_vec_mad4(), one pass
+     * over y per four rows, in the order of idx (the same sums as one
+     * si_vec_mad() per term); the last up to three go one by one. */
+    const void *rows[4];
+    float a[4];
+    int m = 0;
     memset(y, 0, (size_t)n_embd * sizeof *y);
     for (int64_t k = 0; k < n_idx; k++) {
         assert(idx[k] >= 0 && "negative neuron index");
         if (scattered(idx, n_idx, k + PREFETCH_AHEAD))
             prefetch_row(row_at(down_t, row_bytes, idx[k + PREFETCH_AHEAD]), row_bytes);
-        if (h[k] != 0.0f)
-            si_vec_mad(type, row_at(down_t, row_bytes, idx[k]), h[k], y, n_embd);
+        if (h[k] != 0.0f) {
+            rows[m] = row_at(down_t, row_bytes, idx[k]);
+            a[m] = h[k];
+            if (++m == 4) {
+                si_vec_mad4(type, rows, a, y, n_embd);
+                m = 0;
+            }
+        }
     }
+    for (int r = 0; r < m; r++)
+        si_vec_mad(type, rows[r], a[r], y, n_embd);
 }
 
 void si_k_ffn_down_dense(uint32_t type, const void *down, size_t row_bytes, int64_t n_ff,

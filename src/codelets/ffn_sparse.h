@@ -57,7 +57,8 @@ void si_k_ffn_act_dense(enum si_ffn_kind kind, enum si_act act, uint32_t type, c
 /*
  * y[0..n_embd) = sum over k < n_idx of h[k] * down_t row idx[k] (down_t: one
  * row of n_embd elements per neuron, row_bytes apart, type `type`), added in
- * the order of idx with si_vec_mad().  y is overwritten, not accumulated, so
+ * the order of idx with si_vec_mad() (four terms at a time through
+ * si_vec_mad4(), the same sums bit for bit).  y is overwritten, not accumulated, so
  * each task writes its own partial output.  Terms with h[k] == 0 (ReLU's
  * zeros) are skipped, which changes nothing unless the row holds an
  * infinity or a NaN.

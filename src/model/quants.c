@@ -1076,6 +1076,8 @@ static void choose_kernels(void)
             active.type[t].dot_act = si__quants_avx2.type[t].dot_act;
         if (si__quants_avx2.type[t].mad != NULL)
             active.type[t].mad = si__quants_avx2.type[t].mad;
+        if (si__quants_avx2.type[t].mad4 != NULL)
+            active.type[t].mad4 = si__quants_avx2.type[t].mad4;
     }
 }
 
@@ -1154,6 +1156,21 @@ void si_vec_mad(uint32_t t, const void *row, float a, float *y, int64_t n)
         return;
     }
     kernels(t, n)->mad(row, a, y, n);
+}
+
+void si_vec_mad4(uint32_t t, const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    if (!si_type_supported(t)) {
+        assert(!"unsupported tensor type");
+        return;
+    }
+    const struct si__quants_kernels *k = kernels(t, n);
+    if (k->mad4 != NULL) {
+        k->mad4(rows, a, y, n);
+        return;
+    }
+    for (int r = 0; r < 4; r++)
+        k->mad(rows[r], a[r], y, n);
 }
 
 const char *si_quants_impl(void)

@@ -83,6 +83,14 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n);
  */
 void si_vec_mad(uint32_t t, const void *row, float a, float *y, int64_t n);
 
+/*
+ * si_vec_mad(t, rows[r], a[r], y, n) for r = 0, 1, 2, 3 in that order, with
+ * the same result bit for bit, but in one pass over y where the type has a
+ * fused kernel (AVX2: F32, F16, BF16, Q8_0, Q4_0, Q4_1), which keeps y in
+ * registers instead of loading and storing it once per row.
+ */
+void si_vec_mad4(uint32_t t, const void *const rows[4], const float a[4], float *y, int64_t n);
+
 /* Which implementation runs: "avx2" or "scalar". */
 const char *si_quants_impl(void);
 

@@ -592,6 +592,171 @@ static void mad_q4_1(const void *row, float a, float *y, int64_t n)
     }
 }
 
+/*
+ * mad4: the four mads y += a[r] * rows[r] (r = 0..3, in order) in one pass
+ * over y, each 8 lanes of y kept in a register across the four rows; every
+ * lane sees the same FMAs (and adds, for Q4_1's mins) in the same order as
+ * four calls of the single-row mad, so the result is the same bit for bit.
+ */
+#define FLOAT_MAD4(name, LOAD, AT)                                                                 \
+    static void name(const void *const rows[4], const float a[4], float *y, int64_t n)            \
+    {                                                                                              \
+        const uint8_t *p0 = rows[0], *p1 = rows[1], *p2 = rows[2], *p3 = rows[3];                  \
+        const __m256 v0 = _mm256_set1_ps(a[0]), v1 = _mm256_set1_ps(a[1]);                         \
+        const __m256 v2 = _mm256_set1_ps(a[2]), v3 = _mm256_set1_ps(a[3]);                         \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            __m256 s0 = _mm256_loadu_ps(y + i), s1 = _mm256_loadu_ps(y + i + 8);                   \
+            s0 = _mm256_fmadd_ps(LOAD(p0, i), v0, s0);                                             \
+            s1 = _mm256_fmadd_ps(LOAD(p0, i + 8), v0, s1);                                         \
+            s0 = _mm256_fmadd_ps(LOAD(p1, i), v1, s0);                                             \
+            s1 = _mm256_fmadd_ps(LOAD(p1, i + 8), v1, s1);                                         \
+            s0 = _mm256_fmadd_ps(LOAD(p2, i), v2, s0);                                             \
+            s1 = _mm256_fmadd_ps(LOAD(p2, i + 8), v2, s1);                                         \
+            s0 = _mm256_fmadd_ps(LOAD(p3, i), v3, s0);                                             \
+            s1 = _mm256_fmadd_ps(LOAD(p3, i + 8), v3, s1);                                         \
+            _mm256_storeu_ps(y + i, s0);                                                           \
+            _mm256_storeu_ps(y + i + 8, s1);                                                       \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8) {                                                               \
+            __m256 s0 = _mm256_loadu_ps(y + i);                                                    \
+            s0 = _mm256_fmadd_ps(LOAD(p0, i), v0, s0);                                             \
+            s0 = _mm256_fmadd_ps(LOAD(p1, i), v1, s0);                                             \
+            s0 = _mm256_fmadd_ps(LOAD(p2, i), v2, s0);                                             \
+            s0 = _mm256_fmadd_ps(LOAD(p3, i), v3, s0);                                             \
+            _mm256_storeu_ps(y + i, s0);                                                           \
+        }                                                                                          \
+        for (; i < n; i++) {                                                                       \
+            float s = y[i];                                                                        \
+            s = fmaf(AT(p0, i), a[0], s);                                                          \
+            s = fmaf(AT(p1, i), a[1], s);                                                          \
+            s = fmaf(AT(p2, i), a[2], s);                                                          \
+            s = fmaf(AT(p3, i), a[3], s);                                                          \
+            y[i] = s;                                                                              \
+        }                                                                                          \
+    }
+
+#define F32_LOADP(p, i) _mm256_loadu_ps((const float *)(const void *)((p) + 4 * (i)))
+#define F32_ATP(p, i) f32_at((p) + 4 * (i))
+#define F16_LOADP(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 2 * (i))))
+#define F16_ATP(p, i) half_at((p) + 2 * (i))
+#define BF16_LOADP(p, i) bf16x8((p) + 2 * (i))
+#define BF16_ATP(p, i) bf16_at((p) + 2 * (i))
+
+FLOAT_MAD4(mad4_f32, F32_LOADP, F32_ATP)
+FLOAT_MAD4(mad4_f16, F16_LOADP, F16_ATP)
+FLOAT_MAD4(mad4_bf16, BF16_LOADP, BF16_ATP)
+
+/* s[k] = q[k] * sc + (s[k] + m) (the add only when m != 0), as mad_block32 does to y. */
+INLINE void mad_acc32(const __m256i q[4], float sc, float m, __m256 s[4])
+{
+    const __m256 vs = _mm256_set1_ps(sc);
+    if (m != 0.0f) {
+        const __m256 vm = _mm256_set1_ps(m);
+        s[0] = _mm256_add_ps(s[0], vm);
+        s[1] = _mm256_add_ps(s[1], vm);
+        s[2] = _mm256_add_ps(s[2], vm);
+        s[3] = _mm256_add_ps(s[3], vm);
+    }
+    s[0] = _mm256_fmadd_ps(to_float(q[0]), vs, s[0]);
+    s[1] = _mm256_fmadd_ps(to_float(q[1]), vs, s[1]);
+    s[2] = _mm256_fmadd_ps(to_float(q[2]), vs, s[2]);
+    s[3] = _mm256_fmadd_ps(to_float(q[3]), vs, s[3]);
+}
+
+INLINE void load32(const float *y, __m256 s[4])
+{
+    s[0] = _mm256_loadu_ps(y);
+    s[1] = _mm256_loadu_ps(y + 8);
+    s[2] = _mm256_loadu_ps(y + 16);
+    s[3] = _mm256_loadu_ps(y + 24);
+}
+
+INLINE void store32(float *y, const __m256 s[4])
+{
+    _mm256_storeu_ps(y, s[0]);
+    _mm256_storeu_ps(y + 8, s[1]);
+    _mm256_storeu_ps(y + 16, s[2]);
+    _mm256_storeu_ps(y + 24, s[3]);
+}
+
+/* The quants of a Q8_0 block at b. */
+INLINE void quants_q8_0(const uint8_t *b, __m256i q[4])
+{
+    q[0] = i8x8(b + 2);
+    q[1] = i8x8(b + 10);
+    q[2] = i8x8(b + 18);
+    q[3] = i8x8(b + 26);
+}
+
+/* The quants of a Q4_0 block at b, minus 8. */
+INLINE void quants_q4_0(const uint8_t *b, __m256i q[4])
+{
+    const __m256i eight = _mm256_set1_epi32(8);
+    nibbles(b + 2, q);
+    q[0] = _mm256_sub_epi32(q[0], eight);
+    q[1] = _mm256_sub_epi32(q[1], eight);
+    q[2] = _mm256_sub_epi32(q[2], eight);
+    q[3] = _mm256_sub_epi32(q[3], eight);
+}
+
+static void mad4_q8_0(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    const uint8_t *b0 = rows[0], *b1 = rows[1], *b2 = rows[2], *b3 = rows[3];
+    for (int64_t i = 0; i < n; i += 32, b0 += 34, b1 += 34, b2 += 34, b3 += 34) {
+        __m256 s[4];
+        __m256i q[4];
+        load32(y + i, s);
+        quants_q8_0(b0, q);
+        mad_acc32(q, a[0] * half_at(b0), 0.0f, s);
+        quants_q8_0(b1, q);
+        mad_acc32(q, a[1] * half_at(b1), 0.0f, s);
+        quants_q8_0(b2, q);
+        mad_acc32(q, a[2] * half_at(b2), 0.0f, s);
+        quants_q8_0(b3, q);
+        mad_acc32(q, a[3] * half_at(b3), 0.0f, s);
+        store32(y + i, s);
+    }
+}
+
+static void mad4_q4_0(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    const uint8_t *b0 = rows[0], *b1 = rows[1], *b2 = rows[2], *b3 = rows[3];
+    for (int64_t i = 0; i < n; i += 32, b0 += 18, b1 += 18, b2 += 18, b3 += 18) {
+        __m256 s[4];
+        __m256i q[4];
+        load32(y + i, s);
+        quants_q4_0(b0, q);
+        mad_acc32(q, a[0] * half_at(b0), 0.0f, s);
+        quants_q4_0(b1, q);
+        mad_acc32(q, a[1] * half_at(b1), 0.0f, s);
+        quants_q4_0(b2, q);
+        mad_acc32(q, a[2] * half_at(b2), 0.0f, s);
+        quants_q4_0(b3, q);
+        mad_acc32(q, a[3] * half_at(b3), 0.0f, s);
+        store32(y + i, s);
+    }
+}
+
+static void mad4_q4_1(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    const uint8_t *b0 = rows[0], *b1 = rows[1], *b2 = rows[2], *b3 = rows[3];
+    for (int64_t i = 0; i < n; i += 32, b0 += 20, b1 += 20, b2 += 20, b3 += 20) {
+        __m256 s[4];
+        __m256i q[4];
+        load32(y + i, s);
+        nibbles(b0 + 4, q);
+        mad_acc32(q, a[0] * half_at(b0), a[0] * half_at(b0 + 2), s);
+        nibbles(b1 + 4, q);
+        mad_acc32(q, a[1] * half_at(b1), a[1] * half_at(b1 + 2), s);
+        nibbles(b2 + 4, q);
+        mad_acc32(q, a[2] * half_at(b2), a[2] * half_at(b2 + 2), s);
+        nibbles(b3 + 4, q);
+        mad_acc32(q, a[3] * half_at(b3), a[3] * half_at(b3 + 2), s);
+        store32(y + i, s);
+    }
+}
+
 /* Q5_0, Q5_1: the decoded weights times a, added to y. */
 #define DECODED_MAD(name, size)                                                                    \
     static void mad_##name(const void *row, float a, float *y, int64_t n)                         \
@@ -1180,14 +1345,14 @@ const struct si__quants_table si__quants_avx2 = {
     .compiled = true,
     .type =
         {
-            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32},
-            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16},
-            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0},
+            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32, mad4_f32},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16, mad4_f16},
+            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16, mad4_bf16},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0, mad4_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0},
-            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0, mad4_q4_0},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1, mad4_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},

@@ -44,6 +44,10 @@ typedef float (*si__dot_act_fn)(const void *row, const void *xa, int64_t n);
 /* y[0..n) += a * row[0..n) (the row's values as dequantize gives them, up to rounding). */
 typedef void (*si__mad_fn)(const void *row, float a, float *y, int64_t n);
 
+/* The four mads y += a[r] * rows[r], r = 0..3 in that order, in one pass over y:
+ * equal, bit for bit, to the table's mad called four times. */
+typedef void (*si__mad4_fn)(const void *const rows[4], const float a[4], float *y, int64_t n);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -51,6 +55,7 @@ struct si__quants_kernels {
     si__quantize_act_fn quantize_act;
     si__dot_act_fn dot_act; /* NULL when the type is not supported */
     si__mad_fn mad;         /* NULL when the type is not supported */
+    si__mad4_fn mad4;       /* NULL: mad four times */
 };
 
 struct si__quants_table {
