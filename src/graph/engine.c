@@ -145,22 +145,18 @@ static int64_t ffn_slice(const struct si_engine *e, int l, const float *xb, int6
     }
 #undef DOT
 
-    /* The slice's columns of the down projection, chunk by chunk, each
-     * chunk's share into its own row of y (as the reference sums them). */
+    /* The slice's columns of the down projection, chunk by chunk as the
+     * reference computes them, each chunk's share into its own row of y. */
     const struct si_tensor *w = &L->ffn_down;
     const int64_t chunk = e->chunk;
-    size_t chunk_bytes = 0, xa_chunk = 0;
-    si_type_row_size(w->type, chunk, &chunk_bytes);
+    size_t xa_chunk = 0;
     si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
     if (q)
         si_quantize_act(si_act_type(w->type), sc->h, sc->hq, n);
     for (int64_t c = 0; c < n / chunk; c++) {
-        const char *row = (const char *)w->data + (size_t)((n0 + c * chunk) / chunk) * chunk_bytes;
-        float *yc = y + c * d;
-        for (int64_t o = 0; o < d; o++, row += w->row_bytes)
-            yc[o] = q ? si_vec_dot_act(w->type, row, (const char *)sc->hq + (size_t)c * xa_chunk,
-                                       chunk)
-                      : si_vec_dot(w->type, row, sc->h + c * chunk, chunk);
+        const void *h_c = q ? (const void *)((const char *)sc->hq + (size_t)c * xa_chunk)
+                            : (const void *)(sc->h + c * chunk);
+        si_ref_down_chunk(w, chunk, n0 / chunk + c, q, h_c, y + c * d);
     }
     return computed;
 }

@@ -49,32 +49,42 @@ int64_t si_ref_ffn_chunk(const struct si_model *m)
     return chunk;
 }
 
+void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
+                       const void *h_c, float *y)
+{
+    size_t chunk_bytes = 0;
+    si_type_row_size(w->type, chunk, &chunk_bytes);
+    const char *row = (const char *)w->data + (size_t)c * chunk_bytes;
+    for (int64_t o = 0; o < w->ne[1]; o++, row += w->row_bytes)
+        y[o] = act_quant ? si_vec_dot_act(w->type, row, h_c, chunk)
+                         : si_vec_dot(w->type, row, h_c, chunk);
+}
+
 /*
  * The FFN's down projection y = W h, summed chunk by chunk: each row's dot
- * product is taken over chunks of si_ref_ffn_chunk() neurons, and the chunk
- * results are added in order.  An engine that computes chunks in separate
- * tasks and adds them in the same order gets the same bits.
+ * product is taken over chunks of si_ref_ffn_chunk() neurons
+ * (si_ref_down_chunk), and the chunk results are added in order.  An engine
+ * that computes chunks in separate tasks with the same function and adds
+ * them in the same order gets the same bits.
  */
 static void down_proj(const struct si_ref *s, float *y, const struct si_tensor *w, const float *h)
 {
-    const int64_t chunk = si_ref_ffn_chunk(s->m), n = w->ne[0];
-    size_t chunk_bytes = 0;
-    si_type_row_size(w->type, chunk, &chunk_bytes);
-    if (s->p.act_quant)
-        si_quantize_act(si_act_type(w->type), h, s->xq, n);
+    const int64_t chunk = si_ref_ffn_chunk(s->m), n = w->ne[0], d = w->ne[1];
+    const bool q = s->p.act_quant;
     size_t xa_chunk = 0;
     si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
-    const char *row = w->data;
-    for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes) {
-        float acc = 0.0f;
-        for (int64_t c = 0; c < n; c += chunk) {
-            const char *part = row + (size_t)(c / chunk) * chunk_bytes;
-            float v = s->p.act_quant
-                          ? si_vec_dot_act(w->type, part, (const char *)s->xq + (size_t)(c / chunk) * xa_chunk, chunk)
-                          : si_vec_dot(w->type, part, h + c, chunk);
-            acc = c == 0 ? v : acc + v;
+    if (q)
+        si_quantize_act(si_act_type(w->type), h, s->xq, n);
+    for (int64_t c = 0; c < n / chunk; c++) {
+        const void *h_c = q ? (const void *)((const char *)s->xq + (size_t)c * xa_chunk)
+                            : (const void *)(h + c * chunk);
+        if (c == 0) {
+            si_ref_down_chunk(w, chunk, c, q, h_c, y);
+            continue;
         }
-        y[r] = acc;
+        si_ref_down_chunk(w, chunk, c, q, h_c, s->tmp);
+        for (int64_t o = 0; o < d; o++)
+            y[o] += s->tmp[o];
     }
 }
 

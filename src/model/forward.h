@@ -96,6 +96,12 @@ int si_ref_begin(struct si_ref *s, int32_t token);
 /* Neurons per chunk of the FFN down projection (see si_ref_ffn): a multiple
  * of the quantization blocks, 256 where the FFN width allows. */
 int64_t si_ref_ffn_chunk(const struct si_model *m);
+/* Chunk c of the down projection w ({n_ff, n_embd}): y[o] = row o's neurons
+ * [c * chunk, (c + 1) * chunk) dotted with h_c, the chunk's activations as
+ * floats, or converted by si_quantize_act(si_act_type(w->type)) when
+ * act_quant.  The reference adds these in chunk order. */
+void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
+                       const void *h_c, float *y);
 void si_ref_attn(struct si_ref *s, int l);
 void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
