@@ -413,6 +413,11 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             n += s->hu[i] != 0.0f;
         s->n_active[l] = n;
     }
+    if (s->neuron_counts != NULL) {
+        int64_t *c = s->neuron_counts + (size_t)l * (size_t)ff;
+        for (int64_t i = 0; i < ff; i++)
+            c[i] += s->hu[i] != 0.0f;
+    }
     down_proj(s, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
 }

@@ -66,6 +66,9 @@ struct si_ref {
      * counted when count_active is set: (n_layer). */
     bool count_active;
     int64_t *n_active;
+    /* When not NULL, (n_layer, n_ff) counters: each evaluation adds 1 for
+     * every FFN neuron whose activation is not zero (the profiler). */
+    int64_t *neuron_counts;
 };
 
 /* Allocate the state; SI_OK or a negative si_status with one line in err. */
