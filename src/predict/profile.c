@@ -1,0 +1,298 @@
+/* profile.c - collecting, writing and reading activation profiles (profile.h). */
+#include "predict/profile.h"
+
+#include "internal.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
+#include "model/types.h"
+#include "starinfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_N_TOKENS "starinfer.profile.n_tokens"
+#define KEY_N_LAYER "starinfer.profile.n_layer"
+#define KEY_N_FF "starinfer.profile.n_ff"
+
+int si_profile_init(struct si_profile **out, int32_t n_layer, int32_t n_ff, char *err,
+                    size_t err_size)
+{
+    *out = NULL;
+    if (n_layer < 1 || n_ff < 1)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile of %" PRId32 " layers x %" PRId32 " neurons: both must be >= 1",
+                        n_layer, n_ff);
+    struct si_profile *p = calloc(1, sizeof *p);
+    if (p != NULL)
+        p->counts = calloc((size_t)n_layer * (size_t)n_ff, sizeof *p->counts);
+    if (p == NULL || p->counts == NULL) {
+        free(p);
+        return si__errf(err, err_size, SI_E_NOMEM,
+                        "out of memory for a profile of %" PRId32 " x %" PRId32, n_layer, n_ff);
+    }
+    p->n_layer = n_layer;
+    p->n_ff = n_ff;
+    *out = p;
+    return SI_OK;
+}
+
+void si_profile_free(struct si_profile *p)
+{
+    if (p == NULL)
+        return;
+    free(p->counts);
+    free(p);
+}
+
+/* The token every window starts with, or -1: BOS when the model has one and
+ * its tokenizer metadata asks for it (defaults as in model/tokenizer.c). */
+static int32_t window_bos(const struct si_model *m)
+{
+    const struct si_gguf *g = m->gguf;
+    uint32_t bos;
+    if (g == NULL || si_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos) != SI_OK ||
+        bos >= (uint32_t)m->hp.n_vocab)
+        return -1;
+    bool add;
+    if (si_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add) != SI_OK) {
+        struct si_gguf_str model;
+        add = si_gguf_get_str(g, "tokenizer.ggml.model", &model) == SI_OK &&
+              si_gguf_str_eq(model, "llama");
+    }
+    return add ? (int32_t)bos : -1;
+}
+
+int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
+                       const int32_t *tokens, int64_t n, char *err, size_t err_size)
+{
+    if (p == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL))
+        return si__errf(err, err_size, SI_E_INVALID, "profile collect: invalid arguments");
+    if (p->n_layer != m->hp.n_layer || p->n_ff != m->hp.n_ff)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile of %" PRId32 " layers x %" PRId32
+                        " neurons, but the model has %" PRId32 " x %" PRId32,
+                        p->n_layer, p->n_ff, m->hp.n_layer, m->hp.n_ff);
+    if (n > INT64_MAX - p->n_tokens)
+        return si__errf(err, err_size, SI_E_INVALID, "profile collect: token count overflows");
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "token %" PRId32 " at position %" PRId64
+                            " is outside the vocabulary of %" PRId32,
+                            tokens[i], i, m->hp.n_vocab);
+    if (n == 0)
+        return SI_OK;
+
+    struct si_ref *s = NULL;
+    int rc = si_ref_init(&s, m, rp, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
+    /* Counted apart and added at the end, so that a failure leaves p as it was. */
+    s->neuron_counts = calloc(total, sizeof(int64_t));
+    if (s->neuron_counts == NULL) {
+        si_ref_free(s);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the profile counters");
+    }
+    const int64_t window = s->p.n_ctx;
+    const int32_t bos = window_bos(m);
+    for (int64_t i = 0; i < n && rc == SI_OK; i++) {
+        const int64_t j = i % window;
+        if (j == 0)
+            si_ref_reset(s);
+        const int32_t t = j == 0 && bos >= 0 ? bos : tokens[i];
+        rc = si_ref_eval(s, t);
+        if (rc != SI_OK)
+            rc = si__errf(err, err_size, rc, "evaluation of token %" PRId32 " at position %" PRId64
+                          " failed: %s", t, i, si_status_str(rc));
+    }
+    if (rc == SI_OK) {
+        for (size_t k = 0; k < total; k++)
+            p->counts[k] += s->neuron_counts[k];
+        p->n_tokens += n;
+    }
+    free(s->neuron_counts);
+    s->neuron_counts = NULL;
+    si_ref_free(s);
+    return rc;
+}
+
+int si_profile_write(const struct si_profile *p, const char *path, char *err, size_t err_size)
+{
+    if (p == NULL || p->counts == NULL || p->n_layer < 1 || p->n_ff < 1 || p->n_tokens < 0)
+        return si__errf(err, err_size, SI_E_INVALID, "%s: invalid profile", path);
+    const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
+    for (size_t k = 0; k < total; k++)
+        if (p->counts[k] < 0 || p->counts[k] > p->n_tokens || p->counts[k] > INT32_MAX)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "%s: count %" PRId64 " of layer %zu neuron %zu is not in [0, %" PRId64
+                            "] or does not fit I32",
+                            path, p->counts[k], k / (size_t)p->n_ff, k % (size_t)p->n_ff,
+                            p->n_tokens);
+    int32_t *data = malloc(total * sizeof *data);
+    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    int rc = SI_OK;
+    if (data == NULL || w == NULL) {
+        rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (size_t k = 0; k < total; k++)
+        data[k] = (int32_t)p->counts[k];
+    if ((rc = si_gguf_writer_set_u64(w, KEY_N_TOKENS, (uint64_t)p->n_tokens)) != SI_OK ||
+        (rc = si_gguf_writer_set_u32(w, KEY_N_LAYER, (uint32_t)p->n_layer)) != SI_OK ||
+        (rc = si_gguf_writer_set_u32(w, KEY_N_FF, (uint32_t)p->n_ff)) != SI_OK) {
+        rc = si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
+        goto out;
+    }
+    const int64_t ne[1] = {p->n_ff};
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%" PRId32 ".ffn_act_count", l);
+        rc = si_gguf_writer_add_tensor(w, name, SI_TYPE_I32, 1, ne,
+                                       data + (size_t)l * (size_t)p->n_ff);
+        if (rc != SI_OK) {
+            rc = si__errf(err, err_size, rc, "%s: tensor %s: %s", path, name, si_status_str(rc));
+            goto out;
+        }
+    }
+    rc = si_gguf_writer_write(w, path, err, err_size);
+out:
+    si_gguf_writer_free(w);
+    free(data);
+    return rc;
+}
+
+/* A u32 key as a size in [1, INT32_MAX]. */
+static int read_dim(const struct si_gguf *g, const char *path, const char *key, int32_t *out,
+                    char *err, size_t err_size)
+{
+    uint32_t v;
+    int rc = si_gguf_get_u32(g, key, &v);
+    if (rc == SI_E_NOT_FOUND)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: missing key %s (not a profile?)", path,
+                        key);
+    if (rc != SI_OK || v < 1 || v > INT32_MAX)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "%s: %s must be an integer in [1, %d]", path, key, INT32_MAX);
+    *out = (int32_t)v;
+    return SI_OK;
+}
+
+int si_profile_read(struct si_profile **out, const char *path, const struct si_model *m,
+                    char *err, size_t err_size)
+{
+    *out = NULL;
+    struct si_gguf *g = NULL;
+    struct si_profile *p = NULL;
+    int rc = si_gguf_open(&g, path, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    int32_t n_layer = 0, n_ff = 0;
+    uint64_t n_tokens = 0;
+    if ((rc = read_dim(g, path, KEY_N_LAYER, &n_layer, err, err_size)) != SI_OK ||
+        (rc = read_dim(g, path, KEY_N_FF, &n_ff, err, err_size)) != SI_OK)
+        goto out;
+    rc = si_gguf_get_u64(g, KEY_N_TOKENS, &n_tokens);
+    if (rc == SI_E_NOT_FOUND) {
+        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: missing key %s (not a profile?)", path,
+                      KEY_N_TOKENS);
+        goto out;
+    }
+    if (rc != SI_OK || n_tokens > INT64_MAX) {
+        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: %s must be an integer in [0, 2^63)", path,
+                      KEY_N_TOKENS);
+        goto out;
+    }
+    if (m != NULL && (n_layer != m->hp.n_layer || n_ff != m->hp.n_ff)) {
+        rc = si__errf(err, err_size, SI_E_INVALID,
+                      "%s: profile of %" PRId32 " layers x %" PRId32
+                      " neurons, but the model has %" PRId32 " x %" PRId32,
+                      path, n_layer, n_ff, m->hp.n_layer, m->hp.n_ff);
+        goto out;
+    }
+    if ((rc = si_profile_init(&p, n_layer, n_ff, err, err_size)) != SI_OK)
+        goto out;
+    p->n_tokens = (int64_t)n_tokens;
+    for (int32_t l = 0; l < n_layer; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%" PRId32 ".ffn_act_count", l);
+        int64_t ti = si_gguf_find_tensor(g, name);
+        if (ti < 0) {
+            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: missing tensor %s", path, name);
+            goto out;
+        }
+        const struct si_gguf_tensor *t = &g->tensors[ti];
+        if (t->n_dims != 1 || t->ne[0] != n_ff) {
+            rc = si__errf(err, err_size, SI_E_FORMAT,
+                          "%s: tensor %s has %" PRIu32 " dimensions [%" PRId64 ", %" PRId64
+                          ", ...], expected [%" PRId32 "]",
+                          path, name, t->n_dims, t->ne[0], t->ne[1], n_ff);
+            goto out;
+        }
+        if (t->type != SI_TYPE_I32 && t->type != SI_TYPE_F32) {
+            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: tensor %s is %s, expected I32 or F32",
+                          path, name, si_type_name(t->type));
+            goto out;
+        }
+        int64_t *c = p->counts + (size_t)l * (size_t)n_ff;
+        const unsigned char *d = t->data;
+        for (int32_t i = 0; i < n_ff; i++) {
+            double v;
+            if (t->type == SI_TYPE_I32) {
+                int32_t x;
+                memcpy(&x, d + 4 * (size_t)i, 4);
+                v = x;
+            } else {
+                float x;
+                memcpy(&x, d + 4 * (size_t)i, 4);
+                v = x;
+            }
+            if (!(v >= 0 && v <= (double)p->n_tokens && v == floor(v))) {
+                rc = si__errf(err, err_size, SI_E_FORMAT,
+                              "%s: tensor %s: count %g of neuron %" PRId32
+                              " is not a whole number in [0, n_tokens = %" PRId64 "]",
+                              path, name, v, i, p->n_tokens);
+                goto out;
+            }
+            c[i] = (int64_t)v;
+        }
+    }
+    *out = p;
+    p = NULL;
+out:
+    si_profile_free(p);
+    si_gguf_free(g);
+    return rc;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+double si_profile_top_fraction(const struct si_profile *p, double share)
+{
+    const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
+    int64_t *c = malloc(total * sizeof *c);
+    if (c == NULL)
+        return -1;
+    memcpy(c, p->counts, total * sizeof *c);
+    qsort(c, total, sizeof *c, cmp_desc);
+    double sum = 0;
+    for (size_t k = 0; k < total; k++)
+        sum += (double)c[k];
+    size_t k = 0;
+    if (sum > 0) {
+        const double want = share * sum;
+        double acc = 0;
+        while (k < total && acc < want)
+            acc += (double)c[k++];
+    }
+    free(c);
+    return (double)k / (double)total;
+}

@@ -1,0 +1,431 @@
+/*
+ * test-profile.c - activation profiles (src/predict/profile.h): collection on
+ * a synthetic llama-relu model against an independent per-neuron count, the
+ * planted power-law activity showing in the counts, the GGUF round trip, and
+ * the inputs the reader and collector must refuse.
+ */
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "model/tokenizer.h"
+#include "model/types.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define N_TOK 400
+#define WINDOW 128
+
+static char dir[] = "/tmp/si-test-profile-XXXXXX";
+
+static void path_in(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static bool same_profile(const struct si_profile *a, const struct si_profile *b)
+{
+    return a->n_layer == b->n_layer && a->n_ff == b->n_ff && a->n_tokens == b->n_tokens &&
+           !memcmp(a->counts, b->counts, (size_t)a->n_layer * (size_t)a->n_ff * sizeof(int64_t));
+}
+
+/* A hand-made profile file: n_tokens and one I32/F32 tensor per layer from `vals`. */
+static void write_raw(const char *path, bool with_n_ff, uint64_t n_tokens, int32_t n_layer,
+                      int32_t n_ff, uint32_t type, const void *vals)
+{
+    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    si_gguf_writer_set_u64(w, "starinfer.profile.n_tokens", n_tokens);
+    si_gguf_writer_set_u32(w, "starinfer.profile.n_layer", (uint32_t)n_layer);
+    if (with_n_ff)
+        si_gguf_writer_set_u32(w, "starinfer.profile.n_ff", (uint32_t)n_ff);
+    const int64_t ne[1] = {n_ff};
+    for (int32_t l = 0; l < n_layer; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ffn_act_count", (int)l);
+        si_gguf_writer_add_tensor(w, name, type, 1, ne, (const char *)vals + 4 * (size_t)l * n_ff);
+    }
+    char err[256];
+    int rc = si_gguf_writer_write(w, path, err, sizeof err);
+    CHECK(rc == SI_OK, "write %s: %s", path, err);
+    si_gguf_writer_free(w);
+}
+
+/* Read `path` expecting status `want` and `needle` in the message. */
+static void expect_read(const char *path, const struct si_model *m, int want, const char *needle)
+{
+    char err[512] = "";
+    struct si_profile *p = NULL;
+    int rc = si_profile_read(&p, path, m, err, sizeof err);
+    CHECK(rc == want, "read %s: status %d (%s), expected %d", path, rc, err, want);
+    CHECK(p == NULL, "read %s: a profile despite the error", path);
+    CHECK(strstr(err, needle) != NULL, "read %s: message '%s' lacks '%s'", path, err, needle);
+    CHECK(strchr(err, '\n') == NULL, "read %s: message on more than one line", path);
+    printf("refused as expected: %s\n", err);
+    si_profile_free(p);
+}
+
+/* Pearson correlation of x and y. */
+static double correlation(const double *x, const double *y, int64_t n)
+{
+    double mx = 0, my = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx += x[i];
+        my += y[i];
+    }
+    mx /= (double)n;
+    my /= (double)n;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sxy += (x[i] - mx) * (y[i] - my);
+        sxx += (x[i] - mx) * (x[i] - mx);
+        syy += (y[i] - my) * (y[i] - my);
+    }
+    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0.0;
+}
+
+/*
+ * The independent count: the reference's steps one by one, looking at every
+ * neuron's activation after each layer's FFN, in the documented windows
+ * (cache reset every WINDOW tokens, BOS in place of each window's first).
+ * Also checks the per-layer n_active of count_active against the same sums.
+ */
+static void independent_count(const struct si_model *m, struct si_ref_params rp,
+                              const int32_t *toks, int64_t n, int64_t *counts)
+{
+    char err[256];
+    struct si_tokenizer *tok = NULL;
+    CHECK(si_tokenizer_load(&tok, m->gguf, err, sizeof err) == SI_OK, "tokenizer: %s", err);
+    CHECK(tok != NULL && si_tokenizer_add_bos(tok) && si_tokenizer_bos(tok) >= 0,
+          "the synthetic model adds BOS");
+    const int32_t bos = tok != NULL ? si_tokenizer_bos(tok) : -1;
+    si_tokenizer_free(tok);
+    struct si_ref *s = NULL;
+    CHECK(si_ref_init(&s, m, rp, err, sizeof err) == SI_OK, "ref: %s", err);
+    if (s == NULL)
+        return;
+    s->count_active = true;
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    int64_t bad_active = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % WINDOW == 0)
+            si_ref_reset(s);
+        int32_t t = i % WINDOW == 0 && bos >= 0 ? bos : toks[i];
+        CHECK(si_ref_begin(s, t) == SI_OK, "begin at %lld", (long long)i);
+        for (int32_t l = 0; l < nl; l++) {
+            si_ref_attn(s, l);
+            si_ref_ffn(s, l);
+            int64_t here = 0;
+            for (int32_t k = 0; k < ff; k++) {
+                counts[(size_t)l * ff + k] += s->hu[k] != 0.0f;
+                here += s->hu[k] != 0.0f;
+            }
+            bad_active += here != s->n_active[l];
+            si_ref_ffn_finish(s, l);
+        }
+        si_ref_end(s);
+    }
+    CHECK(bad_active == 0, "%lld (token, layer) pairs where n_active differs from the neurons",
+          (long long)bad_active);
+    si_ref_free(s);
+}
+
+static void test_top_fraction(void)
+{
+    struct si_profile *p = NULL;
+    char err[256];
+    CHECK(si_profile_init(&p, 1, 4, err, sizeof err) == SI_OK, "init: %s", err);
+    if (p == NULL)
+        return;
+    CHECK(si_profile_top_fraction(p, 0.8) == 0.0, "no activations: 0");
+    p->n_tokens = 100;
+    p->counts[2] = 100;
+    CHECK(si_profile_top_fraction(p, 0.8) == 0.25, "one neuron carries everything");
+    for (int i = 0; i < 4; i++)
+        p->counts[i] = 10;
+    CHECK(si_profile_top_fraction(p, 0.75) == 0.75, "uniform: 3 of 4 for 75%% (%g)",
+          si_profile_top_fraction(p, 0.75));
+    CHECK(si_profile_top_fraction(p, 0.8) == 1.0, "uniform: 4 of 4 for 80%% (%g)",
+          si_profile_top_fraction(p, 0.8));
+    CHECK(si_profile_top_fraction(p, 1.0) == 1.0, "all of them for 100%%");
+    si_profile_free(p);
+    CHECK(si_profile_init(&p, 0, 4, err, sizeof err) == SI_E_INVALID && p == NULL,
+          "zero layers refused");
+    CHECK(si_profile_init(&p, 2, -1, err, sizeof err) == SI_E_INVALID && p == NULL,
+          "negative width refused");
+}
+
+int main(void)
+{
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_top_fraction();
+
+    char model_path[128], prof_path[128], path[128], err[512];
+    path_in(model_path, sizeof model_path, "model.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_RELU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 3;
+    sp.n_ff = 512;
+    sp.seed = 7;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL) {
+        unlink(model_path);
+        rmdir(dir);
+        return test_result();
+    }
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    const size_t total = (size_t)nl * (size_t)ff;
+
+    /* Pseudo-random tokens. */
+    int32_t toks[N_TOK];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N_TOK; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        toks[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+    struct si_profile *p = NULL;
+    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    CHECK(rc == SI_OK, "collect: %s", err);
+    CHECK(p->n_tokens == N_TOK, "n_tokens %lld", (long long)p->n_tokens);
+
+    /* Against the independent count, neuron by neuron. */
+    int64_t *ref = calloc(total, sizeof *ref);
+    independent_count(m, rp, toks, N_TOK, ref);
+    int64_t diff = 0, sum = 0, max = 0;
+    for (size_t k = 0; k < total; k++) {
+        diff += p->counts[k] != ref[k];
+        sum += p->counts[k];
+        max = p->counts[k] > max ? p->counts[k] : max;
+    }
+    CHECK(diff == 0, "%lld neurons counted differently from the independent count",
+          (long long)diff);
+    CHECK(max <= N_TOK, "a count above n_tokens: %lld", (long long)max);
+    const double rate = (double)sum / ((double)total * N_TOK);
+    printf("collected %d tokens: mean activation rate %.4f (planted %.2f), max count %lld\n",
+           N_TOK, rate, 1 - sp.sparsity, (long long)max);
+    CHECK(rate > 0.05 && rate < 0.15, "mean activation rate %.4f, planted 0.1", rate);
+
+    /* The planted activity shows: per layer, counts correlate with the
+     * planted probabilities, and the planted top 20% fire far more often
+     * than the rest. */
+    double *rates = malloc((size_t)ff * sizeof *rates), *planted = malloc((size_t)ff * sizeof *planted);
+    for (int32_t l = 0; l < nl; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ffn_planted_prob", (int)l);
+        int64_t ti = si_gguf_find_tensor(m->gguf, name);
+        CHECK(ti >= 0 && m->gguf->tensors[ti].type == SI_TYPE_F32 &&
+                  m->gguf->tensors[ti].ne[0] == ff,
+              "%s in the synthetic model", name);
+        if (ti < 0)
+            continue;
+        const float *pp = m->gguf->tensors[ti].data;
+        for (int32_t i = 0; i < ff; i++) {
+            rates[i] = (double)p->counts[(size_t)l * ff + i] / N_TOK;
+            planted[i] = pp[i];
+        }
+        const double r = correlation(rates, planted, ff);
+        /* Mean rate of the neurons planted above / below the 80th percentile. */
+        double *sorted = malloc((size_t)ff * sizeof *sorted);
+        memcpy(sorted, planted, (size_t)ff * sizeof *sorted);
+        for (int32_t i = 1; i < ff; i++) /* insertion sort, ascending */
+            for (int32_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+                double t = sorted[j];
+                sorted[j] = sorted[j - 1];
+                sorted[j - 1] = t;
+            }
+        const double cut = sorted[(size_t)(0.8 * ff)];
+        double hot = 0, cold = 0;
+        int64_t n_hot = 0, n_cold = 0;
+        for (int32_t i = 0; i < ff; i++) {
+            if (planted[i] >= cut) {
+                hot += rates[i];
+                n_hot++;
+            } else {
+                cold += rates[i];
+                n_cold++;
+            }
+        }
+        hot /= (double)n_hot;
+        cold /= (double)n_cold;
+        printf("layer %d: correlation with the planted probabilities %.3f; mean rate of the "
+               "planted top 20%% %.4f, of the rest %.4f\n",
+               (int)l, r, hot, cold);
+        CHECK(r > 0.7, "layer %d: correlation %.3f with the planted probabilities", (int)l, r);
+        CHECK(hot > 4 * cold, "layer %d: planted hot neurons %.4f vs the rest %.4f", (int)l, hot,
+              cold);
+        free(sorted);
+    }
+    free(rates);
+    free(planted);
+    const double top = si_profile_top_fraction(p, 0.8);
+    printf("%.1f%% of the neurons carry 80%% of the activations (planted: 20%%)\n", 100 * top);
+    CHECK(top > 0.1 && top < 0.3, "top fraction %.3f, planted 0.2", top);
+
+    /* Collecting again adds. */
+    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    CHECK(rc == SI_OK, "second collect: %s", err);
+    CHECK(p->n_tokens == 2 * N_TOK, "n_tokens after two collects: %lld", (long long)p->n_tokens);
+    diff = 0;
+    for (size_t k = 0; k < total; k++)
+        diff += p->counts[k] != 2 * ref[k];
+    CHECK(diff == 0, "%lld neurons not doubled by a second collect", (long long)diff);
+    /* Nothing to do, nothing added. */
+    CHECK(si_profile_collect(p, m, rp, NULL, 0, err, sizeof err) == SI_OK, "empty collect: %s",
+          err);
+    CHECK(p->n_tokens == 2 * N_TOK, "an empty collect counts nothing");
+
+    /* Collect's refusals, leaving p unchanged. */
+    int32_t bad_toks[3] = {1, m->hp.n_vocab, 2};
+    err[0] = '\0';
+    rc = si_profile_collect(p, m, rp, bad_toks, 3, err, sizeof err);
+    CHECK(rc == SI_E_INVALID && strstr(err, "position 1") != NULL, "token outside vocabulary: %d %s",
+          rc, err);
+    struct si_profile *q = NULL;
+    CHECK(si_profile_init(&q, nl, ff / 2, err, sizeof err) == SI_OK, "init: %s", err);
+    if (q != NULL) {
+        err[0] = '\0';
+        rc = si_profile_collect(q, m, rp, toks, 10, err, sizeof err);
+        CHECK(rc == SI_E_INVALID && strstr(err, "256") != NULL && strstr(err, "512") != NULL,
+              "shape mismatch in collect: %d %s", rc, err);
+        CHECK(q->n_tokens == 0, "a failed collect counts nothing");
+    }
+    CHECK(p->n_tokens == 2 * N_TOK, "a failed collect leaves the profile unchanged");
+
+    /* Round trip, with and without the model. */
+    path_in(prof_path, sizeof prof_path, "profile.gguf");
+    rc = si_profile_write(p, prof_path, err, sizeof err);
+    CHECK(rc == SI_OK, "write: %s", err);
+    struct si_profile *r = NULL;
+    rc = si_profile_read(&r, prof_path, m, err, sizeof err);
+    CHECK(rc == SI_OK && r != NULL && same_profile(p, r), "read back with the model: %s", err);
+    si_profile_free(r);
+    r = NULL;
+    rc = si_profile_read(&r, prof_path, NULL, err, sizeof err);
+    CHECK(rc == SI_OK && r != NULL && same_profile(p, r), "read back without a model: %s", err);
+    si_profile_free(r);
+    r = NULL;
+    struct si_gguf *g = NULL;
+    CHECK(si_gguf_open(&g, prof_path, err, sizeof err) == SI_OK, "open: %s", err);
+    if (g != NULL) {
+        uint64_t v = 0;
+        CHECK(si_gguf_find_key(g, "general.architecture") < 0, "architecture-independent");
+        int64_t i = si_gguf_find_key(g, "starinfer.profile.n_tokens");
+        CHECK(i >= 0 && g->kv[i].type == SI_GGUF_UINT64, "n_tokens is UINT64");
+        i = si_gguf_find_key(g, "starinfer.profile.n_ff");
+        CHECK(i >= 0 && g->kv[i].type == SI_GGUF_UINT32 && si_gguf_get_u64(g, "starinfer.profile.n_ff", &v) == SI_OK && v == (uint64_t)ff,
+              "n_ff is UINT32");
+        i = si_gguf_find_tensor(g, "blk.2.ffn_act_count");
+        CHECK(i >= 0 && g->tensors[i].type == SI_TYPE_I32 && g->tensors[i].n_dims == 1,
+              "blk.2.ffn_act_count is I32 {n_ff}");
+        CHECK(g->n_tensors == (uint64_t)nl, "%llu tensors", (unsigned long long)g->n_tensors);
+        si_gguf_free(g);
+    }
+
+    /* The reader's refusals. */
+    path_in(path, sizeof path, "missing.gguf");
+    expect_read(path, NULL, SI_E_NOT_FOUND, "No such file");
+    expect_read(model_path, NULL, SI_E_FORMAT, "missing key starinfer.profile.");
+    if (q != NULL) {
+        q->n_tokens = 5;
+        q->counts[3] = 5;
+        path_in(path, sizeof path, "narrow.gguf");
+        CHECK(si_profile_write(q, path, err, sizeof err) == SI_OK, "write: %s", err);
+        expect_read(path, m, SI_E_INVALID, "3 layers x 256 neurons, but the model has 3 x 512");
+        q->counts[3] = 6;
+        err[0] = '\0';
+        CHECK(si_profile_write(q, path, err, sizeof err) == SI_E_INVALID, "write with a count "
+              "above n_tokens: %s", err);
+        q->counts[3] = -1;
+        CHECK(si_profile_write(q, path, err, sizeof err) == SI_E_INVALID, "write with a negative "
+              "count: %s", err);
+    }
+    /* Truncated: the counts' data cut short. */
+    {
+        FILE *f = fopen(prof_path, "rb");
+        path_in(path, sizeof path, "cut.gguf");
+        FILE *o = fopen(path, "wb");
+        char buf[1024];
+        size_t n = f != NULL ? fread(buf, 1, sizeof buf, f) : 0;
+        if (o != NULL)
+            fwrite(buf, 1, n, o);
+        if (f != NULL)
+            fclose(f);
+        if (o != NULL)
+            fclose(o);
+        expect_read(path, m, SI_E_FORMAT, "cut.gguf: ");
+    }
+    int32_t *vals = calloc((size_t)2 * 8, sizeof *vals);
+    path_in(path, sizeof path, "raw.gguf");
+    vals[5] = 11;
+    write_raw(path, true, 10, 2, 8, SI_TYPE_I32, vals);
+    expect_read(path, NULL, SI_E_FORMAT, "count 11 of neuron 5 is not a whole number in [0, n_tokens = 10]");
+    vals[5] = 0;
+    vals[8 + 2] = -3;
+    write_raw(path, true, 10, 2, 8, SI_TYPE_I32, vals);
+    expect_read(path, NULL, SI_E_FORMAT, "blk.1.ffn_act_count: count -3 of neuron 2");
+    vals[10] = 0;
+    write_raw(path, false, 10, 2, 8, SI_TYPE_I32, vals);
+    expect_read(path, NULL, SI_E_FORMAT, "missing key starinfer.profile.n_ff");
+    write_raw(path, true, 10, 2, 8, SI_TYPE_F16, vals);
+    expect_read(path, NULL, SI_E_FORMAT, "is F16, expected I32 or F32");
+    float fv[16] = {0};
+    fv[3] = 2.5f;
+    write_raw(path, true, 10, 2, 8, SI_TYPE_F32, fv);
+    expect_read(path, NULL, SI_E_FORMAT, "count 2.5 of neuron 3");
+    fv[3] = 7.0f;
+    write_raw(path, true, 10, 2, 8, SI_TYPE_F32, fv);
+    rc = si_profile_read(&r, path, NULL, err, sizeof err);
+    CHECK(rc == SI_OK && r != NULL && r->counts[3] == 7 && r->n_tokens == 10 && r->n_layer == 2 &&
+              r->n_ff == 8,
+          "F32 counts of whole numbers are read: %s", err);
+    si_profile_free(r);
+    /* A layer's tensor of the wrong shape, then missing (the file says 3 layers). */
+    for (int missing = 0; missing < 2; missing++) {
+        struct si_gguf_writer *w = si_gguf_writer_init(false);
+        si_gguf_writer_set_u64(w, "starinfer.profile.n_tokens", 10);
+        si_gguf_writer_set_u32(w, "starinfer.profile.n_layer", 3);
+        si_gguf_writer_set_u32(w, "starinfer.profile.n_ff", 8);
+        const int64_t ne[1] = {8}, ne2[2] = {4, 2};
+        si_gguf_writer_add_tensor(w, "blk.0.ffn_act_count", SI_TYPE_I32, 1, ne, vals);
+        si_gguf_writer_add_tensor(w, "blk.1.ffn_act_count", SI_TYPE_I32, missing ? 1 : 2,
+                                  missing ? ne : ne2, vals);
+        CHECK(si_gguf_writer_write(w, path, err, sizeof err) == SI_OK, "write: %s", err);
+        si_gguf_writer_free(w);
+        expect_read(path, NULL, SI_E_FORMAT,
+                    missing ? "missing tensor blk.2.ffn_act_count"
+                            : "tensor blk.1.ffn_act_count has 2 dimensions [4, 2, ...], expected [8]");
+    }
+    free(vals);
+
+    si_profile_free(q);
+    si_profile_free(p);
+    free(ref);
+    si_model_free(m);
+    const char *names[] = {"model.gguf", "profile.gguf", "narrow.gguf", "cut.gguf", "raw.gguf"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        path_in(path, sizeof path, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return test_result();
+}
