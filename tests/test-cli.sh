@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-cli.sh - the starinfer CLI: help, version, one clear error line with a
-# non-zero exit for each kind of bad input, a synthetic model end to end, and
-# with STARINFER_TEST_MODEL `info` and `generate` on the real model.
+# non-zero exit for each kind of bad input, a synthetic model end to end (synth,
+# info, generate, profile), and with STARINFER_TEST_MODEL `info` and `generate`
+# on the real model.
 set -u
 si=${STARINFER:?STARINFER must name the starinfer binary}
 tmp=$(mktemp -d)
@@ -78,6 +79,22 @@ expect_error 1 "--sparsity: 'half' is neither dense nor gate" generate -m x.gguf
 expect_error 1 "synth: unknown option '--bogus'" synth --bogus
 head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a
+
+# profile: count neuron activations over a text on the synthetic model.
+for i in $(seq 1 40); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done >"$tmp/text.txt"
+"$si" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/prof.gguf" -c 64 -n 300 >"$tmp/out" 2>"$tmp/err" ||
+    fail "profile: $(cat "$tmp/err")"
+cat "$tmp/out"
+grep -q '^profile: 300 tokens in 5 windows of 64 .* 2 layers x 256 neurons' "$tmp/out" || fail "profile summary: $(cat "$tmp/out")"
+grep -q '^layer   1: mean activation rate 0\.[01]' "$tmp/out" || fail "profile: layer 1 rate: $(cat "$tmp/out")"
+grep -q 'of the neurons carry 80% of the activations' "$tmp/out" || fail "profile: no skew line: $(cat "$tmp/out")"
+"$si" info --no-workers --kv "$tmp/prof.gguf" >"$tmp/out" 2>&1 || fail "info on a profile: $(cat "$tmp/out")"
+grep -q 'starinfer.profile.n_tokens *UINT64 *300$' "$tmp/out" || fail "profile file lacks n_tokens = 300: $(cat "$tmp/out")"
+"$si" profile --help | grep -q -- '--n-tokens' || fail "profile --help lacks --n-tokens"
+expect_error 1 "profile: unknown option '--bogus'" profile -m "$tmp/tiny.gguf" --bogus
+expect_error 1 "profile: no output given" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt"
+expect_error 1 "-c: 0 is out of range" profile -m x.gguf -f y -o z -c 0
+expect_error 1 "/nonexistent.txt: No such file or directory" profile -m "$tmp/tiny.gguf" -f /nonexistent.txt -o "$tmp/p.gguf"
 
 model=${STARINFER_TEST_MODEL:-}
 if [ -n "$model" ] && [ -r "$model" ]; then

@@ -24,6 +24,7 @@ static void usage(FILE *f)
                "  generate    generate text from a prompt (reference CPU path)\n"
                "  perplexity  perplexity of a model on a text file (reference CPU path)\n"
                "  synth       write a synthetic model with planted neuron activity\n"
+               "  profile     count how often each FFN neuron fires over a text\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
         {"generate", si_cmd_generate},
         {"perplexity", si_cmd_perplexity},
         {"synth", si_cmd_synth},
+        {"profile", si_cmd_profile},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
