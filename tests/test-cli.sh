@@ -74,8 +74,12 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
-expect_error 1 "--sparsity gate needs --engine starpu" generate -m x.gguf -p a --sparsity gate
-expect_error 1 "--sparsity: 'half' is neither dense nor gate" generate -m x.gguf -p a --sparsity half
+expect_error 1 "--sparsity, --vram-budget, --profile and --merge need --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "need --engine starpu" generate -m x.gguf -p a --vram-budget 1G
+expect_error 1 "--sparsity: 'half' is not dense, gate or predictor" generate -m x.gguf -p a --sparsity half
+expect_error 1 "--vram-budget: '12Q' has an unknown unit" generate -m x.gguf -p a --vram-budget 12Q
+expect_error 1 "--vram-budget: 'lots' is not a size" generate -m x.gguf -p a --vram-budget lots
+expect_error 1 "--merge: 'sum' is neither task nor redux" generate -m x.gguf -p a --merge sum
 expect_error 1 "synth: unknown option '--bogus'" synth --bogus
 head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a
@@ -95,6 +99,21 @@ expect_error 1 "profile: unknown option '--bogus'" profile -m "$tmp/tiny.gguf" -
 expect_error 1 "profile: no output given" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt"
 expect_error 1 "-c: 0 is out of range" profile -m x.gguf -f y -o z -c 0
 expect_error 1 "/nonexistent.txt: No such file or directory" profile -m "$tmp/tiny.gguf" -f /nonexistent.txt -o "$tmp/p.gguf"
+
+# The engine with the profile: hottest neurons first, a VRAM budget that
+# cannot be used without a GPU (said once on stderr), predictor mode needs
+# predictor tensors, and a profile of another shape is refused.
+"$si" generate -m "$tmp/tiny.gguf" -p "one two" -n 4 --temp 0 --engine starpu --sparsity gate \
+    --profile "$tmp/prof.gguf" --vram-budget 1M >"$tmp/out" 2>"$tmp/err" ||
+    fail "generate with a profile: $(cat "$tmp/err")"
+grep -q 'gate mode' "$tmp/err" || fail "generate with a profile: no engine summary: $(cat "$tmp/err")"
+expect_error 1 "predictor mode: the model has no predictor tensors" \
+    generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sparsity predictor
+"$si" synth -o "$tmp/other.gguf" --preset tiny --n-ff 512 --measure 0 >/dev/null 2>&1 || fail "synth other"
+expect_error 1 "profile of 2 layers x 256 neurons, but the model has 2 x 512" \
+    generate -m "$tmp/other.gguf" -p a -n 1 --engine starpu --sparsity gate --profile "$tmp/prof.gguf"
+expect_error 1 "nonexistent.gguf" \
+    generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --profile /nonexistent.gguf
 
 model=${STARINFER_TEST_MODEL:-}
 if [ -n "$model" ] && [ -r "$model" ]; then

@@ -11,10 +11,12 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/types.h"
+#include "predict/profile.h"
 #include "starinfer.h"
 #include "test.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,30 +44,153 @@ static double rel_err(const float *a, const float *b, int32_t n)
     return scale > 0 ? worst / scale : worst;
 }
 
+/* Expected activity for the placement: the reference's activation counts
+ * over a few tokens (what `starinfer profile` collects over a corpus). */
+static struct si_profile *profile_of(const struct si_model *m)
+{
+    const struct si_hparams *hp = &m->hp;
+    struct si_profile *pr = calloc(1, sizeof *pr);
+    int64_t *counts = calloc((size_t)hp->n_layer * (size_t)hp->n_ff, sizeof *counts);
+    struct si_ref *r = NULL;
+    char err[256];
+    if (pr == NULL || counts == NULL ||
+        si_ref_init(&r, m, si_ref_default_params(), err, sizeof err) != SI_OK) {
+        free(pr);
+        free(counts);
+        return NULL;
+    }
+    r->neuron_counts = counts;
+    for (int32_t t = 0; t < 40; t++)
+        si_ref_eval(r, (t * 37 + 5) % hp->n_vocab);
+    si_ref_free(r);
+    *pr = (struct si_profile){.n_layer = hp->n_layer, .n_ff = hp->n_ff, .n_tokens = 40,
+                              .counts = counts};
+    return pr;
+}
+
+static void profile_free(struct si_profile *pr)
+{
+    if (pr != NULL)
+        free(pr->counts);
+    free(pr);
+}
+
+struct config {
+    enum si_sparsity mode;
+    int32_t n_slices;
+    bool hot;   /* a profile and a hot slice (run on a CPU worker) */
+    bool redux; /* STARPU_REDUX instead of the merge task */
+};
+
+/* The placement: the neuron table is a permutation, every hot neuron is at
+ * least as active as every cold one, the slices tile the layer. */
+static void check_placement(const char *what, const struct si_engine *e, const struct si_model *m,
+                            const struct si_profile *pr)
+{
+    const int64_t ff = m->hp.n_ff;
+    uint8_t *seen = calloc((size_t)ff, 1);
+    if (seen == NULL)
+        return;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        memset(seen, 0, (size_t)ff);
+        int bad = 0;
+        for (int64_t p = 0; p < ff; p++) {
+            int32_t id = si_engine_neuron_id(e, l, p);
+            if (id < 0 || id >= ff || seen[id]++)
+                bad++;
+        }
+        CHECK(bad == 0, "%s: layer %d: the neuron table is not a permutation", what, l);
+        const int64_t nh = si_engine_n_hot(e, l);
+        int64_t min_hot = INT64_MAX, max_cold = -1;
+        for (int64_t p = 0; p < ff && pr != NULL; p++) {
+            int64_t c = pr->counts[(size_t)l * ff + si_engine_neuron_id(e, l, p)];
+            if (p < nh)
+                min_hot = c < min_hot ? c : min_hot;
+            else
+                max_cold = c > max_cold ? c : max_cold;
+        }
+        if (nh > 0 && nh < ff)
+            CHECK(min_hot >= max_cold, "%s: layer %d: a cold neuron (%lld) is hotter than a hot "
+                  "one (%lld)", what, l, (long long)max_cold, (long long)min_hot);
+        int64_t b, end, prev = 0;
+        si_engine_slice_range(e, l, 0, &b, &end);
+        CHECK(end - b == nh, "%s: layer %d: hot slice of %lld, %lld hot", what, l,
+              (long long)(end - b), (long long)nh);
+        prev = end;
+        for (int32_t j = 1; j <= si_engine_n_slices(e); j++) {
+            si_engine_slice_range(e, l, j, &b, &end);
+            CHECK(b == prev && end >= b, "%s: layer %d: slice %d is [%lld, %lld) after %lld",
+                  what, l, j, (long long)b, (long long)end, (long long)prev);
+            prev = end;
+        }
+        CHECK(prev == ff, "%s: layer %d: slices end at %lld of %lld", what, l, (long long)prev,
+              (long long)ff);
+    }
+    free(seen);
+}
+
 /*
  * Prompt, then greedy decoding for N_GREEDY tokens with the engine and the
  * reference side by side (each on its own tokens), comparing logits at every
- * step.
+ * step.  The reference computes what the mode asks for: down_t rows,
+ * predictor selection (see si_ref_params).
  */
-static void compare(const char *what, const struct si_model *m, enum si_sparsity mode,
-                    int32_t n_slices, double tol)
+static void compare(const char *what, const struct si_model *m, struct config cf, double tol)
 {
-    char err[512];
+    char err[512], label[160];
     struct si_engine_params ep = si_engine_default_params();
     ep.ref.n_ctx = 96;
-    ep.mode = mode;
-    ep.n_slices = n_slices;
+    /* Float weights: plain float dots.  llama.cpp's conversion of the input
+     * to F16 would turn the tiny differences of summation order upstream
+     * into whole F16 steps, and the comparison would measure those. */
+    const uint32_t wt = m->w.layers[0].ffn_up.type;
+    ep.ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
+    ep.mode = cf.mode;
+    ep.n_slices = cf.n_slices;
+    ep.redux = cf.redux;
+    struct si_profile *pr = NULL;
+    if (cf.hot) {
+        pr = profile_of(m);
+        CHECK(pr != NULL, "%s: profile", what);
+        ep.profile = pr;
+        ep.hot_on_cpu = true;
+        /* About a third of the FFN weights, plus the GPU's buffers. */
+        const struct si_hparams *hp = &m->hp;
+        const struct si_layer *W = &m->w.layers[0];
+        int64_t ffn = (int64_t)(W->ffn_up.nbytes + W->ffn_down.nbytes +
+                                (W->ffn_gate.data != NULL ? W->ffn_gate.nbytes : 0));
+        ep.vram_budget = hp->n_layer * ffn / 3 + 4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
+                         4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
+    }
+    snprintf(label, sizeof label, "%s %s%s%s", what, si_sparsity_name(cf.mode),
+             cf.hot ? " +hot" : "", cf.redux ? " redux" : "");
+    struct si_ref_params rp = ep.ref;
+    rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
+    rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
     struct si_engine *e = NULL;
     int rc = si_engine_init(&e, m, ep, err, sizeof err);
-    CHECK(rc == SI_OK, "%s: engine: %s", what, err);
+    CHECK(rc == SI_OK, "%s: engine: %s", label, err);
     struct si_ref *r = NULL;
-    rc = si_ref_init(&r, m, ep.ref, err, sizeof err);
-    CHECK(rc == SI_OK, "%s: reference: %s", what, err);
+    rc = si_ref_init(&r, m, rp, err, sizeof err);
+    CHECK(rc == SI_OK, "%s: reference: %s", label, err);
     if (e == NULL || r == NULL) {
         si_engine_free(e);
         si_ref_free(r);
+        profile_free(pr);
         return;
     }
+    if (cf.hot) {
+        /* The budget holds some neurons, not all. */
+        int64_t hot = 0;
+        for (int l = 0; l < m->hp.n_layer; l++)
+            hot += si_engine_n_hot(e, l);
+        CHECK(hot > 0 && hot < (int64_t)m->hp.n_layer * m->hp.n_ff,
+              "%s: %lld hot neurons of %lld", label, (long long)hot,
+              (long long)m->hp.n_layer * m->hp.n_ff);
+        CHECK(si_engine_hot_bytes(e) <= ep.vram_budget, "%s: %lld hot bytes over the budget",
+              label, (long long)si_engine_hot_bytes(e));
+    }
+    check_placement(label, e, m, cf.mode == SI_SPARSITY_DENSE ? NULL : pr);
     const int32_t nv = m->hp.n_vocab;
     const int32_t prompt[] = {1, 17 % nv, 250 % nv, 3, 42 % nv};
     double worst = 0;
@@ -73,8 +198,8 @@ static void compare(const char *what, const struct si_model *m, enum si_sparsity
     int32_t te = 0, tr = 0;
     for (int i = 0; i < 5 + N_GREEDY; i++) {
         int32_t in_e = i < 5 ? prompt[i] : te, in_r = i < 5 ? prompt[i] : tr;
-        CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", what, i);
-        CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", what, i);
+        CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
+        CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
         if (in_e == in_r)
             worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
         te = argmax(si_engine_logits(e), nv);
@@ -83,22 +208,27 @@ static void compare(const char *what, const struct si_model *m, enum si_sparsity
             same += te == tr;
     }
     struct si_engine_stats st = si_engine_get_stats(e);
-    printf("%-34s %s: %d slices, logits max rel err %.2e, %d/%d greedy tokens equal, "
-           "%.1f%% of neurons computed, %lld tasks\n",
-           what, mode == SI_SPARSITY_DENSE ? "dense" : "gate ", si_engine_n_slices(e), worst, same,
-           N_GREEDY, 100.0 * (double)st.neurons_active / (double)st.neurons_total,
+    const int64_t active = st.neurons_hot + st.neurons_cold;
+    printf("%-46s %2d slices, logits max rel err %.2e, %d/%d greedy equal, %4.1f%% of neurons "
+           "computed (%4.1f%% of them hot), %lld tasks\n",
+           label, si_engine_n_slices(e), worst, same, N_GREEDY,
+           100.0 * (double)active / (double)st.neurons_total,
+           active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
            (long long)st.tasks);
-    CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", what, worst, tol);
-    CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", what, same, N_GREEDY);
-    if (mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
-        CHECK(st.neurons_active < st.neurons_total / 2, "%s: gate mode computed %lld of %lld",
-              what, (long long)st.neurons_active, (long long)st.neurons_total);
+    CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
+    CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
+    if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
+        CHECK(active < st.neurons_total / 2, "%s: gate mode computed %lld of %lld", label,
+              (long long)active, (long long)st.neurons_total);
+    if (cf.hot)
+        CHECK(st.neurons_hot > 0, "%s: no neuron computed in the hot slice", label);
     /* A token outside the vocabulary is refused without running anything. */
-    CHECK(si_engine_eval(e, nv) == SI_E_INVALID, "%s: bad token accepted", what);
+    CHECK(si_engine_eval(e, nv) == SI_E_INVALID, "%s: bad token accepted", label);
     si_engine_reset(e);
-    CHECK(si_engine_eval(e, 1) == SI_OK, "%s: eval after reset", what);
+    CHECK(si_engine_eval(e, 1) == SI_OK, "%s: eval after reset", label);
     si_engine_free(e);
     si_ref_free(r);
+    profile_free(pr);
 }
 
 static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol)
@@ -116,6 +246,7 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
     p.n_layer = 3;
     p.n_ff = n_ff; /* chunks of 256 neurons: several slices */
     p.seed = 11;
+    p.predictor_rank = 32; /* fc1/fc2 and ffn_down_t */
     if (p.arch == SI_SYNTH_OPT)
         p.n_head_kv = p.n_head; /* OPT has no grouped-query attention */
     char err[512];
@@ -125,8 +256,17 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
     if (rc == SI_OK && si_model_load(&m, path, err, sizeof err) == SI_OK) {
         char what[96];
         snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
-        compare(what, m, SI_SPARSITY_DENSE, n_slices, tol);
-        compare(what, m, SI_SPARSITY_GATE, n_slices, tol);
+        const struct config configs[] = {
+            {SI_SPARSITY_DENSE, n_slices, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false},
+            {SI_SPARSITY_GATE, n_slices, true, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false},
+            {SI_SPARSITY_GATE, n_slices, false, true},
+        };
+        for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
+            compare(what, m, configs[k], tol);
     } else if (rc == SI_OK) {
         CHECK(false, "load %s: %s", arch, err);
     }
@@ -158,7 +298,10 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("SmolLM2-135M Q4_1", m, SI_SPARSITY_DENSE, 0, 1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false},
+                    1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false},
+                    1e-4);
             si_model_free(m);
         } else {
             CHECK(false, "%s", err);

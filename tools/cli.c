@@ -63,6 +63,47 @@ bool si_cli_float(const char *flag, const char *s, double min, double max, doubl
     return true;
 }
 
+bool si_cli_size(const char *flag, const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || !isfinite(v) || v < 0) {
+        si_cli_error("%s: '%s' is not a size (e.g. 512M, 1.5G)", flag, s);
+        return false;
+    }
+    double scale = 1;
+    const char *u = end;
+    switch (*u == '\0' ? 'B' : (*u >= 'a' && *u <= 'z' ? *u - 32 : *u)) {
+    case 'B': scale = 1; break;
+    case 'K': scale = 1024.0; break;
+    case 'M': scale = 1024.0 * 1024; break;
+    case 'G': scale = 1024.0 * 1024 * 1024; break;
+    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
+    default:
+        si_cli_error("%s: '%s' has an unknown unit (use K, M, G or T)", flag, s);
+        return false;
+    }
+    if (*u != '\0') {
+        u++;
+        if (*u == 'i' || *u == 'I')
+            u++;
+        if (*u == 'b' || *u == 'B')
+            u++;
+        if (*u != '\0') {
+            si_cli_error("%s: '%s' has an unknown unit (use K, M, G or T)", flag, s);
+            return false;
+        }
+    }
+    v *= scale;
+    if (v > 9.0e18) {
+        si_cli_error("%s: '%s' is too large", flag, s);
+        return false;
+    }
+    *out = (int64_t)v;
+    return true;
+}
+
 char *si_cli_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -26,6 +26,11 @@ const char *si_cli_value(int argc, char **argv, int *i);
 bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out);
 bool si_cli_float(const char *flag, const char *s, double min, double max, double *out);
 
+/* Parse a byte size for `flag`: a number with an optional unit K, M, G, T
+ * (powers of 1024; "KiB", "MB", "GiB" ... are read the same) or none for
+ * bytes, e.g. 512M, 1.5G, 4096; false after an error message. */
+bool si_cli_size(const char *flag, const char *s, int64_t *out);
+
 /* Read a whole file into a NUL-terminated buffer (free() it); NULL after an
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);

@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "graph/engine.h"
+#include "predict/profile.h"
 #include "graph/runtime.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -101,10 +102,18 @@ static void generate_usage(FILE *f)
                "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
                "      --engine E          ref (default: the single-threaded reference) or\n"
                "                          starpu (the task graph on StarPU's workers)\n"
-               "      --sparsity M        dense (default) or gate: skip FFN neurons whose gate\n"
-               "                          activation is zero (ReLU) or below --gate-threshold\n"
+               "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
+               "                          activation is zero (ReLU) or below --gate-threshold;\n"
+               "                          predictor: the neurons the model's predictor picks\n"
                "      --gate-threshold T  gate mode, SiLU/GELU models (default 0)\n"
-               "      --slices N          FFN slices per layer (default: one per CPU worker)\n"
+               "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
+               "      --vram-budget SIZE  bytes of FFN neurons for the GPU's hot slices, e.g.\n"
+               "                          512M (default 0: none; ignored without a CUDA worker)\n"
+               "      --profile FILE      activation profile (starinfer profile): the hottest\n"
+               "                          neurons go to the GPU, the rest are balanced over\n"
+               "                          the CPU slices (gate and predictor modes)\n"
+               "      --merge M           task (default: a merge task adds the slices' partial\n"
+               "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n"
                "  -h, --help              show this help\n");
 }
 
@@ -117,6 +126,8 @@ int si_cmd_generate(int argc, char **argv)
     /* The reference stays the default until the engine is faster than it
      * (it is bit-identical, and slower for now: see the README). */
     bool chat = false, ignore_eos = false, ids = false, use_engine = false;
+    const char *profile_path = NULL;
+    struct si_profile *prof = NULL;
     struct si_sampler_params sp = si_sampler_default_params();
     struct si_engine_params ep = si_engine_default_params();
     for (int i = 1; i < argc; i++) {
@@ -180,8 +191,22 @@ int si_cmd_generate(int argc, char **argv)
                 ep.mode = SI_SPARSITY_DENSE;
             else if (!strcmp(v, "gate"))
                 ep.mode = SI_SPARSITY_GATE;
+            else if (!strcmp(v, "predictor"))
+                ep.mode = SI_SPARSITY_PREDICTOR;
             else
-                return si_cli_error("--sparsity: '%s' is neither dense nor gate", v);
+                return si_cli_error("--sparsity: '%s' is not dense, gate or predictor", v);
+        } else if (!strcmp(a, "--vram-budget")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &ep.vram_budget))
+                return 1;
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile_path = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--merge")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0)
+                return si_cli_error("--merge: '%s' is neither task nor redux", v);
+            ep.redux = !strcmp(v, "redux");
         } else if (!strcmp(a, "--gate-threshold")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1e6, &d))
                 return 1;
@@ -204,8 +229,10 @@ int si_cmd_generate(int argc, char **argv)
         return si_cli_error("generate: no prompt given (-p TEXT or -f FILE)");
     if (prompt != NULL && file != NULL)
         return si_cli_error("generate: give either -p or -f, not both");
-    if (!use_engine && ep.mode != SI_SPARSITY_DENSE)
-        return si_cli_error("generate: --sparsity gate needs --engine starpu");
+    if (!use_engine && (ep.mode != SI_SPARSITY_DENSE || ep.vram_budget > 0 || ep.redux ||
+                        profile_path != NULL))
+        return si_cli_error("generate: --sparsity, --vram-budget, --profile and --merge need "
+                            "--engine starpu");
     sp.seed = (uint64_t)seed;
 
     char *text = NULL;
@@ -288,6 +315,16 @@ int si_cmd_generate(int argc, char **argv)
             goto out;
         }
         ep.ref = rp;
+        if (profile_path != NULL) {
+            if (si_profile_read(&prof, profile_path, m, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            ep.profile = prof;
+        }
+        if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
+            fprintf(stderr, "engine: no CUDA worker: --vram-budget ignored, every FFN neuron "
+                            "runs on the CPU workers\n");
         if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
@@ -358,12 +395,17 @@ int si_cmd_generate(int argc, char **argv)
     if (eng != NULL) {
         struct si_engine_stats st = si_engine_get_stats(eng);
         const double tokens = (double)(st.tokens ? st.tokens : 1);
+        const double total = (double)(st.neurons_total ? st.neurons_total : 1);
+        const int64_t active = st.neurons_hot + st.neurons_cold;
         fprintf(stderr,
-                "engine: StarPU, %u CPU workers, %d FFN slices per layer, %s mode: %.1f%% of FFN "
-                "neurons computed, %.0f tasks per token\n",
-                si_runtime_ncpu(), si_engine_n_slices(eng),
-                ep.mode == SI_SPARSITY_GATE ? "gate" : "dense",
-                100.0 * (double)st.neurons_active / (double)(st.neurons_total ? st.neurons_total : 1),
+                "engine: StarPU, %u CPU + %u CUDA workers, %d cold FFN slices per layer, %s "
+                "mode, %.1f MiB of FFN neurons hot: %.1f%% of FFN neurons computed (GPU %.1f%%, "
+                "CPU %.1f%%; neuron load on the GPU %.1f%%), %.0f tasks per token\n",
+                si_runtime_ncpu(), si_runtime_ncuda(), si_engine_n_slices(eng),
+                si_sparsity_name(ep.mode), (double)si_engine_hot_bytes(eng) / 1048576.0,
+                100.0 * (double)active / total, 100.0 * (double)st.neurons_hot / total,
+                100.0 * (double)st.neurons_cold / total,
+                active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
                 (double)st.tasks / tokens);
         double busy = 0.0;
         fprintf(stderr, "engine: per token, time in tasks:");
@@ -374,7 +416,9 @@ int si_cmd_generate(int argc, char **argv)
         }
         fprintf(stderr, " wall %.3f ms; workers busy %.0f%% of the wall time\n",
                 1e3 * st.seconds / tokens,
-                st.seconds > 0 ? 100.0 * busy / (st.seconds * si_runtime_ncpu()) : 0.0);
+                st.seconds > 0
+                    ? 100.0 * busy / (st.seconds * (si_runtime_ncpu() + si_runtime_ncuda()))
+                    : 0.0);
     }
     rc = 0;
 out:
@@ -384,6 +428,7 @@ out:
     else
         si_ref_free(ref);
     si_runtime_stop(&rt);
+    si_profile_free(prof);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

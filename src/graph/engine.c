@@ -1,11 +1,19 @@
-/* engine.c - decode steps as StarPU tasks over FFN neuron slices. */
+/* engine.c - decode steps as StarPU tasks over FFN neuron slices (see engine.h). */
 #include "graph/engine.h"
 
+#include "codelets/ffn_sparse.h"
+#include "config.h"
 #include "internal.h"
 #include "model/act.h"
 #include "model/quants.h"
 #include "model/types.h"
+#include "predict/profile.h"
 #include "starinfer.h"
+
+#ifdef SI_USE_CUDA
+#include "codelets/codelets_cuda.h"
+#include <cuda_runtime_api.h>
+#endif
 
 #include <math.h>
 #include <starpu.h>
@@ -13,11 +21,15 @@
 #include <string.h>
 #include <time.h>
 
+#define MAX_SLICES 256
+
 /* Scratch and counters of one worker. */
 struct scratch {
-    float *h;  /* (n_ff) the slice's neuron activations */
-    void *xq;  /* the FFN input converted for the up and gate dots */
-    void *hq;  /* the activations converted for the down dots */
+    float *h;    /* (n_ff) the slice's neuron activations */
+    int32_t *ix; /* (n_ff) the slice's active positions */
+    float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
+    void *xq;    /* the FFN input converted for the up and gate dots */
+    void *hq;    /* the activations converted for the down dots */
     double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
     int64_t count[SI_TASK_KIND_COUNT];
 };
@@ -31,32 +43,74 @@ static double now(void)
 
 const char *si_task_kind_name(enum si_task_kind k)
 {
-    static const char *const names[SI_TASK_KIND_COUNT] = {"embed", "attn", "ffn_cold", "merge",
-                                                          "norm+lm_head"};
+    static const char *const names[SI_TASK_KIND_COUNT] = {
+        "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
+
+const char *si_sparsity_name(enum si_sparsity m)
+{
+    return m == SI_SPARSITY_GATE ? "gate" : m == SI_SPARSITY_PREDICTOR ? "predictor" : "dense";
+}
+
+/*
+ * One layer's FFN.  Its neurons are in slices: slots 0 .. nsl - 1 of the
+ * arrays below are the non-empty slices in order, the hot one first when
+ * hot is set.  Handles whose name ends in _c are the children of the
+ * handle of the same name (one per slot).
+ */
+struct layer {
+    int64_t n_hot;
+    bool hot;         /* slot 0 is the hot slice */
+    int32_t nsl;      /* non-empty slices */
+    int64_t *s0;      /* (nsl + 1) slice boundaries, in neuron positions */
+    int32_t *rows;    /* (nsl) partial-output rows of each slice */
+    int32_t *perm;    /* (n_ff) position -> file neuron id */
+    int64_t *active;  /* (nsl) neurons each slice computed for the last token */
+    uint32_t *len_n;  /* (nsl) neurons per slice (filter lengths) */
+    uint32_t *len_p;  /* (nsl) floats of partial output per slice */
+    size_t *cols;     /* (nsl + 1) byte boundaries in a row of ffn_down (dense) */
+
+    void *rec;        /* sparse layouts: (n_ff, rec_bytes) neuron records */
+    float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
+    void *fc2p;       /* predictor fc2 rows in position order */
+    int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
+    float *part;      /* (sum of rows, n_embd) the slices' partial outputs */
+    float *y;         /* (n_embd) redux mode: the layer's FFN output */
+
+    starpu_data_handle_t h_w[4], h_k, h_v;           /* attention */
+    starpu_data_handle_t h_gate, h_up, h_down, h_rec; /* FFN weights */
+    starpu_data_handle_t h_upb, h_idx, h_part, h_fc1, h_fc2, h_y;
+    starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
+
+    char name_attn[24], name_pred[24], name_merge[24];
+    char (*name_ffn)[32]; /* (nsl) */
+};
 
 struct si_engine {
     const struct si_model *m;
     struct si_engine_params p;
     struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
-
-    int32_t n_slices;
-    int64_t chunk;     /* neurons per chunk of the down projection (si_ref_ffn_chunk) */
-    int64_t n_chunks;
-    int64_t *slice_c0; /* (n_slices + 1) chunk boundaries of the slices */
-    float *partials;   /* (n_chunks, n_embd): each chunk's share of the FFN output */
-    uint32_t *lengths; /* (n_slices) elements of partials per slice (the partition) */
-    int64_t *active;   /* (n_layer, n_slices) neurons computed by each slice task */
+    bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
+    bool cuda_hot;      /* hot slices run on CUDA workers */
+    int32_t n_slices;   /* cold slices per layer */
+    int64_t chunk;      /* dense: neurons per chunk of the down projection */
+    uint32_t gu_type;   /* type of the gate and up rows */
+    uint32_t dt_type;   /* sparse: type of the down_t rows */
+    size_t gu_row;      /* bytes of a gate or up row */
+    size_t dt_row;      /* sparse: bytes of a down_t row */
+    size_t rec_bytes;   /* sparse: bytes of a neuron record */
+    size_t dt_off;      /* sparse: offset of the down_t row in a record */
+    bool has_gate;
+    int64_t hot_bytes;
+    float *zeros;       /* (n_ff) the up bias of files without one */
+    int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
+    struct layer *L;
     struct scratch *scratch; /* one per worker */
     unsigned n_workers;
+    int cuda_node;           /* memory node of the first CUDA worker, or -1 */
 
-    /* Task names as traces show them: "attn L3", "ffn_cold L3.1", "merge L3". */
-    char (*name_attn)[24], (*name_merge)[24], (*name_ffn)[32];
-
-    starpu_data_handle_t h_x, h_xb, h_partials, h_logits;
-    starpu_data_handle_t *h_part; /* children of h_partials */
-
+    starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
     struct si_engine_stats stats;
 };
 
@@ -72,101 +126,16 @@ struct si_engine_params si_engine_default_params(void)
     return (struct si_engine_params){.ref = si_ref_default_params(),
                                      .mode = SI_SPARSITY_DENSE,
                                      .gate_threshold = 0.0f,
-                                     .n_slices = 0};
+                                     .n_slices = 0,
+                                     .vram_budget = 0,
+                                     .profile = NULL,
+                                     .hot_on_cpu = false,
+                                     .redux = false};
 }
-
-/* ------------------------------------------------------------ FFN slices */
-
-/* Bytes of n activations converted to the dot type of rows of type t. */
-static size_t act_bytes(uint32_t t, int64_t n)
-{
-    size_t b = 0;
-    si_type_row_size(si_act_type(t), n, &b);
-    return b;
-}
-
-/*
- * Neurons [n0, n1) of layer l (whole chunks) on the FFN input xb: their
- * activations (zero for neurons gate mode skips) and each chunk's share of
- * the down projection into y, one row of n_embd per chunk.  Returns how many
- * neurons were computed.
- */
-static int64_t ffn_slice(const struct si_engine *e, int l, const float *xb, int64_t n0, int64_t n1,
-                         struct scratch *sc, float *y)
-{
-    const struct si_model *m = e->m;
-    const struct si_hparams *hp = &m->hp;
-    const struct si_layer *L = &m->w.layers[l];
-    const bool q = e->p.ref.act_quant;
-    const bool gate_mode = e->p.mode == SI_SPARSITY_GATE;
-    const int64_t d = hp->n_embd, n = n1 - n0;
-
-    /* The input, converted once for the up rows and once for the gate rows. */
-    void *xu = sc->xq, *xg = NULL;
-    if (q)
-        si_quantize_act(si_act_type(L->ffn_up.type), xb, xu, d);
-    if (hp->ffn_kind != SI_FFN_PLAIN) {
-        xg = xu;
-        if (q && si_act_type(L->ffn_gate.type) != si_act_type(L->ffn_up.type)) {
-            xg = (char *)sc->xq + act_bytes(L->ffn_up.type, d);
-            si_quantize_act(si_act_type(L->ffn_gate.type), xb, xg, d);
-        }
-    }
-#define DOT(t, i, xa)                                                                              \
-    (q ? si_vec_dot_act((t)->type, (const char *)(t)->data + (size_t)(i) * (t)->row_bytes, (xa),   \
-                        (t)->ne[0])                                                                \
-       : si_vec_dot((t)->type, (const char *)(t)->data + (size_t)(i) * (t)->row_bytes, xb,        \
-                    (t)->ne[0]))
-
-    const float *up_b = L->ffn_up_b.data;
-    int64_t computed = 0;
-    for (int64_t i = n0; i < n1; i++) {
-        float h;
-        if (hp->ffn_kind == SI_FFN_PLAIN) {
-            /* The up row is the gate: computing it is unavoidable. */
-            float u = DOT(&L->ffn_up, i, xu) + (up_b != NULL ? up_b[i] : 0.0f);
-            h = si_act_apply(hp->act, u);
-            computed += h != 0.0f;
-        } else {
-            float a = si_act_apply(hp->act, DOT(&L->ffn_gate, i, xg));
-            bool skip = gate_mode && (hp->act == SI_ACT_RELU ? a == 0.0f
-                                                             : fabsf(a) <= e->p.gate_threshold);
-            if (skip) {
-                h = 0.0f;
-            } else {
-                float u = DOT(&L->ffn_up, i, xu);
-                if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-                    u = si_act_apply(SI_ACT_RELU, u);
-                h = a * u;
-                computed += h != 0.0f;
-            }
-        }
-        sc->h[i - n0] = h;
-    }
-#undef DOT
-
-    /* The slice's columns of the down projection, chunk by chunk as the
-     * reference computes them, each chunk's share into its own row of y. */
-    const struct si_tensor *w = &L->ffn_down;
-    const int64_t chunk = e->chunk;
-    size_t xa_chunk = 0;
-    si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
-    if (q)
-        si_quantize_act(si_act_type(w->type), sc->h, sc->hq, n);
-    for (int64_t c = 0; c < n / chunk; c++) {
-        const void *h_c = q ? (const void *)((const char *)sc->hq + (size_t)c * xa_chunk)
-                            : (const void *)(sc->h + c * chunk);
-        si_ref_down_chunk(w, chunk, n0 / chunk + c, q, h_c, y + c * d);
-    }
-    return computed;
-}
-
-/* ------------------------------------------------------------ codelets */
 
 static struct scratch *my_scratch(struct si_engine *e)
 {
-    int w = starpu_worker_get_id_check();
-    return &e->scratch[w];
+    return &e->scratch[starpu_worker_get_id_check()];
 }
 
 /* Charge the time since t0 to this worker's counter of kind k. */
@@ -176,6 +145,243 @@ static void account(struct si_engine *e, enum si_task_kind k, double t0)
     sc->busy[k] += now() - t0;
     sc->count[k]++;
 }
+
+static bool is_hot(const struct si_engine *e, int l, int j)
+{
+    return j == 0 && e->L[l].hot;
+}
+
+/* ------------------------------------------------------------ FFN on CPU */
+
+/* The FFN input converted for rows of type t (or NULL: dots in float). */
+static const void *convert_input(const struct si_engine *e, uint32_t t, const float *xb, void *dst)
+{
+    if (!e->p.ref.act_quant)
+        return NULL;
+    si_quantize_act(si_act_type(t), xb, dst, e->m->hp.n_embd);
+    return dst;
+}
+
+static float dot(uint32_t t, const void *row, const void *xa, const float *x, int64_t n)
+{
+    return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
+}
+
+/*
+ * The activation of one neuron from its rows, as the reference computes it;
+ * *pre gets the value that gates it (gate . x, or up . x + b for the plain
+ * kind), which gate mode tests before the up row is read: with `lazy` the
+ * up dot is skipped (and 0 returned) when gate mode would skip the neuron.
+ */
+static float neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
+                    const void *xa, const float *xb, bool lazy, bool *skipped)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const uint32_t t = e->gu_type;
+    *skipped = false;
+    if (hp->ffn_kind == SI_FFN_PLAIN)
+        return si_act_apply(hp->act, b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d));
+    float a = si_act_apply(hp->act, dot(t, gate, xa, xb, d));
+    if (lazy && (hp->act == SI_ACT_RELU ? a == 0.0f : !(fabsf(a) > e->p.gate_threshold))) {
+        *skipped = true;
+        return 0.0f;
+    }
+    float u = b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d);
+    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+        u = si_act_apply(SI_ACT_RELU, u);
+    return a * u;
+}
+
+/*
+ * Dense layout, neurons [n0, n0 + n) in file order: their activations, then
+ * the slice's columns of the down projection chunk by chunk as the reference
+ * computes them (si_ref_down_chunk), chunk c's share into row c of y.
+ */
+static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, const char *gate,
+                               const char *up, const char *down, size_t down_ld, const float *b,
+                               int64_t n, struct scratch *sc, float *y)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    const int64_t d = hp->n_embd, chunk = e->chunk;
+    const bool q = e->p.ref.act_quant;
+    const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
+    int64_t computed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool skipped;
+        float h = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
+                         up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb, false,
+                         &skipped);
+        sc->h[i] = h;
+        computed += h != 0.0f;
+    }
+    const struct si_tensor view = {.data = down,
+                                   .type = W->ffn_down.type,
+                                   .ne = {n, d, 1, 1},
+                                   .row_bytes = down_ld};
+    size_t xa_chunk = 0;
+    si_type_row_size(si_act_type(view.type), chunk, &xa_chunk);
+    if (q)
+        si_quantize_act(si_act_type(view.type), sc->h, sc->hq, n);
+    for (int64_t c = 0; c < n / chunk; c++) {
+        const void *h_c = q ? (const void *)((const char *)sc->hq + (size_t)c * xa_chunk)
+                            : (const void *)(sc->h + c * chunk);
+        si_ref_down_chunk(&view, chunk, c, q, h_c, y + c * d);
+    }
+    return computed;
+}
+
+/*
+ * Sparse layout, the n neuron records at rec: in predictor mode the
+ * positions listed in idx (ending at the first -1), in gate mode those whose
+ * gate lets them through; y = the sum of their activations times their
+ * down_t rows (si_k_ffn_down_sparse).
+ */
+static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *rec,
+                                const float *b, const int32_t *idx, int64_t n,
+                                struct scratch *sc, float *y)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const size_t rb = e->rec_bytes, up_off = e->has_gate ? e->gu_row : 0;
+    const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
+    int64_t k = 0;
+    if (idx != NULL) {
+        for (int64_t t = 0; t < n && idx[t] >= 0; t++) {
+            const char *r = rec + (size_t)idx[t] * rb;
+            bool skipped;
+            sc->h[k] = neuron(e, r, r + up_off, b != NULL ? b + idx[t] : NULL, xa, xb, false,
+                              &skipped);
+            sc->ix[k++] = idx[t];
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            const char *r = rec + (size_t)i * rb;
+            bool skipped;
+            float h = neuron(e, r, r + up_off, b != NULL ? b + i : NULL, xa, xb, true, &skipped);
+            if (skipped || h == 0.0f)
+                continue;
+            sc->h[k] = h;
+            sc->ix[k++] = (int32_t)i;
+        }
+    }
+    si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, hp->n_embd, sc->h, sc->ix, k, y);
+    int64_t computed = 0;
+    for (int64_t t = 0; t < k; t++)
+        computed += sc->h[t] != 0.0f;
+    return computed;
+}
+
+/*
+ * Buffers of an FFN slice task, in order:
+ *   dense:  ffn_in, gate (absent for the plain kind), up, down, up_b, out
+ *   sparse: ffn_in, records, up_b, [idx (predictor mode)], out
+ * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
+ * partial output (rows x n_embd, W) or, in redux mode, the layer output
+ * (n_embd, REDUX).
+ */
+static void ffn_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    struct scratch *sc = my_scratch(e);
+    const int64_t d = e->m->hp.n_embd;
+    double t0 = now();
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
+    /* The up bias (zeros in the handle for files without one: not added) */
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    float *out;
+    float *y;
+    int64_t computed;
+    if (!e->sparse) {
+        const char *gate = e->has_gate ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
+        const char *up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const char *down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
+        size_t ld = STARPU_MATRIX_GET_LD(buffers[i++]);
+        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+        i++;
+        out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        y = e->p.redux ? sc->y : out;
+        computed = ffn_dense_slice(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
+    } else {
+        const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+        i++;
+        const int32_t *idx = e->p.mode == SI_SPARSITY_PREDICTOR
+                                 ? (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++])
+                                 : NULL;
+        out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        y = e->p.redux ? sc->y : out;
+        computed = ffn_sparse_slice(e, xb, rec, b, idx, n, sc, y);
+    }
+    if (e->p.redux) /* add the rows into this worker's share of the output */
+        for (int32_t r = 0; r < L->rows[a->j]; r++)
+            for (int64_t o = 0; o < d; o++)
+                out[o] += y[(size_t)r * d + o];
+    L->active[a->j] = computed;
+    account(e, is_hot(e, a->l, a->j) ? SI_TASK_FFN_HOT : SI_TASK_FFN_COLD, t0);
+}
+
+#ifdef SI_USE_CUDA
+/* The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
+ * a scratch vector for the activations.  Dots take the input in float (no
+ * act_quant), so results differ from the CPU's by that rounding. */
+static void ffn_cuda(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
+    cudaStream_t st = starpu_cuda_get_local_stream();
+    double t0 = now();
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const void *gate = NULL, *up, *rec = NULL, *down = NULL;
+    size_t ld = 0;
+    const int32_t *idx = NULL;
+    if (!e->sparse) {
+        if (e->has_gate)
+            gate = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        down = (const void *)STARPU_MATRIX_GET_PTR(buffers[i]);
+        ld = STARPU_MATRIX_GET_LD(buffers[i++]);
+    } else {
+        rec = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        gate = rec;
+        up = (const char *)rec + (e->has_gate ? e->gu_row : 0);
+    }
+    const float *b = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
+        idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const int32_t *iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    if (idx == NULL)
+        idx = iota; /* gate mode on the GPU: every hot neuron, zeros skipped */
+    const size_t stride = e->sparse ? e->rec_bytes : e->gu_row;
+    cudaError_t rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, stride, n, d, b, xb, idx, n,
+                                         (int)hp->ffn_kind, (int)hp->act, h, st);
+    if (rc == cudaSuccess && !e->sparse) {
+        rc = si_cuda_matvec(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, h, out, st);
+        if (rc == cudaSuccess && L->rows[a->j] > 1) /* the other chunk rows add nothing */
+            rc = cudaMemsetAsync(out + d, 0, (size_t)(L->rows[a->j] - 1) * d * sizeof(float), st);
+    } else if (rc == cudaSuccess) {
+        rc = si_cuda_ffn_down(e->dt_type, (const char *)rec + e->dt_off, e->rec_bytes, n, d, h,
+                              idx, n, out, st);
+    }
+    if (rc != cudaSuccess)
+        STARPU_CUDA_REPORT_ERROR(rc);
+    L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
+    account(e, SI_TASK_FFN_HOT, t0);
+}
+#endif
+
+/* ------------------------------------------------------------ other tasks */
 
 static void embed_cpu(void *buffers[], void *cl_arg)
 {
@@ -188,45 +394,75 @@ static void embed_cpu(void *buffers[], void *cl_arg)
 
 static void attn_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers; /* x and xb: the reference state's own arrays (main memory) */
+    (void)buffers; /* x, xb, the cache and weights: the reference's own arrays */
     struct task_arg *a = cl_arg;
     double t0 = now();
     si_ref_attn(a->e->ref, a->l);
     account(a->e, SI_TASK_ATTN, t0);
 }
 
-static void ffn_cpu(void *buffers[], void *cl_arg)
+/* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
+static void pred_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    struct layer *L = &e->L[a->l];
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    struct scratch *sc = my_scratch(e);
     double t0 = now();
-    e->active[(size_t)a->l * e->n_slices + a->j] =
-        ffn_slice(e, a->l, xb, e->slice_c0[a->j] * e->chunk, e->slice_c0[a->j + 1] * e->chunk,
-                  my_scratch(e), y);
-    account(e, SI_TASK_FFN, t0);
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    struct si_tensor fc2 = W->fc2;
+    fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    /* fc1 (rank outputs) into h, then fc2's outputs into y, as si_ref_predict */
+    const int64_t ff = e->m->hp.n_ff;
+    float *r1 = sc->h, *out = sc->y;
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, r1, &W->fc1, xb);
+    for (int64_t i = 0; i < W->fc1.ne[1]; i++)
+        r1[i] = r1[i] > 0.0f ? r1[i] : 0.0f;
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, out, &fc2, r1);
+    for (int32_t j = 0; j < L->nsl; j++) {
+        int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3 + j]);
+        const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
+        int64_t k = 0;
+        for (int64_t p = 0; p < n; p++)
+            if (out[p0 + p] >= e->m->predictor_threshold)
+                idx[k++] = (int32_t)p;
+        for (; k < n; k++)
+            idx[k] = -1;
+    }
+    (void)ff;
+    account(e, SI_TASK_PRED, t0);
 }
 
+/* Buffers: x (RW), then the slices' partial outputs (R), or the layer's
+ * output in redux mode (RW). */
 static void merge_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
     struct si_ref *s = e->ref;
-    const struct si_layer *L = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->m->w.layers[a->l];
     const int64_t d = e->m->hp.n_embd;
     double t0 = now();
-    /* xb2 = the chunks' shares in chunk order (the reference's order). */
-    bool first = true;
-    for (int32_t j = 0; j < e->n_slices; j++) {
-        const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]);
-        const int64_t nc = e->slice_c0[j + 1] - e->slice_c0[j];
-        for (int64_t c = 0; c < nc; c++, p += d, first = false)
-            for (int64_t i = 0; i < d; i++)
-                s->xb2[i] = first ? p[i] : s->xb2[i] + p[i];
+    if (e->p.redux) {
+        /* StarPU reduces the workers' shares into the handle's own value:
+         * take the sum and leave zero for the next token. */
+        float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+        memcpy(s->xb2, y, (size_t)d * sizeof(float));
+        memset(y, 0, (size_t)d * sizeof(float));
+    } else {
+        /* xb2 = the rows in slice order (dense: the reference's chunk order). */
+        bool first = true;
+        for (int32_t j = 0; j < L->nsl; j++) {
+            const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]);
+            for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
+                for (int64_t i = 0; i < d; i++)
+                    s->xb2[i] = first ? p[i] : s->xb2[i] + p[i];
+        }
     }
-    if (L->ffn_down_b.data != NULL) {
-        const float *b = L->ffn_down_b.data;
+    if (W->ffn_down_b.data != NULL) {
+        const float *b = W->ffn_down_b.data;
         for (int64_t i = 0; i < d; i++)
             s->xb2[i] += b[i];
     }
@@ -243,9 +479,28 @@ static void head_cpu(void *buffers[], void *cl_arg)
     account(a->e, SI_TASK_HEAD, t0);
 }
 
+/* Redux mode: the layer output starts at zero and workers' shares add up. */
+static void zero_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
+           STARPU_VECTOR_GET_NX(buffers[0]) * sizeof(float));
+}
+
+static void sum_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    float *dst = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const float *src = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    for (uint32_t i = 0; i < STARPU_VECTOR_GET_NX(buffers[0]); i++)
+        dst[i] += src[i];
+}
+
 static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
-static struct starpu_perfmodel ffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_slice"};
+static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};
+static struct starpu_perfmodel hot_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_hot"};
+static struct starpu_perfmodel cold_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_cold"};
 static struct starpu_perfmodel merge_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_merge_f32"};
 static struct starpu_perfmodel head_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_head_f32"};
 
@@ -258,16 +513,30 @@ static struct starpu_codelet cl_embed = {
 };
 static struct starpu_codelet cl_attn = {
     .cpu_funcs = {attn_cpu},
-    .nbuffers = 2,
-    .modes = {STARPU_RW, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &attn_model,
     .name = "attn",
 };
-static struct starpu_codelet cl_ffn = {
+static struct starpu_codelet cl_pred = {
+    .cpu_funcs = {pred_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pred_model,
+    .name = "pred",
+};
+static struct starpu_codelet cl_hot = {
     .cpu_funcs = {ffn_cpu},
-    .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
-    .model = &ffn_model,
+#ifdef SI_USE_CUDA
+    .cuda_funcs = {ffn_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &hot_model,
+    .name = "ffn_hot",
+};
+static struct starpu_codelet cl_cold = {
+    .cpu_funcs = {ffn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &cold_model,
     .name = "ffn_cold",
 };
 static struct starpu_codelet cl_merge = {
@@ -278,16 +547,29 @@ static struct starpu_codelet cl_merge = {
 };
 static struct starpu_codelet cl_head = {
     .cpu_funcs = {head_cpu},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_RW, STARPU_W},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_RW, STARPU_W, STARPU_R},
     .model = &head_model,
     .name = "norm+lm_head",
 };
+static struct starpu_codelet cl_zero = {
+    .cpu_funcs = {zero_cpu},
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .name = "zero",
+};
+static struct starpu_codelet cl_sum = {
+    .cpu_funcs = {sum_cpu},
+    .nbuffers = 2,
+    .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
+    .name = "sum",
+};
 
-/* Create and submit a task on codelet cl with handles h[0..n); -errno or 0. */
+/* Create and submit a task on codelet cl with handles h[0..n); `where`
+ * restricts its workers (0: the codelet's).  -errno or 0. */
 static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
                   int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes,
-                  int n)
+                  int n, uint32_t where)
 {
     struct task_arg *a = malloc(sizeof *a);
     if (a == NULL)
@@ -300,6 +582,8 @@ static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *na
     t->cl_arg_free = 1;
     t->name = name;
     t->nbuffers = n;
+    if (where != 0)
+        t->where = where;
     if (n > STARPU_NMAXBUFS) {
         t->dyn_handles = malloc((size_t)n * sizeof *t->dyn_handles);
         t->dyn_modes = malloc((size_t)n * sizeof *t->dyn_modes);
@@ -329,7 +613,458 @@ static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *na
     return 0;
 }
 
+/* ------------------------------------------------------------ placement */
+
+/* Column byte ranges of a row of ffn_down (dense layout): a child per slice. */
+static void filter_cols(void *father, void *child, struct starpu_data_filter *f, unsigned id,
+                        unsigned nparts)
+{
+    (void)nparts;
+    const struct starpu_matrix_interface *F = father;
+    struct starpu_matrix_interface *C = child;
+    const size_t *cols = f->filter_arg_ptr;
+    const size_t off = cols[id] * F->elemsize;
+    C->id = F->id;
+    C->nx = (uint32_t)(cols[id + 1] - cols[id]);
+    C->ny = F->ny;
+    C->elemsize = F->elemsize;
+    if (F->dev_handle) {
+        if (F->ptr)
+            C->ptr = F->ptr + off;
+        C->ld = F->ld;
+        C->dev_handle = F->dev_handle;
+        C->offset = F->offset + off;
+        C->allocsize = (size_t)C->ld * C->ny * C->elemsize;
+    } else {
+        C->allocsize = (size_t)C->nx * C->ny * C->elemsize;
+    }
+}
+
+struct ranked {
+    int64_t count;
+    int32_t l, i;
+};
+
+static int cmp_ranked(const void *pa, const void *pb)
+{
+    const struct ranked *a = pa, *b = pb;
+    if (a->count != b->count)
+        return a->count > b->count ? -1 : 1;
+    if (a->l != b->l)
+        return a->l < b->l ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* Bytes the GPU holds per hot neuron (sparse) or per hot chunk (dense). */
+static int64_t hot_unit_bytes(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (e->sparse)
+        return (int64_t)e->rec_bytes + 2 * (int64_t)sizeof(float); /* record, bias, index */
+    size_t down = 0;
+    si_type_row_size(e->m->w.layers[0].ffn_down.type, e->chunk, &down);
+    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + (int64_t)sizeof(float)) +
+           hp->n_embd * (int64_t)down;
+}
+
+/*
+ * How many neurons of each layer go to the hot slice, and the permutation
+ * (sparse layouts).  Hottest first while the budget lasts: across layers by
+ * profile count when there is a profile, else the same share per layer.
+ */
+static int plan(struct si_engine *e, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t ff = hp->n_ff;
+    const struct si_profile *pr = e->p.profile;
+    const bool placing = e->p.vram_budget > 0 && (e->cuda_hot || e->p.hot_on_cpu);
+    /* What the GPU needs besides the neurons: the FFN input, the activation
+     * scratch, the index list and each layer's partial output. */
+    int64_t budget = e->p.vram_budget - (int64_t)sizeof(float) * (hp->n_embd + 2 * ff) -
+                     (int64_t)sizeof(float) * hp->n_layer * hp->n_embd * (ff / e->chunk);
+    const int64_t unit = hot_unit_bytes(e);
+    for (int l = 0; l < hp->n_layer; l++)
+        e->L[l].n_hot = 0;
+    if (placing && budget >= unit) {
+        if (pr != NULL && e->sparse) {
+            const size_t n = (size_t)hp->n_layer * (size_t)ff;
+            struct ranked *r = malloc(n * sizeof *r);
+            if (r == NULL)
+                return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
+            for (int l = 0; l < hp->n_layer; l++)
+                for (int64_t i = 0; i < ff; i++)
+                    r[(size_t)l * ff + i] = (struct ranked){pr->counts[(size_t)l * ff + i], l,
+                                                            (int32_t)i};
+            qsort(r, n, sizeof *r, cmp_ranked);
+            for (size_t k = 0; k < n && budget >= unit; k++, budget -= unit)
+                e->L[r[k].l].n_hot++;
+            free(r);
+        } else {
+            const int64_t per_layer = budget / unit / hp->n_layer;
+            const int64_t units = ff / (e->sparse ? 1 : e->chunk);
+            for (int l = 0; l < hp->n_layer; l++)
+                e->L[l].n_hot = (per_layer < units ? per_layer : units) * (e->sparse ? 1 : e->chunk);
+        }
+    }
+    e->hot_bytes = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        e->hot_bytes += e->L[l].n_hot / (e->sparse ? 1 : e->chunk) * unit;
+
+    /* The permutation: hot neurons first, the rest dealt to the cold slices
+     * in turn, hottest first, so that every cold slice gets the same number
+     * of neurons and about the same expected activity. */
+    const int32_t ns = e->n_slices;
+    struct ranked *r = malloc((size_t)ff * sizeof *r);
+    if (r == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct layer *L = &e->L[l];
+        const bool ranked = pr != NULL && e->sparse;
+        for (int64_t i = 0; i < ff; i++)
+            r[i] = (struct ranked){ranked ? pr->counts[(size_t)l * ff + i] : 0, 0, (int32_t)i};
+        if (ranked)
+            qsort(r, (size_t)ff, sizeof *r, cmp_ranked);
+        for (int64_t p = 0; p < L->n_hot; p++)
+            L->perm[p] = r[p].i;
+        const int64_t cold = ff - L->n_hot;
+        L->hot = L->n_hot > 0;
+        L->nsl = 0;
+        L->s0[0] = 0;
+        if (L->hot) {
+            L->s0[1] = L->n_hot;
+            L->nsl = 1;
+        }
+        if (!e->sparse) {
+            const int64_t nch = cold / e->chunk, nsl = ns < nch ? ns : nch;
+            for (int32_t j = 1; j <= nsl; j++)
+                L->s0[L->nsl + j] = L->n_hot + (int64_t)j * nch / nsl * e->chunk;
+            L->nsl += (int32_t)nsl;
+            for (int64_t p = L->n_hot; p < ff; p++)
+                L->perm[p] = r[p].i;
+        } else {
+            const int64_t nsl = ns < cold ? ns : cold;
+            int64_t p = L->n_hot;
+            for (int32_t j = 0; j < nsl; j++) {
+                if (ranked)
+                    for (int64_t k = L->n_hot + j; k < ff; k += nsl)
+                        L->perm[p++] = r[k].i;
+                else
+                    for (int64_t k = L->n_hot + j * cold / nsl; k < L->n_hot + (j + 1) * cold / nsl; k++)
+                        L->perm[p++] = r[k].i;
+                L->s0[L->nsl + j + 1] = p;
+            }
+            L->nsl += (int32_t)nsl;
+        }
+        for (int32_t j = 0; j < L->nsl; j++) {
+            L->rows[j] = e->sparse ? 1 : (int32_t)((L->s0[j + 1] - L->s0[j]) / e->chunk);
+            L->len_n[j] = (uint32_t)(L->s0[j + 1] - L->s0[j]);
+            L->len_p[j] = (uint32_t)((int64_t)L->rows[j] * hp->n_embd);
+        }
+    }
+    free(r);
+    return SI_OK;
+}
+
+/* ------------------------------------------------------------ weights */
+
+/* Row i of tensor t (F32 in every supported file for 1-D vectors). */
+static const char *row_of(const struct si_tensor *t, int64_t i)
+{
+    return (const char *)t->data + (size_t)i * t->row_bytes;
+}
+
+/*
+ * Sparse layout of layer l: the records in position order.  down_t comes
+ * from the file, or from ffn_down transposed: dequantized to float, stored
+ * in the type chosen at init (exact for F32 and F16 files).
+ */
+static int build_records(struct si_engine *e, int l, float *col, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct layer *L = &e->L[l];
+    const int64_t ff = hp->n_ff, d = hp->n_embd;
+    const size_t rb = e->rec_bytes;
+    char *rec = L->rec;
+    for (int64_t p = 0; p < ff; p++) {
+        const int32_t i = L->perm[p];
+        char *r = rec + (size_t)p * rb;
+        if (e->has_gate) {
+            memcpy(r, row_of(&W->ffn_gate, i), e->gu_row);
+            r += e->gu_row;
+        }
+        memcpy(r, row_of(&W->ffn_up, i), e->gu_row);
+        L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
+        if (W->ffn_down_t.data != NULL)
+            memcpy(rec + (size_t)p * rb + e->dt_off, row_of(&W->ffn_down_t, i), e->dt_row);
+    }
+    if (W->ffn_down_t.data == NULL) {
+        /* col holds ffn_down as (n_embd, n_ff) floats, one output per row */
+        for (int64_t o = 0; o < d; o++)
+            si_dequantize_row(W->ffn_down.type, row_of(&W->ffn_down, o), col + (size_t)o * ff, ff);
+        float *t = malloc((size_t)d * sizeof(float));
+        if (t == NULL)
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for down_t");
+        for (int64_t p = 0; p < ff; p++) {
+            for (int64_t o = 0; o < d; o++)
+                t[o] = col[(size_t)o * ff + L->perm[p]];
+            si_quantize_row(e->dt_type, t, rec + (size_t)p * rb + e->dt_off, d);
+        }
+        free(t);
+    }
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        const struct si_tensor *fc2 = &W->fc2;
+        for (int64_t p = 0; p < ff; p++)
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+                   fc2->row_bytes);
+    }
+    return SI_OK;
+}
+
+static void vec(starpu_data_handle_t *h, const void *p, size_t n, size_t elem)
+{
+    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
+}
+
+/* Partition h into the layer's slices along a vector of lengths. */
+static void split(starpu_data_handle_t h, struct layer *L, uint32_t *lengths,
+                  starpu_data_handle_t *children)
+{
+    struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                   .nchildren = (unsigned)L->nsl,
+                                   .filter_arg_ptr = lengths};
+    starpu_data_partition_plan(h, &f, children);
+    starpu_data_partition_submit(h, (unsigned)L->nsl, children);
+}
+
+static void unsplit(starpu_data_handle_t h, struct layer *L, starpu_data_handle_t *children)
+{
+    if (h == NULL)
+        return;
+    if (children != NULL && children[0] != NULL) {
+        starpu_data_unpartition_submit(h, (unsigned)L->nsl, children, STARPU_MAIN_RAM);
+        starpu_data_partition_clean(h, (unsigned)L->nsl, children);
+    }
+    starpu_data_unregister(h);
+}
+
+/* Register layer l's handles and partition them into its slices. */
+static void register_layer(struct si_engine *e, int l)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct layer *L = &e->L[l];
+    struct si_ref *s = e->ref;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t esz = s->p.kv_f16 ? 2 : 4, kv_bytes = (size_t)s->p.n_ctx * kvd * esz;
+    const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
+    for (int i = 0; i < 4; i++)
+        vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
+    vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
+    vec(&L->h_v, (char *)s->vcache + (size_t)l * kv_bytes, kv_bytes, 1);
+
+    const int64_t ff = hp->n_ff;
+    if (!e->sparse) {
+        if (e->has_gate) {
+            vec(&L->h_gate, W->ffn_gate.data, (size_t)ff, e->gu_row);
+            split(L->h_gate, L, L->len_n, L->h_gate_c);
+        }
+        vec(&L->h_up, W->ffn_up.data, (size_t)ff, e->gu_row);
+        split(L->h_up, L, L->len_n, L->h_up_c);
+        const struct si_tensor *dn = &W->ffn_down;
+        starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
+                                    (uint32_t)dn->row_bytes, (uint32_t)dn->row_bytes,
+                                    (uint32_t)hp->n_embd, 1);
+        for (int32_t j = 0; j <= L->nsl; j++)
+            si_type_row_size(dn->type, L->s0[j], &L->cols[j]);
+        struct starpu_data_filter f = {.filter_func = filter_cols,
+                                       .nchildren = (unsigned)L->nsl,
+                                       .filter_arg_ptr = L->cols};
+        starpu_data_partition_plan(L->h_down, &f, L->h_down_c);
+        starpu_data_partition_submit(L->h_down, (unsigned)L->nsl, L->h_down_c);
+        vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
+            sizeof(float));
+    } else {
+        vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
+        split(L->h_rec, L, L->len_n, L->h_rec_c);
+        vec(&L->h_upb, L->up_b, (size_t)ff, sizeof(float));
+    }
+    split(L->h_upb, L, L->len_n, L->h_upb_c);
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        vec(&L->h_fc1, W->fc1.data, W->fc1.nbytes, 1);
+        vec(&L->h_fc2, L->fc2p, W->fc2.nbytes, 1);
+        vec(&L->h_idx, L->idx, (size_t)ff, sizeof(int32_t));
+        split(L->h_idx, L, L->len_n, L->h_idx_c);
+    }
+    size_t rows = 0;
+    for (int32_t j = 0; j < L->nsl; j++)
+        rows += (size_t)L->rows[j];
+    vec(&L->h_part, L->part, rows * (size_t)hp->n_embd, sizeof(float));
+    split(L->h_part, L, L->len_p, L->h_part_c);
+    if (e->p.redux) {
+        vec(&L->h_y, L->y, (size_t)hp->n_embd, sizeof(float));
+        starpu_data_set_reduction_methods(L->h_y, &cl_sum, &cl_zero);
+    }
+
+    /* The hot slice's weights go to the GPU once and stay there. */
+    if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
+        starpu_data_handle_t hot[4] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
+                                       e->sparse ? NULL : L->h_down_c[0],
+                                       !e->sparse && e->has_gate ? L->h_gate_c[0] : NULL};
+        for (int i = 0; i < 4; i++)
+            if (hot[i] != NULL)
+                starpu_data_prefetch_on_node(hot[i], (unsigned)e->cuda_node, 1);
+    }
+}
+
+static void unregister_layer(struct si_engine *e, int l)
+{
+    struct layer *L = &e->L[l];
+    for (int i = 0; i < 4; i++)
+        if (L->h_w[i] != NULL)
+            starpu_data_unregister(L->h_w[i]);
+    if (L->h_k != NULL)
+        starpu_data_unregister(L->h_k);
+    if (L->h_v != NULL)
+        starpu_data_unregister(L->h_v);
+    unsplit(L->h_gate, L, L->h_gate_c);
+    unsplit(L->h_up, L, L->h_up_c);
+    unsplit(L->h_down, L, L->h_down_c);
+    unsplit(L->h_rec, L, L->h_rec_c);
+    unsplit(L->h_upb, L, L->h_upb_c);
+    unsplit(L->h_idx, L, L->h_idx_c);
+    unsplit(L->h_part, L, L->h_part_c);
+    unsplit(L->h_fc1, L, NULL);
+    unsplit(L->h_fc2, L, NULL);
+    unsplit(L->h_y, L, NULL);
+}
+
 /* ------------------------------------------------------------ engine */
+
+static bool cuda_type(uint32_t t)
+{
+    return t == SI_TYPE_F32 || t == SI_TYPE_F16 || t == SI_TYPE_Q8_0 || t == SI_TYPE_Q4_0 ||
+           t == SI_TYPE_Q4_1;
+}
+
+/* Check the parameters against the model and the workers. */
+static int check(const struct si_model *m, const struct si_engine_params *p, unsigned ncuda,
+                 char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *W = &m->w.layers[0];
+    if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
+        return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
+    if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "predictor mode: the model has no predictor tensors (blk.N.fc1/fc2)");
+    if (p->n_slices < 0 || p->n_slices > MAX_SLICES)
+        return si__errf(err, err_size, SI_E_INVALID, "slices: %d is outside 0..%d", p->n_slices,
+                        MAX_SLICES);
+    if (p->vram_budget < 0)
+        return si__errf(err, err_size, SI_E_INVALID, "negative VRAM budget");
+    if (p->gate_threshold < 0.0f || !isfinite(p->gate_threshold))
+        return si__errf(err, err_size, SI_E_INVALID, "gate threshold must be finite and >= 0");
+    if (p->profile != NULL &&
+        (p->profile->n_layer != hp->n_layer || p->profile->n_ff != hp->n_ff))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile is for %d layers of %d neurons, the model has %d of %d",
+                        p->profile->n_layer, p->profile->n_ff, hp->n_layer, hp->n_ff);
+    if (hp->ffn_kind != SI_FFN_PLAIN && W->ffn_gate.type != W->ffn_up.type)
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "the engine needs ffn_gate and ffn_up of one type (%s, %s)",
+                        si_type_name(W->ffn_gate.type), si_type_name(W->ffn_up.type));
+    for (int l = 1; l < hp->n_layer; l++) {
+        const struct si_layer *V = &m->w.layers[l];
+        if (V->ffn_up.type != W->ffn_up.type || V->ffn_down.type != W->ffn_down.type ||
+            (hp->ffn_kind != SI_FFN_PLAIN && V->ffn_gate.type != W->ffn_gate.type) ||
+            (V->ffn_down_t.data != NULL) != (W->ffn_down_t.data != NULL) ||
+            (V->ffn_down_t.data != NULL && V->ffn_down_t.type != W->ffn_down_t.type))
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "the engine needs every layer's FFN tensors of the same types "
+                            "(layer %d differs from layer 0)",
+                            l);
+    }
+    if (p->redux && ncuda > 0 && p->vram_budget > 0)
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "redux merging runs on CPU workers only (no --vram-budget with it)");
+    if (ncuda > 0 && p->vram_budget > 0 && !p->hot_on_cpu) {
+        uint32_t dt = p->mode == SI_SPARSITY_DENSE ? W->ffn_down.type
+                      : W->ffn_down_t.data != NULL ? W->ffn_down_t.type
+                                                   : SI_TYPE_F16;
+        if (!cuda_type(W->ffn_up.type) || !cuda_type(dt))
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "no CUDA FFN kernels for %s/%s weights (F32, F16, Q8_0, Q4_0, Q4_1 "
+                            "have them): run without --vram-budget",
+                            si_type_name(W->ffn_up.type), si_type_name(dt));
+    }
+    return SI_OK;
+}
+
+static int alloc_layer(struct si_engine *e, struct layer *L, int l)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const size_t ff = (size_t)hp->n_ff, slots = (size_t)e->n_slices + 2;
+    L->s0 = calloc(slots, sizeof *L->s0);
+    L->rows = calloc(slots, sizeof *L->rows);
+    L->perm = calloc(ff, sizeof *L->perm);
+    L->active = calloc(slots, sizeof *L->active);
+    L->len_n = calloc(slots, sizeof *L->len_n);
+    L->len_p = calloc(slots, sizeof *L->len_p);
+    L->cols = calloc(slots, sizeof *L->cols);
+    L->name_ffn = calloc(slots, sizeof *L->name_ffn);
+    L->h_gate_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_up_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_down_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_rec_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_upb_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_idx_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->h_part_c = calloc(slots, sizeof(starpu_data_handle_t));
+    L->part = calloc((ff / (size_t)e->chunk + slots) * (size_t)hp->n_embd, sizeof(float));
+    L->y = calloc((size_t)hp->n_embd, sizeof(float));
+    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->len_n || !L->len_p || !L->cols ||
+        !L->name_ffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
+        !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
+        return SI_E_NOMEM;
+    if (e->sparse) {
+        L->rec = malloc(ff * e->rec_bytes);
+        L->up_b = malloc(ff * sizeof(float));
+        if (!L->rec || !L->up_b)
+            return SI_E_NOMEM;
+    }
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        L->fc2p = malloc(e->m->w.layers[l].fc2.nbytes);
+        L->idx = malloc(ff * sizeof(int32_t));
+        if (!L->fc2p || !L->idx)
+            return SI_E_NOMEM;
+    }
+    return SI_OK;
+}
+
+static void free_layer(struct layer *L)
+{
+    free(L->s0);
+    free(L->rows);
+    free(L->perm);
+    free(L->active);
+    free(L->len_n);
+    free(L->len_p);
+    free(L->cols);
+    free(L->name_ffn);
+    free(L->h_gate_c);
+    free(L->h_up_c);
+    free(L->h_down_c);
+    free(L->h_rec_c);
+    free(L->h_upb_c);
+    free(L->h_idx_c);
+    free(L->h_part_c);
+    free(L->part);
+    free(L->y);
+    free(L->rec);
+    free(L->up_b);
+    free(L->fc2p);
+    free(L->idx);
+}
 
 int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_engine_params p,
                    char *err, size_t err_size)
@@ -339,81 +1074,125 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         return si__errf(err, err_size, SI_E_RUNTIME, "StarPU is not started");
     const struct si_hparams *hp = &m->hp;
     const unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
+    const unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
     if (ncpu == 0)
         return si__errf(err, err_size, SI_E_NO_DEVICE,
                         "the engine needs a CPU worker (STARPU_NCPU is 0)");
-
-    /* Slices are whole chunks of the down projection (whole quantization
-     * blocks), whose shares the merge adds in the reference's order. */
-    const int64_t chunk = si_ref_ffn_chunk(m), n_chunks = hp->n_ff / chunk;
-    int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
-    if (ns > n_chunks)
-        ns = (int32_t)n_chunks;
-    if (ns > 256)
-        ns = 256;
+    int rc = check(m, &p, ncuda, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    const struct si_layer *W0 = &m->w.layers[0];
 
     struct si_engine *e = calloc(1, sizeof *e);
     if (e == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     e->m = m;
     e->p = p;
+    e->sparse = p.mode != SI_SPARSITY_DENSE;
+    e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
+    e->gu_type = W0->ffn_up.type;
+    e->gu_row = W0->ffn_up.row_bytes;
+    e->chunk = si_ref_ffn_chunk(m);
+    e->cuda_node = -1;
+#ifdef SI_USE_CUDA
+    e->cuda_hot = ncuda > 0 && !p.hot_on_cpu;
+    if (e->cuda_hot) {
+        int wid = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+        e->cuda_node = (int)starpu_worker_get_memory_node((unsigned)wid);
+    }
+#endif
+    if (e->sparse) {
+        /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
+         * other types rounded to F16) */
+        if (W0->ffn_down_t.data != NULL) {
+            e->dt_type = W0->ffn_down_t.type;
+            e->dt_row = W0->ffn_down_t.row_bytes;
+        } else {
+            uint32_t t = W0->ffn_down.type;
+            e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
+            si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
+        }
+        e->dt_off = (e->has_gate ? 2 : 1) * e->gu_row;
+        e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
+    }
+    int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
-    e->chunk = chunk;
-    e->n_chunks = n_chunks;
-    int rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
+    rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
     if (rc != SI_OK) {
         free(e);
         return rc;
     }
-    const size_t d = (size_t)hp->n_embd;
-    e->slice_c0 = calloc((size_t)ns + 1, sizeof *e->slice_c0);
-    e->partials = calloc((size_t)n_chunks * d, sizeof(float));
-    uint32_t *lengths = e->lengths = calloc((size_t)ns, sizeof *lengths);
-    e->active = calloc((size_t)hp->n_layer * (size_t)ns, sizeof *e->active);
-    e->h_part = calloc((size_t)ns, sizeof *e->h_part);
     e->n_workers = starpu_worker_get_count();
     e->scratch = calloc(e->n_workers, sizeof *e->scratch);
-    e->name_attn = calloc((size_t)hp->n_layer, sizeof *e->name_attn);
-    e->name_merge = calloc((size_t)hp->n_layer, sizeof *e->name_merge);
-    e->name_ffn = calloc((size_t)hp->n_layer * (size_t)ns, sizeof *e->name_ffn);
-    if (!e->slice_c0 || !e->partials || !e->active || !e->h_part || !e->scratch || !lengths ||
-        !e->name_attn || !e->name_merge || !e->name_ffn)
+    e->L = calloc((size_t)hp->n_layer, sizeof *e->L);
+    e->zeros = calloc((size_t)hp->n_ff, sizeof(float));
+    e->iota = malloc((size_t)hp->n_ff * sizeof(int32_t));
+    if (!e->scratch || !e->L || !e->zeros || !e->iota)
         goto oom;
-    for (int l = 0; l < hp->n_layer; l++) {
-        snprintf(e->name_attn[l], sizeof e->name_attn[l], "attn L%d", l);
-        snprintf(e->name_merge[l], sizeof e->name_merge[l], "merge L%d", l);
-        for (int32_t j = 0; j < ns; j++)
-            snprintf(e->name_ffn[(size_t)l * ns + j], sizeof e->name_ffn[0], "ffn_cold L%d.%d", l, j);
-    }
-    for (int32_t j = 0; j <= ns; j++)
-        e->slice_c0[j] = (int64_t)j * n_chunks / ns;
-    for (int32_t j = 0; j < ns; j++)
-        lengths[j] = (uint32_t)((e->slice_c0[j + 1] - e->slice_c0[j]) * (int64_t)d);
-    const size_t widest = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
-    for (unsigned w = 0; w < e->n_workers; w++) {
-        e->scratch[w].h = malloc((size_t)hp->n_ff * sizeof(float));
-        e->scratch[w].xq = malloc(8 * widest + 1024); /* two conversions of the input */
-        e->scratch[w].hq = malloc(4 * widest + 512);
-        if (!e->scratch[w].h || !e->scratch[w].xq || !e->scratch[w].hq)
+    for (int64_t i = 0; i < hp->n_ff; i++)
+        e->iota[i] = (int32_t)i;
+    for (int l = 0; l < hp->n_layer; l++)
+        if (alloc_layer(e, &e->L[l], l) != SI_OK)
             goto oom;
+    const size_t widest = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) +
+                          (m->has_predictor ? (size_t)W0->fc1.ne[1] : 0);
+    for (unsigned w = 0; w < e->n_workers; w++) {
+        struct scratch *sc = &e->scratch[w];
+        sc->h = malloc(widest * sizeof(float));
+        sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
+        sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
+                       (size_t)hp->n_ff * sizeof(float));
+        sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
+        sc->hq = malloc(4 * widest + 512);
+        if (!sc->h || !sc->ix || !sc->y || !sc->xq || !sc->hq)
+            goto oom;
+    }
+    rc = plan(e, err, err_size);
+    if (rc != SI_OK) {
+        si_engine_free(e);
+        return rc;
+    }
+    if (e->sparse) {
+        float *col = NULL;
+        if (W0->ffn_down_t.data == NULL &&
+            (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
+            goto oom;
+        for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
+            rc = build_records(e, l, col, err, err_size);
+        free(col);
+        if (rc != SI_OK) {
+            si_engine_free(e);
+            return rc;
+        }
+    }
+    e->p.profile = NULL; /* used during init only */
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct layer *L = &e->L[l];
+        snprintf(L->name_attn, sizeof L->name_attn, "attn L%d", l);
+        snprintf(L->name_pred, sizeof L->name_pred, "pred L%d", l);
+        snprintf(L->name_merge, sizeof L->name_merge, "merge L%d", l);
+        for (int32_t j = 0; j < L->nsl; j++) {
+            if (is_hot(e, l, j))
+                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_hot L%d", l);
+            else
+                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_cold L%d.%d", l,
+                         j - (L->hot ? 1 : 0));
+        }
     }
 
     struct si_ref *s = e->ref;
-    starpu_vector_data_register(&e->h_x, STARPU_MAIN_RAM, (uintptr_t)s->x, d, sizeof(float));
-    starpu_vector_data_register(&e->h_xb, STARPU_MAIN_RAM, (uintptr_t)s->xb, d, sizeof(float));
-    starpu_vector_data_register(&e->h_logits, STARPU_MAIN_RAM, (uintptr_t)s->logits,
-                                (uint32_t)hp->n_vocab, sizeof(float));
-    starpu_vector_data_register(&e->h_partials, STARPU_MAIN_RAM, (uintptr_t)e->partials,
-                                (uint32_t)((size_t)n_chunks * d), sizeof(float));
+    const size_t d = (size_t)hp->n_embd;
+    vec(&e->h_x, s->x, d, sizeof(float));
+    vec(&e->h_xb, s->xb, d, sizeof(float));
+    vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
+    vec(&e->h_out, m->w.output.data, m->w.output.nbytes, 1);
+    vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
+    starpu_vector_data_register(&e->h_hscratch, -1, 0, (uint32_t)hp->n_ff, sizeof(float));
     starpu_data_set_name(e->h_x, "x");
     starpu_data_set_name(e->h_xb, "ffn_in");
     starpu_data_set_name(e->h_logits, "logits");
-    /* Each slice's chunks are one child of the partial outputs. */
-    struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
-                                   .nchildren = (unsigned)ns,
-                                   .filter_arg_ptr = lengths};
-    starpu_data_partition_plan(e->h_partials, &f, e->h_part);
-    starpu_data_partition_submit(e->h_partials, (unsigned)ns, e->h_part);
+    for (int l = 0; l < hp->n_layer; l++)
+        register_layer(e, l);
     *out = e;
     return SI_OK;
 oom:
@@ -427,31 +1206,95 @@ void si_engine_free(struct si_engine *e)
         return;
     if (e->h_x != NULL) {
         starpu_task_wait_for_all();
-        starpu_data_unpartition_submit(e->h_partials, (unsigned)e->n_slices, e->h_part,
-                                       STARPU_MAIN_RAM);
-        starpu_data_partition_clean(e->h_partials, (unsigned)e->n_slices, e->h_part);
-        starpu_data_unregister(e->h_partials);
+        for (int l = 0; l < e->m->hp.n_layer; l++)
+            unregister_layer(e, l);
         starpu_data_unregister(e->h_x);
         starpu_data_unregister(e->h_xb);
         starpu_data_unregister(e->h_logits);
+        starpu_data_unregister(e->h_out);
+        starpu_data_unregister(e->h_iota);
+        starpu_data_unregister(e->h_hscratch);
     }
     if (e->scratch != NULL)
         for (unsigned w = 0; w < e->n_workers; w++) {
             free(e->scratch[w].h);
+            free(e->scratch[w].ix);
+            free(e->scratch[w].y);
             free(e->scratch[w].xq);
             free(e->scratch[w].hq);
         }
+    if (e->L != NULL)
+        for (int l = 0; l < e->m->hp.n_layer; l++)
+            free_layer(&e->L[l]);
+    free(e->L);
     free(e->scratch);
-    free(e->h_part);
-    free(e->active);
-    free(e->partials);
-    free(e->slice_c0);
-    free(e->lengths);
-    free(e->name_attn);
-    free(e->name_merge);
-    free(e->name_ffn);
+    free(e->zeros);
+    free(e->iota);
     si_ref_free(e->ref);
     free(e);
+}
+
+/* Submit layer l's tasks. */
+static int submit_layer(struct si_engine *e, int l, int32_t token)
+{
+    struct layer *L = &e->L[l];
+    starpu_data_handle_t h[MAX_SLICES + 16];
+    enum starpu_data_access_mode md[MAX_SLICES + 16];
+    int n = 0, rc;
+#define ADD(handle, mode) (h[n] = (handle), md[n++] = (mode))
+    ADD(e->h_x, STARPU_RW);
+    ADD(e->h_xb, STARPU_W);
+    ADD(L->h_k, STARPU_RW);
+    ADD(L->h_v, STARPU_RW);
+    for (int i = 0; i < 4; i++)
+        ADD(L->h_w[i], STARPU_R);
+    rc = submit(e, &cl_attn, L->name_attn, l, -1, token, h, md, n, 0);
+    if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR) {
+        n = 0;
+        ADD(e->h_xb, STARPU_R);
+        ADD(L->h_fc1, STARPU_R);
+        ADD(L->h_fc2, STARPU_R);
+        for (int32_t j = 0; j < L->nsl; j++)
+            ADD(L->h_idx_c[j], STARPU_W);
+        rc = submit(e, &cl_pred, L->name_pred, l, -1, token, h, md, n, 0);
+    }
+    for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
+        const bool hot = is_hot(e, l, j), gpu = hot && e->cuda_hot;
+        n = 0;
+        ADD(e->h_xb, STARPU_R);
+        if (!e->sparse) {
+            if (e->has_gate)
+                ADD(L->h_gate_c[j], STARPU_R);
+            ADD(L->h_up_c[j], STARPU_R);
+            ADD(L->h_down_c[j], STARPU_R);
+        } else {
+            ADD(L->h_rec_c[j], STARPU_R);
+        }
+        ADD(L->h_upb_c[j], STARPU_R);
+        if (e->p.mode == SI_SPARSITY_PREDICTOR)
+            ADD(L->h_idx_c[j], STARPU_R);
+        if (e->p.redux)
+            ADD(L->h_y, STARPU_REDUX);
+        else
+            ADD(L->h_part_c[j], STARPU_W);
+        if (gpu) {
+            ADD(e->h_iota, STARPU_R);
+            ADD(e->h_hscratch, STARPU_SCRATCH);
+        }
+        rc = submit(e, hot ? &cl_hot : &cl_cold, L->name_ffn[j], l, j, token, h, md, n,
+                    gpu ? STARPU_CUDA : STARPU_CPU);
+    }
+    if (rc != 0)
+        return rc;
+    n = 0;
+    ADD(e->h_x, STARPU_RW);
+    if (e->p.redux)
+        ADD(L->h_y, STARPU_RW);
+    else
+        for (int32_t j = 0; j < L->nsl; j++)
+            ADD(L->h_part_c[j], STARPU_R);
+    return submit(e, &cl_merge, L->name_merge, l, -1, token, h, md, n, 0);
+#undef ADD
 }
 
 int si_engine_eval(struct si_engine *e, int32_t token)
@@ -463,45 +1306,23 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         return SI_E_BUDGET;
     const double t0 = now();
 
-    const int32_t ns = e->n_slices;
-    starpu_data_handle_t h[1 + 256];
-    enum starpu_data_access_mode md[1 + 256];
-    int rc = 0;
-
+    starpu_data_handle_t h[4];
+    enum starpu_data_access_mode md[4];
     h[0] = e->h_x;
     md[0] = STARPU_W;
-    rc = submit(e, &cl_embed, "embed", -1, -1, token, h, md, 1);
-    for (int l = 0; l < hp->n_layer && rc == 0; l++) {
-        h[0] = e->h_x;
-        h[1] = e->h_xb;
-        md[0] = STARPU_RW;
-        md[1] = STARPU_W;
-        rc = submit(e, &cl_attn, e->name_attn[l], l, -1, token, h, md, 2);
-        for (int32_t j = 0; j < ns && rc == 0; j++) {
-            h[0] = e->h_xb;
-            h[1] = e->h_part[j];
-            md[0] = STARPU_R;
-            md[1] = STARPU_W;
-            rc = submit(e, &cl_ffn, e->name_ffn[(size_t)l * ns + j], l, j, token, h, md, 2);
-        }
-        if (rc != 0)
-            break;
-        h[0] = e->h_x;
-        md[0] = STARPU_RW;
-        for (int32_t j = 0; j < ns; j++) {
-            h[1 + j] = e->h_part[j];
-            md[1 + j] = STARPU_R;
-        }
-        rc = submit(e, &cl_merge, e->name_merge[l], l, -1, token, h, md, 1 + ns);
-    }
+    int rc = submit(e, &cl_embed, "embed", -1, -1, token, h, md, 1, 0);
+    for (int l = 0; l < hp->n_layer && rc == 0; l++)
+        rc = submit_layer(e, l, token);
     if (rc == 0) {
         h[0] = e->h_x;
         h[1] = e->h_xb;
         h[2] = e->h_logits;
+        h[3] = e->h_out;
         md[0] = STARPU_R;
         md[1] = STARPU_RW;
         md[2] = STARPU_W;
-        rc = submit(e, &cl_head, "norm+lm_head", -1, -1, token, h, md, 3);
+        md[3] = STARPU_R;
+        rc = submit(e, &cl_head, "norm+lm_head", -1, -1, token, h, md, 4, 0);
     }
     /* Wait for this token's tasks: the logits are ready when readable. */
     starpu_data_acquire(e->h_logits, STARPU_R);
@@ -510,11 +1331,22 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         starpu_task_wait_for_all();
         return SI_E_RUNTIME;
     }
-
+    /* Activation counts are read after the merge, which read the slices'
+     * outputs: every slice task of this token has finished. */
     e->stats.tokens++;
     e->stats.seconds += now() - t0;
-    for (size_t i = 0; i < (size_t)hp->n_layer * (size_t)ns; i++)
-        e->stats.neurons_active += e->active[i];
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct layer *L = &e->L[l];
+        for (int32_t j = 0; j < L->nsl; j++) {
+            int64_t a = L->active[j];
+            if (a < 0) /* the GPU does not count: charge the whole slice */
+                a = L->s0[j + 1] - L->s0[j];
+            if (is_hot(e, l, j))
+                e->stats.neurons_hot += a;
+            else
+                e->stats.neurons_cold += a;
+        }
+    }
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
     return SI_OK;
 }
@@ -548,4 +1380,37 @@ struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 int32_t si_engine_n_slices(const struct si_engine *e)
 {
     return e->n_slices;
+}
+
+int64_t si_engine_n_hot(const struct si_engine *e, int l)
+{
+    return e->L[l].n_hot;
+}
+
+int32_t si_engine_neuron_id(const struct si_engine *e, int l, int64_t pos)
+{
+    return e->L[l].perm[pos];
+}
+
+void si_engine_slice_range(const struct si_engine *e, int l, int32_t j, int64_t *begin,
+                           int64_t *end)
+{
+    const struct layer *L = &e->L[l];
+    /* slot of slice j: the hot one is slot 0 when present */
+    int32_t slot = L->hot ? j : j - 1;
+    if (j == 0 && !L->hot) {
+        *begin = *end = 0;
+        return;
+    }
+    if (slot < 0 || slot >= L->nsl) {
+        *begin = *end = L->s0[L->nsl];
+        return;
+    }
+    *begin = L->s0[slot];
+    *end = L->s0[slot + 1];
+}
+
+int64_t si_engine_hot_bytes(const struct si_engine *e)
+{
+    return e->hot_bytes;
 }

@@ -1,30 +1,55 @@
 /*
- * engine.h - one decode step as a StarPU task graph.
+ * engine.h - decode steps as a StarPU task graph over FFN neuron slices.
  *
- * Per token the engine submits, with StarPU tracking the dependencies
- * through data handles on the activations:
+ * Per token the engine submits, and StarPU orders through the data handles:
  *
- *   embed                        x (W)
+ *   embed                  x (W)
  *   per layer L:
- *     attn L                     x (RW), xb (W)      attention, FFN input in xb
- *     ffn L.j   j < n_slices     xb (R), part_j (W)  neurons of slice j: their
- *                                                    activations and their share
- *                                                    of the down projection
- *     merge L                    part_* (R), x (RW)  sum of the slices' partial
- *                                                    outputs, post-norm, residual
- *   head                         x (R), logits (W)
+ *     attn L               x (RW), ffn_in (W), K_L V_L (RW), Wq Wk Wv Wo (R)
+ *                          attention, residual, the FFN's normalised input
+ *     pred L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
+ *                          each slice's list of predicted-active positions
+ *     ffn_hot L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
+ *     ffn_cold L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
+ *     merge L              part_L.* (R), x (RW): the slices' partial outputs
+ *                          added in slice order, post-norm, residual
+ *   norm+lm_head           x (R), logits (W)
  *
- * Each FFN slice task writes its own partial output; only the merge task adds
- * them, in slice order.  Slices are contiguous neuron ranges made of whole
- * quantization blocks of the down projection, so the partial dot products are
- * the reference's own blocks: in `dense` mode the engine computes what the
- * reference forward pass computes, up to the order of the final additions.
- * In `gate` mode the gate is computed densely and a neuron whose activation is
- * zero (ReLU) or below the threshold in magnitude (SiLU, GELU) is skipped:
- * exact for ReLU models.
+ * The FFN neurons of a layer sit in slices: an optional hot slice (the GPU's,
+ * positions [0, n_hot)) then cold slices for the CPU workers.  Each slice is
+ * a child handle (StarPU partitioning) of its layer's weight handles; the hot
+ * ones are prefetched to the GPU once and stay there.  Each slice task
+ * writes its own partial output: nothing is accumulated without ownership.
  *
- * This first engine runs on CPU workers; the hot slices on CUDA workers come
- * with the GPU codelets.  StarPU must be started (si_runtime_start) first.
+ * Layouts.
+ *  - dense mode: the file's own tensors, neurons in file order, slices of
+ *    whole chunks of the down projection (si_ref_ffn_chunk): the engine
+ *    computes exactly what the reference computes, bit for bit on CPU
+ *    workers (the merge adds the chunks in the reference's order).
+ *  - gate and predictor modes: a neuron-major copy made at init.  Neurons
+ *    are permuted by expected activity (a profile): the hottest fill the hot
+ *    slice, the others are dealt to the cold slices in turn so that each
+ *    gets the same number of neurons and about the same expected active
+ *    count.  A neuron's record holds its gate row, up row and down_t row
+ *    (the down projection transposed: the file's ffn_down_t when it has one,
+ *    else made from ffn_down, exactly for F32/F16 and rounded to F16 for
+ *    quantized types), so a slice is one contiguous range of records.  A
+ *    neuron table maps positions back to the file's neuron ids, and the
+ *    predictor's fc2 rows are permuted the same way.  Without a profile the
+ *    file order is kept.
+ *
+ * Sparsity modes.  dense: every neuron.  gate: the gate is computed densely,
+ * a neuron whose activation is 0 (ReLU) or at most gate_threshold in
+ * magnitude (SiLU, GELU) is skipped: exact for ReLU models.  predictor: the
+ * file's predictor (PowerInfer's fc1, ReLU, fc2 >= threshold) picks the
+ * neurons.  The reference computes the same with si_ref_params down_t,
+ * gate_threshold and predictor.
+ *
+ * Placement.  Without a CUDA worker every slice is cold.  With one, the hot
+ * slice holds the hottest neurons whose bytes fit vram_budget (the ILP of
+ * src/placement/ will replace this greedy rule).  Attention, the predictor
+ * and the merge run on CPU workers.  StarPU must be started
+ * (si_runtime_start) before si_engine_init.
  */
 #ifndef SI_GRAPH_ENGINE_H
 #define SI_GRAPH_ENGINE_H
@@ -35,13 +60,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum si_sparsity { SI_SPARSITY_DENSE, SI_SPARSITY_GATE };
+struct si_profile;
+
+enum si_sparsity { SI_SPARSITY_DENSE, SI_SPARSITY_GATE, SI_SPARSITY_PREDICTOR };
+
+/* "dense", "gate", "predictor" */
+const char *si_sparsity_name(enum si_sparsity m);
 
 struct si_engine_params {
     struct si_ref_params ref; /* context length and numerics, as the reference's */
     enum si_sparsity mode;
-    float gate_threshold; /* gate mode, non-ReLU models: |act(gate)| must exceed it */
-    int32_t n_slices;     /* FFN slices per layer; 0: one per CPU worker */
+    float gate_threshold; /* gate mode, SiLU/GELU models: |act(gate)| must exceed it */
+    int32_t n_slices;     /* cold FFN slices per layer; 0: one per CPU worker */
+    int64_t vram_budget;  /* bytes of FFN neurons the GPU may hold; 0: none */
+    const struct si_profile *profile; /* expected activity (may be NULL); must
+                                       * outlive si_engine_init only */
+    bool hot_on_cpu; /* testing: place the hot slice as with a GPU, but run
+                      * it on a CPU worker (no CUDA worker needed) */
+    bool redux;      /* the slices add into the layer output through
+                      * STARPU_REDUX instead of the merge task adding their
+                      * partial outputs (see docs/measurements.md) */
 };
 
 struct si_engine_params si_engine_default_params(void);
@@ -50,24 +88,28 @@ struct si_engine_params si_engine_default_params(void);
 enum si_task_kind {
     SI_TASK_EMBED,
     SI_TASK_ATTN,
-    SI_TASK_FFN,
+    SI_TASK_PRED,
+    SI_TASK_FFN_HOT,
+    SI_TASK_FFN_COLD,
     SI_TASK_MERGE,
     SI_TASK_HEAD,
     SI_TASK_KIND_COUNT
 };
 
-/* "embed", "attn", "ffn_cold", "merge", "norm+lm_head" */
+/* "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head" */
 const char *si_task_kind_name(enum si_task_kind k);
 
 /* Totals since init. */
 struct si_engine_stats {
     int64_t tokens;
     int64_t tasks;
-    int64_t neurons_active; /* FFN neurons computed, summed over layers and tokens */
-    int64_t neurons_total;  /* FFN neurons that exist, likewise */
+    int64_t neurons_hot;    /* active FFN neurons computed in hot slices */
+    int64_t neurons_cold;   /* ... in cold slices */
+    int64_t neurons_total;  /* FFN neurons that exist, summed over layers and tokens */
     double seconds;         /* wall time inside si_engine_eval */
-    /* Time spent inside the tasks' functions, by kind, summed over workers;
-     * the rest of seconds x workers is scheduling, submission and idling. */
+    /* Time spent inside the tasks' functions, by kind, summed over workers
+     * (for CUDA tasks: the time to queue their kernels); the rest of
+     * seconds x workers is scheduling, submission and idling. */
     double task_seconds[SI_TASK_KIND_COUNT];
     int64_t task_count[SI_TASK_KIND_COUNT];
 };
@@ -93,7 +135,21 @@ struct si_ref *si_engine_ref(struct si_engine *e);
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e);
 
-/* Slices per layer actually used. */
+/* Cold slices per layer actually used. */
 int32_t si_engine_n_slices(const struct si_engine *e);
+
+/* Layer l's neurons in the hot slice (0 without one). */
+int64_t si_engine_n_hot(const struct si_engine *e, int l);
+
+/* The file's id of the neuron at position pos of layer l (the neuron table). */
+int32_t si_engine_neuron_id(const struct si_engine *e, int l, int64_t pos);
+
+/* Neuron positions [*begin, *end) of layer l's slice j (j = 0 is the hot
+ * slice, possibly empty; cold slices are 1..n_slices). */
+void si_engine_slice_range(const struct si_engine *e, int l, int32_t j, int64_t *begin,
+                           int64_t *end);
+
+/* Bytes of FFN weights placed in hot slices (what the budget paid for). */
+int64_t si_engine_hot_bytes(const struct si_engine *e);
 
 #endif /* SI_GRAPH_ENGINE_H */

@@ -23,17 +23,38 @@ struct si_ref_params si_ref_default_params(void)
  * act_quant, x is first converted to the row type's dot type (as llama.cpp
  * does), else each row is dotted with x in float.
  */
-static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
+void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x)
 {
     const char *row = w->data;
-    if (s->p.act_quant) {
-        si_quantize_act(si_act_type(w->type), x, s->xq, w->ne[0]);
+    if (act_quant) {
+        si_quantize_act(si_act_type(w->type), x, xq, w->ne[0]);
         for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
-            y[r] = si_vec_dot_act(w->type, row, s->xq, w->ne[0]);
+            y[r] = si_vec_dot_act(w->type, row, xq, w->ne[0]);
         return;
     }
     for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
         y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
+}
+
+static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
+{
+    si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
+}
+
+int64_t si_ref_predict(const struct si_model *m, int l, bool act_quant, void *xq, const float *x,
+                       float *r1, float *y, uint8_t *active)
+{
+    const struct si_layer *L = &m->w.layers[l];
+    si_ref_matvec(act_quant, xq, r1, &L->fc1, x);
+    for (int64_t i = 0; i < L->fc1.ne[1]; i++)
+        r1[i] = r1[i] > 0.0f ? r1[i] : 0.0f;
+    si_ref_matvec(act_quant, xq, y, &L->fc2, r1);
+    int64_t n = 0;
+    for (int64_t i = 0; i < m->hp.n_ff; i++) {
+        active[i] = y[i] >= m->predictor_threshold;
+        n += active[i];
+    }
+    return n;
 }
 
 int64_t si_ref_ffn_chunk(const struct si_model *m)
@@ -173,6 +194,14 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
                  p.n_ctx, hp->n_ctx_train);
         return SI_E_INVALID;
     }
+    if (p.down_t && m->w.layers[0].ffn_down_t.data == NULL) {
+        snprintf(err, err_size, "the model has no ffn_down_t tensors");
+        return SI_E_INVALID;
+    }
+    if (p.predictor && !m->has_predictor) {
+        snprintf(err, err_size, "the model has no predictor (blk.N.fc1/fc2) tensors");
+        return SI_E_INVALID;
+    }
     struct si_ref *s = calloc(1, sizeof *s);
     if (s == NULL)
         goto oom;
@@ -188,14 +217,19 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->v = calloc(kvd, sizeof(float));
     s->att = calloc(qd, sizeof(float));
     s->score = calloc((size_t)hp->n_head * (size_t)p.n_ctx, sizeof(float));
-    size_t widest = d > qd ? d : qd;
+    size_t widest = d > qd ? d : qd, rank = 0;
     widest = widest > ff ? widest : ff;
+    for (int l = 0; m->has_predictor && l < hp->n_layer; l++)
+        rank = (size_t)m->w.layers[l].fc1.ne[1] > rank ? (size_t)m->w.layers[l].fc1.ne[1] : rank;
+    widest = widest > rank ? widest : rank;
+    s->r1 = calloc(rank + 1, sizeof(float));
     s->krow = calloc(kvd, sizeof(float));
     s->xq = malloc(4 * widest + 512); /* F32 is the widest dot type: 4 bytes a value */
     s->q16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
     s->vkq16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
     s->hg = calloc(ff, sizeof(float));
     s->hu = calloc(ff, sizeof(float));
+    s->mask = calloc(ff, 1);
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     s->n_active = calloc((size_t)hp->n_layer, sizeof(int64_t));
     s->xb3 = calloc(d, sizeof(float));
@@ -205,7 +239,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->kcache = calloc(cache, esz);
     s->vcache = calloc(cache, esz);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
-        !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->logits || !s->n_active ||
+        !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits || !s->n_active ||
         !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
         goto oom;
     *out = s;
@@ -234,6 +268,8 @@ void si_ref_free(struct si_ref *s)
     free(s->vkq16);
     free(s->hg);
     free(s->hu);
+    free(s->mask);
+    free(s->r1);
     free(s->logits);
     free(s->n_active);
     free(s->xb3);
@@ -407,6 +443,17 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
         }
     }
+    if (s->p.gate_threshold > 0.0f && hp->ffn_kind != SI_FFN_PLAIN && hp->act != SI_ACT_RELU)
+        for (int64_t i = 0; i < ff; i++)
+            if (!(fabsf(si_act_apply(hp->act, s->hg[i])) > s->p.gate_threshold))
+                s->hu[i] = 0.0f;
+    if (s->p.predictor) {
+        /* hg is free now: it takes fc2's output */
+        si_ref_predict(s->m, l, s->p.act_quant, s->xq, s->xb, s->r1, s->hg, s->mask);
+        for (int64_t i = 0; i < ff; i++)
+            if (!s->mask[i])
+                s->hu[i] = 0.0f;
+    }
     if (s->count_active) {
         int64_t n = 0;
         for (int64_t i = 0; i < ff; i++)
@@ -417,6 +464,17 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         int64_t *c = s->neuron_counts + (size_t)l * (size_t)ff;
         for (int64_t i = 0; i < ff; i++)
             c[i] += s->hu[i] != 0.0f;
+    }
+    if (s->p.down_t) {
+        /* Neuron by neuron, skipping the zeros (as the sparse kernels do). */
+        const struct si_tensor *w = &L->ffn_down_t;
+        memset(s->xb2, 0, (size_t)hp->n_embd * sizeof(float));
+        for (int64_t i = 0; i < ff; i++)
+            if (s->hu[i] != 0.0f)
+                si_vec_mad(w->type, (const char *)w->data + (size_t)i * w->row_bytes, s->hu[i],
+                           s->xb2, hp->n_embd);
+        add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
+        return;
     }
     down_proj(s, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);

@@ -28,6 +28,16 @@ struct si_ref_params {
     int32_t n_ctx;  /* KV cache length (0: the model's training context, at most 4096) */
     bool kv_f16;    /* fp16 K/V cache and llama.cpp's flash-attention arithmetic */
     bool act_quant; /* convert activations to each weight's dot type */
+
+    /* FFN sparsity, as the engine's sparse modes compute it (all off by
+     * default: the dense FFN of the file, as llama.cpp computes it). */
+    bool down_t;          /* down projection from the file's ffn_down_t rows:
+                           * y = sum_i h_i * down_t_i (si_vec_mad, neuron order,
+                           * h in float) instead of ffn_down's dot products */
+    bool predictor;       /* only the neurons the file's predictor (fc1, ReLU,
+                           * fc2 >= powerinfer.sparse_threshold) selects */
+    float gate_threshold; /* gated SiLU/GELU FFNs: a neuron with |act(gate)| at
+                           * or below it is skipped (CATS); 0: none */
 };
 
 struct si_ref_params si_ref_default_params(void);
@@ -49,6 +59,8 @@ struct si_ref {
     void *xq;              /* activations converted for si_vec_dot_act */
     uint16_t *q16, *vkq16; /* (head_dim) fp16 query and value accumulator */
     float *hg, *hu;        /* (n_ff) gate and up activations */
+    uint8_t *mask;         /* (n_ff) the predictor's selection */
+    float *r1;             /* (predictor rank) its hidden layer */
     float *logits;         /* (n_vocab) */
     float *xb3;            /* (n_embd) falcon: the attention output beside the FFN's */
     float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
@@ -66,12 +78,14 @@ struct si_ref {
      * counted when count_active is set: (n_layer). */
     bool count_active;
     int64_t *n_active;
+
     /* When not NULL, (n_layer, n_ff) counters: each evaluation adds 1 for
      * every FFN neuron whose activation is not zero (the profiler). */
     int64_t *neuron_counts;
 };
 
-/* Allocate the state; SI_OK or a negative si_status with one line in err. */
+/* Allocate the state; SI_OK or a negative si_status with one line in err
+ * (SI_E_INVALID for down_t or predictor on a file without those tensors). */
 int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_params p, char *err,
                 size_t err_size);
 void si_ref_free(struct si_ref *s);
@@ -106,6 +120,15 @@ int64_t si_ref_ffn_chunk(const struct si_model *m);
 void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
                        const void *h_c, float *y);
 void si_ref_attn(struct si_ref *s, int l);
+/* y = W x (W's rows of ne[0] elements), as every matrix-vector product of the
+ * reference: with act_quant, x is converted into xq (room for
+ * si_type_row_size(si_act_type(W type), ne[0]) bytes) first. */
+void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x);
+/* The predictor of layer l on the FFN input x: active[i] = 1 for the neurons
+ * it selects, else 0 (n_ff).  r1 (rank floats) and y (n_ff floats) are
+ * scratch, xq as for si_ref_matvec.  Returns how many it selects. */
+int64_t si_ref_predict(const struct si_model *m, int l, bool act_quant, void *xq, const float *x,
+                       float *r1, float *y, uint8_t *active);
 void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
