@@ -14,10 +14,16 @@
  *
  * (Both sides decode the same blocks exactly; what differs is the order of
  * float accumulation, which costs about sqrt(n) * 2^-24.)  The down projection
- * is also run twice and must give identical bits.  Exits 77 (SKIP) when the
- * CUDA runtime finds no device.
+ * is also run twice and must give identical bits.
+ *
+ * The kernels with a CPU twin of their own (LayerNorm, RoPE, fp16 attention:
+ * model/kernels.h; predictor, gemm: codelets/ops.h) are compared with it, each
+ * with the tolerance its comment derives.  Exits 77 (SKIP) when the CUDA
+ * runtime finds no device.
  */
 #include "codelets/codelets_cuda.h"
+#include "codelets/ops.h"
+#include "model/kernels.h"
 #include "model/model.h"
 #include "model/quants.h"
 #include "model/types.h"
@@ -401,9 +407,375 @@ static void test_rmsnorm(int64_t n, bool with_w, bool in_place, cudaStream_t str
     free(y);
 }
 
+/* ------------------------------------------------------------ layernorm */
+
+/*
+ * Against si_k_layernorm.  The twin sums in double, the kernel in float
+ * (a short strided sum per thread, then a tree over 1024 threads: about
+ * log2(n) + n / 1024 roundings), so the mean is off by at most ~20 * 2^-24
+ * of mean(|x|) and the scale by as little; the output is compared relative
+ * to (|x_i| + mean(|x|)) * scale * |w_i| + |b_i|, and 1e-5 leaves a margin
+ * of about 50 over that bound.
+ */
+#define TOL_LAYERNORM 1e-5
+
+static void test_layernorm(int64_t n, bool with_w, bool with_b, bool in_place, cudaStream_t stream)
+{
+    const float eps = 1e-5f;
+    float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)n * sizeof *w);
+    float *b = malloc((size_t)n * sizeof *b), *y = malloc((size_t)n * sizeof *y);
+    float *ref = malloc((size_t)n * sizeof *ref);
+    fill(x, n, 4.0f);
+    for (int64_t i = 0; i < n; i++)
+        x[i] += 3.0f; /* a mean well away from zero */
+    fill(w, n, 1.5f);
+    fill(b, n, 0.5f);
+    float *dx = dev_copy(x, (size_t)n * sizeof *x), *dw = dev_copy(w, (size_t)n * sizeof *w);
+    float *db = dev_copy(b, (size_t)n * sizeof *b);
+    float *dy = in_place ? dx : dev_copy(NULL, (size_t)n * sizeof *y);
+    char what[96];
+    snprintf(what, sizeof what, "layernorm n %lld%s%s%s", (long long)n, with_w ? " w" : "",
+             with_b ? " b" : "", in_place ? " in place" : "");
+    if (finish(si_cuda_layernorm(dy, dx, with_w ? dw : NULL, with_b ? db : NULL, n, eps, stream),
+               stream, what)) {
+        host_copy(y, dy, (size_t)n * sizeof *y);
+        si_k_layernorm(ref, x, with_w ? w : NULL, with_b ? b : NULL, n, eps);
+        double mean_abs = 0.0, sum = 0.0, var = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            mean_abs += fabs((double)x[i]) / (double)n;
+            sum += x[i];
+        }
+        for (int64_t i = 0; i < n; i++)
+            var += ((double)x[i] - sum / (double)n) * ((double)x[i] - sum / (double)n);
+        const double scale = 1.0 / sqrt(var / (double)n + (double)eps);
+        double worst = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const double mag = (fabs((double)x[i]) + mean_abs) * scale *
+                                   (with_w ? fabs((double)w[i]) : 1.0) +
+                               (with_b ? fabs((double)b[i]) : 0.0);
+            const double e = norm_err(y[i], ref[i], mag);
+            worst = e > worst ? e : worst;
+        }
+        CHECK(worst <= TOL_LAYERNORM, "%s: error %g > %g", what, worst, TOL_LAYERNORM);
+        printf("%-34s err %.2e\n", what, worst);
+    }
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(db);
+    if (!in_place)
+        cudaFree(dy);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(ref);
+}
+
+/* ------------------------------------------------------------ rope */
+
+/*
+ * Against si_k_rope, token by token.  Both rotate by the same float angles
+ * (the kernel forms them with the twin's own operations) and round the
+ * products alike; only cosf and sinf differ, by at most 2 ulp on the device
+ * and 1 in glibc, so each output is within about 4 * 2^-24 * (|x0| + |x1|)
+ * of the twin's: 1e-6 of (|x0| + |x1|).  Dimensions past n_rot must come back
+ * untouched, and position 0 (angle 0) exactly.
+ */
+#define TOL_ROPE 1e-6
+
+static void test_rope(int kind, int n_heads, int head_dim, int n_rot, int pos0, int64_t n_tok,
+                      float base, float scale, cudaStream_t stream)
+{
+    const int64_t per_tok = (int64_t)n_heads * head_dim, n = n_tok * per_tok;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    float *ref = malloc((size_t)n * sizeof *ref);
+    fill(x, n, 2.0f);
+    memcpy(ref, x, (size_t)n * sizeof *x);
+    for (int64_t t = 0; t < n_tok; t++)
+        si_k_rope(ref + t * per_tok, n_heads, head_dim, n_rot, (enum si_rope_kind)kind,
+                  pos0 + (int)t, base, scale);
+    float *dx = dev_copy(x, (size_t)n * sizeof *x);
+    char what[96];
+    snprintf(what, sizeof what, "rope %s hd %d rot %d pos %d+%lld",
+             kind == SI_ROPE_NEOX ? "neox" : kind == SI_ROPE_NORM ? "norm" : "none", head_dim,
+             n_rot, pos0, (long long)n_tok);
+    if (finish(si_cuda_rope(dx, n_tok, n_heads, head_dim, n_rot, kind, pos0, base, scale, stream),
+               stream, what)) {
+        host_copy(y, dx, (size_t)n * sizeof *y);
+        double worst = 0.0;
+        int64_t changed = 0, inexact0 = 0;
+        for (int64_t t = 0; t < n_tok; t++) {
+            for (int h = 0; h < n_heads; h++) {
+                const int64_t o = t * per_tok + (int64_t)h * head_dim;
+                for (int d = 0; d < head_dim; d++) {
+                    const int64_t i = o + d;
+                    const bool rotated = kind != SI_ROPE_NONE && d < n_rot;
+                    if (!rotated) {
+                        changed += memcmp(&y[i], &x[i], sizeof *y) != 0;
+                        continue;
+                    }
+                    if (pos0 + t == 0)
+                        inexact0 += memcmp(&y[i], &x[i], sizeof *y) != 0;
+                    /* The pair partner of dimension d. */
+                    const int half = n_rot / 2;
+                    const int p = kind == SI_ROPE_NEOX ? (d < half ? d + half : d - half) : d ^ 1;
+                    const double mag = fabs((double)x[i]) + fabs((double)x[o + p]);
+                    const double e = norm_err(y[i], ref[i], mag);
+                    worst = e > worst ? e : worst;
+                }
+            }
+        }
+        CHECK(worst <= TOL_ROPE, "%s: error %g > %g", what, worst, TOL_ROPE);
+        CHECK(changed == 0, "%s: %lld dimensions past n_rot changed", what, (long long)changed);
+        CHECK(inexact0 == 0, "%s: %lld values moved at position 0", what, (long long)inexact0);
+        printf("%-34s err %.2e\n", what, worst);
+    }
+    cudaFree(dx);
+    free(x);
+    free(y);
+    free(ref);
+}
+
+/* ------------------------------------------------------------ attention */
+
+/*
+ * Against si_k_attn_f16.  Both round the query and every step of the value
+ * accumulator to fp16 in the same order; they differ only in the scores'
+ * float summation order and in expf's last bits, which make an accumulator
+ * rounding go the other way now and then (rarely: the float difference is
+ * ~2^-20 of a half ulp).  Each such flip moves the output by at most one
+ * fp16 ulp of S * max|v| divided by S, 2^-10 * max|v|, and later steps do not
+ * amplify it.  Tolerance: 4e-3 * max|v| over the attended positions of the
+ * kv head (4 flips); a wrong head, position or scaling is off by O(max|v|).
+ * One attended position must give v itself, exactly, and an empty window
+ * zeros; a second run must give the same bits.
+ */
+#define TOL_ATTN 4e-3
+
+static void test_attn(int n_head, int n_head_kv, int head_dim, int first, int n_kv,
+                      cudaStream_t stream)
+{
+    const int64_t kvd = (int64_t)n_head_kv * head_dim, qd = (int64_t)n_head * head_dim;
+    const int64_t n_pos = n_kv > 0 ? n_kv : 1; /* cache rows allocated */
+    float *q = malloc((size_t)qd * sizeof *q), *tmp = malloc((size_t)(n_pos * kvd) * sizeof *tmp);
+    uint16_t *k = malloc((size_t)(n_pos * kvd) * sizeof *k), *v = malloc((size_t)(n_pos * kvd) * sizeof *v);
+    float *out = malloc((size_t)qd * sizeof *out), *out2 = malloc((size_t)qd * sizeof *out2);
+    float *ref = malloc((size_t)qd * sizeof *ref);
+    uint16_t *scratch = malloc(2 * (size_t)head_dim * sizeof *scratch);
+    fill(q, qd, 2.0f);
+    fill(tmp, n_pos * kvd, 2.0f);
+    si_quantize_row(SI_TYPE_F16, tmp, k, n_pos * kvd);
+    fill(tmp, n_pos * kvd, 1.0f);
+    si_quantize_row(SI_TYPE_F16, tmp, v, n_pos * kvd);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    si_k_attn_f16(ref, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, scratch);
+
+    float *dq = dev_copy(q, (size_t)qd * sizeof *q), *dout = dev_copy(NULL, (size_t)qd * sizeof *out);
+    uint16_t *dk = dev_copy(k, (size_t)(n_pos * kvd) * sizeof *k);
+    uint16_t *dv = dev_copy(v, (size_t)(n_pos * kvd) * sizeof *v);
+    cudaMemset(dout, 0x7f, (size_t)qd * sizeof *out); /* overwritten, not read */
+    char what[96];
+    snprintf(what, sizeof what, "attn_f16 %d/%d heads hd %d t %d..%d", n_head, n_head_kv,
+             head_dim, first, n_kv);
+    if (finish(si_cuda_attn_f16(dout, dq, dk, dv, first, n_kv, n_head, n_head_kv, head_dim, scale,
+                                stream),
+               stream, what)) {
+        host_copy(out, dout, (size_t)qd * sizeof *out);
+        const int group = n_head / n_head_kv, n_att = n_kv - first;
+        double worst = 0.0;
+        int64_t inexact = 0;
+        for (int h = 0; h < n_head; h++) {
+            for (int i = 0; i < head_dim; i++) {
+                const int64_t o = (int64_t)h * head_dim + i, c = (int64_t)(h / group) * head_dim + i;
+                double vmax = 0.0;
+                for (int t = first; t < n_kv; t++) {
+                    const double a = fabs((double)si_fp16_to_fp32(v[t * kvd + c]));
+                    vmax = a > vmax ? a : vmax;
+                }
+                if (n_att <= 1) { /* nothing to average: exact */
+                    inexact += memcmp(&out[o], &ref[o], sizeof *out) != 0;
+                    continue;
+                }
+                const double e = norm_err(out[o], ref[o], vmax);
+                worst = e > worst ? e : worst;
+            }
+        }
+        CHECK(worst <= TOL_ATTN, "%s: error %g > %g", what, worst, TOL_ATTN);
+        CHECK(inexact == 0, "%s: %lld outputs differ with %d positions", what, (long long)inexact,
+              n_att);
+        if (finish(si_cuda_attn_f16(dout, dq, dk, dv, first, n_kv, n_head, n_head_kv, head_dim,
+                                    scale, stream),
+                   stream, what)) {
+            host_copy(out2, dout, (size_t)qd * sizeof *out2);
+            CHECK(memcmp(out, out2, (size_t)qd * sizeof *out) == 0, "%s: not deterministic", what);
+        }
+        printf("%-34s err %.2e\n", what, worst);
+    }
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dk);
+    cudaFree(dv);
+    free(q);
+    free(tmp);
+    free(k);
+    free(v);
+    free(out);
+    free(out2);
+    free(ref);
+    free(scratch);
+}
+
+/* ------------------------------------------------------------ predictor */
+
+/*
+ * Against si_k_predictor with fc1 and fc2 of type t.  Both decode the same
+ * blocks exactly and sum in float in different orders; z is compared
+ * relative to the sum over j of |fc2_ij| * (sum over k of |fc1_jk x_k|), with
+ * the tolerance of the type as for matvec.  The device list must be exactly
+ * the i with the device's z[i] >= threshold, increasing; against the twin's
+ * list, neurons may differ only where the twin's z is within that tolerance
+ * of the threshold.
+ */
+static void test_predictor(uint32_t t, int64_t n_embd, int64_t r, int64_t n_ff, float threshold,
+                           cudaStream_t stream)
+{
+    struct rows fc1, fc2;
+    rows_make(&fc1, t, r, n_embd, 0);
+    rows_make(&fc2, t, n_ff, r, 0);
+    float *x = malloc((size_t)n_embd * sizeof *x), *hid = malloc((size_t)r * sizeof *hid);
+    float *z = malloc((size_t)n_ff * sizeof *z), *zc = malloc((size_t)n_ff * sizeof *zc);
+    double *mag1 = malloc((size_t)r * sizeof *mag1);
+    int32_t *idx = malloc((size_t)(n_ff + 1) * sizeof *idx),
+            *idxc = malloc((size_t)(n_ff + 1) * sizeof *idxc);
+    fill(x, n_embd, 1.0f);
+    const int64_t nc = si_k_predictor(t, fc1.data, 0, t, fc2.data, 0, n_embd, r, n_ff, x,
+                                      threshold, hid, zc, idxc);
+    for (int64_t j = 0; j < r; j++) {
+        double dot;
+        ref_dot(&fc1, j, x, &dot, &mag1[j]);
+    }
+    void *d1 = dev_copy(fc1.data, (size_t)r * fc1.stride), *d2 = dev_copy(fc2.data, (size_t)n_ff * fc2.stride);
+    float *dx = dev_copy(x, (size_t)n_embd * sizeof *x), *dh = dev_copy(NULL, (size_t)r * sizeof *hid);
+    float *dz = dev_copy(NULL, (size_t)n_ff * sizeof *z);
+    int32_t *didx = dev_copy(NULL, (size_t)(n_ff + 1) * sizeof *idx), *dcount = dev_copy(NULL, sizeof(int32_t));
+    char what[96];
+    snprintf(what, sizeof what, "predictor %s %lld-%lld-%lld thr %g", si_type_name(t),
+             (long long)n_embd, (long long)r, (long long)n_ff, threshold);
+    cudaError_t e = si_cuda_predictor(t, d1, 0, t, d2, 0, n_embd, r, n_ff, dx, threshold, dh, dz,
+                                      didx, dcount, stream);
+    if (finish(e, stream, what)) {
+        int32_t count = -1;
+        host_copy(&count, dcount, sizeof count);
+        host_copy(z, dz, (size_t)n_ff * sizeof *z);
+        CHECK(count >= 0 && count <= n_ff, "%s: count %d", what, count);
+        if (count < 0 || count > n_ff)
+            count = 0;
+        host_copy(idx, didx, (size_t)count * sizeof *idx);
+        double worst = 0.0;
+        int64_t k = 0, wrong = 0, unsure = 0;
+        for (int64_t i = 0; i < n_ff; i++) {
+            double mag = 0.0;
+            for (int64_t j = 0; j < r; j++)
+                mag += fabs((double)fc2.deq[(size_t)(i * r + j)]) * mag1[j];
+            const double err = norm_err(z[i], zc[i], mag);
+            worst = err > worst ? err : worst;
+            const bool in = k < count && idx[k] == i;
+            k += in;
+            wrong += in != (z[i] >= threshold);
+            if (in != (zc[i] >= threshold) && fabs((double)zc[i] - threshold) > tolerance(t) * mag)
+                unsure++;
+        }
+        CHECK(worst <= tolerance(t), "%s: z error %g > %g", what, worst, tolerance(t));
+        CHECK(k == count, "%s: list not increasing or out of range", what);
+        CHECK(wrong == 0, "%s: %lld neurons listed against the device's own z", what,
+              (long long)wrong);
+        CHECK(unsure == 0, "%s: %lld neurons disagree with the CPU twin", what, (long long)unsure);
+        printf("%-34s err %.2e, %d active (cpu %lld)\n", what, worst, count, (long long)nc);
+    }
+    cudaFree(d1);
+    cudaFree(d2);
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(dz);
+    cudaFree(didx);
+    cudaFree(dcount);
+    free(x);
+    free(hid);
+    free(z);
+    free(zc);
+    free(mag1);
+    free(idx);
+    free(idxc);
+    rows_free(&fc1);
+    rows_free(&fc2);
+}
+
+/* ------------------------------------------------------------ gemm */
+
+/*
+ * Against si_k_gemm (OpenBLAS on the same decoded values): only the float
+ * summation orders differ, so TOL_FLOAT relative to the sum of |w x| for
+ * every type (n * 2^-24 is 6e-5 for the 1024 columns here, and both sums
+ * are blocked, far below).  A scratch of 100 rows makes 3 tiles and a
+ * partial one; y's gaps between tokens must stay untouched.
+ */
+static void test_gemm(cublasHandle_t handle, uint32_t t, int64_t n_rows, int64_t n_cols,
+                      int64_t n_tok, size_t pad, cudaStream_t stream)
+{
+    struct rows m;
+    rows_make(&m, t, n_rows, n_cols, pad);
+    const int64_t ldx = n_cols + 3, ldy = n_rows + 5;
+    float *x = malloc((size_t)(n_tok * ldx) * sizeof *x), *y = malloc((size_t)(n_tok * ldy) * sizeof *y);
+    float *yc = malloc((size_t)(n_tok * ldy) * sizeof *yc);
+    fill(x, n_tok * ldx, 1.0f);
+    for (int64_t i = 0; i < n_tok * ldy; i++)
+        y[i] = i % ldy < n_rows ? NAN : 1234.5f;
+    void *cscratch = malloc(si_k_gemm_scratch_size(t, n_cols) + 1);
+    const int rc = si_k_gemm(t, m.data, pad ? m.stride : 0, n_rows, n_cols, x, ldx, n_tok, yc, ldy,
+                             cscratch);
+    CHECK(rc == 0, "si_k_gemm returned %d", rc);
+    const size_t sbytes = (size_t)(100 * n_cols) * sizeof(float);
+    void *dw = dev_copy(m.data, (size_t)n_rows * m.stride);
+    float *dx = dev_copy(x, (size_t)(n_tok * ldx) * sizeof *x);
+    float *dy = dev_copy(y, (size_t)(n_tok * ldy) * sizeof *y);
+    float *ds = t == SI_TYPE_F32 ? NULL : dev_copy(NULL, sbytes);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s %lldx%lld n_tok %lld pad %zu", si_type_name(t),
+             (long long)n_rows, (long long)n_cols, (long long)n_tok, pad);
+    cudaError_t e = si_cuda_gemm(handle, t, dw, pad ? m.stride : 0, n_rows, n_cols, dx, ldx, n_tok,
+                                 dy, ldy, ds, ds ? sbytes : 0, stream);
+    if (finish(e, stream, what)) {
+        host_copy(y, dy, (size_t)(n_tok * ldy) * sizeof *y);
+        double worst = 0.0;
+        int64_t gap = 0;
+        for (int64_t tk = 0; tk < n_tok; tk++) {
+            for (int64_t r = 0; r < n_rows; r++) {
+                double dot, mag;
+                ref_dot(&m, r, x + tk * ldx, &dot, &mag);
+                const double err = norm_err(y[tk * ldy + r], yc[tk * ldy + r], mag);
+                worst = err > worst ? err : worst;
+            }
+            for (int64_t r = n_rows; r < ldy; r++)
+                gap += y[tk * ldy + r] != 1234.5f;
+        }
+        CHECK(worst <= TOL_FLOAT, "%s: error %g > %g", what, worst, TOL_FLOAT);
+        CHECK(gap == 0, "%s: %lld values written between tokens", what, (long long)gap);
+        printf("%-34s err %.2e\n", what, worst);
+    }
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(ds);
+    free(x);
+    free(y);
+    free(yc);
+    free(cscratch);
+    rows_free(&m);
+}
+
 /* ------------------------------------------------------------ refusals */
 
-static void test_refusals(cudaStream_t stream)
+static void test_refusals(cublasHandle_t handle, cudaStream_t stream)
 {
     float *d = dev_copy(NULL, 4096);
     int32_t *di = dev_copy(NULL, 64);
@@ -426,6 +798,45 @@ static void test_refusals(cudaStream_t stream)
               cudaErrorInvalidValue,
           "Q4_K down accepted");
     CHECK(si_cuda_rmsnorm(d, d, NULL, 0, 1e-6f, stream) == cudaSuccess, "empty rmsnorm refused");
+    CHECK(si_cuda_layernorm(NULL, d, NULL, NULL, 8, 1e-5f, stream) == cudaErrorInvalidValue,
+          "layernorm without y accepted");
+    CHECK(si_cuda_rope(d, 1, 2, 64, 63, SI_ROPE_NORM, 0, 1e4f, 1.0f, stream) ==
+              cudaErrorInvalidValue,
+          "odd n_rot accepted");
+    CHECK(si_cuda_rope(d, 1, 2, 32, 64, SI_ROPE_NEOX, 0, 1e4f, 1.0f, stream) ==
+              cudaErrorInvalidValue,
+          "n_rot past head_dim accepted");
+    CHECK(si_cuda_rope(d, 1, 2, 64, 64, 7, 0, 1e4f, 1.0f, stream) == cudaErrorInvalidValue,
+          "unknown rope kind accepted");
+    CHECK(si_cuda_rope(d, 1, 2, 64, 64, SI_ROPE_NONE, 0, 1e4f, 1.0f, stream) == cudaSuccess,
+          "rope NONE refused");
+    CHECK(si_cuda_attn_f16(d, d, (uint16_t *)d, (uint16_t *)d, 0, 4, 6, 4, 64, 0.125f, stream) ==
+              cudaErrorInvalidValue,
+          "6 heads over 4 kv heads accepted");
+    CHECK(si_cuda_attn_f16(d, d, (uint16_t *)d, (uint16_t *)d, 0, 1, 1, 1,
+                           SI_CUDA_ATTN_MAX_HEAD_DIM + 32, 0.125f, stream) == cudaErrorInvalidValue,
+          "head_dim past the maximum accepted");
+    CHECK(si_cuda_predictor(SI_TYPE_Q4_K, d, 0, SI_TYPE_F32, d, 0, 256, 32, 4, d, 0.0f, d, d, di,
+                            di, stream) == cudaErrorInvalidValue,
+          "Q4_K predictor accepted");
+    CHECK(si_cuda_predictor(SI_TYPE_F32, d, 0, SI_TYPE_Q8_0, d, 0, 32, 48, 4, d, 0.0f, d, d, di,
+                            di, stream) == cudaErrorInvalidValue,
+          "Q8_0 fc2 rows of 48 accepted");
+    CHECK(si_cuda_gemm(NULL, SI_TYPE_F32, d, 0, 4, 8, d, 8, 1, d, 4, NULL, 0, stream) ==
+              cudaErrorInvalidValue,
+          "gemm without a handle accepted");
+    CHECK(si_cuda_gemm(handle, SI_TYPE_Q4_K, d, 0, 2, 256, d, 256, 1, d, 2, d, 4096, stream) ==
+              cudaErrorInvalidValue,
+          "Q4_K gemm accepted");
+    CHECK(si_cuda_gemm(handle, SI_TYPE_Q4_0, d, 0, 2, 32, d, 32, 1, d, 2, NULL, 0, stream) ==
+              cudaErrorInvalidValue,
+          "Q4_0 gemm without scratch accepted");
+    CHECK(si_cuda_gemm(handle, SI_TYPE_Q8_0, d, 0, 2, 1024, d, 1024, 1, d, 2, d, 4096, stream) ==
+              cudaErrorInvalidValue,
+          "gemm scratch below one row accepted");
+    CHECK(si_cuda_gemm(handle, SI_TYPE_F32, d, 0, 4, 8, d, 8, 2, d, 3, NULL, 0, stream) ==
+              cudaErrorInvalidValue,
+          "gemm ldy < n_rows accepted");
     CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "stream after refusals");
     cudaFree(d);
     cudaFree(di);
@@ -473,8 +884,42 @@ int main(void)
     test_rmsnorm(4096, true, false, stream);
     test_rmsnorm(1001, true, true, stream);
     test_rmsnorm(5, false, false, stream);
-    test_refusals(stream);
+    test_layernorm(4096, true, true, false, stream);
+    test_layernorm(1001, true, false, true, stream);
+    test_layernorm(576, true, true, true, stream);
+    test_layernorm(5, false, false, false, stream);
 
+    test_rope(SI_ROPE_NORM, 9, 64, 64, 0, 3, 10000.0f, 1.0f, stream); /* SmolLM2 */
+    test_rope(SI_ROPE_NORM, 3, 64, 64, 4000, 2, 10000.0f, 1.0f, stream);
+    test_rope(SI_ROPE_NEOX, 4, 256, 256, 123, 2, 1e6f, 0.125f, stream); /* gemma3 global */
+    test_rope(SI_ROPE_NEOX, 4, 256, 256, 2047, 1, 1e4f, 1.0f, stream);  /* gemma3 local */
+    test_rope(SI_ROPE_NEOX, 2, 128, 64, 7, 5, 10000.0f, 1.0f, stream);  /* partial rotation */
+    test_rope(SI_ROPE_NONE, 2, 64, 64, 7, 1, 10000.0f, 1.0f, stream);
+
+    test_attn(9, 3, 64, 0, 700, stream); /* SmolLM2's GQA */
+    test_attn(4, 1, 256, 300, 812, stream); /* gemma3, a sliding window */
+    test_attn(2, 1, 80, 0, 257, stream);    /* head_dim not a multiple of the warp */
+    test_attn(8, 8, 128, 0, 1, stream);     /* the first token: v itself */
+    test_attn(3, 3, 64, 10, 11, stream);    /* one position in the window */
+    test_attn(2, 1, 80, 5, 5, stream);      /* an empty window: zeros */
+
+    cublasHandle_t handle;
+    cublasStatus_t cs = cublasCreate(&handle);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "cublasCreate: status %d\n", (int)cs);
+        return 1;
+    }
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t t = types[ti];
+        test_predictor(t, 576, 256, 1636, 0.0f, stream);
+        test_predictor(t, 576, 256, 1636, 20.0f, stream);
+        test_gemm(handle, t, 300, 1024, 9, 0, stream);
+        test_gemm(handle, t, 300, 1024, 1, 16, stream);
+        test_gemm(handle, t, 5, 64, 70, 0, stream);
+    }
+    test_refusals(handle, stream);
+
+    cublasDestroy(handle);
     cudaStreamDestroy(stream);
     return test_result();
 }

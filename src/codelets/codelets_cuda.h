@@ -1,6 +1,10 @@
 /*
  * codelets_cuda.h - C-callable launchers of the CUDA kernels behind the
- * matvec, sparse FFN and RMSNorm operators (matvec_cuda.cu, ffn_sparse_cuda.cu).
+ * operators of the task graph: matvec, sparse FFN and RMSNorm (matvec_cuda.cu,
+ * ffn_sparse_cuda.cu), LayerNorm, RoPE and fp16 attention (layer_cuda.cu),
+ * the predictor and the batched matrix product (ops_cuda.cu).  Each has a
+ * CPU twin (model/kernels.h, codelets/ffn_sparse.h, codelets/ops.h) that
+ * tests/test-cuda-kernels.c compares it with.
  *
  * Each launcher queues one kernel on `stream` and returns at once: pointers
  * are device memory, results are ready once the stream has reached them.  No
@@ -24,6 +28,7 @@
 #ifndef SI_CODELETS_CODELETS_CUDA_H
 #define SI_CODELETS_CODELETS_CUDA_H
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +75,77 @@ cudaError_t si_cuda_ffn_down(uint32_t type, const void *down_t, size_t row_strid
  */
 cudaError_t si_cuda_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps,
                             cudaStream_t stream);
+
+/*
+ * LayerNorm, si_k_layernorm's twin: y[i] = (x[i] - mean) * scale * w[i] + b[i]
+ * for i < n, scale = 1 / sqrt(var + eps), mean and variance (of x - mean)
+ * accumulated in float (the twin: double).  w NULL: no weight; b NULL: no
+ * bias.  y may alias x.  One block.
+ */
+cudaError_t si_cuda_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                              float eps, cudaStream_t stream);
+
+/*
+ * RoPE, si_k_rope's twin, for n_tok tokens: token t's n_heads heads of
+ * head_dim floats at x + t * n_heads * head_dim, rotated in place to
+ * position pos0 + t.  kind: enum si_rope_kind (SI_ROPE_NONE queues nothing);
+ * n_rot even, at most head_dim.  The angles are the twin's own floats
+ * (powf(base, -2 / n_rot) taken on the host, then the same multiplications);
+ * only cosf and sinf differ in their last bits.  A block per head and token.
+ */
+cudaError_t si_cuda_rope(float *x, int64_t n_tok, int n_heads, int head_dim, int n_rot, int kind,
+                         int pos0, float base, float scale, cudaStream_t stream);
+
+/* The largest head_dim si_cuda_attn_f16 takes (a thread per dimension). */
+#define SI_CUDA_ATTN_MAX_HEAD_DIM 1024
+
+/*
+ * Attention of one query over a layer's fp16 KV cache, si_k_attn_f16's twin
+ * with the same arguments (q, out: n_head * head_dim floats; k, v: fp16
+ * bits, position t at + t * n_head_kv * head_dim, kv head j at + j *
+ * head_dim; positions first <= t < n_kv; query head h reads kv head
+ * h / (n_head / n_head_kv)) and the same arithmetic: fp16 query, online
+ * softmax, fp16 value accumulator rounded at every step.  Only the scores'
+ * float summation order and expf's last bits differ, which can turn an
+ * fp16 rounding of the accumulator the other way now and then.  A block per
+ * query head; no scratch.
+ */
+cudaError_t si_cuda_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                             int first, int n_kv, int n_head, int n_head_kv, int head_dim,
+                             float scale, cudaStream_t stream);
+
+/*
+ * The predictor, si_k_predictor's twin: hid = relu(fc1 x) (fc1: r rows of
+ * n_embd elements), z = fc2 hid (fc2: n_ff rows of r elements), then idx =
+ * the i with z[i] >= threshold in increasing order and *count their number
+ * (one int32 on the device).  hid (r floats) is scratch, z (n_ff floats)
+ * receives fc2's output, idx needs room for n_ff.  fc1 and fc2 may differ in
+ * type; r must be a whole number of blocks of fc2's type.  Three kernels: a
+ * warp per row for each product, then one block lists the neurons without
+ * atomics (the same list every run).
+ */
+cudaError_t si_cuda_predictor(uint32_t fc1_type, const void *fc1, size_t fc1_stride,
+                              uint32_t fc2_type, const void *fc2, size_t fc2_stride,
+                              int64_t n_embd, int64_t r, int64_t n_ff, const float *x,
+                              float threshold, float *hid, float *z, int32_t *idx, int32_t *count,
+                              cudaStream_t stream);
+
+/*
+ * The batched matrix product, si_k_gemm's twin: y[t][r] = row r of w . x[t]
+ * for t < n_tok (token t at x + t * ldx and y + t * ldy floats).  F32 rows go
+ * to cublasSgemm where they lie (row_stride a multiple of 4); F16, Q8_0,
+ * Q4_0 and Q4_1 rows are decoded into an f32 tile in scratch (as many rows
+ * as scratch_bytes holds, n_cols floats each) and multiplied by cublasSgemm,
+ * tile after tile on `stream`: the decoding is exact, so only the float
+ * summation order differs from the twin.  handle's stream is set to
+ * `stream` and its pointer mode to host; cuBLAS errors come back as
+ * cudaErrorInvalidValue, cudaErrorMemoryAllocation,
+ * cudaErrorInitializationError or cudaErrorUnknown.
+ */
+cudaError_t si_cuda_gemm(cublasHandle_t handle, uint32_t type, const void *w, size_t row_stride,
+                         int64_t n_rows, int64_t n_cols, const float *x, int64_t ldx,
+                         int64_t n_tok, float *y, int64_t ldy, float *scratch,
+                         size_t scratch_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

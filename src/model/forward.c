@@ -2,6 +2,7 @@
 #include "model/forward.h"
 
 #include "model/act.h"
+#include "model/kernels.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -128,58 +129,6 @@ static const float *vec_f32(const struct si_tensor *t, float *tmp)
     return tmp;
 }
 
-/* y = x / rms(x) * w (mean of squares accumulated in double). */
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)(x[i] * x[i]);
-    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] * scale * w[i];
-}
-
-/* y = (x - mean) / sqrt(var + eps) * w + b. */
-static void layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
-                      float eps)
-{
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += x[i];
-    const float mean = (float)(sum / (double)n);
-    double var = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        var += (double)((x[i] - mean) * (x[i] - mean));
-    const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (x[i] - mean) * scale * w[i] + (b != NULL ? b[i] : 0.0f);
-}
-
-/*
- * Rotate the first n_rot dimensions of each head of x (n_heads heads of
- * head_dim) by position pos: pairs (2i, 2i+1) (NORM) or (i, i + n_rot/2)
- * (NEOX), angle pos * scale * base^(-2i/n_rot), the angle computed by
- * repeated multiplication in float.
- */
-static void rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind kind, int pos,
-                 float base, float scale)
-{
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    for (int h = 0; h < n_heads; h++) {
-        float *v = x + (size_t)h * head_dim;
-        float theta = (float)pos * scale;
-        for (int i = 0; i < n_rot / 2; i++) {
-            const float c = cosf(theta), s = sinf(theta);
-            const int a = kind == SI_ROPE_NEOX ? i : 2 * i;
-            const int b = kind == SI_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
-            const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
-            theta *= theta_scale;
-        }
-    }
-}
-
 /* ------------------------------------------------------------ state */
 
 int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_params p, char *err,
@@ -225,8 +174,9 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->r1 = calloc(rank + 1, sizeof(float));
     s->krow = calloc(kvd, sizeof(float));
     s->xq = malloc(4 * widest + 512); /* F32 is the widest dot type: 4 bytes a value */
-    s->q16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
-    s->vkq16 = calloc((size_t)hp->head_dim, sizeof(uint16_t));
+    /* si_k_attn_f16's scratch: the fp16 query, then the value accumulator. */
+    s->q16 = calloc(2 * (size_t)hp->head_dim, sizeof(uint16_t));
+    s->vkq16 = s->q16 != NULL ? s->q16 + hp->head_dim : NULL;
     s->hg = calloc(ff, sizeof(float));
     s->hu = calloc(ff, sizeof(float));
     s->mask = calloc(ff, 1);
@@ -265,7 +215,6 @@ void si_ref_free(struct si_ref *s)
     free(s->krow);
     free(s->xq);
     free(s->q16);
-    free(s->vkq16);
     free(s->hg);
     free(s->hu);
     free(s->mask);
@@ -304,10 +253,10 @@ static void norm(const struct si_hparams *hp, float *y, const float *x, const st
 {
     const float *wv = vec_f32(w, tmp);
     if (hp->norm_kind == SI_NORM_RMS) {
-        rmsnorm(y, x, wv, hp->n_embd, hp->norm_eps);
+        si_k_rmsnorm(y, x, wv, hp->n_embd, hp->norm_eps);
     } else {
         const float *bv = b->data != NULL ? vec_f32(b, tmp + hp->n_embd) : NULL;
-        layernorm(y, x, wv, bv, hp->n_embd, hp->norm_eps);
+        si_k_layernorm(y, x, wv, bv, hp->n_embd, hp->norm_eps);
     }
 }
 
@@ -320,50 +269,17 @@ static int attention_start(const struct si_hparams *hp, int l, int pos)
 }
 
 /*
- * Attention with the fp16 cache, in llama.cpp's flash-attention arithmetic:
- * per head the query is rounded to fp16, each score is an fp16 dot product
- * scaled in float, and an online softmax keeps a running maximum M and sum S
- * while the values accumulate in an fp16 vector (scaled by exp(Mold - M) when
- * the maximum grows, then += v * exp(s - M) with one rounding per step).
+ * Attention with the fp16 cache, in llama.cpp's flash-attention arithmetic
+ * for one query (si_k_attn_f16: fp16 query and value accumulator, online
+ * softmax) over the positions the layer's window allows.
  */
 static void attention_f16(struct si_ref *s, int l, int pos)
 {
     const struct si_hparams *hp = &s->m->hp;
-    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const size_t kvd = (size_t)hp->n_head_kv * hd;
-    const size_t base = (size_t)l * (size_t)s->p.n_ctx * kvd;
-    const uint16_t *kc = (const uint16_t *)s->kcache + base,
-                   *vc = (const uint16_t *)s->vcache + base;
-    const int first = attention_start(hp, l, pos);
-    for (int h = 0; h < hp->n_head; h++) {
-        const size_t koff = (size_t)(h / group) * hd;
-        si_quantize_act(SI_TYPE_F16, s->q + (size_t)h * hd, s->q16, hd);
-        memset(s->vkq16, 0, (size_t)hd * sizeof *s->vkq16);
-        float M = -INFINITY, S = 0.0f;
-        for (int t = first; t <= pos; t++) {
-            const float sc = si_vec_dot_act(SI_TYPE_F16, kc + (size_t)t * kvd + koff, s->q16, hd) *
-                             hp->attn_scale;
-            const uint16_t *v = vc + (size_t)t * kvd + koff;
-            float ms = 1.0f, vs = 1.0f;
-            if (sc > M) {
-                const float Mold = M;
-                M = sc;
-                ms = expf(Mold - M);
-                for (int i = 0; i < hd; i++)
-                    s->vkq16[i] = si_fp32_to_fp16(si_fp16_to_fp32(s->vkq16[i]) * ms);
-            } else {
-                vs = expf(sc - M);
-            }
-            for (int i = 0; i < hd; i++)
-                s->vkq16[i] =
-                    si_fp32_to_fp16(fmaf(si_fp16_to_fp32(v[i]), vs, si_fp16_to_fp32(s->vkq16[i])));
-            S = S * ms + vs;
-        }
-        float *out = s->att + (size_t)h * hd;
-        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-        for (int i = 0; i < hd; i++)
-            out[i] = si_fp16_to_fp32(s->vkq16[i]) * inv;
-    }
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
+    si_k_attn_f16(s->att, s->q, (const uint16_t *)s->kcache + base,
+                  (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
+                  hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, s->q16);
 }
 
 /* Row t of layer l's K or V cache as floats in dst (kvd of them). */
@@ -527,18 +443,18 @@ void si_ref_attn(struct si_ref *s, int l)
         const float *qn = vec_f32(&L->q_norm, tmp);
         const float *kn = vec_f32(&L->k_norm, tmp + hp->head_dim);
         for (int h = 0; h < hp->n_head; h++)
-            rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
+            si_k_rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
                     hp->head_dim, hp->norm_eps);
         for (int h = 0; h < hp->n_head_kv; h++)
-            rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
+            si_k_rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
                     hp->head_dim, hp->norm_eps);
     }
     if (hp->rope_kind != SI_ROPE_NONE) {
         const bool local = si_hparams_is_swa(hp, l);
         const float base = local ? hp->rope_base_local : hp->rope_base;
         const float scale = local ? 1.0f : hp->rope_scale;
-        rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
-        rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+        si_k_rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+        si_k_rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
     }
     cache_put(s, s->kcache, l, pos, s->k, kvd);
     cache_put(s, s->vcache, l, pos, s->v, kvd);
@@ -549,7 +465,7 @@ void si_ref_attn(struct si_ref *s, int l)
     matvec(s, s->xb2, &L->wo, s->att);
     add_bias(s->xb2, &L->bo, d);
     if (L->attn_post_norm.data != NULL)
-        rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
+        si_k_rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
 
     if (hp->parallel_residual) {
         /* Falcon: the FFN reads the layer input too (its own norm if any);
@@ -577,7 +493,7 @@ void si_ref_ffn_finish(struct si_ref *s, int l)
     const struct si_layer *L = &s->m->w.layers[l];
     const int64_t d = hp->n_embd;
     if (L->ffn_post_norm.data != NULL)
-        rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, s->tmp), d, hp->norm_eps);
+        si_k_rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, s->tmp), d, hp->norm_eps);
     for (int64_t i = 0; i < d; i++)
         s->x[i] += s->xb2[i] + (hp->parallel_residual ? s->xb3[i] : 0.0f);
 }

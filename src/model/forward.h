@@ -57,7 +57,8 @@ struct si_ref {
     float *score;          /* (n_head, n_ctx) attention scores, then weights */
     float *krow;           /* (n_head_kv * head_dim) one cached K or V row as f32 */
     void *xq;              /* activations converted for si_vec_dot_act */
-    uint16_t *q16, *vkq16; /* (head_dim) fp16 query and value accumulator */
+    uint16_t *q16, *vkq16; /* (head_dim) fp16 query and value accumulator: one
+                            * allocation of 2 * head_dim, vkq16 = q16 + head_dim */
     float *hg, *hu;        /* (n_ff) gate and up activations */
     uint8_t *mask;         /* (n_ff) the predictor's selection */
     float *r1;             /* (predictor rank) its hidden layer */

@@ -1,0 +1,80 @@
+/*
+ * kernels.h - the reference forward pass's small kernels (norms, RoPE,
+ * attention over the fp16 KV cache) as pure functions.
+ *
+ * model/forward.c computes with these, so they are the oracle's own
+ * arithmetic; the engine's CPU tasks call them to get the same bits, and the
+ * CUDA kernels of codelets/codelets_cuda.h are tested against them (their
+ * "CPU twins").  They allocate nothing, touch no global state and are
+ * thread-safe; every buffer is the caller's.
+ */
+#ifndef SI_MODEL_KERNELS_H
+#define SI_MODEL_KERNELS_H
+
+#include "model/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * y[i] = x[i] * scale * w[i] for i < n, scale = 1 / sqrt(mean(x^2) + eps),
+ * the sum of squares (each square rounded to float) accumulated in double.
+ * w NULL: no weight.  y may alias x.
+ */
+void si_k_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/*
+ * y[i] = (x[i] - mean) * scale * w[i] + b[i], scale = 1 / sqrt(var + eps),
+ * mean and variance accumulated in double and rounded to float.  w NULL: no
+ * weight; b NULL: no bias.  y may alias x.
+ */
+void si_k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                    float eps);
+
+/*
+ * Rotate, in place, the first n_rot dimensions of each of the n_heads heads
+ * of x (heads of head_dim floats, one after the other) to position pos:
+ * the pairs (2i, 2i+1) for SI_ROPE_NORM, (i, i + n_rot/2) for SI_ROPE_NEOX,
+ * i < n_rot/2, by the angle theta_i = pos * scale * base^(-2i/n_rot).  theta_i
+ * is formed by repeated multiplication in float, theta_0 = (float)pos * scale
+ * and theta_{i+1} = theta_i * powf(base, -2.0f / n_rot), so that a twin which
+ * forms it the same way gets the same angles.  SI_ROPE_NONE changes nothing.
+ */
+void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind kind, int pos,
+               float base, float scale);
+
+/*
+ * Attention of one query over a layer's fp16 KV cache, in llama.cpp's
+ * flash-attention arithmetic for a single query:
+ *
+ *   q        n_head * head_dim floats (head h at q + h * head_dim)
+ *   k, v     the layer's caches, as model/forward.c stores them: position t
+ *            at k + t * n_head_kv * head_dim, kv head j at + j * head_dim,
+ *            fp16 bits
+ *   first, n_kv  the positions attended: first <= t < n_kv (first > 0 for a
+ *            sliding window); none when first >= n_kv (out is then zero)
+ *   scale    multiplies each q . k
+ *   out      n_head * head_dim floats
+ *   scratch  2 * head_dim uint16_t
+ *
+ * Query head h reads kv head h / (n_head / n_head_kv) (GQA; n_head must be
+ * a multiple of n_head_kv).  Per head the query is rounded to fp16; each
+ * score s_t = si_vec_dot_act(F16, k_t, q16) * scale; an online softmax keeps
+ * the running maximum M and sum S, and the value accumulator is an fp16
+ * vector: when s_t > M it is first scaled by ms = exp(M_old - s_t) and
+ * rounded, then acc = fp16(fmaf(v_t, vs, acc)) with vs = exp(s_t - M) (1 when
+ * s_t set the maximum), S = S * ms + vs.  out = acc / S.
+ */
+void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
+                   int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
+                   uint16_t *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SI_MODEL_KERNELS_H */
