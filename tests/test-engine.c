@@ -80,6 +80,7 @@ struct config {
     int32_t n_slices;
     bool hot;   /* a profile and a hot slice (run on a CPU worker) */
     bool redux; /* STARPU_REDUX instead of the merge task */
+    bool prefill; /* the prompt through si_engine_eval_batch (GEMMs) */
 };
 
 /* The placement: the neuron table is a permutation, every hot neuron is at
@@ -145,6 +146,8 @@ static void compare(const char *what, const struct si_model *m, struct config cf
      * into whole F16 steps, and the comparison would measure those. */
     const uint32_t wt = m->w.layers[0].ffn_up.type;
     ep.ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
+    if (cf.prefill)
+        ep.n_batch = 8;
     ep.mode = cf.mode;
     ep.n_slices = cf.n_slices;
     ep.redux = cf.redux;
@@ -162,8 +165,8 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         ep.vram_budget = hp->n_layer * ffn / 3 + 4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
                          4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
     }
-    snprintf(label, sizeof label, "%s %s%s%s", what, si_sparsity_name(cf.mode),
-             cf.hot ? " +hot" : "", cf.redux ? " redux" : "");
+    snprintf(label, sizeof label, "%s %s%s%s%s", what, si_sparsity_name(cf.mode),
+             cf.hot ? " +hot" : "", cf.redux ? " redux" : "", cf.prefill ? " prefill" : "");
     struct si_ref_params rp = ep.ref;
     rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
     rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
@@ -192,19 +195,32 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     }
     check_placement(label, e, m, cf.mode == SI_SPARSITY_DENSE ? NULL : pr);
     const int32_t nv = m->hp.n_vocab;
-    const int32_t prompt[] = {1, 17 % nv, 250 % nv, 3, 42 % nv};
+    int32_t prompt[21];
+    const int np = cf.prefill ? 21 : 5; /* prefill: batches of 8, 8 and 5 */
+    for (int i = 0; i < np; i++)
+        prompt[i] = i == 0 ? 1 : (int32_t)((i * 53 + 17) % nv);
     double worst = 0;
     int same = 0;
     int32_t te = 0, tr = 0;
-    for (int i = 0; i < 5 + N_GREEDY; i++) {
-        int32_t in_e = i < 5 ? prompt[i] : te, in_r = i < 5 ? prompt[i] : tr;
-        CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
-        CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
+    if (cf.prefill) {
+        CHECK(si_engine_eval_batch(e, prompt, np) == SI_OK, "%s: engine prefill", label);
+        for (int i = 0; i < np; i++)
+            CHECK(si_ref_eval(r, prompt[i]) == SI_OK, "%s: reference eval at %d", label, i);
+        worst = rel_err(si_engine_logits(e), r->logits, nv);
+        te = argmax(si_engine_logits(e), nv);
+        tr = argmax(r->logits, nv);
+    }
+    for (int i = cf.prefill ? np : 0; i < np + N_GREEDY; i++) {
+        int32_t in_e = i < np ? prompt[i] : te, in_r = i < np ? prompt[i] : tr;
+        if (i > np || !cf.prefill) {
+            CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
+            CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
+        }
         if (in_e == in_r)
             worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
-        if (i >= 5)
+        if (i >= np)
             same += te == tr;
     }
     struct si_engine_stats st = si_engine_get_stats(e);
@@ -215,6 +231,12 @@ static void compare(const char *what, const struct si_model *m, struct config cf
            100.0 * (double)active / (double)st.neurons_total,
            active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
            (long long)st.tasks);
+    /* Quantized weights in the sparse modes: the partial sums are added in
+     * another order than the reference's, and llama.cpp's conversion of
+     * every layer's input to Q8 turns those last-bit differences into whole
+     * quantization steps now and then; the greedy tokens must still agree. */
+    if (ep.ref.act_quant && cf.mode != SI_SPARSITY_DENSE && tol < 1e-2)
+        tol = 1e-2;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
     CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
     if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
@@ -257,13 +279,15 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
         char what[96];
         snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false},
-            {SI_SPARSITY_GATE, n_slices, false, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false},
-            {SI_SPARSITY_GATE, n_slices, true, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false},
-            {SI_SPARSITY_GATE, n_slices, false, true},
+            {SI_SPARSITY_DENSE, n_slices, false, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, true, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, true},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -298,9 +322,11 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, false},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, false},
+                    1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, true},
                     1e-4);
             si_model_free(m);
         } else {

@@ -112,6 +112,8 @@ static void generate_usage(FILE *f)
                "      --profile FILE      activation profile (starinfer profile): the hottest\n"
                "                          neurons go to the GPU, the rest are balanced over\n"
                "                          the CPU slices (gate and predictor modes)\n"
+               "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
+               "                          (default 32; 1: token by token like generation)\n"
                "      --merge M           task (default: a merge task adds the slices' partial\n"
                "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n"
                "  -h, --help              show this help\n");
@@ -127,6 +129,7 @@ int si_cmd_generate(int argc, char **argv)
      * (it is bit-identical, and slower for now: see the README). */
     bool chat = false, ignore_eos = false, ids = false, use_engine = false;
     const char *profile_path = NULL;
+    long long n_batch = 32;
     struct si_profile *prof = NULL;
     struct si_sampler_params sp = si_sampler_default_params();
     struct si_engine_params ep = si_engine_default_params();
@@ -201,6 +204,10 @@ int si_cmd_generate(int argc, char **argv)
         } else if (!strcmp(a, "--profile")) {
             if ((profile_path = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &n_batch))
+                return 1;
+            ep.n_batch = (int32_t)n_batch;
         } else if (!strcmp(a, "--merge")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -353,7 +360,16 @@ int si_cmd_generate(int argc, char **argv)
     double t0 = now();
     /* Prompts of 64 tokens or more are one batch in llama.cpp: f32 attention. */
     ref->attn_f32 = n_prompt >= 64;
-    for (int64_t i = 0; i < n_prompt; i++) {
+    if (eng != NULL && n_batch != 1) {
+        /* The engine's prefill: batches of GEMM tasks. */
+        if (si_engine_eval_batch(eng, toks, (int32_t)n_prompt) != SI_OK) {
+            si_cli_error("evaluation of the prompt failed");
+            goto out;
+        }
+        for (int64_t i = 0; i < n_prompt; i++)
+            si_sampler_accept(smp, toks[i]);
+    }
+    for (int64_t i = 0; (eng == NULL || n_batch == 1) && i < n_prompt; i++) {
         if ((eng != NULL ? si_engine_eval(eng, toks[i]) : si_ref_eval(ref, toks[i])) != SI_OK) {
             si_cli_error("evaluation failed at prompt token %lld", (long long)i);
             goto out;

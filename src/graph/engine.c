@@ -2,6 +2,7 @@
 #include "graph/engine.h"
 
 #include "codelets/ffn_sparse.h"
+#include "codelets/ops.h"
 #include "config.h"
 #include "internal.h"
 #include "model/act.h"
@@ -15,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <cblas.h>
 #include <math.h>
 #include <starpu.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include <time.h>
 
 #define MAX_SLICES 256
+#define DT_TILE 64 /* down_t rows dequantized at a time in prefill */
 
 /* Scratch and counters of one worker. */
 struct scratch {
@@ -30,6 +33,9 @@ struct scratch {
     float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
     void *xq;    /* the FFN input converted for the up and gate dots */
     void *hq;    /* the activations converted for the down dots */
+    float *bg, *bu; /* (n_batch, n_ff) prefill: gate and up products */
+    void *gemm;     /* si_k_gemm's dequantization tile */
+    float *dt;      /* (DT_TILE, n_embd) prefill: down_t rows as floats */
     double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
     int64_t count[SI_TASK_KIND_COUNT];
 };
@@ -44,7 +50,8 @@ static double now(void)
 const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
-        "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head"};
+        "embed", "attn",       "pred",      "ffn_hot",    "ffn_cold",
+        "merge", "norm+lm_head", "attn_batch", "ffn_batch", "merge_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -84,7 +91,9 @@ struct layer {
     starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
 
     char name_attn[24], name_pred[24], name_merge[24];
-    char (*name_ffn)[32]; /* (nsl) */
+    char name_battn[24], name_bmerge[24];
+    char (*name_ffn)[32];  /* (nsl) */
+    char (*name_bffn)[48]; /* (nsl) */
 };
 
 struct si_engine {
@@ -111,6 +120,16 @@ struct si_engine {
     int cuda_node;           /* memory node of the first CUDA worker, or -1 */
 
     starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
+
+    /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
+    int32_t n_batch;
+    const int32_t *btok;
+    int32_t bn, bp0;
+    float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
+    float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs */
+    int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
+    starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
+
     struct si_engine_stats stats;
 };
 
@@ -130,7 +149,8 @@ struct si_engine_params si_engine_default_params(void)
                                      .vram_budget = 0,
                                      .profile = NULL,
                                      .hot_on_cpu = false,
-                                     .redux = false};
+                                     .redux = false,
+                                     .n_batch = 0};
 }
 
 static struct scratch *my_scratch(struct si_engine *e)
@@ -496,6 +516,309 @@ static void sum_cpu(void *buffers[], void *cl_arg)
         dst[i] += src[i];
 }
 
+/* ------------------------------------------------------------ prefill */
+
+/*
+ * The batch tasks run the reference's per-token steps on rows of the batch
+ * arrays by pointing the reference state's x, xb and xb3 at them; the tasks
+ * that touch that state are ordered by the batch residual (RW), and each
+ * restores the pointers before it returns.
+ */
+struct saved {
+    float *x, *xb, *xb3;
+};
+
+static struct saved point_at(struct si_engine *e, int32_t t)
+{
+    struct si_ref *s = e->ref;
+    const size_t d = (size_t)e->m->hp.n_embd;
+    struct saved sv = {s->x, s->xb, s->xb3};
+    s->x = e->bx + (size_t)t * d;
+    s->xb = e->bxb + (size_t)t * d;
+    s->xb3 = e->bxb3 + (size_t)t * d;
+    s->n_past = e->bp0 + t;
+    return sv;
+}
+
+static void restore(struct si_engine *e, struct saved sv)
+{
+    e->ref->x = sv.x;
+    e->ref->xb = sv.xb;
+    e->ref->xb3 = sv.xb3;
+}
+
+static void bembed_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        struct saved sv = point_at(e, t);
+        si_ref_begin(e->ref, e->btok[t]); /* checked before submission */
+        restore(e, sv);
+    }
+    account(e, SI_TASK_EMBED, t0);
+}
+
+static void battn_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        struct saved sv = point_at(e, t);
+        si_ref_attn(e->ref, a->l);
+        restore(e, sv);
+    }
+    account(e, SI_TASK_PREFILL_ATTN, t0);
+}
+
+/* h = act(g) * u (or act(u) for the plain kind) over a batch of rows, with
+ * gate mode's threshold; the up bias already added to u. */
+static void batch_act(const struct si_engine *e, float *g, float *u, int64_t count)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const bool thr = e->p.mode == SI_SPARSITY_GATE && hp->act != SI_ACT_RELU &&
+                     hp->ffn_kind != SI_FFN_PLAIN && e->p.gate_threshold > 0.0f;
+    for (int64_t k = 0; k < count; k++) {
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            u[k] = si_act_apply(hp->act, u[k]);
+            continue;
+        }
+        float a = si_act_apply(hp->act, g[k]);
+        float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, u[k]) : u[k];
+        u[k] = thr && !(fabsf(a) > e->p.gate_threshold) ? 0.0f : a * up;
+    }
+}
+
+/*
+ * y[t][r] = row r . xa[t] for a tile of rows at a time (the rows stay in
+ * cache while every token of the batch uses them): the reference's own dot
+ * on activations converted by si_quantize_act, so each value equals the
+ * token-by-token one bit for bit.  xa[t] at xa + t * xa_stride bytes.
+ */
+static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_rows, int64_t n_cols,
+                     const char *xa, size_t xa_stride, int64_t n_tok, float *y, int64_t ldy)
+{
+    enum { TILE = 8 };
+    for (int64_t r0 = 0; r0 < n_rows; r0 += TILE) {
+        const int64_t r1 = r0 + TILE < n_rows ? r0 + TILE : n_rows;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = r0; r < r1; r++)
+                y[t * ldy + r] = si_vec_dot_act(type, w + (size_t)r * row_bytes,
+                                                xa + (size_t)t * xa_stride, n_cols);
+    }
+}
+
+/*
+ * The dense layout with converted activations (act_quant): G and U by
+ * gemm_act, H, then each token's activations converted per chunk and the
+ * down columns dotted chunk by chunk into the token's chunk rows, as the
+ * reference computes them: bit for bit the token-by-token results.
+ */
+static void bffn_dense_act(struct si_engine *e, int l, const float *xb, const char *gate,
+                           const char *up, const char *down, size_t ld, const float *b, int64_t n,
+                           struct scratch *sc, float *y)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd, bn = e->bn, chunk = e->chunk, nc = n / chunk;
+    const uint32_t at = si_act_type(e->gu_type), dt = e->m->w.layers[l].ffn_down.type;
+    size_t xa_row = 0, ha_chunk = 0;
+    si_type_row_size(at, d, &xa_row);
+    si_type_row_size(si_act_type(dt), chunk, &ha_chunk);
+    char *xa = sc->gemm; /* room for n_batch converted inputs (see init) */
+    for (int64_t t = 0; t < bn; t++)
+        si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
+    if (e->has_gate)
+        gemm_act(e->gu_type, gate, e->gu_row, n, d, xa, xa_row, bn, sc->bg, n);
+    gemm_act(e->gu_type, up, e->gu_row, n, d, xa, xa_row, bn, sc->bu, n);
+    if (b != NULL)
+        for (int64_t t = 0; t < bn; t++)
+            for (int64_t k = 0; k < n; k++)
+                sc->bu[t * n + k] += b[k];
+    batch_act(e, sc->bg, sc->bu, bn * n);
+    /* each token's h converted chunk by chunk, as the reference converts
+     * all n_ff at once (the conversion is block-local) */
+    char *ha = (char *)sc->bg; /* the gate products are spent */
+    const size_t ha_row = (size_t)nc * ha_chunk;
+    for (int64_t t = 0; t < bn; t++)
+        si_quantize_act(si_act_type(dt), sc->bu + t * n, ha + (size_t)t * ha_row, n);
+    size_t w_chunk = 0;
+    si_type_row_size(dt, chunk, &w_chunk);
+    for (int64_t c = 0; c < nc; c++) {
+        enum { TILE = 16 };
+        for (int64_t o0 = 0; o0 < d; o0 += TILE) {
+            const int64_t o1 = o0 + TILE < d ? o0 + TILE : d;
+            for (int64_t t = 0; t < bn; t++) {
+                float *yt = y + ((size_t)t * (size_t)nc + (size_t)c) * (size_t)d;
+                const char *h_c = ha + (size_t)t * ha_row + (size_t)c * ha_chunk;
+                for (int64_t o = o0; o < o1; o++)
+                    yt[o] = si_vec_dot_act(dt, down + (size_t)o * ld + (size_t)c * w_chunk, h_c,
+                                           chunk);
+            }
+        }
+    }
+}
+
+/*
+ * A slice for the whole batch, dense: G = gate X, U = up X (GEMMs), H, then
+ * Y = down H: the file's down columns by GEMM (dense layout), or the sum of
+ * H's columns times the down_t rows, DT_TILE rows at a time (records).
+ * Buffers as ffn_cpu's without idx, the output (n_batch, n_embd) last.
+ */
+static void bffn_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    struct scratch *sc = my_scratch(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd, n = L->s0[a->j + 1] - L->s0[a->j], bn = e->bn;
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    double t0 = now();
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const char *gate = NULL, *up, *down = NULL;
+    size_t stride, ld = 0;
+    if (!e->sparse) {
+        if (e->has_gate)
+            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
+        ld = STARPU_MATRIX_GET_LD(buffers[i++]);
+        stride = e->gu_row;
+    } else {
+        gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = gate + (e->has_gate ? e->gu_row : 0);
+        stride = e->rec_bytes;
+    }
+    const float *b = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    if (!e->sparse && e->p.ref.act_quant) {
+        bffn_dense_act(e, a->l, xb, gate, up, down, ld, bias ? b : NULL, n, sc, y);
+        account(e, SI_TASK_PREFILL_FFN, t0);
+        return;
+    }
+    int rc = SI_OK;
+    if (e->has_gate)
+        rc = si_k_gemm(e->gu_type, gate, stride, n, d, xb, d, bn, sc->bg, n, sc->gemm);
+    if (rc == SI_OK)
+        rc = si_k_gemm(e->gu_type, up, stride, n, d, xb, d, bn, sc->bu, n, sc->gemm);
+    STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    if (bias)
+        for (int64_t t = 0; t < bn; t++)
+            for (int64_t k = 0; k < n; k++)
+                sc->bu[t * n + k] += b[k];
+    batch_act(e, sc->bg, sc->bu, bn * n);
+    if (!e->sparse) {
+        /* one row per token and chunk: the sum in the first, zeros after */
+        const int64_t rows = L->rows[a->j];
+        rc = si_k_gemm(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, sc->bu, n, bn, y,
+                       rows * d, sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+        for (int64_t t = 0; t < bn && rows > 1; t++)
+            memset(y + (t * rows + 1) * d, 0, (size_t)((rows - 1) * d) * sizeof(float));
+    } else {
+        const char *dt = gate + e->dt_off;
+        for (int64_t k0 = 0; k0 < n; k0 += DT_TILE) {
+            const int64_t kb = n - k0 < DT_TILE ? n - k0 : DT_TILE;
+            for (int64_t k = 0; k < kb; k++)
+                si_dequantize_row(e->dt_type, dt + (size_t)(k0 + k) * e->rec_bytes,
+                                  sc->dt + (size_t)k * d, d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bn, (int)d, (int)kb, 1.0f,
+                        sc->bu + k0, (int)n, sc->dt, (int)d, k0 == 0 ? 0.0f : 1.0f, y, (int)d);
+        }
+        if (n == 0)
+            memset(y, 0, (size_t)(bn * d) * sizeof(float));
+    }
+    account(e, SI_TASK_PREFILL_FFN, t0);
+}
+
+static void bmerge_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    struct si_ref *s = e->ref;
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    const int64_t d = e->m->hp.n_embd;
+    double t0 = now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        bool first = true;
+        for (int32_t j = 0; j < L->nsl; j++) {
+            const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]) +
+                             (size_t)t * (size_t)L->rows[j] * (size_t)d;
+            for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
+                for (int64_t o = 0; o < d; o++)
+                    s->xb2[o] = first ? p[o] : s->xb2[o] + p[o];
+        }
+        if (W->ffn_down_b.data != NULL)
+            for (int64_t o = 0; o < d; o++)
+                s->xb2[o] += ((const float *)W->ffn_down_b.data)[o];
+        struct saved sv = point_at(e, t);
+        si_ref_ffn_finish(s, a->l);
+        restore(e, sv);
+    }
+    account(e, SI_TASK_PREFILL_MERGE, t0);
+}
+
+static void bhead_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = now();
+    /* the last token's logits; xb is the state's own (the logits' input) */
+    struct si_ref *s = e->ref;
+    float *x = s->x;
+    s->x = e->bx + (size_t)(e->bn - 1) * (size_t)e->m->hp.n_embd;
+    s->n_past = e->bp0 + e->bn - 1;
+    si_ref_end(s);
+    s->x = x;
+    account(e, SI_TASK_HEAD, t0);
+}
+
+static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_batch"};
+static struct starpu_perfmodel bffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_gemm"};
+static struct starpu_perfmodel bmerge_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_merge_batch"};
+static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_batch"};
+static struct starpu_perfmodel bhead_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_head_batch"};
+
+static struct starpu_codelet cl_bembed = {
+    .cpu_funcs = {bembed_cpu},
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .model = &bembed_model,
+    .name = "embed_batch",
+};
+static struct starpu_codelet cl_battn = {
+    .cpu_funcs = {battn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &battn_model,
+    .name = "attn_batch",
+};
+static struct starpu_codelet cl_bffn = {
+    .cpu_funcs = {bffn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bffn_model,
+    .name = "ffn_batch",
+};
+static struct starpu_codelet cl_bmerge = {
+    .cpu_funcs = {bmerge_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bmerge_model,
+    .name = "merge_batch",
+};
+static struct starpu_codelet cl_bhead = {
+    .cpu_funcs = {bhead_cpu},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_RW, STARPU_W, STARPU_R},
+    .model = &bhead_model,
+    .name = "norm+lm_head",
+};
+
 static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
 static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};
@@ -552,16 +875,20 @@ static struct starpu_codelet cl_head = {
     .model = &head_model,
     .name = "norm+lm_head",
 };
+static struct starpu_perfmodel zero_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_zero_f32"};
+static struct starpu_perfmodel sum_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_sum_f32"};
 static struct starpu_codelet cl_zero = {
     .cpu_funcs = {zero_cpu},
     .nbuffers = 1,
     .modes = {STARPU_W},
+    .model = &zero_model,
     .name = "zero",
 };
 static struct starpu_codelet cl_sum = {
     .cpu_funcs = {sum_cpu},
     .nbuffers = 2,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
+    .model = &sum_model,
     .name = "sum",
 };
 
@@ -1013,6 +1340,7 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->len_p = calloc(slots, sizeof *L->len_p);
     L->cols = calloc(slots, sizeof *L->cols);
     L->name_ffn = calloc(slots, sizeof *L->name_ffn);
+    L->name_bffn = calloc(slots, sizeof *L->name_bffn);
     L->h_gate_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_up_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_down_c = calloc(slots, sizeof(starpu_data_handle_t));
@@ -1023,7 +1351,7 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->part = calloc((ff / (size_t)e->chunk + slots) * (size_t)hp->n_embd, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
     if (!L->s0 || !L->rows || !L->perm || !L->active || !L->len_n || !L->len_p || !L->cols ||
-        !L->name_ffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
+        !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
         !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
     if (e->sparse) {
@@ -1051,6 +1379,7 @@ static void free_layer(struct layer *L)
     free(L->len_p);
     free(L->cols);
     free(L->name_ffn);
+    free(L->name_bffn);
     free(L->h_gate_c);
     free(L->h_up_c);
     free(L->h_down_c);
@@ -1117,6 +1446,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     }
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
+    e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
     rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
     if (rc != SI_OK) {
         free(e);
@@ -1146,11 +1476,50 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         sc->hq = malloc(4 * widest + 512);
         if (!sc->h || !sc->ix || !sc->y || !sc->xq || !sc->hq)
             goto oom;
+        if (e->n_batch > 1) {
+            const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
+            size_t gs = si_k_gemm_scratch_size(e->gu_type, hp->n_embd),
+                   gd = si_k_gemm_scratch_size(W0->ffn_down.type, hp->n_ff);
+            sc->bg = malloc(bff * sizeof(float));
+            sc->bu = malloc(bff * sizeof(float));
+            size_t xa = 0; /* or n_batch inputs converted for gemm_act */
+            si_type_row_size(si_act_type(e->gu_type), hp->n_embd, &xa);
+            xa *= (size_t)e->n_batch;
+            gs = gs > gd ? gs : gd;
+            sc->gemm = malloc((gs > xa ? gs : xa) + 64);
+            sc->dt = malloc((size_t)DT_TILE * (size_t)hp->n_embd * sizeof(float));
+            if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt)
+                goto oom;
+        }
+    }
+    if (e->n_batch > 1) {
+        const size_t bd = (size_t)e->n_batch * (size_t)hp->n_embd;
+        e->bx = calloc(bd, sizeof(float));
+        e->bxb = calloc(bd, sizeof(float));
+        e->bxb3 = calloc(bd, sizeof(float));
+        e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
+        e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
+        e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
+        if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows)
+            goto oom;
     }
     rc = plan(e, err, err_size);
     if (rc != SI_OK) {
         si_engine_free(e);
         return rc;
+    }
+    if (e->n_batch > 1) {
+        /* Each slot's batch output: a row per token and chunk of the slot
+         * (the chunk rows keep dense prefill in the reference's order). */
+        for (int l = 0; l < hp->n_layer; l++)
+            for (int32_t j = 0; j < e->L[l].nsl; j++)
+                e->brows[j] = e->L[l].rows[j] > e->brows[j] ? e->L[l].rows[j] : e->brows[j];
+        for (int32_t j = 0; j <= ns; j++) {
+            e->brows[j] = e->brows[j] > 0 ? e->brows[j] : 1;
+            if ((e->bpart[j] = calloc((size_t)e->n_batch * (size_t)e->brows[j] * (size_t)hp->n_embd,
+                                      sizeof(float))) == NULL)
+                goto oom;
+        }
     }
     if (e->sparse) {
         float *col = NULL;
@@ -1171,12 +1540,18 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         snprintf(L->name_attn, sizeof L->name_attn, "attn L%d", l);
         snprintf(L->name_pred, sizeof L->name_pred, "pred L%d", l);
         snprintf(L->name_merge, sizeof L->name_merge, "merge L%d", l);
+        snprintf(L->name_battn, sizeof L->name_battn, "attn_batch L%d", l);
+        snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch L%d", l);
         for (int32_t j = 0; j < L->nsl; j++) {
-            if (is_hot(e, l, j))
+            if (is_hot(e, l, j)) {
                 snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_hot L%d", l);
-            else
+                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_hot L%d", l);
+            } else {
                 snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_cold L%d.%d", l,
                          j - (L->hot ? 1 : 0));
+                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_cold L%d.%d", l,
+                         j - (L->hot ? 1 : 0));
+            }
         }
     }
 
@@ -1193,6 +1568,16 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     starpu_data_set_name(e->h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
+    if (e->n_batch > 1) {
+        const size_t bd = (size_t)e->n_batch * d;
+        vec(&e->h_bx, e->bx, bd, sizeof(float));
+        vec(&e->h_bxb, e->bxb, bd, sizeof(float));
+        vec(&e->h_bxb3, e->bxb3, bd, sizeof(float));
+        for (int32_t j = 0; j <= ns; j++)
+            vec(&e->h_bpart[j], e->bpart[j], bd * (size_t)e->brows[j], sizeof(float));
+        starpu_data_set_name(e->h_bx, "x_batch");
+        starpu_data_set_name(e->h_bxb, "ffn_in_batch");
+    }
     *out = e;
     return SI_OK;
 oom:
@@ -1214,7 +1599,23 @@ void si_engine_free(struct si_engine *e)
         starpu_data_unregister(e->h_out);
         starpu_data_unregister(e->h_iota);
         starpu_data_unregister(e->h_hscratch);
+        if (e->h_bx != NULL) {
+            starpu_data_unregister(e->h_bx);
+            starpu_data_unregister(e->h_bxb);
+            starpu_data_unregister(e->h_bxb3);
+            for (int32_t j = 0; j <= e->n_slices; j++)
+                starpu_data_unregister(e->h_bpart[j]);
+        }
     }
+    if (e->bpart != NULL)
+        for (int32_t j = 0; j <= e->n_slices; j++)
+            free(e->bpart[j]);
+    free(e->bpart);
+    free(e->h_bpart);
+    free(e->brows);
+    free(e->bx);
+    free(e->bxb);
+    free(e->bxb3);
     if (e->scratch != NULL)
         for (unsigned w = 0; w < e->n_workers; w++) {
             free(e->scratch[w].h);
@@ -1222,6 +1623,10 @@ void si_engine_free(struct si_engine *e)
             free(e->scratch[w].y);
             free(e->scratch[w].xq);
             free(e->scratch[w].hq);
+            free(e->scratch[w].bg);
+            free(e->scratch[w].bu);
+            free(e->scratch[w].gemm);
+            free(e->scratch[w].dt);
         }
     if (e->L != NULL)
         for (int l = 0; l < e->m->hp.n_layer; l++)
@@ -1348,6 +1753,104 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         }
     }
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
+    return SI_OK;
+}
+
+/* One batch of at most n_batch tokens (checked by the caller). */
+static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    starpu_data_handle_t h[MAX_SLICES + 16];
+    enum starpu_data_access_mode md[MAX_SLICES + 16];
+    int k = 0, rc;
+    e->btok = tokens;
+    e->bn = n;
+    e->bp0 = e->ref->n_past;
+#define ADD(handle, mode) (h[k] = (handle), md[k++] = (mode))
+    ADD(e->h_bx, STARPU_W);
+    rc = submit(e, &cl_bembed, "embed_batch", -1, -1, 0, h, md, k, 0);
+    for (int l = 0; l < hp->n_layer && rc == 0; l++) {
+        struct layer *L = &e->L[l];
+        k = 0;
+        ADD(e->h_bx, STARPU_RW);
+        ADD(e->h_bxb, STARPU_W);
+        ADD(e->h_bxb3, STARPU_W);
+        ADD(L->h_k, STARPU_RW);
+        ADD(L->h_v, STARPU_RW);
+        for (int i = 0; i < 4; i++)
+            ADD(L->h_w[i], STARPU_R);
+        rc = submit(e, &cl_battn, L->name_battn, l, -1, 0, h, md, k, 0);
+        for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
+            k = 0;
+            ADD(e->h_bxb, STARPU_R);
+            if (!e->sparse) {
+                if (e->has_gate)
+                    ADD(L->h_gate_c[j], STARPU_R);
+                ADD(L->h_up_c[j], STARPU_R);
+                ADD(L->h_down_c[j], STARPU_R);
+            } else {
+                ADD(L->h_rec_c[j], STARPU_R);
+            }
+            ADD(L->h_upb_c[j], STARPU_R);
+            ADD(e->h_bpart[j], STARPU_W);
+            /* On CPU workers, the hot slice too: its weights are read-only, so
+             * the main-memory copy stays valid beside the GPU's. */
+            rc = submit(e, &cl_bffn, L->name_bffn[j], l, j, 0, h, md, k, STARPU_CPU);
+        }
+        if (rc != 0)
+            break;
+        k = 0;
+        ADD(e->h_bx, STARPU_RW);
+        for (int32_t j = 0; j < L->nsl; j++)
+            ADD(e->h_bpart[j], STARPU_R);
+        ADD(e->h_bxb3, STARPU_R);
+        rc = submit(e, &cl_bmerge, L->name_bmerge, l, -1, 0, h, md, k, 0);
+    }
+    if (rc == 0) {
+        k = 0;
+        ADD(e->h_bx, STARPU_R);
+        ADD(e->h_xb, STARPU_RW);
+        ADD(e->h_logits, STARPU_W);
+        ADD(e->h_out, STARPU_R);
+        rc = submit(e, &cl_bhead, "norm+lm_head", -1, -1, 0, h, md, k, 0);
+    }
+#undef ADD
+    starpu_data_acquire(e->h_logits, STARPU_R);
+    starpu_data_release(e->h_logits);
+    if (rc != 0) {
+        starpu_task_wait_for_all();
+        return SI_E_RUNTIME;
+    }
+    return SI_OK;
+}
+
+int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (n < 1 || tokens == NULL)
+        return SI_E_INVALID;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return SI_E_INVALID;
+    if ((int64_t)e->ref->n_past + n > e->ref->p.n_ctx)
+        return SI_E_BUDGET;
+    if (e->n_batch <= 1 || n == 1) {
+        for (int32_t i = 0; i < n; i++) {
+            int rc = si_engine_eval(e, tokens[i]);
+            if (rc != SI_OK)
+                return rc;
+        }
+        return SI_OK;
+    }
+    const double t0 = now();
+    for (int32_t i = 0; i < n; i += e->n_batch) {
+        int32_t nb = n - i < e->n_batch ? n - i : e->n_batch;
+        int rc = eval_batch(e, tokens + i, nb);
+        if (rc != SI_OK)
+            return rc;
+    }
+    e->stats.batch_tokens += n;
+    e->stats.batch_seconds += now() - t0;
     return SI_OK;
 }
 

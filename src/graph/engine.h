@@ -80,6 +80,8 @@ struct si_engine_params {
     bool redux;      /* the slices add into the layer output through
                       * STARPU_REDUX instead of the merge task adding their
                       * partial outputs (see docs/measurements.md) */
+    int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
+                      * (0: 32; 1: no batches, token by token) */
 };
 
 struct si_engine_params si_engine_default_params(void);
@@ -93,15 +95,21 @@ enum si_task_kind {
     SI_TASK_FFN_COLD,
     SI_TASK_MERGE,
     SI_TASK_HEAD,
+    SI_TASK_PREFILL_ATTN, /* batch tasks */
+    SI_TASK_PREFILL_FFN,
+    SI_TASK_PREFILL_MERGE,
     SI_TASK_KIND_COUNT
 };
 
-/* "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head" */
+/* "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
+ * "attn_batch", "ffn_batch", "merge_batch" */
 const char *si_task_kind_name(enum si_task_kind k);
 
 /* Totals since init. */
 struct si_engine_stats {
-    int64_t tokens;
+    int64_t tokens;         /* evaluated one by one */
+    int64_t batch_tokens;   /* evaluated in batches */
+    double batch_seconds;   /* wall time inside si_engine_eval_batch */
     int64_t tasks;
     int64_t neurons_hot;    /* active FFN neurons computed in hot slices */
     int64_t neurons_cold;   /* ... in cold slices */
@@ -123,6 +131,19 @@ void si_engine_free(struct si_engine *e);
 /* Evaluate `token` at the next position; SI_OK, SI_E_INVALID (token outside
  * the vocabulary), SI_E_BUDGET (context full) or SI_E_RUNTIME. */
 int si_engine_eval(struct si_engine *e, int32_t token);
+
+/*
+ * Prefill: evaluate tokens[0..n) at the next positions, n_batch at a time,
+ * each batch as one task graph whose FFN slices run GEMM codelets (dense:
+ * every neuron, all modes; gate mode still drops the neurons under its
+ * threshold) and whose attention task runs the tokens in order.  Logits are
+ * those of the last token.  Numerics: the GEMMs multiply dequantized weights
+ * with float activations, so logits differ from token-by-token evaluation by
+ * rounding.  SI_OK, SI_E_INVALID (a token outside the vocabulary, n < 1),
+ * SI_E_BUDGET (the context cannot hold them: nothing is evaluated) or
+ * SI_E_RUNTIME.
+ */
+int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n);
 
 /* The logits of the last evaluated token (n_vocab). */
 const float *si_engine_logits(const struct si_engine *e);
