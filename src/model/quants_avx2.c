@@ -1105,22 +1105,20 @@ static float dot_act_f16(const void *row, const void *xa, int64_t n)
  * prefetched as the rows are read, a line of each (32 F16 elements) a step:
  * the next neuron's rows then arrive a row's worth of reading ahead, which
  * keeps about as many lines in flight as the hardware prefetchers do on one
- * sequential stream.  Without ahead rows the steps prefetch the current
- * ones, which are being read anyway (one loop for both cases keeps the
- * code small; the extra instruction per line costs little).
+ * sequential stream.  Without rows ahead (the dense case, whose sequential
+ * rows the hardware fetches) the loop is compiled without the prefetches.
  */
-static void dot_act2_f16(const void *const rows[2], const void *xa, int64_t n, float out[2],
-                         const void *const ahead[2])
+INLINE void dot_act2_f16_loop(const uint8_t *w, const uint8_t *v, const uint8_t *a, int64_t n,
+                              float out[2], const char *pw, const char *pv, bool prefetch)
 {
-    const uint8_t *w = rows[0], *v = rows[1], *a = xa;
-    const char *pw = ahead != NULL && ahead[0] != NULL ? ahead[0] : rows[0];
-    const char *pv = ahead != NULL && ahead[1] != NULL ? ahead[1] : rows[1];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        _mm_prefetch(pw + 2 * i, _MM_HINT_T0);
-        _mm_prefetch(pv + 2 * i, _MM_HINT_T0);
+        if (prefetch) {
+            _mm_prefetch(pw + 2 * i, _MM_HINT_T0);
+            _mm_prefetch(pv + 2 * i, _MM_HINT_T0);
+        }
         const __m256 x0 = F16_AT8(a, i), x1 = F16_AT8(a, i + 8);
         const __m256 x2 = F16_AT8(a, i + 16), x3 = F16_AT8(a, i + 24);
         a0 = _mm256_fmadd_ps(F16_AT8(w, i), x0, a0);
@@ -1140,6 +1138,19 @@ static void dot_act2_f16(const void *const rows[2], const void *xa, int64_t n, f
     }
     out[0] = (float)s0;
     out[1] = (float)s1;
+}
+
+static void dot_act2_f16(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                         const void *const ahead[2])
+{
+    /* A missing row ahead is replaced by the row being read (its lines are
+     * being loaded anyway). */
+    const void *pw = ahead != NULL && ahead[0] != NULL ? ahead[0] : rows[0];
+    const void *pv = ahead != NULL && ahead[1] != NULL ? ahead[1] : rows[1];
+    if (pw != rows[0] || pv != rows[1])
+        dot_act2_f16_loop(rows[0], rows[1], xa, n, out, pw, pv, true);
+    else
+        dot_act2_f16_loop(rows[0], rows[1], xa, n, out, NULL, NULL, false);
 }
 
 static float dot_act_bf16(const void *row, const void *xa, int64_t n)
