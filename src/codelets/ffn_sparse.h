@@ -12,9 +12,11 @@
  *   y  = si_k_ffn_down_sparse(..., h, idx)           sum_k h[k] * down_t[idx[k]]
  *
  * and the partial outputs y of the slices are added afterwards.  The gate
- * and up dots are the reference forward pass's own si_vec_dot_act() calls,
- * so h matches it bit for bit; the down part adds rows (si_vec_mad) instead
- * of dotting down's rows with quantized h, which changes only the rounding.
+ * and up dots are those of the reference forward pass's si_vec_dot_act()
+ * calls, both of a neuron from one si_vec_dot_act2() (the same values bit
+ * for bit, which also prefetches the next neuron's rows), so h matches the
+ * reference bit for bit; the down part adds rows (si_vec_mad) instead of
+ * dotting down's rows with quantized h, which changes only the rounding.
  *
  * idx: any order, duplicates allowed (each entry is its own term), every
  * entry in [0, n_ff) of the slice (not checked beyond an assert that it is
@@ -41,8 +43,9 @@ extern "C" {
  * where g = gate_i . x and u = up_i . x + up_b[i] (up_b may be NULL: no
  * bias; the reference adds it whatever the kind).  Rows are row_bytes
  * apart, type `type`, n_embd elements; xa is x already converted with
- * si_quantize_act(si_act_type(type), x, ...), so the dots are
- * si_vec_dot_act() as in the reference and h equals its values exactly.
+ * si_quantize_act(si_act_type(type), x, ...), so the dots are those of
+ * si_vec_dot_act() as in the reference (through si_vec_dot_act2() for the
+ * gated kinds, equal bit for bit) and h equals its values exactly.
  */
 void si_k_ffn_act_sparse(enum si_ffn_kind kind, enum si_act act, uint32_t type, const void *gate,
                          const void *up, const float *up_b, size_t row_bytes, int64_t n_embd,

@@ -1078,6 +1078,8 @@ static void choose_kernels(void)
             active.type[t].mad = si__quants_avx2.type[t].mad;
         if (si__quants_avx2.type[t].mad4 != NULL)
             active.type[t].mad4 = si__quants_avx2.type[t].mad4;
+        if (si__quants_avx2.type[t].dot_act2 != NULL)
+            active.type[t].dot_act2 = si__quants_avx2.type[t].dot_act2;
     }
 }
 
@@ -1147,6 +1149,34 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n)
         return 0.0f;
     }
     return kernels(t, n)->dot_act(row, xa, n);
+}
+
+void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],
+                     const void *const ahead[2])
+{
+    if (!si_type_supported(t)) {
+        assert(!"unsupported tensor type");
+        out[0] = out[1] = 0.0f;
+        return;
+    }
+    const struct si__quants_kernels *k = kernels(t, n);
+    if (k->dot_act2 != NULL) {
+        k->dot_act2(rows, xa, n, out, ahead);
+        return;
+    }
+    size_t bytes = 0;
+    si_type_row_size(t, n, &bytes);
+    for (int r = 0; r < 2; r++) {
+#if defined(__GNUC__)
+        /* All of the next row at once: the fused kernels spread these over
+         * their loop instead, which keeps fewer requests waiting. */
+        if (ahead != NULL && ahead[r] != NULL) {
+            for (size_t o = 0; o < bytes; o += 64)
+                __builtin_prefetch((const char *)ahead[r] + o, 0, 3);
+        }
+#endif
+        out[r] = k->dot_act(rows[r], xa, n);
+    }
 }
 
 void si_vec_mad(uint32_t t, const void *row, float a, float *y, int64_t n)

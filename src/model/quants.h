@@ -75,6 +75,20 @@ void si_quantize_act(uint32_t at, const float *x, void *dst, int64_t n);
 float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n);
 
 /*
+ * out[r] = si_vec_dot_act(t, rows[r], xa, n) for r = 0, 1, bit for bit (a
+ * neuron's gate and up dots), in one pass over xa where the type has a fused
+ * kernel (AVX2: F16, Q8_0, Q4_0, Q5_0).  ahead[r], when not NULL, is the row
+ * of n elements of type t that the caller reads after rows[r]: the kernel
+ * prefetches it while it reads rows[r] (a cache line for each line read;
+ * without a fused kernel, the whole row before the dot), so that rows at
+ * scattered addresses, which the hardware prefetchers cannot predict, come
+ * from memory while the current ones are being multiplied.  ahead only
+ * changes timing.
+ */
+void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],
+                     const void *const ahead[2]);
+
+/*
  * y[0..n) += a * row[0..n) for a row of type t (F32, F16, BF16, Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the "axpy" that adds one neuron's
  * down-projection row to the output.  The row's values are rounded as

@@ -1099,6 +1099,60 @@ static float dot_act_f16(const void *row, const void *xa, int64_t n)
     return (float)sum;
 }
 
+/*
+ * dot_act2: two rows against the same activations, each row's FMAs, reduce
+ * and tail exactly those of its dot_act.  The rows ahead, when given, are
+ * prefetched as the rows are read, a line of each (32 F16 elements) a step:
+ * the next neuron's rows then arrive a row's worth of reading ahead, which
+ * keeps about as many lines in flight as the hardware prefetchers do on one
+ * sequential stream.  Without rows ahead (the dense case, whose sequential
+ * rows the hardware fetches) the loop is compiled without the prefetches.
+ */
+INLINE void dot_act2_f16_loop(const uint8_t *w, const uint8_t *v, const uint8_t *a, int64_t n,
+                              float out[2], const char *pw, const char *pv, bool prefetch)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        if (prefetch) {
+            _mm_prefetch(pw + 2 * i, _MM_HINT_T0);
+            _mm_prefetch(pv + 2 * i, _MM_HINT_T0);
+        }
+        const __m256 x0 = F16_AT8(a, i), x1 = F16_AT8(a, i + 8);
+        const __m256 x2 = F16_AT8(a, i + 16), x3 = F16_AT8(a, i + 24);
+        a0 = _mm256_fmadd_ps(F16_AT8(w, i), x0, a0);
+        b0 = _mm256_fmadd_ps(F16_AT8(v, i), x0, b0);
+        a1 = _mm256_fmadd_ps(F16_AT8(w, i + 8), x1, a1);
+        b1 = _mm256_fmadd_ps(F16_AT8(v, i + 8), x1, b1);
+        a2 = _mm256_fmadd_ps(F16_AT8(w, i + 16), x2, a2);
+        b2 = _mm256_fmadd_ps(F16_AT8(v, i + 16), x2, b2);
+        a3 = _mm256_fmadd_ps(F16_AT8(w, i + 24), x3, a3);
+        b3 = _mm256_fmadd_ps(F16_AT8(v, i + 24), x3, b3);
+    }
+    double s0 = reduce_pairwise(a0, a1, a2, a3), s1 = reduce_pairwise(b0, b1, b2, b3);
+    for (; i < n; i++) {
+        const float x = half_at(a + 2 * i);
+        s0 += (double)(half_at(w + 2 * i) * x);
+        s1 += (double)(half_at(v + 2 * i) * x);
+    }
+    out[0] = (float)s0;
+    out[1] = (float)s1;
+}
+
+static void dot_act2_f16(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                         const void *const ahead[2])
+{
+    /* A missing row ahead is replaced by the row being read (its lines are
+     * being loaded anyway). */
+    const void *pw = ahead != NULL && ahead[0] != NULL ? ahead[0] : rows[0];
+    const void *pv = ahead != NULL && ahead[1] != NULL ? ahead[1] : rows[1];
+    if (pw != rows[0] || pv != rows[1])
+        dot_act2_f16_loop(rows[0], rows[1], xa, n, out, pw, pv, true);
+    else
+        dot_act2_f16_loop(rows[0], rows[1], xa, n, out, NULL, NULL, false);
+}
+
 static float dot_act_bf16(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
@@ -1155,6 +1209,35 @@ INLINE __m256i bit_bytes(const uint8_t *qh)
         return hsum(acc);                                                                          \
     }
 
+/*
+ * dot_act2_<name>: two rows, each block's activations loaded once; each
+ * row's sum is formed as its dot_act forms it.  The rows ahead (or, without
+ * them, the current rows) are prefetched at the end of each block, which
+ * touches every line since a block is at most 64 bytes.
+ */
+#define Q8_0_DOT2(name, size, QUANTS)                                                              \
+    static void dot_act2_##name(const void *const rows[2], const void *xa, int64_t n,             \
+                                float out[2], const void *const ahead[2])                          \
+    {                                                                                              \
+        const uint8_t *w = rows[0], *v = rows[1], *a = xa;                                         \
+        const char *pw = ahead != NULL && ahead[0] != NULL ? ahead[0] : rows[0];                   \
+        const char *pv = ahead != NULL && ahead[1] != NULL ? ahead[1] : rows[1];                   \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                            \
+        for (int64_t i = 0; i < n; i += 32, w += (size), v += (size), a += 34) {                   \
+            const int64_t end = (i / 32 + 1) * (size) - 1;                                         \
+            _mm_prefetch(pw + end, _MM_HINT_T0);                                                   \
+            _mm_prefetch(pv + end, _MM_HINT_T0);                                                   \
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
+            const float da = half_at(a);                                                           \
+            __m256 d = _mm256_set1_ps(half_at(w) * da);                                            \
+            acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(QUANTS(w), x)), acc0);             \
+            d = _mm256_set1_ps(half_at(v) * da);                                                   \
+            acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(QUANTS(v), x)), acc1);             \
+        }                                                                                          \
+        out[0] = hsum(acc0);                                                                       \
+        out[1] = hsum(acc1);                                                                       \
+    }
+
 /* Q4_0: q - 8; Q5_0: the nibble with bit 4 set, minus 16 (0xf0 where the bit is clear). */
 #define Q8_0_QUANTS(w) _mm256_loadu_si256((const __m256i *)((w) + 2))
 #define Q4_0_QUANTS(w) _mm256_sub_epi8(nibble_bytes((w) + 2), _mm256_set1_epi8(8))
@@ -1165,6 +1248,9 @@ INLINE __m256i bit_bytes(const uint8_t *qh)
 Q8_0_DOT(q8_0, 34, Q8_0_QUANTS)
 Q8_0_DOT(q4_0, 18, Q4_0_QUANTS)
 Q8_0_DOT(q5_0, 22, Q5_0_QUANTS)
+Q8_0_DOT2(q8_0, 34, Q8_0_QUANTS)
+Q8_0_DOT2(q4_0, 18, Q4_0_QUANTS)
+Q8_0_DOT2(q5_0, 22, Q5_0_QUANTS)
 
 /*
  * dot_act_<name> for a block type with a min, dotted with Q8_1: the m * s
@@ -1346,14 +1432,14 @@ const struct si__quants_table si__quants_avx2 = {
     .type =
         {
             [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32, mad4_f32},
-            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16, mad4_f16},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16, mad4_f16, dot_act2_f16},
             [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16, mad4_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0, mad4_q8_0},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0, mad4_q8_0, dot_act2_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0, mad4_q4_0},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0, mad4_q4_0, dot_act2_q4_0},
             [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1, mad4_q4_1},
-            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
+            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0, NULL, dot_act2_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
             [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},

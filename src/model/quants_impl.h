@@ -48,6 +48,15 @@ typedef void (*si__mad_fn)(const void *row, float a, float *y, int64_t n);
  * equal, bit for bit, to the table's mad called four times. */
 typedef void (*si__mad4_fn)(const void *const rows[4], const float a[4], float *y, int64_t n);
 
+/*
+ * out[r] = the table's dot_act(rows[r], xa, n), bit for bit, r = 0, 1, in
+ * one pass that reads xa once for both rows.  Where ahead[r] is not NULL it
+ * is a row of the same type and length that the caller reads next: the
+ * kernel prefetches it, a cache line for each line of rows[r] it reads.
+ */
+typedef void (*si__dot_act2_fn)(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                                const void *const ahead[2]);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -56,6 +65,7 @@ struct si__quants_kernels {
     si__dot_act_fn dot_act; /* NULL when the type is not supported */
     si__mad_fn mad;         /* NULL when the type is not supported */
     si__mad4_fn mad4;       /* NULL: mad four times */
+    si__dot_act2_fn dot_act2; /* NULL: dot_act twice */
 };
 
 struct si__quants_table {
