@@ -74,7 +74,7 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
-expect_error 1 "--sparsity, --vram-budget, --profile and --merge need --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "--sparsity, --vram-budget, --profile, --merge and --exact-prefill need --engine starpu" generate -m x.gguf -p a --sparsity gate
 expect_error 1 "need --engine starpu" generate -m x.gguf -p a --vram-budget 1G
 expect_error 1 "--sparsity: 'half' is not dense, gate or predictor" generate -m x.gguf -p a --sparsity half
 expect_error 1 "--vram-budget: '12Q' has an unknown unit" generate -m x.gguf -p a --vram-budget 12Q

@@ -80,7 +80,8 @@ struct config {
     int32_t n_slices;
     bool hot;   /* a profile and a hot slice (run on a CPU worker) */
     bool redux; /* STARPU_REDUX instead of the merge task */
-    bool prefill; /* the prompt through si_engine_eval_batch (GEMMs) */
+    int prefill; /* the prompt through si_engine_eval_batch: 1 exact_prefill,
+                  * 2 OpenBLAS on float activations */
 };
 
 /* The placement: the neuron table is a permutation, every hot neuron is at
@@ -146,8 +147,15 @@ static void compare(const char *what, const struct si_model *m, struct config cf
      * into whole F16 steps, and the comparison would measure those. */
     const uint32_t wt = m->w.layers[0].ffn_up.type;
     ep.ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
-    if (cf.prefill)
+    if (cf.prefill) {
         ep.n_batch = 8;
+        ep.exact_prefill = cf.prefill == 1;
+    }
+    /* OpenBLAS prefill multiplies float activations: the reference does
+     * too then (with llama.cpp's Q8 conversion the two differ by 2-5% of
+     * the logits on SmolLM2, that conversion's own effect). */
+    if (cf.prefill == 2)
+        ep.ref.act_quant = false;
     ep.mode = cf.mode;
     ep.n_slices = cf.n_slices;
     ep.redux = cf.redux;
@@ -166,7 +174,8 @@ static void compare(const char *what, const struct si_model *m, struct config cf
                          4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
     }
     snprintf(label, sizeof label, "%s %s%s%s%s", what, si_sparsity_name(cf.mode),
-             cf.hot ? " +hot" : "", cf.redux ? " redux" : "", cf.prefill ? " prefill" : "");
+             cf.hot ? " +hot" : "", cf.redux ? " redux" : "",
+             cf.prefill == 1 ? " prefill" : cf.prefill == 2 ? " prefill-blas" : "");
     struct si_ref_params rp = ep.ref;
     rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
     rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
@@ -237,6 +246,11 @@ static void compare(const char *what, const struct si_model *m, struct config cf
      * quantization steps now and then; the greedy tokens must still agree. */
     if (ep.ref.act_quant && cf.mode != SI_SPARSITY_DENSE && tol < 1e-2)
         tol = 1e-2;
+    /* OpenBLAS prefill on quantized weights: dequantized rows in sgemm
+     * against the reference's block dots, rounded differently, through the
+     * layers and the fp16 KV cache's rounding steps (SmolLM2: 2e-4 to 9e-4). */
+    if (cf.prefill == 2 && !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16) && tol < 3e-3)
+        tol = 3e-3;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
     CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
     if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
@@ -286,8 +300,10 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
             {SI_SPARSITY_GATE, n_slices, true, false, false},
             {SI_SPARSITY_PREDICTOR, n_slices, true, false, false},
             {SI_SPARSITY_GATE, n_slices, false, true, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, true},
-            {SI_SPARSITY_GATE, n_slices, true, false, true},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 1},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 2},
+            {SI_SPARSITY_GATE, n_slices, true, false, 2},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -326,7 +342,9 @@ int main(void)
                     1e-4);
             compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, false},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, true},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 1},
+                    1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 2},
                     1e-4);
             si_model_free(m);
         } else {

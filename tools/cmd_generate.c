@@ -114,6 +114,9 @@ static void generate_usage(FILE *f)
                "                          the CPU slices (gate and predictor modes)\n"
                "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
                "                          (default 32; 1: token by token like generation)\n"
+               "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
+               "                          for bit token by token; default: OpenBLAS sgemm on\n"
+               "                          float activations, faster, rounded differently)\n"
                "      --merge M           task (default: a merge task adds the slices' partial\n"
                "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n"
                "  -h, --help              show this help\n");
@@ -208,6 +211,8 @@ int si_cmd_generate(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &n_batch))
                 return 1;
             ep.n_batch = (int32_t)n_batch;
+        } else if (!strcmp(a, "--exact-prefill")) {
+            ep.exact_prefill = true;
         } else if (!strcmp(a, "--merge")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -237,8 +242,8 @@ int si_cmd_generate(int argc, char **argv)
     if (prompt != NULL && file != NULL)
         return si_cli_error("generate: give either -p or -f, not both");
     if (!use_engine && (ep.mode != SI_SPARSITY_DENSE || ep.vram_budget > 0 || ep.redux ||
-                        profile_path != NULL))
-        return si_cli_error("generate: --sparsity, --vram-budget, --profile and --merge need "
+                        profile_path != NULL || ep.exact_prefill))
+        return si_cli_error("generate: --sparsity, --vram-budget, --profile, --merge and --exact-prefill need "
                             "--engine starpu");
     sp.seed = (uint64_t)seed;
 
@@ -410,31 +415,39 @@ int si_cmd_generate(int argc, char **argv)
             n_gen > 0 ? (double)n_gen / (t2 - t1) : 0.0);
     if (eng != NULL) {
         struct si_engine_stats st = si_engine_get_stats(eng);
-        const double tokens = (double)(st.tokens ? st.tokens : 1);
         const double total = (double)(st.neurons_total ? st.neurons_total : 1);
         const int64_t active = st.neurons_hot + st.neurons_cold;
         fprintf(stderr,
                 "engine: StarPU, %u CPU + %u CUDA workers, %d cold FFN slices per layer, %s "
                 "mode, %.1f MiB of FFN neurons hot: %.1f%% of FFN neurons computed (GPU %.1f%%, "
-                "CPU %.1f%%; neuron load on the GPU %.1f%%), %.0f tasks per token\n",
+                "CPU %.1f%%; neuron load on the GPU %.1f%%)\n",
                 si_runtime_ncpu(), si_runtime_ncuda(), si_engine_n_slices(eng),
                 si_sparsity_name(ep.mode), (double)si_engine_hot_bytes(eng) / 1048576.0,
                 100.0 * (double)active / total, 100.0 * (double)st.neurons_hot / total,
                 100.0 * (double)st.neurons_cold / total,
-                active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
-                (double)st.tasks / tokens);
-        double busy = 0.0;
-        fprintf(stderr, "engine: per token, time in tasks:");
-        for (int k = 0; k < SI_TASK_KIND_COUNT; k++) {
-            busy += st.task_seconds[k];
-            fprintf(stderr, " %s %.3f ms,", si_task_kind_name((enum si_task_kind)k),
-                    1e3 * st.task_seconds[k] / tokens);
+                active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0);
+        /* Decoding, then prefill: time in tasks summed over workers, the
+         * wall time, and how busy the workers were (the rest is
+         * scheduling, submission and waiting). */
+        const unsigned workers = si_runtime_ncpu() + si_runtime_ncuda();
+        for (int pass = 0; pass < 2; pass++) {
+            const int k0 = pass == 0 ? 0 : SI_TASK_PREFILL_EMBED;
+            const int k1 = pass == 0 ? SI_TASK_PREFILL_EMBED : SI_TASK_KIND_COUNT;
+            const double n = (double)(pass == 0 ? st.tokens : st.batch_tokens);
+            const double wall = pass == 0 ? st.seconds : st.batch_seconds;
+            if (n == 0)
+                continue;
+            double busy = 0.0;
+            fprintf(stderr, "engine: %s, per token:", pass == 0 ? "decoding" : "prefill");
+            for (int k = k0; k < k1; k++) {
+                busy += st.task_seconds[k];
+                fprintf(stderr, " %s %.3f ms,", si_task_kind_name((enum si_task_kind)k),
+                        1e3 * st.task_seconds[k] / n);
+            }
+            fprintf(stderr, " wall %.3f ms, %.1f tasks; workers busy %.0f%% of the wall time\n",
+                    1e3 * wall / n, (double)(pass == 0 ? st.tasks : st.batch_tasks) / n,
+                    wall > 0 ? 100.0 * busy / (wall * workers) : 0.0);
         }
-        fprintf(stderr, " wall %.3f ms; workers busy %.0f%% of the wall time\n",
-                1e3 * st.seconds / tokens,
-                st.seconds > 0
-                    ? 100.0 * busy / (st.seconds * (si_runtime_ncpu() + si_runtime_ncuda()))
-                    : 0.0);
     }
     rc = 0;
 out:

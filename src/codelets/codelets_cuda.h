@@ -70,6 +70,15 @@ cudaError_t si_cuda_ffn_down(uint32_t type, const void *down_t, size_t row_strid
                              float *y, cudaStream_t stream);
 
 /*
+ * h[i] = act(g[i]) * (u[i] + b[i]) (GATED), act(g[i]) * relu(u[i] + b[i])
+ * (GATED_RELU2) or act(u[i] + b[i]) (PLAIN: g unused, may be NULL) for
+ * i < n: the activations from gating and up products computed apart (their
+ * rows have different strides).  b may be NULL; h may alias u.
+ */
+cudaError_t si_cuda_ffn_combine(const float *g, const float *u, const float *b, int64_t n, int kind,
+                                int act, float *h, cudaStream_t stream);
+
+/*
  * y[i] = x[i] / sqrt(sum x^2 / n + eps) * w[i] for i < n (w NULL: no weight),
  * the sum of squares accumulated in float.  y may alias x.  One block.
  */

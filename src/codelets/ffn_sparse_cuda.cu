@@ -173,3 +173,42 @@ extern "C" cudaError_t si_cuda_ffn_down(uint32_t type, const void *down_t, size_
         return cudaErrorInvalidValue;
     }
 }
+
+/* h[i] from g[i] and u[i] as gate_up_kernel combines its two dots. */
+static __global__ void combine_kernel(const float *g, const float *u, const float *b, int64_t n,
+                                      int kind, int act, float *h)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float v = u[i];
+    if (b != NULL)
+        v += b[i];
+    float r;
+    if (kind == SI_FFN_PLAIN) {
+        r = si_act_apply((enum si_act)act, v);
+    } else {
+        if (kind == SI_FFN_GATED_RELU2)
+            v = v > 0.0f ? v : 0.0f;
+        r = si_act_apply((enum si_act)act, g[i]) * v;
+    }
+    h[i] = r;
+}
+
+extern "C" cudaError_t si_cuda_ffn_combine(const float *g, const float *u, const float *b,
+                                           int64_t n, int kind, int act, float *h,
+                                           cudaStream_t stream)
+{
+    if (kind != SI_FFN_GATED && kind != SI_FFN_GATED_RELU2 && kind != SI_FFN_PLAIN)
+        return cudaErrorInvalidValue;
+    if (act != SI_ACT_SILU && act != SI_ACT_RELU && act != SI_ACT_GELU)
+        return cudaErrorInvalidValue;
+    if (n < 0 || u == NULL || h == NULL || (kind != SI_FFN_PLAIN && g == NULL))
+        return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
+    const int threads = 256;
+    combine_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, stream>>>(g, u, b, n, kind,
+                                                                                    act, h);
+    return cudaGetLastError();
+}

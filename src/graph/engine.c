@@ -23,8 +23,13 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has it */
+#endif
+
 #define MAX_SLICES 256
 #define DT_TILE 64 /* down_t rows dequantized at a time in prefill */
+#define BLAS_MIN_BATCH 8 /* smaller batches: the reference's dots (see bffn_cpu) */
 
 /* Scratch and counters of one worker. */
 struct scratch {
@@ -50,8 +55,8 @@ static double now(void)
 const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
-        "embed", "attn",       "pred",      "ffn_hot",    "ffn_cold",
-        "merge", "norm+lm_head", "attn_batch", "ffn_batch", "merge_batch"};
+        "embed",       "attn",       "pred",      "ffn_hot",     "ffn_cold",  "merge",
+        "norm+lm_head", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -79,6 +84,7 @@ struct layer {
     size_t *cols;     /* (nsl + 1) byte boundaries in a row of ffn_down (dense) */
 
     void *rec;        /* sparse layouts: (n_ff, rec_bytes) neuron records */
+    void *pre;        /* gate mode: (n_ff, gu_row) the gating rows, position order */
     float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
     void *fc2p;       /* predictor fc2 rows in position order */
     int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
@@ -109,6 +115,10 @@ struct si_engine {
     size_t gu_row;      /* bytes of a gate or up row */
     size_t dt_row;      /* sparse: bytes of a down_t row */
     size_t rec_bytes;   /* sparse: bytes of a neuron record */
+    bool pre_sep;       /* gate mode: the rows that gate a neuron (gate, or
+                         * up for the plain kind) in their own array, read
+                         * densely, instead of in the records */
+    ptrdiff_t gate_off, up_off; /* sparse: offsets in a record, -1: not there */
     size_t dt_off;      /* sparse: offset of the down_t row in a record */
     bool has_gate;
     int64_t hot_bytes;
@@ -150,7 +160,8 @@ struct si_engine_params si_engine_default_params(void)
                                      .profile = NULL,
                                      .hot_on_cpu = false,
                                      .redux = false,
-                                     .n_batch = 0};
+                                     .n_batch = 0,
+                                     .exact_prefill = false};
 }
 
 static struct scratch *my_scratch(struct si_engine *e)
@@ -253,49 +264,79 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
 }
 
 /*
- * Sparse layout, the n neuron records at rec: in predictor mode the
- * positions listed in idx (ending at the first -1), in gate mode those whose
- * gate lets them through; y = the sum of their activations times their
- * down_t rows (si_k_ffn_down_sparse).
+ * Sparse layouts, the slice's n neurons: their records at rec, and in gate
+ * mode their gating rows at pre.  Predictor mode computes the positions in
+ * idx (ending at the first -1) with si_k_ffn_act_sparse; gate mode takes
+ * every gating dot and only then the up dots of the neurons it lets
+ * through.  y = the sum of the activations times the down_t rows
+ * (si_k_ffn_down_sparse).  Returns how many activations are not zero.
  */
-static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *rec,
-                                const float *b, const int32_t *idx, int64_t n,
+static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *pre,
+                                const char *rec, const float *b, const int32_t *idx, int64_t n,
                                 struct scratch *sc, float *y)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const size_t rb = e->rec_bytes, up_off = e->has_gate ? e->gu_row : 0;
-    const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
+    const int64_t d = hp->n_embd;
+    const size_t rb = e->rec_bytes;
+    const uint32_t t = e->gu_type;
+    const void *xa = convert_input(e, t, xb, sc->xq);
+    const char *gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
+    const char *up = e->up_off >= 0 ? rec + e->up_off : NULL;
     int64_t k = 0;
     if (idx != NULL) {
-        for (int64_t t = 0; t < n && idx[t] >= 0; t++) {
-            const char *r = rec + (size_t)idx[t] * rb;
-            bool skipped;
-            sc->h[k] = neuron(e, r, r + up_off, b != NULL ? b + idx[t] : NULL, xa, xb, false,
-                              &skipped);
-            sc->ix[k++] = idx[t];
+        while (k < n && idx[k] >= 0)
+            k++;
+        memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
+        if (xa != NULL) {
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
+                                sc->h);
+        } else {
+            for (int64_t q = 0; q < k; q++) {
+                const size_t o = (size_t)sc->ix[q] * rb;
+                bool skipped;
+                sc->h[q] = neuron(e, gate != NULL ? gate + o : NULL, up + o,
+                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb, false, &skipped);
+            }
         }
     } else {
+        const bool relu = hp->act == SI_ACT_RELU;
         for (int64_t i = 0; i < n; i++) {
-            const char *r = rec + (size_t)i * rb;
-            bool skipped;
-            float h = neuron(e, r, r + up_off, b != NULL ? b + i : NULL, xa, xb, true, &skipped);
-            if (skipped || h == 0.0f)
+            const float g = dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+            float h;
+            if (hp->ffn_kind == SI_FFN_PLAIN) {
+                h = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
+            } else {
+                const float a = si_act_apply(hp->act, g);
+                if (relu ? a == 0.0f : !(fabsf(a) > e->p.gate_threshold))
+                    continue;
+                const char *ur = up + (size_t)i * rb;
+                if (i + 1 < n) /* the next up row is a record away */
+                    __builtin_prefetch(ur + rb);
+                float u = dot(t, ur, xa, xb, d);
+                if (b != NULL)
+                    u += b[i];
+                if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+                    u = si_act_apply(SI_ACT_RELU, u);
+                h = a * u;
+            }
+            if (h == 0.0f)
                 continue;
             sc->h[k] = h;
             sc->ix[k++] = (int32_t)i;
         }
     }
-    si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, hp->n_embd, sc->h, sc->ix, k, y);
+    si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, d, sc->h, sc->ix, k, y);
     int64_t computed = 0;
-    for (int64_t t = 0; t < k; t++)
-        computed += sc->h[t] != 0.0f;
+    for (int64_t q = 0; q < k; q++)
+        computed += sc->h[q] != 0.0f;
     return computed;
 }
 
 /*
  * Buffers of an FFN slice task, in order:
  *   dense:  ffn_in, gate (absent for the plain kind), up, down, up_b, out
- *   sparse: ffn_in, records, up_b, [idx (predictor mode)], out
+ *   sparse: ffn_in, [gating rows (gate mode)], records, up_b, [idx (predictor
+ *           mode)], out
  * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
  * partial output (rows x n_embd, W) or, in redux mode, the layer output
  * (n_embd, REDUX).
@@ -327,6 +368,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         y = e->p.redux ? sc->y : out;
         computed = ffn_dense_slice(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
     } else {
+        const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
         i++;
@@ -335,7 +377,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
                                  : NULL;
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
-        computed = ffn_sparse_slice(e, xb, rec, b, idx, n, sc, y);
+        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, sc, y);
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)
@@ -346,9 +388,13 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SI_USE_CUDA
-/* The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
- * a scratch vector for the activations.  Dots take the input in float (no
- * act_quant), so results differ from the CPU's by that rounding. */
+/*
+ * The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
+ * a scratch of 2 n_ff floats.  Dots take the input in float (no act_quant),
+ * so results differ from the CPU's by that rounding.  Gate mode on the GPU
+ * computes every hot neuron (they are the ones that fire most) and the down
+ * kernel skips the zeros; its threshold applies on CPU workers only.
+ */
 static void ffn_cuda(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
@@ -357,42 +403,61 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
     cudaStream_t st = starpu_cuda_get_local_stream();
     double t0 = now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const void *gate = NULL, *up, *rec = NULL, *down = NULL;
+    const char *gate = NULL, *up = NULL, *rec = NULL, *down = NULL, *pre = NULL;
     size_t ld = 0;
     const int32_t *idx = NULL;
     if (!e->sparse) {
         if (e->has_gate)
-            gate = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        up = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        down = (const void *)STARPU_MATRIX_GET_PTR(buffers[i]);
+            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
         ld = STARPU_MATRIX_GET_LD(buffers[i++]);
     } else {
-        rec = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        gate = rec;
-        up = (const char *)rec + (e->has_gate ? e->gu_row : 0);
+        if (e->pre_sep)
+            pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
+        up = e->up_off >= 0 ? rec + e->up_off : NULL;
     }
-    const float *b = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+    i++;
     if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
         idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
     float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
     const int32_t *iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
     float *h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    if (idx == NULL)
-        idx = iota; /* gate mode on the GPU: every hot neuron, zeros skipped */
-    const size_t stride = e->sparse ? e->rec_bytes : e->gu_row;
-    cudaError_t rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, stride, n, d, b, xb, idx, n,
-                                         (int)hp->ffn_kind, (int)hp->act, h, st);
+    cudaError_t rc;
+    if (e->pre_sep) {
+        /* gating rows and up rows have different strides: two products */
+        float *g = h + hp->n_ff;
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, h, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_ffn_combine(NULL, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+        } else {
+            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, g, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_matvec(e->gu_type, up, e->rec_bytes, n, d, xb, h, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_ffn_combine(g, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+        }
+    } else {
+        rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, e->sparse ? e->rec_bytes : e->gu_row, n, d,
+                                 b, xb, idx != NULL ? idx : iota, n, (int)hp->ffn_kind,
+                                 (int)hp->act, h, st);
+    }
     if (rc == cudaSuccess && !e->sparse) {
         rc = si_cuda_matvec(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, h, out, st);
         if (rc == cudaSuccess && L->rows[a->j] > 1) /* the other chunk rows add nothing */
             rc = cudaMemsetAsync(out + d, 0, (size_t)(L->rows[a->j] - 1) * d * sizeof(float), st);
     } else if (rc == cudaSuccess) {
-        rc = si_cuda_ffn_down(e->dt_type, (const char *)rec + e->dt_off, e->rec_bytes, n, d, h,
-                              idx, n, out, st);
+        rc = si_cuda_ffn_down(e->dt_type, rec + e->dt_off, e->rec_bytes, n, d, h,
+                              idx != NULL ? idx : iota, n, out, st);
     }
     if (rc != cudaSuccess)
         STARPU_CUDA_REPORT_ERROR(rc);
@@ -558,7 +623,7 @@ static void bembed_cpu(void *buffers[], void *cl_arg)
         si_ref_begin(e->ref, e->btok[t]); /* checked before submission */
         restore(e, sv);
     }
-    account(e, SI_TASK_EMBED, t0);
+    account(e, SI_TASK_PREFILL_EMBED, t0);
 }
 
 static void battn_cpu(void *buffers[], void *cl_arg)
@@ -663,10 +728,13 @@ static void bffn_dense_act(struct si_engine *e, int l, const float *xb, const ch
 }
 
 /*
- * A slice for the whole batch, dense: G = gate X, U = up X (GEMMs), H, then
- * Y = down H: the file's down columns by GEMM (dense layout), or the sum of
- * H's columns times the down_t rows, DT_TILE rows at a time (records).
- * Buffers as ffn_cpu's without idx, the output (n_batch, n_embd) last.
+ * A slice for the whole batch, every neuron: G = gate X and U = up X, H,
+ * then Y = down H.  With converted activations (act_quant) the products are
+ * the reference's own dots over row tiles (gemm_act) and, for neuron
+ * records, each token's non-zero activations go through the sparse down
+ * kernel, as in decoding; with float activations, OpenBLAS: si_k_gemm, and
+ * for records the down_t rows dequantized DT_TILE at a time for sgemm.
+ * Buffers as ffn_cpu's without idx; the output (n_batch, rows, n_embd) last.
  */
 static void bffn_cpu(void *buffers[], void *cl_arg)
 {
@@ -680,34 +748,54 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     double t0 = now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const char *gate = NULL, *up, *down = NULL;
-    size_t stride, ld = 0;
+    const char *gate = NULL, *up = NULL, *down = NULL, *rec = NULL;
+    size_t gs = e->gu_row, us = e->gu_row, ld = 0;
     if (!e->sparse) {
         if (e->has_gate)
             gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
         ld = STARPU_MATRIX_GET_LD(buffers[i++]);
-        stride = e->gu_row;
     } else {
-        gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        up = gate + (e->has_gate ? e->gu_row : 0);
-        stride = e->rec_bytes;
+        const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
+        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        if (e->has_gate) {
+            gate = pre != NULL ? pre : rec + e->gate_off;
+            gs = pre != NULL ? e->gu_row : e->rec_bytes;
+        }
+        up = e->up_off >= 0 ? rec + e->up_off : pre;
+        us = e->up_off >= 0 ? e->rec_bytes : e->gu_row;
     }
-    const float *b = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+    i++;
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    if (!e->sparse && e->p.ref.act_quant) {
-        bffn_dense_act(e, a->l, xb, gate, up, down, ld, bias ? b : NULL, n, sc, y);
+    /* The reference's dots where exactness is asked for, or the batch is too
+     * small for sgemm to repay the dequantization; else OpenBLAS. */
+    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < BLAS_MIN_BATCH);
+    if (!e->sparse && q) {
+        bffn_dense_act(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
         account(e, SI_TASK_PREFILL_FFN, t0);
         return;
     }
-    int rc = SI_OK;
-    if (e->has_gate)
-        rc = si_k_gemm(e->gu_type, gate, stride, n, d, xb, d, bn, sc->bg, n, sc->gemm);
-    if (rc == SI_OK)
-        rc = si_k_gemm(e->gu_type, up, stride, n, d, xb, d, bn, sc->bu, n, sc->gemm);
-    STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
-    if (bias)
+    if (q) {
+        size_t xa_row = 0;
+        const uint32_t at = si_act_type(e->gu_type);
+        si_type_row_size(at, d, &xa_row);
+        char *xa = sc->gemm;
+        for (int64_t t = 0; t < bn; t++)
+            si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
+        if (gate != NULL)
+            gemm_act(e->gu_type, gate, gs, n, d, xa, xa_row, bn, sc->bg, n);
+        gemm_act(e->gu_type, up, us, n, d, xa, xa_row, bn, sc->bu, n);
+    } else {
+        int rc = SI_OK;
+        if (gate != NULL)
+            rc = si_k_gemm(e->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
+        if (rc == SI_OK)
+            rc = si_k_gemm(e->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    if (b != NULL)
         for (int64_t t = 0; t < bn; t++)
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
@@ -715,13 +803,25 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     if (!e->sparse) {
         /* one row per token and chunk: the sum in the first, zeros after */
         const int64_t rows = L->rows[a->j];
-        rc = si_k_gemm(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, sc->bu, n, bn, y,
-                       rows * d, sc->gemm);
+        int rc = si_k_gemm(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, sc->bu, n, bn, y,
+                           rows * d, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
         for (int64_t t = 0; t < bn && rows > 1; t++)
             memset(y + (t * rows + 1) * d, 0, (size_t)((rows - 1) * d) * sizeof(float));
+    } else if (q) {
+        for (int64_t t = 0; t < bn; t++) {
+            const float *h = sc->bu + t * n;
+            int64_t k = 0;
+            for (int64_t c = 0; c < n; c++)
+                if (h[c] != 0.0f) {
+                    sc->h[k] = h[c];
+                    sc->ix[k++] = (int32_t)c;
+                }
+            si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, e->rec_bytes, d, sc->h, sc->ix, k,
+                                 y + t * d);
+        }
     } else {
-        const char *dt = gate + e->dt_off;
+        const char *dt = rec + e->dt_off;
         for (int64_t k0 = 0; k0 < n; k0 += DT_TILE) {
             const int64_t kb = n - k0 < DT_TILE ? n - k0 : DT_TILE;
             for (int64_t k = 0; k < kb; k++)
@@ -777,7 +877,7 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
     s->n_past = e->bp0 + e->bn - 1;
     si_ref_end(s);
     s->x = x;
-    account(e, SI_TASK_HEAD, t0);
+    account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 
 static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_batch"};
@@ -936,7 +1036,10 @@ static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *na
         starpu_task_destroy(t);
         return rc;
     }
-    e->stats.tasks++;
+    if (e->bn > 0)
+        e->stats.batch_tasks++;
+    else
+        e->stats.tasks++;
     return 0;
 }
 
@@ -987,7 +1090,8 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
     if (e->sparse)
-        return (int64_t)e->rec_bytes + 2 * (int64_t)sizeof(float); /* record, bias, index */
+        return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
+               2 * (int64_t)sizeof(float); /* record, gating row, bias, index */
     size_t down = 0;
     si_type_row_size(e->m->w.layers[0].ffn_down.type, e->chunk, &down);
     return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + (int64_t)sizeof(float)) +
@@ -1007,7 +1111,7 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
     const bool placing = e->p.vram_budget > 0 && (e->cuda_hot || e->p.hot_on_cpu);
     /* What the GPU needs besides the neurons: the FFN input, the activation
      * scratch, the index list and each layer's partial output. */
-    int64_t budget = e->p.vram_budget - (int64_t)sizeof(float) * (hp->n_embd + 2 * ff) -
+    int64_t budget = e->p.vram_budget - (int64_t)sizeof(float) * (hp->n_embd + 3 * ff) -
                      (int64_t)sizeof(float) * hp->n_layer * hp->n_embd * (ff / e->chunk);
     const int64_t unit = hot_unit_bytes(e);
     for (int l = 0; l < hp->n_layer; l++)
@@ -1116,11 +1220,13 @@ static int build_records(struct si_engine *e, int l, float *col, char *err, size
     for (int64_t p = 0; p < ff; p++) {
         const int32_t i = L->perm[p];
         char *r = rec + (size_t)p * rb;
-        if (e->has_gate) {
-            memcpy(r, row_of(&W->ffn_gate, i), e->gu_row);
-            r += e->gu_row;
-        }
-        memcpy(r, row_of(&W->ffn_up, i), e->gu_row);
+        if (e->gate_off >= 0)
+            memcpy(r + e->gate_off, row_of(&W->ffn_gate, i), e->gu_row);
+        if (e->up_off >= 0)
+            memcpy(r + e->up_off, row_of(&W->ffn_up, i), e->gu_row);
+        if (e->pre_sep)
+            memcpy((char *)L->pre + (size_t)p * e->gu_row,
+                   row_of(e->has_gate ? &W->ffn_gate : &W->ffn_up, i), e->gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
         if (W->ffn_down_t.data != NULL)
             memcpy(rec + (size_t)p * rb + e->dt_off, row_of(&W->ffn_down_t, i), e->dt_row);
@@ -1212,6 +1318,10 @@ static void register_layer(struct si_engine *e, int l)
         vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
             sizeof(float));
     } else {
+        if (e->pre_sep) {
+            vec(&L->h_gate, L->pre, (size_t)ff, e->gu_row);
+            split(L->h_gate, L, L->len_n, L->h_gate_c);
+        }
         vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
         split(L->h_rec, L, L->len_n, L->h_rec_c);
         vec(&L->h_upb, L->up_b, (size_t)ff, sizeof(float));
@@ -1237,7 +1347,7 @@ static void register_layer(struct si_engine *e, int l)
     if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
         starpu_data_handle_t hot[4] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
                                        e->sparse ? NULL : L->h_down_c[0],
-                                       !e->sparse && e->has_gate ? L->h_gate_c[0] : NULL};
+                                       L->h_gate != NULL ? L->h_gate_c[0] : NULL};
         for (int i = 0; i < 4; i++)
             if (hot[i] != NULL)
                 starpu_data_prefetch_on_node(hot[i], (unsigned)e->cuda_node, 1);
@@ -1359,6 +1469,8 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
         L->up_b = malloc(ff * sizeof(float));
         if (!L->rec || !L->up_b)
             return SI_E_NOMEM;
+        if (e->pre_sep && (L->pre = malloc(ff * e->gu_row)) == NULL)
+            return SI_E_NOMEM;
     }
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         L->fc2p = malloc(e->m->w.layers[l].fc2.nbytes);
@@ -1390,6 +1502,7 @@ static void free_layer(struct layer *L)
     free(L->part);
     free(L->y);
     free(L->rec);
+    free(L->pre);
     free(L->up_b);
     free(L->fc2p);
     free(L->idx);
@@ -1441,12 +1554,32 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
             si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
         }
-        e->dt_off = (e->has_gate ? 2 : 1) * e->gu_row;
+        /* Predictor mode reads a chosen neuron's rows together: all in its
+         * record.  Gate mode reads every gating row: those apart, dense. */
+        e->pre_sep = p.mode == SI_SPARSITY_GATE;
+        size_t off = 0;
+        e->gate_off = e->up_off = -1;
+        if (e->has_gate && !e->pre_sep) {
+            e->gate_off = (ptrdiff_t)off;
+            off += e->gu_row;
+        }
+        if (e->has_gate || !e->pre_sep) {
+            e->up_off = (ptrdiff_t)off;
+            off += e->gu_row;
+        }
+        e->dt_off = off;
         e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
     }
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
+     * fight the workers for the cores (measured: prefill 4x slower with
+     * them on 2 cores).  OPENBLAS_NUM_THREADS, when set, wins. */
+    if (getenv("OPENBLAS_NUM_THREADS") == NULL)
+        openblas_set_num_threads(1);
+#endif
     rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
     if (rc != SI_OK) {
         free(e);
@@ -1562,7 +1695,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
     vec(&e->h_out, m->w.output.data, m->w.output.nbytes, 1);
     vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
-    starpu_vector_data_register(&e->h_hscratch, -1, 0, (uint32_t)hp->n_ff, sizeof(float));
+    starpu_vector_data_register(&e->h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
     starpu_data_set_name(e->h_x, "x");
     starpu_data_set_name(e->h_xb, "ffn_in");
     starpu_data_set_name(e->h_logits, "logits");
@@ -1673,6 +1806,8 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             ADD(L->h_up_c[j], STARPU_R);
             ADD(L->h_down_c[j], STARPU_R);
         } else {
+            if (e->pre_sep)
+                ADD(L->h_gate_c[j], STARPU_R);
             ADD(L->h_rec_c[j], STARPU_R);
         }
         ADD(L->h_upb_c[j], STARPU_R);
@@ -1789,6 +1924,8 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
                 ADD(L->h_up_c[j], STARPU_R);
                 ADD(L->h_down_c[j], STARPU_R);
             } else {
+                if (e->pre_sep)
+                    ADD(L->h_gate_c[j], STARPU_R);
                 ADD(L->h_rec_c[j], STARPU_R);
             }
             ADD(L->h_upb_c[j], STARPU_R);
@@ -1846,9 +1983,12 @@ int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
     for (int32_t i = 0; i < n; i += e->n_batch) {
         int32_t nb = n - i < e->n_batch ? n - i : e->n_batch;
         int rc = eval_batch(e, tokens + i, nb);
-        if (rc != SI_OK)
+        if (rc != SI_OK) {
+            e->bn = 0;
             return rc;
+        }
     }
+    e->bn = 0; /* tasks submitted from now on are single-token ones */
     e->stats.batch_tokens += n;
     e->stats.batch_seconds += now() - t0;
     return SI_OK;

@@ -82,6 +82,10 @@ struct si_engine_params {
                       * partial outputs (see docs/measurements.md) */
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
                       * (0: 32; 1: no batches, token by token) */
+    bool exact_prefill; /* prefill with the reference's arithmetic (activations
+                         * converted as llama.cpp does), bit for bit the
+                         * token-by-token result, instead of OpenBLAS sgemm on
+                         * float activations (about 10x faster: see README) */
 };
 
 struct si_engine_params si_engine_default_params(void);
@@ -95,14 +99,16 @@ enum si_task_kind {
     SI_TASK_FFN_COLD,
     SI_TASK_MERGE,
     SI_TASK_HEAD,
-    SI_TASK_PREFILL_ATTN, /* batch tasks */
+    SI_TASK_PREFILL_EMBED, /* the batch tasks of si_engine_eval_batch */
+    SI_TASK_PREFILL_ATTN,
     SI_TASK_PREFILL_FFN,
     SI_TASK_PREFILL_MERGE,
+    SI_TASK_PREFILL_HEAD,
     SI_TASK_KIND_COUNT
 };
 
 /* "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
- * "attn_batch", "ffn_batch", "merge_batch" */
+ * "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch" */
 const char *si_task_kind_name(enum si_task_kind k);
 
 /* Totals since init. */
@@ -110,7 +116,8 @@ struct si_engine_stats {
     int64_t tokens;         /* evaluated one by one */
     int64_t batch_tokens;   /* evaluated in batches */
     double batch_seconds;   /* wall time inside si_engine_eval_batch */
-    int64_t tasks;
+    int64_t tasks;          /* submitted for single tokens */
+    int64_t batch_tasks;    /* submitted for batches */
     int64_t neurons_hot;    /* active FFN neurons computed in hot slices */
     int64_t neurons_cold;   /* ... in cold slices */
     int64_t neurons_total;  /* FFN neurons that exist, summed over layers and tokens */
@@ -137,9 +144,10 @@ int si_engine_eval(struct si_engine *e, int32_t token);
  * each batch as one task graph whose FFN slices run GEMM codelets (dense:
  * every neuron, all modes; gate mode still drops the neurons under its
  * threshold) and whose attention task runs the tokens in order.  Logits are
- * those of the last token.  Numerics: the GEMMs multiply dequantized weights
- * with float activations, so logits differ from token-by-token evaluation by
- * rounding.  SI_OK, SI_E_INVALID (a token outside the vocabulary, n < 1),
+ * those of the last token.  Numerics: batches of 8 tokens or more multiply
+ * dequantized weights with float activations (OpenBLAS), so logits differ
+ * from token-by-token evaluation by rounding, unless exact_prefill (or
+ * act_quant off, where both are float).  SI_OK, SI_E_INVALID (a token outside the vocabulary, n < 1),
  * SI_E_BUDGET (the context cannot hold them: nothing is evaluated) or
  * SI_E_RUNTIME.
  */
