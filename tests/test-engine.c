@@ -82,6 +82,7 @@ struct config {
     bool redux; /* STARPU_REDUX instead of the merge task */
     int prefill; /* the prompt through si_engine_eval_batch: 1 exact_prefill,
                   * 2 OpenBLAS on float activations */
+    int attn;    /* attn_split (0: the engine's choice) */
 };
 
 /* The placement: the neuron table is a permutation, every hot neuron is at
@@ -159,6 +160,7 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     ep.mode = cf.mode;
     ep.n_slices = cf.n_slices;
     ep.redux = cf.redux;
+    ep.attn_split = cf.attn;
     struct si_profile *pr = NULL;
     if (cf.hot) {
         pr = profile_of(m);
@@ -173,9 +175,10 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         ep.vram_budget = hp->n_layer * ffn / 3 + 4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
                          4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
     }
-    snprintf(label, sizeof label, "%s %s%s%s%s", what, si_sparsity_name(cf.mode),
+    snprintf(label, sizeof label, "%s %s%s%s%s%s", what, si_sparsity_name(cf.mode),
              cf.hot ? " +hot" : "", cf.redux ? " redux" : "",
-             cf.prefill == 1 ? " prefill" : cf.prefill == 2 ? " prefill-blas" : "");
+             cf.prefill == 1 ? " prefill" : cf.prefill == 2 ? " prefill-blas" : "",
+             cf.attn > 1 ? " attn-split" : "");
     struct si_ref_params rp = ep.ref;
     rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
     rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
@@ -293,17 +296,19 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
         char what[96];
         snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, false},
-            {SI_SPARSITY_GATE, n_slices, false, true, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 1},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 2},
-            {SI_SPARSITY_GATE, n_slices, true, false, 2},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0},
+            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0},
+            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0},
+            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -338,13 +343,13 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 1},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 2},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0},
                     1e-4);
             si_model_free(m);
         } else {

@@ -114,6 +114,9 @@ static void generate_usage(FILE *f)
                "                          the CPU slices (gate and predictor modes)\n"
                "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
                "                          (default 32; 1: token by token like generation)\n"
+               "      --attn-split N      engine: attention's products in N row slices (0:\n"
+               "                          one per CPU worker when the weights are large\n"
+               "                          enough, the default; 1: one task per layer)\n"
                "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
                "                          for bit token by token; default: OpenBLAS sgemm on\n"
                "                          float activations, faster, rounded differently)\n"
@@ -211,6 +214,10 @@ int si_cmd_generate(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &n_batch))
                 return 1;
             ep.n_batch = (int32_t)n_batch;
+        } else if (!strcmp(a, "--attn-split")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 256, &ll))
+                return 1;
+            ep.attn_split = (int32_t)ll;
         } else if (!strcmp(a, "--exact-prefill")) {
             ep.exact_prefill = true;
         } else if (!strcmp(a, "--merge")) {

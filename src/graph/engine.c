@@ -29,6 +29,7 @@ void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has
 
 #define MAX_SLICES 256
 #define DT_TILE 64 /* down_t rows dequantized at a time in prefill */
+#define ATTN_SPLIT_MIN_BYTES (256 << 10) /* see si_engine_init */
 #define BLAS_MIN_BATCH 8 /* smaller batches: the reference's dots (see bffn_cpu) */
 
 /* Scratch and counters of one worker. */
@@ -55,7 +56,7 @@ static double now(void)
 const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
-        "embed",       "attn",       "pred",      "ffn_hot",     "ffn_cold",  "merge",
+        "embed",       "attn",        "attn_proj",  "pred",      "ffn_hot",     "ffn_cold",  "merge",
         "norm+lm_head", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
@@ -97,7 +98,8 @@ struct layer {
     starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
 
     char name_attn[24], name_pred[24], name_merge[24];
-    char name_battn[24], name_bmerge[24];
+    char name_battn[24], name_bmerge[24], name_acore[24], name_aout[24];
+    char (*name_aqkv)[32], (*name_ao)[32]; /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
 };
@@ -131,6 +133,13 @@ struct si_engine {
 
     starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
 
+    /* Attention in row slices (na > 1): slot j's rows of q, k, v and of Wo's
+     * output, [a_q[j], a_q[j+1]) and so on. */
+    int32_t na;
+    int64_t *a_q, *a_kv, *a_o; /* (na + 1) row boundaries */
+    float **qkv, **o;          /* (na) slot outputs */
+    starpu_data_handle_t *h_qkv, *h_o, h_att;
+
     /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
     int32_t n_batch;
     const int32_t *btok;
@@ -161,6 +170,7 @@ struct si_engine_params si_engine_default_params(void)
                                      .hot_on_cpu = false,
                                      .redux = false,
                                      .n_batch = 0,
+                                     .attn_split = 0,
                                      .exact_prefill = false};
 }
 
@@ -484,6 +494,86 @@ static void attn_cpu(void *buffers[], void *cl_arg)
     double t0 = now();
     si_ref_attn(a->e->ref, a->l);
     account(a->e, SI_TASK_ATTN, t0);
+}
+
+/* Rows [r0, r1) of w as a tensor of their own (si_ref_matvec on a slice). */
+static struct si_tensor rows_of(const struct si_tensor *w, int64_t r0, int64_t r1)
+{
+    struct si_tensor v = *w;
+    v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    v.ne[1] = r1 - r0;
+    v.nbytes = (size_t)(r1 - r0) * w->row_bytes;
+    return v;
+}
+
+/* Buffers: x, Wq, Wk, Wv (R), qkv_j (W).  The normalised input is the
+ * reference's, computed by every slice (it is n_embd long). */
+static void aqkv_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    struct scratch *sc = my_scratch(e);
+    double t0 = now();
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    float *in = sc->h, *tmp = sc->y;
+    si_ref_attn_input(e->ref, a->l, in, tmp);
+    const int j = a->j;
+    struct si_tensor q = rows_of(&W->wq, e->a_q[j], e->a_q[j + 1]);
+    struct si_tensor k = rows_of(&W->wk, e->a_kv[j], e->a_kv[j + 1]);
+    struct si_tensor v = rows_of(&W->wv, e->a_kv[j], e->a_kv[j + 1]);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &q, in);
+    y += q.ne[1];
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &k, in);
+    y += k.ne[1];
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &v, in);
+    account(e, SI_TASK_ATTN_PROJ, t0);
+}
+
+/* Buffers: qkv_* (R), K, V (RW), att (W). */
+static void acore_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si_ref *s = e->ref;
+    double t0 = now();
+    for (int32_t j = 0; j < e->na; j++) {
+        const float *y = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
+        const int64_t nq = e->a_q[j + 1] - e->a_q[j], nkv = e->a_kv[j + 1] - e->a_kv[j];
+        memcpy(s->q + e->a_q[j], y, (size_t)nq * sizeof(float));
+        memcpy(s->k + e->a_kv[j], y + nq, (size_t)nkv * sizeof(float));
+        memcpy(s->v + e->a_kv[j], y + nq + nkv, (size_t)nkv * sizeof(float));
+    }
+    si_ref_attn_core(s, a->l);
+    account(e, SI_TASK_ATTN, t0);
+}
+
+/* Buffers: att, Wo (R), o_j (W). */
+static void ao_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct scratch *sc = my_scratch(e);
+    double t0 = now();
+    const float *att = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    struct si_tensor wo = rows_of(&e->m->w.layers[a->l].wo, e->a_o[a->j], e->a_o[a->j + 1]);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &wo, att);
+    account(e, SI_TASK_ATTN_PROJ, t0);
+}
+
+/* Buffers: x (RW), ffn_in (W), o_* (R). */
+static void aout_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si_ref *s = e->ref;
+    double t0 = now();
+    for (int32_t j = 0; j < e->na; j++)
+        memcpy(s->xb2 + e->a_o[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[2 + j]),
+               (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
+    si_ref_attn_finish(s, a->l);
+    account(e, SI_TASK_ATTN, t0);
 }
 
 /* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
@@ -921,6 +1011,36 @@ static struct starpu_codelet cl_bhead = {
 
 static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
+static struct starpu_perfmodel aqkv_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_qkv"};
+static struct starpu_perfmodel acore_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_core"};
+static struct starpu_perfmodel ao_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_o"};
+static struct starpu_perfmodel aout_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_out"};
+static struct starpu_codelet cl_aqkv = {
+    .cpu_funcs = {aqkv_cpu},
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &aqkv_model,
+    .name = "attn_qkv",
+};
+static struct starpu_codelet cl_acore = {
+    .cpu_funcs = {acore_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &acore_model,
+    .name = "attn_core",
+};
+static struct starpu_codelet cl_ao = {
+    .cpu_funcs = {ao_cpu},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &ao_model,
+    .name = "attn_o",
+};
+static struct starpu_codelet cl_aout = {
+    .cpu_funcs = {aout_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &aout_model,
+    .name = "attn_out",
+};
 static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};
 static struct starpu_perfmodel hot_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_hot"};
 static struct starpu_perfmodel cold_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_cold"};
@@ -1492,6 +1612,8 @@ static void free_layer(struct layer *L)
     free(L->cols);
     free(L->name_ffn);
     free(L->name_bffn);
+    free(L->name_aqkv);
+    free(L->name_ao);
     free(L->h_gate_c);
     free(L->h_up_c);
     free(L->h_down_c);
@@ -1573,6 +1695,21 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
+    {
+        /* Attention's products split over the workers when they weigh enough
+         * to repay the extra tasks (docs/measurements.md). */
+        const struct si_layer *W = &m->w.layers[0];
+        const size_t bytes = W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes;
+        int32_t na = p.attn_split > 0 ? p.attn_split
+                     : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
+                                                     : 1;
+        const int32_t kvd = hp->n_head_kv * hp->head_dim;
+        if (na > kvd)
+            na = kvd;
+        if (na > MAX_SLICES)
+            na = MAX_SLICES;
+        e->na = na > 1 ? na : 1;
+    }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
      * fight the workers for the cores (measured: prefill 4x slower with
@@ -1636,6 +1773,37 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows)
             goto oom;
     }
+    if (e->na > 1) {
+        const int64_t qd = (int64_t)hp->n_head * hp->head_dim,
+                      kvd = (int64_t)hp->n_head_kv * hp->head_dim, na = e->na;
+        e->a_q = calloc((size_t)na + 1, sizeof *e->a_q);
+        e->a_kv = calloc((size_t)na + 1, sizeof *e->a_kv);
+        e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
+        e->qkv = calloc((size_t)na, sizeof *e->qkv);
+        e->o = calloc((size_t)na, sizeof *e->o);
+        e->h_qkv = calloc((size_t)na, sizeof *e->h_qkv);
+        e->h_o = calloc((size_t)na, sizeof *e->h_o);
+        if (!e->a_q || !e->a_kv || !e->a_o || !e->qkv || !e->o || !e->h_qkv || !e->h_o)
+            goto oom;
+        for (int64_t j = 0; j <= na; j++) {
+            e->a_q[j] = j * qd / na;
+            e->a_kv[j] = j * kvd / na;
+            e->a_o[j] = j * hp->n_embd / na;
+        }
+        for (int64_t j = 0; j < na; j++) {
+            e->qkv[j] = malloc((size_t)(e->a_q[j + 1] - e->a_q[j] +
+                                        2 * (e->a_kv[j + 1] - e->a_kv[j])) * sizeof(float));
+            e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
+            if (!e->qkv[j] || !e->o[j])
+                goto oom;
+        }
+        for (int l = 0; l < hp->n_layer; l++) {
+            e->L[l].name_aqkv = calloc((size_t)na, sizeof *e->L[l].name_aqkv);
+            e->L[l].name_ao = calloc((size_t)na, sizeof *e->L[l].name_ao);
+            if (!e->L[l].name_aqkv || !e->L[l].name_ao)
+                goto oom;
+        }
+    }
     rc = plan(e, err, err_size);
     if (rc != SI_OK) {
         si_engine_free(e);
@@ -1674,6 +1842,12 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         snprintf(L->name_pred, sizeof L->name_pred, "pred L%d", l);
         snprintf(L->name_merge, sizeof L->name_merge, "merge L%d", l);
         snprintf(L->name_battn, sizeof L->name_battn, "attn_batch L%d", l);
+        snprintf(L->name_acore, sizeof L->name_acore, "attn_core L%d", l);
+        snprintf(L->name_aout, sizeof L->name_aout, "attn_out L%d", l);
+        for (int32_t j = 0; j < e->na && e->na > 1; j++) {
+            snprintf(L->name_aqkv[j], sizeof L->name_aqkv[j], "attn_qkv L%d.%d", l, j);
+            snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o L%d.%d", l, j);
+        }
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch L%d", l);
         for (int32_t j = 0; j < L->nsl; j++) {
             if (is_hot(e, l, j)) {
@@ -1701,6 +1875,15 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     starpu_data_set_name(e->h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
+    if (e->na > 1) {
+        for (int32_t j = 0; j < e->na; j++) {
+            vec(&e->h_qkv[j], e->qkv[j],
+                (size_t)(e->a_q[j + 1] - e->a_q[j] + 2 * (e->a_kv[j + 1] - e->a_kv[j])),
+                sizeof(float));
+            vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));
+        }
+        vec(&e->h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
+    }
     if (e->n_batch > 1) {
         const size_t bd = (size_t)e->n_batch * d;
         vec(&e->h_bx, e->bx, bd, sizeof(float));
@@ -1732,6 +1915,13 @@ void si_engine_free(struct si_engine *e)
         starpu_data_unregister(e->h_out);
         starpu_data_unregister(e->h_iota);
         starpu_data_unregister(e->h_hscratch);
+        if (e->h_att != NULL) {
+            for (int32_t j = 0; j < e->na; j++) {
+                starpu_data_unregister(e->h_qkv[j]);
+                starpu_data_unregister(e->h_o[j]);
+            }
+            starpu_data_unregister(e->h_att);
+        }
         if (e->h_bx != NULL) {
             starpu_data_unregister(e->h_bx);
             starpu_data_unregister(e->h_bxb);
@@ -1740,6 +1930,17 @@ void si_engine_free(struct si_engine *e)
                 starpu_data_unregister(e->h_bpart[j]);
         }
     }
+    for (int32_t j = 0; e->qkv != NULL && j < e->na; j++)
+        free(e->qkv[j]);
+    for (int32_t j = 0; e->o != NULL && j < e->na; j++)
+        free(e->o[j]);
+    free(e->qkv);
+    free(e->o);
+    free(e->h_qkv);
+    free(e->h_o);
+    free(e->a_q);
+    free(e->a_kv);
+    free(e->a_o);
     if (e->bpart != NULL)
         for (int32_t j = 0; j <= e->n_slices; j++)
             free(e->bpart[j]);
@@ -1780,13 +1981,49 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
     enum starpu_data_access_mode md[MAX_SLICES + 16];
     int n = 0, rc;
 #define ADD(handle, mode) (h[n] = (handle), md[n++] = (mode))
-    ADD(e->h_x, STARPU_RW);
-    ADD(e->h_xb, STARPU_W);
-    ADD(L->h_k, STARPU_RW);
-    ADD(L->h_v, STARPU_RW);
-    for (int i = 0; i < 4; i++)
-        ADD(L->h_w[i], STARPU_R);
-    rc = submit(e, &cl_attn, L->name_attn, l, -1, token, h, md, n, 0);
+    if (e->na <= 1) {
+        ADD(e->h_x, STARPU_RW);
+        ADD(e->h_xb, STARPU_W);
+        ADD(L->h_k, STARPU_RW);
+        ADD(L->h_v, STARPU_RW);
+        for (int i = 0; i < 4; i++)
+            ADD(L->h_w[i], STARPU_R);
+        rc = submit(e, &cl_attn, L->name_attn, l, -1, token, h, md, n, 0);
+    } else {
+        rc = 0;
+        for (int32_t j = 0; j < e->na && rc == 0; j++) {
+            n = 0;
+            ADD(e->h_x, STARPU_R);
+            for (int i = 0; i < 3; i++)
+                ADD(L->h_w[i], STARPU_R);
+            ADD(e->h_qkv[j], STARPU_W);
+            rc = submit(e, &cl_aqkv, L->name_aqkv[j], l, j, token, h, md, n, 0);
+        }
+        if (rc == 0) {
+            n = 0;
+            for (int32_t j = 0; j < e->na; j++)
+                ADD(e->h_qkv[j], STARPU_R);
+            ADD(L->h_k, STARPU_RW);
+            ADD(L->h_v, STARPU_RW);
+            ADD(e->h_att, STARPU_W);
+            rc = submit(e, &cl_acore, L->name_acore, l, -1, token, h, md, n, 0);
+        }
+        for (int32_t j = 0; j < e->na && rc == 0; j++) {
+            n = 0;
+            ADD(e->h_att, STARPU_R);
+            ADD(L->h_w[3], STARPU_R);
+            ADD(e->h_o[j], STARPU_W);
+            rc = submit(e, &cl_ao, L->name_ao[j], l, j, token, h, md, n, 0);
+        }
+        if (rc == 0) {
+            n = 0;
+            ADD(e->h_x, STARPU_RW);
+            ADD(e->h_xb, STARPU_W);
+            for (int32_t j = 0; j < e->na; j++)
+                ADD(e->h_o[j], STARPU_R);
+            rc = submit(e, &cl_aout, L->name_aout, l, -1, token, h, md, n, 0);
+        }
+    }
     if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR) {
         n = 0;
         ADD(e->h_xb, STARPU_R);

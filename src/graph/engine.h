@@ -6,7 +6,12 @@
  *   embed                  x (W)
  *   per layer L:
  *     attn L               x (RW), ffn_in (W), K_L V_L (RW), Wq Wk Wv Wo (R)
- *                          attention, residual, the FFN's normalised input
+ *                          attention, residual, the FFN's normalised input;
+ *                          or, split over the CPU workers (attn_split):
+ *       attn_qkv L.j       x, Wq Wk Wv (R) -> qkv_j (W): row slice j of q, k, v
+ *       attn_core L        qkv_* (R), K_L V_L (RW) -> att (W): RoPE, cache, softmax
+ *       attn_o L.j         att, Wo (R) -> o_j (W): row slice j of the projection
+ *       attn_out L         o_* (R), x (RW), ffn_in (W): residual, FFN input
  *     pred L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
  *                          each slice's list of predicted-active positions
  *     ffn_hot L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
@@ -82,6 +87,11 @@ struct si_engine_params {
                       * partial outputs (see docs/measurements.md) */
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
                       * (0: 32; 1: no batches, token by token) */
+    int32_t attn_split; /* decoding: attention's products in this many row
+                         * slices (attn_qkv L.j, attn_o L.j tasks); 0: one
+                         * per CPU worker when the layer's attention weights
+                         * are worth it (see docs/measurements.md), 1: one
+                         * attn task per layer */
     bool exact_prefill; /* prefill with the reference's arithmetic (activations
                          * converted as llama.cpp does), bit for bit the
                          * token-by-token result, instead of OpenBLAS sgemm on
@@ -94,6 +104,7 @@ struct si_engine_params si_engine_default_params(void);
 enum si_task_kind {
     SI_TASK_EMBED,
     SI_TASK_ATTN,
+    SI_TASK_ATTN_PROJ, /* attn_qkv and attn_o */
     SI_TASK_PRED,
     SI_TASK_FFN_HOT,
     SI_TASK_FFN_COLD,
@@ -107,7 +118,7 @@ enum si_task_kind {
     SI_TASK_KIND_COUNT
 };
 
-/* "embed", "attn", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
+/* "embed", "attn", "attn_proj", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
  * "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch" */
 const char *si_task_kind_name(enum si_task_kind k);
 

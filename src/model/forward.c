@@ -421,21 +421,22 @@ int si_ref_begin(struct si_ref *s, int32_t token)
     return SI_OK;
 }
 
-void si_ref_attn(struct si_ref *s, int l)
+void si_ref_attn_input(const struct si_ref *s, int l, float *y, float *tmp)
+{
+    const struct si_layer *L = &s->m->w.layers[l];
+    norm(&s->m->hp, y, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+}
+
+void si_ref_attn_core(struct si_ref *s, int l)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
     const struct si_layer *L = &m->w.layers[l];
     const int pos = s->n_past;
-    const int64_t d = hp->n_embd;
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
     float *tmp = s->tmp;
 
-    /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
-    norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
-    matvec(s, s->q, &L->wq, s->xb);
-    matvec(s, s->k, &L->wk, s->xb);
-    matvec(s, s->v, &L->wv, s->xb);
+    /* Biases, QK norm, RoPE, cache, attend. */
     add_bias(s->q, &L->bq, (int64_t)hp->n_head * hp->head_dim);
     add_bias(s->k, &L->bk, (int64_t)kvd);
     add_bias(s->v, &L->bv, (int64_t)kvd);
@@ -462,7 +463,15 @@ void si_ref_attn(struct si_ref *s, int l)
         attention_f16(s, l, pos);
     else
         attention_f32(s, l, pos);
-    matvec(s, s->xb2, &L->wo, s->att);
+}
+
+void si_ref_attn_finish(struct si_ref *s, int l)
+{
+    const struct si_model *m = s->m;
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *L = &m->w.layers[l];
+    const int64_t d = hp->n_embd;
+    float *tmp = s->tmp;
     add_bias(s->xb2, &L->bo, d);
     if (L->attn_post_norm.data != NULL)
         si_k_rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
@@ -480,6 +489,19 @@ void si_ref_attn(struct si_ref *s, int l)
     for (int64_t i = 0; i < d; i++)
         s->x[i] += s->xb2[i];
     norm(hp, s->xb, s->x, &L->ffn_norm, &L->ffn_norm_b, tmp);
+}
+
+void si_ref_attn(struct si_ref *s, int l)
+{
+    const struct si_layer *L = &s->m->w.layers[l];
+    /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
+    si_ref_attn_input(s, l, s->xb, s->tmp);
+    matvec(s, s->q, &L->wq, s->xb);
+    matvec(s, s->k, &L->wk, s->xb);
+    matvec(s, s->v, &L->wv, s->xb);
+    si_ref_attn_core(s, l);
+    matvec(s, s->xb2, &L->wo, s->att);
+    si_ref_attn_finish(s, l);
 }
 
 void si_ref_ffn(struct si_ref *s, int l)

@@ -121,6 +121,21 @@ int64_t si_ref_ffn_chunk(const struct si_model *m);
 void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
                        const void *h_c, float *y);
 void si_ref_attn(struct si_ref *s, int l);
+/*
+ * si_ref_attn in steps, for engines that split its products into tasks:
+ *   si_ref_attn_input(s, l, y, tmp)  y = the normalised input of layer l's
+ *                                    attention (x untouched; tmp: scratch of
+ *                                    2 * max(n_embd, head_dim) floats)
+ *   q, k, v = Wq y, Wk y, Wv y       (si_ref_matvec, any split of the rows)
+ *   si_ref_attn_core(s, l)           biases, QK norm, RoPE, cache, attention
+ *                                    of q, k, v into att
+ *   xb2 = Wo att                     (likewise)
+ *   si_ref_attn_finish(s, l)         bias, post-norm, residual, the FFN's
+ *                                    normalised input in xb (as si_ref_attn)
+ */
+void si_ref_attn_input(const struct si_ref *s, int l, float *y, float *tmp);
+void si_ref_attn_core(struct si_ref *s, int l);
+void si_ref_attn_finish(struct si_ref *s, int l);
 /* y = W x (W's rows of ne[0] elements), as every matrix-vector product of the
  * reference: with act_quant, x is converted into xq (room for
  * si_type_row_size(si_act_type(W type), ne[0]) bytes) first. */
