@@ -842,6 +842,46 @@ static void test_refusals(cublasHandle_t handle, cudaStream_t stream)
     cudaFree(di);
 }
 
+/* si_cuda_ffn_combine against act() in double: element-wise, so only the
+ * float rounding of act and the product separates them. */
+static void test_combine(int kind, int act, bool bias, cudaStream_t stream)
+{
+    const int64_t n = 3001;
+    float *g = malloc((size_t)n * sizeof *g), *u = malloc((size_t)n * sizeof *u),
+          *b = malloc((size_t)n * sizeof *b), *h = malloc((size_t)n * sizeof *h);
+    fill(g, n, 4.0f);
+    fill(u, n, 4.0f);
+    fill(b, n, 1.0f);
+    float *dg = dev_copy(g, (size_t)n * sizeof *g), *du = dev_copy(u, (size_t)n * sizeof *u),
+          *db = dev_copy(b, (size_t)n * sizeof *b), *dh = dev_copy(h, (size_t)n * sizeof *h);
+    cudaError_t e = si_cuda_ffn_combine(kind == SI_FFN_PLAIN ? NULL : dg, du, bias ? db : NULL, n,
+                                        kind, act, dh, stream);
+    if (finish(e, stream, "combine")) {
+        host_copy(h, dh, (size_t)n * sizeof *h);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = (double)u[i] + (bias ? (double)b[i] : 0.0), r;
+            if (kind == SI_FFN_PLAIN) {
+                r = ref_act(act, v);
+            } else {
+                if (kind == SI_FFN_GATED_RELU2)
+                    v = v > 0 ? v : 0;
+                r = ref_act(act, g[i]) * v;
+            }
+            worst = fmax(worst, norm_err(h[i], r, fabs(r) + 1.0));
+        }
+        CHECK(worst <= 1e-5, "combine %s %s: error %.3g", kind_name(kind), act_name(act), worst);
+    }
+    cudaFree(dg);
+    cudaFree(du);
+    cudaFree(db);
+    cudaFree(dh);
+    free(g);
+    free(u);
+    free(b);
+    free(h);
+}
+
 int main(void)
 {
     int n_dev = 0;
@@ -881,6 +921,10 @@ int main(void)
         test_down(t, q ? 4096 : 1001, 2816, stream);
         test_down(t, 64, 0, stream);
     }
+    test_combine(SI_FFN_GATED, SI_ACT_SILU, false, stream);
+    test_combine(SI_FFN_GATED, SI_ACT_GELU, true, stream);
+    test_combine(SI_FFN_GATED_RELU2, SI_ACT_RELU, true, stream);
+    test_combine(SI_FFN_PLAIN, SI_ACT_RELU, true, stream);
     test_rmsnorm(4096, true, false, stream);
     test_rmsnorm(1001, true, true, stream);
     test_rmsnorm(5, false, false, stream);
