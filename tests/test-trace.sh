@@ -10,13 +10,18 @@ done
 "$si" --version | grep -q ', FxT traces' || { echo "SKIP: StarPU was built without FxT"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$si" synth -o "$tmp/m.gguf" --preset tiny --n-ff 1024 --n-layer 2 --type q4_0 --measure 0 >/dev/null || exit 1
+"$si" synth -o "$tmp/m.gguf" --preset tiny --n-ff 1024 --n-layer 2 --type q4_0 --predictor 32 \
+    --measure 0 >/dev/null || exit 1
+printf 'one two three four five six seven eight nine ten\n' >"$tmp/text.txt"
+"$si" profile -m "$tmp/m.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" >/dev/null || exit 1
 STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/tr" -- "$si" generate -m "$tmp/m.gguf" -p hi -n 4 \
-    --temp 0 --engine starpu --sparsity gate --ids || exit 1
+    --temp 0 --engine starpu --sparsity predictor --profile "$tmp/p.gguf" --attn-split 2 -b 1 \
+    --ids || exit 1
 for f in paje.trace tasks.rec trace.svg trace.png; do
     [ -s "$tmp/tr/$f" ] || { echo "FAIL: $f missing or empty"; exit 1; }
 done
-for name in '"attn L1"' '"ffn_cold L1.0"' '"merge L0"' '"embed"' '"norm+lm_head"'; do
+for name in '"attn_qkv L1.1"' '"attn_core L1"' '"attn_o L0.0"' '"attn_out L1"' '"pred L1"' \
+    '"ffn_cold L1.0"' '"merge L0"' '"embed"' '"norm+lm_head"'; do
     grep -q "$name" "$tmp/tr/paje.trace" || { echo "FAIL: no task named $name in paje.trace"; exit 1; }
 done
 file "$tmp/tr/trace.png" 2>/dev/null | grep -q 'PNG image' || head -c 8 "$tmp/tr/trace.png" | grep -q PNG ||
