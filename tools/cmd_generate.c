@@ -341,6 +341,9 @@ int si_cmd_generate(int argc, char **argv)
             }
             ep.profile = prof;
         }
+        if (prof != NULL && ep.mode == SI_SPARSITY_DENSE)
+            fprintf(stderr, "engine: dense mode computes every neuron: the profile does not "
+                            "change the placement\n");
         if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
             fprintf(stderr, "engine: no CUDA worker: --vram-budget ignored, every FFN neuron "
                             "runs on the CPU workers\n");
