@@ -136,7 +136,10 @@ struct si_engine {
     /* Attention in row slices (na > 1): slot j's rows of q, k, v and of Wo's
      * output, [a_q[j], a_q[j+1]) and so on. */
     int32_t na;
-    int64_t *a_q, *a_kv, *a_o; /* (na + 1) row boundaries */
+    int64_t *a_q, *a_kv, *a_o, *a_h; /* (na + 1) row boundaries (a_h: of the LM head) */
+    char (*name_head)[24];           /* (na) */
+    uint32_t *head_len;              /* (na) rows of each head slice */
+    starpu_data_handle_t *h_logits_c; /* (na) children of h_logits */
     float **qkv, **o;          /* (na) slot outputs */
     starpu_data_handle_t *h_qkv, *h_o, h_att;
 
@@ -574,6 +577,21 @@ static void aout_cpu(void *buffers[], void *cl_arg)
                (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
     si_ref_attn_finish(s, a->l);
     account(e, SI_TASK_ATTN, t0);
+}
+
+/* Buffers: x, output (R), logits child j (W): rows [a_h[j], a_h[j+1]) of
+ * the LM head, each slice normalising x itself (it is n_embd long). */
+static void head_rows_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct scratch *sc = my_scratch(e);
+    double t0 = now();
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    si_ref_head_input(e->ref, sc->h, sc->y);
+    struct si_tensor w = rows_of(&e->m->w.output, e->a_h[a->j], e->a_h[a->j + 1]);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &w, sc->h);
+    account(e, SI_TASK_HEAD, t0);
 }
 
 /* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
@@ -1040,6 +1058,15 @@ static struct starpu_codelet cl_aout = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &aout_model,
     .name = "attn_out",
+};
+static struct starpu_perfmodel head_rows_model = {.type = STARPU_HISTORY_BASED,
+                                                  .symbol = "si_lm_head_rows"};
+static struct starpu_codelet cl_head_rows = {
+    .cpu_funcs = {head_rows_cpu},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &head_rows_model,
+    .name = "lm_head",
 };
 static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};
 static struct starpu_perfmodel hot_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_hot"};
@@ -1779,17 +1806,24 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->a_q = calloc((size_t)na + 1, sizeof *e->a_q);
         e->a_kv = calloc((size_t)na + 1, sizeof *e->a_kv);
         e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
+        e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
+        e->name_head = calloc((size_t)na, sizeof *e->name_head);
+        e->h_logits_c = calloc((size_t)na, sizeof *e->h_logits_c);
         e->qkv = calloc((size_t)na, sizeof *e->qkv);
         e->o = calloc((size_t)na, sizeof *e->o);
         e->h_qkv = calloc((size_t)na, sizeof *e->h_qkv);
         e->h_o = calloc((size_t)na, sizeof *e->h_o);
-        if (!e->a_q || !e->a_kv || !e->a_o || !e->qkv || !e->o || !e->h_qkv || !e->h_o)
+        if (!e->a_q || !e->a_kv || !e->a_o || !e->a_h || !e->name_head || !e->h_logits_c ||
+            !e->qkv || !e->o || !e->h_qkv || !e->h_o)
             goto oom;
         for (int64_t j = 0; j <= na; j++) {
             e->a_q[j] = j * qd / na;
             e->a_kv[j] = j * kvd / na;
             e->a_o[j] = j * hp->n_embd / na;
+            e->a_h[j] = j * hp->n_vocab / na;
         }
+        for (int64_t j = 0; j < na; j++)
+            snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
         for (int64_t j = 0; j < na; j++) {
             e->qkv[j] = malloc((size_t)(e->a_q[j + 1] - e->a_q[j] +
                                         2 * (e->a_kv[j + 1] - e->a_kv[j])) * sizeof(float));
@@ -1883,6 +1917,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));
         }
         vec(&e->h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
+        /* The LM head's row slices write children of the logits; the
+         * partition is undone before anyone reads them (see eval). */
+        e->head_len = calloc((size_t)e->na, sizeof *e->head_len);
+        if (e->head_len == NULL)
+            goto oom;
+        for (int32_t j = 0; j < e->na; j++)
+            e->head_len[j] = (uint32_t)(e->a_h[j + 1] - e->a_h[j]);
+        struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                       .nchildren = (unsigned)e->na,
+                                       .filter_arg_ptr = e->head_len};
+        starpu_data_partition_plan(e->h_logits, &f, e->h_logits_c);
     }
     if (e->n_batch > 1) {
         const size_t bd = (size_t)e->n_batch * d;
@@ -1911,6 +1956,8 @@ void si_engine_free(struct si_engine *e)
             unregister_layer(e, l);
         starpu_data_unregister(e->h_x);
         starpu_data_unregister(e->h_xb);
+        if (e->head_len != NULL) /* the plan exists from init on */
+            starpu_data_partition_clean(e->h_logits, (unsigned)e->na, e->h_logits_c);
         starpu_data_unregister(e->h_logits);
         starpu_data_unregister(e->h_out);
         starpu_data_unregister(e->h_iota);
@@ -1941,6 +1988,10 @@ void si_engine_free(struct si_engine *e)
     free(e->a_q);
     free(e->a_kv);
     free(e->a_o);
+    free(e->a_h);
+    free(e->name_head);
+    free(e->h_logits_c);
+    free(e->head_len);
     if (e->bpart != NULL)
         for (int32_t j = 0; j <= e->n_slices; j++)
             free(e->bpart[j]);
@@ -2090,7 +2141,22 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     int rc = submit(e, &cl_embed, "embed", -1, -1, token, h, md, 1, 0);
     for (int l = 0; l < hp->n_layer && rc == 0; l++)
         rc = submit_layer(e, l, token);
-    if (rc == 0) {
+    if (rc == 0 && e->na > 1) {
+        /* The head in row slices, into children of the logits; n_past
+         * moves on here, as si_ref_end would. */
+        starpu_data_partition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c);
+        for (int32_t j = 0; j < e->na && rc == 0; j++) {
+            h[0] = e->h_x;
+            h[1] = e->h_out;
+            h[2] = e->h_logits_c[j];
+            md[0] = STARPU_R;
+            md[1] = STARPU_R;
+            md[2] = STARPU_W;
+            rc = submit(e, &cl_head_rows, e->name_head[j], -1, j, token, h, md, 3, 0);
+        }
+        starpu_data_unpartition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c,
+                                       STARPU_MAIN_RAM);
+    } else if (rc == 0) {
         h[0] = e->h_x;
         h[1] = e->h_xb;
         h[2] = e->h_logits;
@@ -2104,6 +2170,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     /* Wait for this token's tasks: the logits are ready when readable. */
     starpu_data_acquire(e->h_logits, STARPU_R);
     starpu_data_release(e->h_logits);
+    if (rc == 0 && e->na > 1)
+        e->ref->n_past++;
     if (rc != 0) {
         starpu_task_wait_for_all();
         return SI_E_RUNTIME;

@@ -520,11 +520,16 @@ void si_ref_ffn_finish(struct si_ref *s, int l)
         s->x[i] += s->xb2[i] + (hp->parallel_residual ? s->xb3[i] : 0.0f);
 }
 
-void si_ref_end(struct si_ref *s)
+void si_ref_head_input(const struct si_ref *s, float *y, float *tmp)
 {
     const struct si_model *m = s->m;
-    norm(&m->hp, s->xb, s->x, &m->w.output_norm, &m->w.output_norm_b, s->tmp);
-    matvec(s, s->logits, &m->w.output, s->xb);
+    norm(&m->hp, y, s->x, &m->w.output_norm, &m->w.output_norm_b, tmp);
+}
+
+void si_ref_end(struct si_ref *s)
+{
+    si_ref_head_input(s, s->xb, s->tmp);
+    matvec(s, s->logits, &s->m->w.output, s->xb);
     s->n_past++;
 }
 

@@ -148,5 +148,8 @@ int64_t si_ref_predict(const struct si_model *m, int l, bool act_quant, void *xq
 void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
+/* si_ref_end's first step: y = the output norm of x (tmp as for
+ * si_ref_attn_input); then logits = output . y, and n_past + 1. */
+void si_ref_head_input(const struct si_ref *s, float *y, float *tmp);
 
 #endif /* SI_MODEL_FORWARD_H */
