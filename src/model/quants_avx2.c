@@ -1562,6 +1562,10 @@ static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16
             }
             const uint16_t *vb = v + (size_t)t0 * kvd + koff;
             int i = 0;
+            for (; i + 128 <= hd; i += 128)
+                ATTN_VALUES(16);
+            for (; i + 64 <= hd; i += 64)
+                ATTN_VALUES(8);
             for (; i + 32 <= hd; i += 32)
                 ATTN_VALUES(4);
             for (; i + 8 <= hd; i += 8)
