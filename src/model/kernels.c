@@ -9,6 +9,7 @@
 #include "model/kernels.h"
 
 #include "model/quants.h"
+#include "model/quants_impl.h"
 #include "model/types.h"
 
 #include <assert.h>
@@ -63,9 +64,27 @@ void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind
     }
 }
 
+/*
+ * The AVX2 twin (quants_avx2.c) computes the same operations in the same
+ * order per element, with F16C conversions; it is used exactly when the AVX2
+ * F16 dot is, since it inlines that dot.
+ */
 void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
                    int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
                    uint16_t *scratch)
+{
+    assert(n_head_kv > 0 && n_head % n_head_kv == 0);
+    const si__attn_f16_fn fast = si__quants_attn_f16();
+    if (fast != NULL)
+        fast(out, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, scratch);
+    else
+        si__k_attn_f16_portable(out, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale,
+                                scratch);
+}
+
+void si__k_attn_f16_portable(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                             int first, int n_kv, int n_head, int n_head_kv, int head_dim,
+                             float scale, uint16_t *scratch)
 {
     assert(n_head_kv > 0 && n_head % n_head_kv == 0);
     const int hd = head_dim, group = n_head / n_head_kv;

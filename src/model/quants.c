@@ -1081,6 +1081,8 @@ static void choose_kernels(void)
         if (si__quants_avx2.type[t].dot_act2 != NULL)
             active.type[t].dot_act2 = si__quants_avx2.type[t].dot_act2;
     }
+    if (si__quants_avx2.attn_f16 != NULL)
+        active.attn_f16 = si__quants_avx2.attn_f16;
 }
 
 /* The kernels of type t, after checking (in debug builds) the row length. */
@@ -1201,6 +1203,12 @@ void si_vec_mad4(uint32_t t, const void *const rows[4], const float a[4], float 
     }
     for (int r = 0; r < 4; r++)
         k->mad(rows[r], a[r], y, n);
+}
+
+si__attn_f16_fn si__quants_attn_f16(void)
+{
+    pthread_once(&active_once, choose_kernels);
+    return active.attn_f16;
 }
 
 const char *si_quants_impl(void)

@@ -1426,6 +1426,173 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
     return hsum(acc);
 }
 
+/* ------------------------------------------------------ attention */
+
+/*
+ * si_k_attn_f16 (model/kernels.h) with these kernels: the operations of
+ * si__k_attn_f16_portable, element for element and in the same order, so
+ * that the results are the same bits.
+ *
+ * What may differ is only the order between independent operations.  The
+ * scores of a block of positions (this file's dot_act_f16, the dot the
+ * portable code calls when this table is in use) and the softmax's scalar
+ * steps come first, then each run of value elements goes through every
+ * position of the block in registers.  Each element's chain of roundings
+ * is unchanged: acc = fp16(fp32(acc) * ms) when a position raises the
+ * maximum, then acc = fp16(fma(fp32(v_t), vs, fp32(acc))).  F16C's
+ * conversions (VCVTPS2PH with round to nearest even) equal si_fp16_to_fp32
+ * and si_fp32_to_fp16 on every value but the signalling NaN halves, which
+ * F16C quiets and which the fp16 writers never produce (and which the FMA
+ * quiets anyway; tests/test-kernels.c checks the conversions).  The FMA
+ * is written as VFMADD213PS v = vs * v + acc so that, should two NaNs meet,
+ * the one that propagates is the one glibc's fmaf propagates (x, then y,
+ * then z: v's, then vs's, then acc's), and the output's fp32(acc) * inv as
+ * VMULPS with acc first, as GCC compiles the portable code's product (acc's
+ * NaN wins over inv's, which is NaN whenever acc is).  The other products
+ * and sums meet at most one NaN, but for scale * a NaN score when scale is
+ * itself a NaN.  The sums S = S * ms + vs are two roundings, as in the
+ * portable code.
+ */
+
+#define ATTN_BLOCK 64 /* positions whose scores are formed before the value pass */
+
+/* fp16(x) as a float: round to nearest even and back. */
+INLINE __m256 round_f16(__m256 x)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* v * w + a, one rounding, NaN priority v, w, a (glibc's fmaf(v, w, a)). */
+INLINE __m256 fma_vwa(__m256 v, __m256 w, __m256 a)
+{
+#if defined(__GNUC__)
+    __asm__("vfmadd213ps %2, %1, %0" : "+x"(v) : "x"(w), "xm"(a));
+    return v;
+#else
+    return _mm256_fmadd_ps(v, w, a);
+#endif
+}
+
+INLINE float fma_vwa1(float v, float w, float a)
+{
+#if defined(__GNUC__)
+    __asm__("vfmadd213ss %2, %1, %0" : "+x"(v) : "x"(w), "xm"(a));
+    return v;
+#else
+    return fmaf(v, w, a);
+#endif
+}
+
+/* a * b, NaN priority a, b (the portable code's final fp32(acc) * inv). */
+INLINE __m256 mul_ab(__m256 a, __m256 b)
+{
+#if defined(__GNUC__)
+    __m256 r;
+    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+#else
+    return _mm256_mul_ps(a, b);
+#endif
+}
+
+INLINE float mul_ab1(float a, float b)
+{
+#if defined(__GNUC__)
+    float r;
+    __asm__("vmulss %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+#else
+    return a * b;
+#endif
+}
+
+/* Values (acc, element i on) of NR * 8 elements through the block's positions. */
+#define ATTN_VALUES(NR)                                                                            \
+    do {                                                                                           \
+        __m256 r[NR];                                                                              \
+        for (int u = 0; u < (NR); u++)                                                             \
+            r[u] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i + 8 * u)));           \
+        for (int j = 0; j < nb; j++) {                                                             \
+            const uint16_t *vt = vb + (size_t)j * kvd + i;                                         \
+            if (up[j]) {                                                                           \
+                const __m256 m = _mm256_set1_ps(ms[j]);                                            \
+                for (int u = 0; u < (NR); u++)                                                     \
+                    r[u] = round_f16(_mm256_mul_ps(r[u], m));                                      \
+            }                                                                                      \
+            const __m256 w = _mm256_set1_ps(vs[j]);                                                \
+            for (int u = 0; u < (NR); u++)                                                         \
+                r[u] = round_f16(fma_vwa(                                                          \
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vt + 8 * u))), w, r[u]));    \
+        }                                                                                          \
+        for (int u = 0; u < (NR); u++)                                                             \
+            _mm_storeu_si128((__m128i *)(acc + i + 8 * u),                                         \
+                             _mm256_cvtps_ph(r[u], _MM_FROUND_TO_NEAREST_INT));                    \
+    } while (0)
+
+static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
+                     int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
+                     uint16_t *scratch)
+{
+    const int hd = head_dim, group = n_head / n_head_kv;
+    const size_t kvd = (size_t)n_head_kv * hd;
+    uint16_t *q16 = scratch, *acc = scratch + hd;
+    float ms[ATTN_BLOCK], vs[ATTN_BLOCK];
+    bool up[ATTN_BLOCK];
+    for (int h = 0; h < n_head; h++) {
+        const size_t koff = (size_t)(h / group) * hd;
+        quantize_act_f16(q + (size_t)h * hd, q16, hd);
+        memset(acc, 0, (size_t)hd * sizeof *acc);
+        float M = -INFINITY, S = 0.0f;
+        for (int t0 = first; t0 < n_kv; t0 += ATTN_BLOCK) {
+            const int nb = n_kv - t0 < ATTN_BLOCK ? n_kv - t0 : ATTN_BLOCK;
+            for (int j = 0; j < nb; j++) {
+                const float sc = dot_act_f16(k + (size_t)(t0 + j) * kvd + koff, q16, hd) * scale;
+                ms[j] = 1.0f;
+                vs[j] = 1.0f;
+                up[j] = sc > M;
+                if (up[j]) {
+                    const float Mold = M;
+                    M = sc;
+                    ms[j] = expf(Mold - M);
+                } else {
+                    vs[j] = expf(sc - M);
+                }
+                const float Sm = S * ms[j];
+                S = Sm + vs[j];
+            }
+            const uint16_t *vb = v + (size_t)t0 * kvd + koff;
+            int i = 0;
+            for (; i + 128 <= hd; i += 128)
+                ATTN_VALUES(16);
+            for (; i + 64 <= hd; i += 64)
+                ATTN_VALUES(8);
+            for (; i + 32 <= hd; i += 32)
+                ATTN_VALUES(4);
+            for (; i + 8 <= hd; i += 8)
+                ATTN_VALUES(1);
+            for (; i < hd; i++) {
+                float a = _cvtsh_ss(acc[i]);
+                for (int j = 0; j < nb; j++) {
+                    if (up[j])
+                        a = _cvtsh_ss(_cvtss_sh(a * ms[j], _MM_FROUND_TO_NEAREST_INT));
+                    a = _cvtsh_ss(_cvtss_sh(fma_vwa1(_cvtsh_ss(vb[(size_t)j * kvd + i]), vs[j], a),
+                                            _MM_FROUND_TO_NEAREST_INT));
+                }
+                acc[i] = (uint16_t)_cvtss_sh(a, _MM_FROUND_TO_NEAREST_INT);
+            }
+        }
+        float *o = out + (size_t)h * hd;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        const __m256 vinv = _mm256_set1_ps(inv);
+        int i = 0;
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(
+                o + i, mul_ab(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i))), vinv));
+        for (; i < hd; i++)
+            o[i] = mul_ab1(_cvtsh_ss(acc[i]), inv);
+    }
+}
+
 const struct si__quants_table si__quants_avx2 = {
     .name = "avx2",
     .compiled = true,
@@ -1445,6 +1612,7 @@ const struct si__quants_table si__quants_avx2 = {
             [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
+    .attn_f16 = attn_f16,
 };
 
 #else /* no AVX2, FMA and F16C at compile time */

@@ -68,10 +68,20 @@ struct si__quants_kernels {
     si__dot_act2_fn dot_act2; /* NULL: dot_act twice */
 };
 
+/*
+ * si_k_attn_f16 (model/kernels.h), same arguments, equal to its portable
+ * code (si__k_attn_f16_portable) bit for bit when this table's F16 dot_act
+ * and quantize_act are the ones in use.
+ */
+typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                                int first, int n_kv, int n_head, int n_head_kv, int head_dim,
+                                float scale, uint16_t *scratch);
+
 struct si__quants_table {
     const char *name; /* "scalar" or "avx2" */
     bool compiled;    /* false when the build left this implementation out */
     struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
+    si__attn_f16_fn attn_f16; /* NULL: si__k_attn_f16_portable */
 };
 
 /* The portable implementation: every supported type. */
@@ -82,5 +92,8 @@ extern const struct si__quants_table si__quants_avx2;
 
 /* True when si__quants_avx2 is compiled in and this CPU runs it. */
 bool si__quants_avx2_usable(void);
+
+/* The attention kernel of the table in use (NULL for the portable code). */
+si__attn_f16_fn si__quants_attn_f16(void);
 
 #endif /* SI_MODEL_QUANTS_IMPL_H */

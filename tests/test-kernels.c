@@ -1,0 +1,258 @@
+/*
+ * test-kernels.c - si_k_attn_f16's AVX2 twin against its portable code, bit
+ * for bit, and the F16C conversions it relies on against the software ones.
+ *
+ * The conversions: every fp16 value to fp32 (the signalling NaN halves,
+ * which F16C quiets, apart: both sides must give a NaN of the same sign and
+ * payload but for the quiet bit), and fp32 to fp16 on every float whose low
+ * byte is one of a few patterns (all exponents, all rounding cases: ties,
+ * the subnormal range, overflow to infinity, NaN payloads) plus random ones.
+ *
+ * The attention: random heads (GQA groups included), head sizes, lengths and
+ * windows, with plain values, values that overflow the fp16 accumulator,
+ * scores that keep raising the maximum, and infinities, NaNs and subnormals
+ * in the query and the cache.  Every output must have the same bits, NaNs
+ * included.
+ */
+#include "model/kernels.h"
+#include "model/quants.h"
+#include "model/quants_impl.h"
+#include "model/types.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x4b45524e454c53ull;
+
+/* splitmix64. */
+static uint64_t rng(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rng() >> 11) * 0x1p-53);
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ------------------------------------------------------ conversions */
+
+static void test_fp16_to_fp32(void)
+{
+    const si__dequantize_fn deq = si__quants_avx2.type[SI_TYPE_F16].dequantize;
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *got = malloc(65536 * sizeof *got);
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    deq(h, got, 65536);
+    int bad = 0, snan = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        const uint32_t want = float_bits(si_fp16_to_fp32((uint16_t)i)), have = float_bits(got[i]);
+        const bool is_snan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff) != 0 && !(i & 0x200);
+        if (is_snan) {
+            /* F16C quiets them (bit 22); the rest must agree. */
+            snan += have != want;
+            if ((have | 0x400000u) != (want | 0x400000u) || !isnan(got[i]))
+                bad++;
+        } else if (have != want) {
+            if (bad++ < 5)
+                fprintf(stderr, "fp16 %04x: software %08x, F16C %08x\n", i, want, have);
+        }
+    }
+    CHECK(bad == 0, "%d of the 65536 fp16 values convert differently", bad);
+    printf("fp16 -> fp32: 65536 values, equal but for %d signalling NaNs quieted by F16C\n", snan);
+    free(h);
+    free(got);
+}
+
+/* n floats to fp16 both ways; returns the mismatches. */
+static int fp32_to_fp16_batch(const float *x, uint16_t *h, int n)
+{
+    si__quants_avx2.type[SI_TYPE_F16].quantize_act(x, h, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const uint16_t want = si_fp32_to_fp16(x[i]);
+        if (h[i] != want && bad++ < 5)
+            fprintf(stderr, "fp32 %08x: software %04x, F16C %04x\n", float_bits(x[i]), want, h[i]);
+    }
+    return bad;
+}
+
+static void test_fp32_to_fp16(void)
+{
+    enum { BATCH = 1 << 16 };
+    float *x = malloc(BATCH * sizeof *x);
+    uint16_t *h = malloc(BATCH * sizeof *h);
+    const uint32_t low[] = {0x00, 0x01, 0x80, 0xff, 0x7f};
+    long bad = 0, n = 0;
+    /* The top 24 bits exhaustively: the bits fp16 keeps and its rounding
+     * bits are all above bit 8, so every tie and every carry is seen. */
+    for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
+        for (uint64_t top = 0; top < (1u << 24); top += BATCH) {
+            for (int i = 0; i < BATCH; i++)
+                x[i] = bits_float((uint32_t)((top + (uint64_t)i) << 8) | low[l]);
+            bad += fp32_to_fp16_batch(x, h, BATCH);
+            n += BATCH;
+        }
+    }
+    for (int r = 0; r < 64; r++) {
+        for (int i = 0; i < BATCH; i++)
+            x[i] = bits_float((uint32_t)rng());
+        bad += fp32_to_fp16_batch(x, h, BATCH);
+        n += BATCH;
+    }
+    CHECK(bad == 0, "%ld of %ld floats convert differently", bad, n);
+    printf("fp32 -> fp16: %ld floats, %ld differ\n", n, bad);
+    free(x);
+    free(h);
+}
+
+/* ------------------------------------------------------ attention */
+
+enum fill { PLAIN, BIG, RISING, SPECIAL, N_FILLS };
+static const char *const fill_name[N_FILLS] = {"plain", "big", "rising", "special"};
+
+/* A float that is sometimes an infinity, a NaN (random payload) or a subnormal. */
+static float special(float plain)
+{
+    switch (rng() % 16) {
+    case 0:
+        return rng() & 1 ? INFINITY : -INFINITY;
+    case 1:
+        return bits_float(0x7f800000u | (uint32_t)(rng() & 0x7fffff) | 1u |
+                          (uint32_t)(rng() & 1) << 31);
+    case 2:
+        return (float)(rng() % 1024) * 0x1p-24f; /* an fp16 subnormal */
+    case 3:
+        return 70000.0f; /* fp16 infinity */
+    default:
+        return plain;
+    }
+}
+
+static void fill_case(enum fill f, float *q, size_t nq, uint16_t *k, uint16_t *v, size_t nc,
+                      int head_dim, size_t kvd)
+{
+    for (size_t i = 0; i < nq; i++) {
+        q[i] = uniform(-2.0f, 2.0f);
+        if (f == SPECIAL && rng() % 64 == 0)
+            q[i] = special(q[i]);
+    }
+    for (size_t i = 0; i < nc; i++) {
+        float kv = uniform(-1.0f, 1.0f), vv = uniform(-3.0f, 3.0f);
+        if (f == BIG)
+            vv *= 20000.0f; /* sums past 65504: the accumulator overflows */
+        if (f == RISING) /* scores that grow with the position: many rescales */
+            kv += 0.05f * (float)(i / kvd) * (rng() % 4 == 0 ? -1.0f : 1.0f);
+        if (f == SPECIAL && rng() % 256 == 0)
+            kv = special(kv);
+        if (f == SPECIAL && rng() % 256 == 0)
+            vv = special(vv);
+        k[i] = si_fp32_to_fp16(kv);
+        v[i] = si_fp32_to_fp16(vv);
+    }
+    (void)head_dim;
+}
+
+static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_kv, enum fill f)
+{
+    const size_t nq = (size_t)n_head * head_dim, kvd = (size_t)n_head_kv * head_dim;
+    const size_t nc = (size_t)(n_kv > 0 ? n_kv : 1) * kvd;
+    float *q = malloc(nq * sizeof *q), *a = malloc(nq * sizeof *a), *b = malloc(nq * sizeof *b);
+    uint16_t *k = malloc(nc * sizeof *k), *v = malloc(nc * sizeof *v);
+    uint16_t *s1 = malloc(2 * (size_t)head_dim * sizeof *s1);
+    uint16_t *s2 = malloc(2 * (size_t)head_dim * sizeof *s2);
+    fill_case(f, q, nq, k, v, nc, head_dim, kvd);
+    const float scale = 1.0f / sqrtf((float)head_dim) * (f == RISING ? 4.0f : 1.0f);
+    memset(a, 0xa5, nq * sizeof *a);
+    memset(b, 0x5a, nq * sizeof *b);
+    si__k_attn_f16_portable(a, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s1);
+    si__quants_avx2.attn_f16(b, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s2);
+    int bad = 0;
+    for (size_t i = 0; i < nq; i++) {
+        if (float_bits(a[i]) != float_bits(b[i]) && bad++ < 3)
+            fprintf(stderr, "attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs %08x (%.9g)\n",
+                    n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i, float_bits(a[i]),
+                    a[i], float_bits(b[i]), b[i]);
+    }
+    /* The public function runs the AVX2 code here. */
+    si_k_attn_f16(a, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s1);
+    CHECK(memcmp(a, b, nq * sizeof *a) == 0, "si_k_attn_f16 is not the AVX2 code");
+    free(q);
+    free(a);
+    free(b);
+    free(k);
+    free(v);
+    free(s1);
+    free(s2);
+    return bad;
+}
+
+static void test_attn(void)
+{
+    static const int heads[][2] = {{1, 1}, {4, 4}, {8, 2}, {6, 3}, {16, 16}, {32, 8}, {4, 1}};
+    static const int dims[] = {64, 128, 256, 80, 96, 40, 72, 65, 7, 1};
+    static const int lens[] = {1, 2, 5, 50, 63, 64, 65, 129, 300};
+    int cases = 0, bad_cases = 0;
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const int n_kv = lens[li];
+                /* All positions, a sliding window, a window of one. */
+                const int firsts[3] = {0, n_kv > 4 ? n_kv / 3 : 0, n_kv - 1};
+                for (int fi = 0; fi < 3; fi++) {
+                    for (int f = 0; f < N_FILLS; f++) {
+                        cases++;
+                        bad_cases += attn_case(heads[hi][0], heads[hi][1], dims[di], firsts[fi],
+                                               n_kv, (enum fill)f) != 0;
+                    }
+                }
+            }
+        }
+    }
+    /* Nothing attended: zeros. */
+    cases++;
+    bad_cases += attn_case(4, 2, 64, 10, 10, PLAIN) != 0;
+    CHECK(bad_cases == 0, "%d of %d attention cases differ", bad_cases, cases);
+    printf("attention: %d cases, %d differ\n", cases, bad_cases);
+}
+
+int main(void)
+{
+    if (!si__quants_avx2_usable() || si__quants_avx2.attn_f16 == NULL)
+        test_skip("no AVX2+FMA+F16C on this build or CPU");
+    test_fp16_to_fp32();
+    test_fp32_to_fp16();
+    const char *no_simd = getenv("SI_NO_SIMD");
+    if (no_simd != NULL && no_simd[0] != '\0' && strcmp(no_simd, "0") != 0) {
+        /* The scalar kernels: si_k_attn_f16 is the portable code, whose dot
+         * is then not the AVX2 one, so there is no twin to compare. */
+        CHECK(si__quants_attn_f16() == NULL, "SI_NO_SIMD=1 still uses the AVX2 attention");
+        return test_result();
+    }
+    CHECK(si__quants_attn_f16() == si__quants_avx2.attn_f16, "the AVX2 attention is not in use");
+    test_attn();
+    return test_result();
+}
