@@ -606,24 +606,21 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     struct si_tensor fc2 = W->fc2;
     fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    /* fc1 (rank outputs) into h, then fc2's outputs into y, as si_ref_predict */
-    const int64_t ff = e->m->hp.n_ff;
-    float *r1 = sc->h, *out = sc->y;
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, r1, &W->fc1, xb);
-    for (int64_t i = 0; i < W->fc1.ne[1]; i++)
-        r1[i] = r1[i] > 0.0f ? r1[i] : 0.0f;
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, out, &fc2, r1);
+    /* The reference's predictor on fc2's rows in position order: the
+     * selection comes out in position order, then as each slice's list. */
+    uint8_t *sel = (uint8_t *)sc->ix; /* n_ff bytes of the n_ff int32 */
+    si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb,
+                   sc->h, sc->y, sel);
     for (int32_t j = 0; j < L->nsl; j++) {
         int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3 + j]);
         const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
         int64_t k = 0;
         for (int64_t p = 0; p < n; p++)
-            if (out[p0 + p] >= e->m->predictor_threshold)
+            if (sel[p0 + p])
                 idx[k++] = (int32_t)p;
         for (; k < n; k++)
             idx[k] = -1;
     }
-    (void)ff;
     account(e, SI_TASK_PRED, t0);
 }
 

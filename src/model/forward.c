@@ -42,17 +42,17 @@ static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, 
     si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
 }
 
-int64_t si_ref_predict(const struct si_model *m, int l, bool act_quant, void *xq, const float *x,
-                       float *r1, float *y, uint8_t *active)
+int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
+                       bool act_quant, void *xq, const float *x, float *r1, float *y,
+                       uint8_t *active)
 {
-    const struct si_layer *L = &m->w.layers[l];
-    si_ref_matvec(act_quant, xq, r1, &L->fc1, x);
-    for (int64_t i = 0; i < L->fc1.ne[1]; i++)
+    si_ref_matvec(act_quant, xq, r1, fc1, x);
+    for (int64_t i = 0; i < fc1->ne[1]; i++)
         r1[i] = r1[i] > 0.0f ? r1[i] : 0.0f;
-    si_ref_matvec(act_quant, xq, y, &L->fc2, r1);
+    si_ref_matvec(act_quant, xq, y, fc2, r1);
     int64_t n = 0;
-    for (int64_t i = 0; i < m->hp.n_ff; i++) {
-        active[i] = y[i] >= m->predictor_threshold;
+    for (int64_t i = 0; i < fc2->ne[1]; i++) {
+        active[i] = y[i] >= threshold;
         n += active[i];
     }
     return n;
@@ -365,7 +365,8 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
                 s->hu[i] = 0.0f;
     if (s->p.predictor) {
         /* hg is free now: it takes fc2's output */
-        si_ref_predict(s->m, l, s->p.act_quant, s->xq, s->xb, s->r1, s->hg, s->mask);
+        si_ref_predict(&L->fc1, &L->fc2, s->m->predictor_threshold, s->p.act_quant, s->xq,
+                       s->xb, s->r1, s->hg, s->mask);
         for (int64_t i = 0; i < ff; i++)
             if (!s->mask[i])
                 s->hu[i] = 0.0f;

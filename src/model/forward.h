@@ -140,12 +140,14 @@ void si_ref_attn_finish(struct si_ref *s, int l);
  * reference: with act_quant, x is converted into xq (room for
  * si_type_row_size(si_act_type(W type), ne[0]) bytes) first. */
 void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x);
-/* The predictor of layer l on the FFN input x: active[i] = 1 for the neurons
- * it selects, else 0 (n_ff).  r1 (rank floats) and y (n_ff floats) are
- * scratch, xq as for si_ref_matvec.  Returns how many it selects. */
-int64_t si_ref_predict(const struct si_model *m, int l, bool act_quant, void *xq, const float *x,
-                       float *r1, float *y, uint8_t *active);
-void si_ref_ffn(struct si_ref *s, int l);
+/* A predictor (PowerInfer's fc1, ReLU, fc2) on the FFN input x:
+ * active[i] = 1 for the neurons whose fc2 output reaches threshold, else 0
+ * (fc2's rows: n_ff, in whatever order fc2's rows are).  r1 (rank floats)
+ * and y (n_ff floats) are scratch, xq as for si_ref_matvec.  Returns how
+ * many it selects. */
+int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
+                       bool act_quant, void *xq, const float *x, float *r1, float *y,
+                       uint8_t *active);void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
 /* si_ref_end's first step: y = the output norm of x (tmp as for
