@@ -20,8 +20,8 @@ STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/tr" -- "$si" generate -m "$t
 for f in paje.trace tasks.rec trace.svg trace.png; do
     [ -s "$tmp/tr/$f" ] || { echo "FAIL: $f missing or empty"; exit 1; }
 done
-for name in '"attn_qkv L1.1"' '"attn_core L1"' '"attn_o L0.0"' '"attn_out L1"' '"pred L1"' \
-    '"ffn_cold L1.0"' '"merge L0"' '"embed"' '"lm_head.1"'; do
+for name in '"attn_qkv_L1.1"' '"attn_core_L1"' '"attn_o_L0.0"' '"attn_out_L1"' '"pred_L1"' \
+    '"ffn_cold_L1.0"' '"merge_L0"' '"embed"' '"lm_head.1"'; do
     grep -q "$name" "$tmp/tr/paje.trace" || { echo "FAIL: no task named $name in paje.trace"; exit 1; }
 done
 file "$tmp/tr/trace.png" 2>/dev/null | grep -q 'PNG image' || head -c 8 "$tmp/tr/trace.png" | grep -q PNG ||

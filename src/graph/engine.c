@@ -1869,25 +1869,25 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->p.profile = NULL; /* used during init only */
     for (int l = 0; l < hp->n_layer; l++) {
         struct layer *L = &e->L[l];
-        snprintf(L->name_attn, sizeof L->name_attn, "attn L%d", l);
-        snprintf(L->name_pred, sizeof L->name_pred, "pred L%d", l);
-        snprintf(L->name_merge, sizeof L->name_merge, "merge L%d", l);
-        snprintf(L->name_battn, sizeof L->name_battn, "attn_batch L%d", l);
-        snprintf(L->name_acore, sizeof L->name_acore, "attn_core L%d", l);
-        snprintf(L->name_aout, sizeof L->name_aout, "attn_out L%d", l);
+        snprintf(L->name_attn, sizeof L->name_attn, "attn_L%d", l);
+        snprintf(L->name_pred, sizeof L->name_pred, "pred_L%d", l);
+        snprintf(L->name_merge, sizeof L->name_merge, "merge_L%d", l);
+        snprintf(L->name_battn, sizeof L->name_battn, "attn_batch_L%d", l);
+        snprintf(L->name_acore, sizeof L->name_acore, "attn_core_L%d", l);
+        snprintf(L->name_aout, sizeof L->name_aout, "attn_out_L%d", l);
         for (int32_t j = 0; j < e->na && e->na > 1; j++) {
-            snprintf(L->name_aqkv[j], sizeof L->name_aqkv[j], "attn_qkv L%d.%d", l, j);
-            snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o L%d.%d", l, j);
+            snprintf(L->name_aqkv[j], sizeof L->name_aqkv[j], "attn_qkv_L%d.%d", l, j);
+            snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
         }
-        snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch L%d", l);
+        snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
         for (int32_t j = 0; j < L->nsl; j++) {
             if (is_hot(e, l, j)) {
-                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_hot L%d", l);
-                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_hot L%d", l);
+                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_hot_L%d", l);
+                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_hot_L%d", l);
             } else {
-                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_cold L%d.%d", l,
+                snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_cold_L%d.%d", l,
                          j - (L->hot ? 1 : 0));
-                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_cold L%d.%d", l,
+                snprintf(L->name_bffn[j], sizeof L->name_bffn[j], "ffn_batch_cold_L%d.%d", l,
                          j - (L->hot ? 1 : 0));
             }
         }

@@ -5,18 +5,18 @@
  *
  *   embed                  x (W)
  *   per layer L:
- *     attn L               x (RW), ffn_in (W), K_L V_L (RW), Wq Wk Wv Wo (R)
+ *     attn_L               x (RW), ffn_in (W), K_L V_L (RW), Wq Wk Wv Wo (R)
  *                          attention, residual, the FFN's normalised input;
  *                          or, split over the CPU workers (attn_split):
- *       attn_qkv L.j       x, Wq Wk Wv (R) -> qkv_j (W): row slice j of q, k, v
- *       attn_core L        qkv_* (R), K_L V_L (RW) -> att (W): RoPE, cache, softmax
- *       attn_o L.j         att, Wo (R) -> o_j (W): row slice j of the projection
- *       attn_out L         o_* (R), x (RW), ffn_in (W): residual, FFN input
- *     pred L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
+ *       attn_qkv_L.j       x, Wq Wk Wv (R) -> qkv_j (W): row slice j of q, k, v
+ *       attn_core_L        qkv_* (R), K_L V_L (RW) -> att (W): RoPE, cache, softmax
+ *       attn_o_L.j         att, Wo (R) -> o_j (W): row slice j of the projection
+ *       attn_out_L         o_* (R), x (RW), ffn_in (W): residual, FFN input
+ *     pred_L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
  *                          each slice's list of predicted-active positions
- *     ffn_hot L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
- *     ffn_cold L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
- *     merge L              part_L.* (R), x (RW): the slices' partial outputs
+ *     ffn_hot_L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
+ *     ffn_cold_L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
+ *     merge_L              part_L.* (R), x (RW): the slices' partial outputs
  *                          added in slice order, post-norm, residual
  *   norm+lm_head           x (R), logits (W)
  *
@@ -88,7 +88,7 @@ struct si_engine_params {
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
                       * (0: 32; 1: no batches, token by token) */
     int32_t attn_split; /* decoding: attention's products in this many row
-                         * slices (attn_qkv L.j, attn_o L.j tasks); 0: one
+                         * slices (attn_qkv_L.j, attn_o_L.j tasks); 0: one
                          * per CPU worker when the layer's attention weights
                          * are worth it (see docs/measurements.md), 1: one
                          * attn task per layer */
