@@ -120,7 +120,8 @@ int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_cali
  * The activation CDF as an SVG picture (PowerInfer's Fig. 4): for the whole
  * model (thick) and each layer (thin, grey), the share of neurons sorted most
  * active first on x against the cumulative share of their activations on y,
- * with the diagonal of uniform activity, axes, a legend and `title` (escaped).
+ * with the diagonal of uniform activity, axes, a legend and `title` (escaped;
+ * its first two lines, the second smaller).
  * Exactly n_layer + 1 <polyline> elements.  SI_OK or SI_E_IO / SI_E_NOMEM.
  */
 int si_profile_write_svg(const struct si_profile *p, const char *path, const char *title,

@@ -85,10 +85,18 @@ int si_profile_write_svg(const struct si_profile *p, const char *path, const cha
             "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
             "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             W, H, W, H, W, H);
-    /* Title and subtitle. */
-    fprintf(f, "<text x=\"%d\" y=\"28\" font-size=\"17\" text-anchor=\"middle\">", W / 2);
-    put_text(f, title);
-    fputs("</text>\n", f);
+    /* The title, a line for each of its first two lines. */
+    for (int line = 0; line < 2 && *title; line++) {
+        const char *nl = strchr(title, '\n');
+        const size_t len = nl != NULL ? (size_t)(nl - title) : strlen(title);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), title);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"middle\">", W / 2,
+                line == 0 ? 26 : 50, line == 0 ? 17 : 14);
+        put_text(f, buf);
+        fputs("</text>\n", f);
+        title += len + (nl != NULL);
+    }
     /* Grid, ticks and their labels. */
     for (int i = 0; i <= 5; i++) {
         const double u = i / 5.0, x = X0 + PW * u, y = Y0 + PH * (1 - u);
