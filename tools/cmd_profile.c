@@ -142,9 +142,9 @@ int si_cmd_profile(int argc, char **argv)
                 return 1;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--target-sparsity")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_float(a, v, 0.0, 1.0, &target))
+                !si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &target))
                 return 1;
-            if (target >= 1.0)
+            if (!(target >= 0.0 && target < 1.0))
                 return si_cli_error("%s: %g is out of range [0, 1)", a, target);
             target_given = true;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--plot")) {
