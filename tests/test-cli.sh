@@ -95,6 +95,41 @@ grep -q 'of the neurons carry 80% of the activations' "$tmp/out" || fail "profil
 "$si" info --no-workers --kv "$tmp/prof.gguf" >"$tmp/out" 2>&1 || fail "info on a profile: $(cat "$tmp/out")"
 grep -q 'starinfer.profile.n_tokens *UINT64 *300$' "$tmp/out" || fail "profile file lacks n_tokens = 300: $(cat "$tmp/out")"
 "$si" profile --help | grep -q -- '--n-tokens' || fail "profile --help lacks --n-tokens"
+"$si" profile --help | grep -q -- '--target-sparsity' || fail "profile --help lacks --target-sparsity"
+# A ReLU model: thresholds 0, --target-sparsity does not apply; the picture as SVG
+# (one polyline per layer and one for the whole model).
+"$si" profile -m "$tmp/tiny.gguf" --corpus "$tmp/text.txt" -o "$tmp/prof0.gguf" -c 64 -n 100 \
+    --target-sparsity 0.7 --plot "$tmp/x.svg" >"$tmp/out" 2>"$tmp/err" || fail "profile --plot: $(cat "$tmp/err")"
+grep -q '^ReLU model: active = activation != 0 (thresholds 0; --target-sparsity does not apply)' "$tmp/out" ||
+    fail "profile on a ReLU model: $(cat "$tmp/out")"
+[ -s "$tmp/x.svg" ] || fail "profile --plot x.svg wrote no SVG"
+[ "$(grep -o '<polyline' "$tmp/x.svg" | wc -l)" = 3 ] || fail "x.svg: $(grep -o '<polyline' "$tmp/x.svg" | wc -l) polylines, expected 3 (2 layers + model)"
+"$si" info --no-workers --kv "$tmp/prof0.gguf" >"$tmp/out" 2>&1 || fail "info on a profile: $(cat "$tmp/out")"
+grep -q 'starinfer.profile.gate_threshold' "$tmp/out" || fail "profile lacks gate_threshold: $(cat "$tmp/out")"
+# A SiLU model: CATS thresholds for the target sparsity, met per layer on the corpus.
+"$si" synth -o "$tmp/silu.gguf" --arch llama-silu --preset tiny --type f32 --seed 3 >"$tmp/out" 2>&1 ||
+    fail "synth llama-silu: $(cat "$tmp/out")"
+"$si" profile -m "$tmp/silu.gguf" -f "$tmp/text.txt" -o "$tmp/prof-silu.gguf" -c 64 -n 200 \
+    --target-sparsity 0.7 --plot "$tmp/silu.svg" >"$tmp/out" 2>"$tmp/err" || fail "profile on llama-silu: $(cat "$tmp/err")"
+cat "$tmp/out"
+grep -q '^SiLU model: active = |act(gate . x)| above' "$tmp/out" || fail "profile on llama-silu: $(cat "$tmp/out")"
+grep -q '^layer   1: mean activation rate 0\.\(29\|30\|31\)[0-9]* (threshold [0-9.e-]*)$' "$tmp/out" ||
+    fail "profile on llama-silu: layer 1 not near 0.3: $(cat "$tmp/out")"
+grep -q '^thresholds: .* (target sparsity 0.7)$' "$tmp/out" || fail "profile: no thresholds line: $(cat "$tmp/out")"
+[ "$(grep -o '<polyline' "$tmp/silu.svg" | wc -l)" = 3 ] || fail "silu.svg: wrong polyline count"
+if command -v rsvg-convert >/dev/null; then
+    "$si" profile -m "$tmp/silu.gguf" -f "$tmp/text.txt" -o "$tmp/prof-silu.gguf" -c 64 -n 64 \
+        --plot "$tmp/silu.png" >"$tmp/out" 2>"$tmp/err" || fail "profile --plot png: $(cat "$tmp/err")"
+    [ "$(head -c 4 "$tmp/silu.png" | tail -c 3)" = PNG ] || fail "profile --plot silu.png is no PNG"
+    [ ! -e "$tmp/silu.png.tmp.svg" ] || fail "profile --plot png left its SVG behind"
+fi
+expect_error 1 "--target-sparsity: 1.5 is out of range [0, 1)" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" --target-sparsity 1.5
+expect_error 1 "--target-sparsity: 1 is out of range [0, 1)" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" --target-sparsity 1
+expect_error 1 "--target-sparsity: 'lots' is not a number" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" --target-sparsity lots
+expect_error 1 "--plot: 'x.pdf' names neither an .svg nor a .png file" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" --plot x.pdf
+PATH=/nonexistent "$si" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/p.gguf" --plot x.png >"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -qF -- "--plot: rsvg-convert (librsvg) is not on PATH" "$tmp/err" ||
+    fail "profile --plot x.png without rsvg-convert: $(cat "$tmp/err")"
 expect_error 1 "profile: unknown option '--bogus'" profile -m "$tmp/tiny.gguf" --bogus
 expect_error 1 "profile: no output given" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt"
 expect_error 1 "-c: 0 is out of range" profile -m x.gguf -f y -o z -c 0

@@ -2,8 +2,12 @@
  * test-profile.c - activation profiles (src/predict/profile.h): collection on
  * a synthetic llama-relu model against an independent per-neuron count, the
  * planted power-law activity showing in the counts, the GGUF round trip, and
- * the inputs the reader and collector must refuse.
+ * the inputs the reader and collector must refuse; CATS thresholds on a
+ * synthetic llama-silu model (the target sparsity met, the counts against an
+ * independent count and the reference's gate_threshold, stored and read
+ * back, bad values refused) and on the ReLU one (all 0); the CDF picture.
  */
+#include "model/act.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
@@ -160,6 +164,319 @@ static void test_top_fraction(void)
           "zero layers refused");
     CHECK(si_profile_init(&p, 2, -1, err, sizeof err) == SI_E_INVALID && p == NULL,
           "negative width refused");
+}
+
+/* A profile file with thresholds from `thr` (n_thr of them) and target sparsity `target`
+ * (neither key when thr is NULL; no target key when target < -1). */
+static void write_thr(const char *path, const float *thr, uint64_t n_thr, double target)
+{
+    int32_t vals[2 * 8] = {0};
+    write_raw(path, true, 10, 2, 8, SI_TYPE_I32, vals);
+    struct si_gguf *g = NULL;
+    char err[256];
+    CHECK(si_gguf_open(&g, path, err, sizeof err) == SI_OK, "open %s: %s", path, err);
+    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    si_gguf_writer_copy_kv(w, g);
+    si_gguf_free(g);
+    if (thr != NULL)
+        si_gguf_writer_set_arr(w, "starinfer.profile.gate_threshold", SI_GGUF_FLOAT32, thr, n_thr);
+    if (target >= -1)
+        si_gguf_writer_set_f32(w, "starinfer.profile.target_sparsity", (float)target);
+    const int64_t ne[1] = {8};
+    si_gguf_writer_add_tensor(w, "blk.0.ffn_act_count", SI_TYPE_I32, 1, ne, vals);
+    si_gguf_writer_add_tensor(w, "blk.1.ffn_act_count", SI_TYPE_I32, 1, ne, vals + 8);
+    CHECK(si_gguf_writer_write(w, path, err, sizeof err) == SI_OK, "write %s: %s", path, err);
+    si_gguf_writer_free(w);
+}
+
+/* Count the <polyline elements of an SVG file. */
+static int count_polylines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    int n = 0;
+    char line[1 << 16];
+    while (fgets(line, sizeof line, f) != NULL)
+        for (const char *q = line; (q = strstr(q, "<polyline")) != NULL; q++)
+            n++;
+    fclose(f);
+    return n;
+}
+
+#define TARGET 0.7
+/*
+ * CATS thresholds.  On the same tokens the counting pass sees exactly the
+ * values the thresholds were taken from, so each layer's measured rate is
+ * 1 - (the share at or below its threshold), and that share is the target
+ * up to half the mass of one histogram bin (2^-8 wide relatively): below
+ * 1% unless |a| has more than 2% of its mass within 0.4% of the quantile,
+ * which a continuous distribution over 200k values does not.  Hence a
+ * tolerance of 0.01.  On other tokens (held out) the quantile is estimated,
+ * so 0.05 there.
+ */
+static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
+                            const int64_t *relu_counts)
+{
+    char model_path[128], path[128], err[512];
+    path_in(model_path, sizeof model_path, "silu.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_SILU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 3;
+    sp.n_ff = 512;
+    sp.seed = 11;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth llama-silu: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL)
+        return;
+    CHECK(!si_profile_relu_family(m) && si_profile_relu_family(relu_m), "ReLU family");
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    const size_t total = (size_t)nl * (size_t)ff;
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+
+    /* Thresholds from one pass, and from two calls on the same windows. */
+    struct si_profile_calib *c = NULL, *c2 = NULL;
+    CHECK(si_profile_calib_init(&c, m, err, sizeof err) == SI_OK, "calib init: %s", err);
+    CHECK(si_profile_calib_init(&c2, m, err, sizeof err) == SI_OK, "calib init: %s", err);
+    if (c == NULL || c2 == NULL) {
+        si_profile_calib_free(c);
+        si_profile_calib_free(c2);
+        si_model_free(m);
+        return;
+    }
+    CHECK(si_profile_calib_collect(c, m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+          "calib collect: %s", err);
+    CHECK(si_profile_calib_collect(c2, m, rp, toks, WINDOW, err, sizeof err) == SI_OK &&
+              si_profile_calib_collect(c2, m, rp, toks + WINDOW, N_TOK - WINDOW, err,
+                                       sizeof err) == SI_OK,
+          "calib collect in two: %s", err);
+    CHECK(si_profile_calib_tokens(c) == N_TOK && si_profile_calib_tokens(c2) == N_TOK,
+          "calib tokens %lld %lld", (long long)si_profile_calib_tokens(c),
+          (long long)si_profile_calib_tokens(c2));
+    struct si_profile *p = NULL, *p2 = NULL;
+    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    CHECK(si_profile_init(&p2, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    double below[3] = {0};
+    CHECK(si_profile_set_thresholds(p, c, TARGET, below, err, sizeof err) == SI_OK,
+          "set thresholds: %s", err);
+    CHECK(si_profile_set_thresholds(p2, c2, TARGET, NULL, err, sizeof err) == SI_OK,
+          "set thresholds: %s", err);
+    CHECK(p->thresholds != NULL && p2->thresholds != NULL &&
+              !memcmp(p->thresholds, p2->thresholds, (size_t)nl * sizeof(float)),
+          "thresholds from one call and from two differ");
+    CHECK(p->target_sparsity == (float)TARGET, "target %g", (double)p->target_sparsity);
+    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    CHECK(rc == SI_OK, "collect with thresholds: %s", err);
+    for (int32_t l = 0; l < nl; l++) {
+        int64_t sum = 0;
+        for (int32_t i = 0; i < ff; i++)
+            sum += p->counts[(size_t)l * ff + i];
+        const double rate = (double)sum / ((double)ff * N_TOK);
+        printf("llama-silu layer %d: threshold %.5g for sparsity %.2f: share at or below %.4f, "
+               "measured activation rate %.4f\n",
+               (int)l, (double)p->thresholds[l], TARGET, below[l], rate);
+        CHECK(p->thresholds[l] > 0 && isfinite(p->thresholds[l]), "threshold %g",
+              (double)p->thresholds[l]);
+        CHECK(fabs(rate - (1 - TARGET)) < 0.01, "layer %d: rate %.4f, target %.2f", (int)l, rate,
+              1 - TARGET);
+        CHECK(fabs(rate - (1 - below[l])) < 1e-12, "layer %d: rate %.6f but %.6f above the "
+              "threshold in the first pass", (int)l, rate, 1 - below[l]);
+    }
+
+    /* The independent count: |act(gate . x)| of each neuron after each FFN. */
+    int64_t *ind = calloc(total, sizeof *ind);
+    int64_t layer0 = 0, layer0_ref = 0;
+    struct si_ref *s = NULL, *sg = NULL;
+    struct si_ref_params rg = rp;
+    rg.gate_threshold = p->thresholds[0]; /* the reference's own CATS rule, on layer 0 */
+    CHECK(si_ref_init(&s, m, rp, err, sizeof err) == SI_OK, "ref: %s", err);
+    CHECK(si_ref_init(&sg, m, rg, err, sizeof err) == SI_OK, "ref: %s", err);
+    struct si_tokenizer *tok = NULL;
+    CHECK(si_tokenizer_load(&tok, m->gguf, err, sizeof err) == SI_OK, "tokenizer: %s", err);
+    const int32_t bos = tok != NULL ? si_tokenizer_bos(tok) : -1;
+    si_tokenizer_free(tok);
+    if (s != NULL && sg != NULL) {
+        sg->count_active = true;
+        for (int64_t i = 0; i < N_TOK; i++) {
+            if (i % WINDOW == 0) {
+                si_ref_reset(s);
+                si_ref_reset(sg);
+            }
+            const int32_t t = i % WINDOW == 0 ? bos : toks[i];
+            CHECK(si_ref_begin(s, t) == SI_OK, "begin");
+            for (int32_t l = 0; l < nl; l++) {
+                si_ref_attn(s, l);
+                si_ref_ffn(s, l);
+                for (int32_t k = 0; k < ff; k++) {
+                    const bool on = fabsf(si_act_apply(SI_ACT_SILU, s->hg[k])) > p->thresholds[l];
+                    ind[(size_t)l * ff + k] += on;
+                    layer0 += l == 0 && on;
+                }
+                si_ref_ffn_finish(s, l);
+            }
+            si_ref_end(s);
+            CHECK(si_ref_eval(sg, t) == SI_OK, "eval");
+            layer0_ref += sg->n_active[0];
+        }
+    }
+    si_ref_free(s);
+    si_ref_free(sg);
+    int64_t diff = 0;
+    for (size_t k = 0; k < total; k++)
+        diff += ind[k] != p->counts[k];
+    CHECK(diff == 0, "%lld neurons counted differently from the independent count",
+          (long long)diff);
+    CHECK(layer0 == layer0_ref, "layer 0: %lld active by the threshold, %lld by the reference's "
+          "gate_threshold", (long long)layer0, (long long)layer0_ref);
+    free(ind);
+
+    /* Held-out tokens: the thresholds are an estimate there. */
+    int32_t other[N_TOK];
+    uint64_t x = 12345;
+    for (int i = 0; i < N_TOK; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        other[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+    CHECK(si_profile_collect(p2, m, rp, other, N_TOK, err, sizeof err) == SI_OK, "collect: %s",
+          err);
+    for (int32_t l = 0; l < nl; l++) {
+        int64_t sum = 0;
+        for (int32_t i = 0; i < ff; i++)
+            sum += p2->counts[(size_t)l * ff + i];
+        const double rate = (double)sum / ((double)ff * N_TOK);
+        printf("llama-silu layer %d: held-out activation rate %.4f\n", (int)l, rate);
+        CHECK(fabs(rate - (1 - TARGET)) < 0.05, "layer %d: held-out rate %.4f", (int)l, rate);
+    }
+
+    /* Refusals of set_thresholds; S = 0 gives 0. */
+    CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_E_INVALID &&
+              strstr(err, "already counted") != NULL,
+          "thresholds after counting: %s", err);
+    CHECK(si_profile_set_thresholds(p2, c, 1.0, NULL, err, sizeof err) == SI_E_INVALID &&
+              strstr(err, "not in [0, 1)") != NULL,
+          "target 1: %s", err);
+    struct si_profile *z = NULL;
+    CHECK(si_profile_init(&z, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    if (z != NULL) {
+        CHECK(si_profile_set_thresholds(z, c, 0.0, NULL, err, sizeof err) == SI_OK &&
+                  z->thresholds[0] == 0 && z->thresholds[2] == 0,
+              "target 0: thresholds 0: %s", err);
+        CHECK(si_profile_set_thresholds(z, c, NAN, NULL, err, sizeof err) == SI_E_INVALID,
+              "target NaN");
+    }
+    si_profile_free(z);
+
+    /* Round trip, with the keys. */
+    path_in(path, sizeof path, "silu.prof");
+    CHECK(si_profile_write(p, path, err, sizeof err) == SI_OK, "write: %s", err);
+    struct si_profile *r = NULL;
+    CHECK(si_profile_read(&r, path, m, err, sizeof err) == SI_OK && r != NULL, "read: %s", err);
+    if (r != NULL) {
+        CHECK(same_profile(p, r) && r->thresholds != NULL &&
+                  !memcmp(r->thresholds, p->thresholds, (size_t)nl * sizeof(float)) &&
+                  r->target_sparsity == p->target_sparsity,
+              "thresholds read back");
+    }
+    si_profile_free(r);
+    r = NULL;
+    struct si_gguf *g = NULL;
+    CHECK(si_gguf_open(&g, path, err, sizeof err) == SI_OK, "open: %s", err);
+    if (g != NULL) {
+        enum si_gguf_type t;
+        uint64_t n = 0;
+        CHECK(si_gguf_get_arr(g, "starinfer.profile.gate_threshold", &t, &n) == SI_OK &&
+                  t == SI_GGUF_FLOAT32 && n == (uint64_t)nl,
+              "gate_threshold is FLOAT32[n_layer]");
+        si_gguf_free(g);
+    }
+
+    /* The picture: one polyline per layer and one for the whole model. */
+    path_in(path, sizeof path, "cdf.svg");
+    CHECK(si_profile_write_svg(p, path, "tiny llama-silu\nsecond line & <escaped>", err,
+                               sizeof err) == SI_OK,
+          "svg: %s", err);
+    CHECK(count_polylines(path) == nl + 1, "%d polylines, expected %d", count_polylines(path),
+          (int)nl + 1);
+    path_in(path, sizeof path, "no/such/dir.svg");
+    CHECK(si_profile_write_svg(p, path, "x", err, sizeof err) == SI_E_NOT_FOUND,
+          "svg into a missing directory: %s", err);
+
+    /* Bad thresholds: refused by the writer and the reader. */
+    p->thresholds[1] = -0.5f;
+    path_in(path, sizeof path, "bad.prof");
+    CHECK(si_profile_write(p, path, err, sizeof err) == SI_E_INVALID &&
+              strstr(err, "threshold -0.5 of layer 1") != NULL,
+          "write of a negative threshold: %s", err);
+    p->thresholds[1] = NAN;
+    CHECK(si_profile_write(p, path, err, sizeof err) == SI_E_INVALID, "write of a NaN threshold");
+    float thr[2] = {0.25f, -1.0f};
+    write_thr(path, thr, 2, 0.5);
+    expect_read(path, NULL, SI_E_FORMAT, "threshold -1 of layer 1 is not finite and >= 0");
+    thr[1] = NAN;
+    write_thr(path, thr, 2, 0.5);
+    expect_read(path, NULL, SI_E_FORMAT, "of layer 1 is not finite and >= 0");
+    thr[1] = INFINITY;
+    write_thr(path, thr, 2, 0.5);
+    expect_read(path, NULL, SI_E_FORMAT, "threshold inf of layer 1");
+    thr[1] = 0.5f;
+    write_thr(path, thr, 1, 0.5);
+    expect_read(path, NULL, SI_E_FORMAT, "must be an array of 2 FLOAT32");
+    write_thr(path, thr, 2, 1.5);
+    expect_read(path, NULL, SI_E_FORMAT, "target_sparsity must be a number in [0, 1)");
+    write_thr(path, thr, 2, -5);
+    expect_read(path, NULL, SI_E_FORMAT, "gate_threshold without starinfer.profile.target_sparsity");
+    write_thr(path, NULL, 0, 0.5);
+    expect_read(path, NULL, SI_E_FORMAT, "target_sparsity without starinfer.profile.gate_threshold");
+    write_thr(path, thr, 2, 0.5);
+    CHECK(si_profile_read(&r, path, NULL, err, sizeof err) == SI_OK && r != NULL &&
+              r->thresholds[0] == 0.25f && r->thresholds[1] == 0.5f && r->target_sparsity == 0.5f,
+          "good thresholds read: %s", err);
+    si_profile_free(r);
+
+    /* The ReLU model: thresholds 0 (no first pass needed), the same counts. */
+    struct si_profile_calib *cr = NULL;
+    struct si_profile *pr = NULL;
+    CHECK(si_profile_calib_init(&cr, relu_m, err, sizeof err) == SI_OK, "calib: %s", err);
+    CHECK(si_profile_init(&pr, relu_m->hp.n_layer, relu_m->hp.n_ff, err, sizeof err) == SI_OK,
+          "init: %s", err);
+    if (cr != NULL && pr != NULL) {
+        CHECK(si_profile_calib_collect(cr, relu_m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+              "calib: %s", err);
+        CHECK(si_profile_set_thresholds(pr, cr, TARGET, NULL, err, sizeof err) == SI_OK,
+              "set: %s", err);
+        int nonzero = 0;
+        for (int32_t l = 0; l < relu_m->hp.n_layer; l++)
+            nonzero += pr->thresholds[l] != 0.0f;
+        CHECK(nonzero == 0, "ReLU model: %d thresholds not 0", nonzero);
+        CHECK(si_profile_collect(pr, relu_m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+              "collect: %s", err);
+        CHECK(!memcmp(pr->counts, relu_counts,
+                      (size_t)relu_m->hp.n_layer * relu_m->hp.n_ff * sizeof(int64_t)),
+              "ReLU model: counts with thresholds 0 differ from activation != 0");
+        pr->thresholds[0] = 0.1f;
+        CHECK(si_profile_collect(pr, relu_m, rp, toks, 1, err, sizeof err) == SI_E_INVALID &&
+                  strstr(err, "ReLU model") != NULL,
+              "a ReLU model with a threshold: %s", err);
+    }
+    si_profile_free(pr);
+    si_profile_calib_free(cr);
+
+    si_profile_free(p);
+    si_profile_free(p2);
+    si_profile_calib_free(c);
+    si_profile_calib_free(c2);
+    si_model_free(m);
+    const char *names[] = {"silu.gguf", "silu.prof", "cdf.svg", "bad.prof"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        path_in(path, sizeof path, names[i]);
+        unlink(path);
+    }
 }
 
 int main(void)
@@ -416,6 +733,8 @@ int main(void)
                             : "tensor blk.1.ffn_act_count has 2 dimensions [4, 2, ...], expected [8]");
     }
     free(vals);
+
+    test_thresholds(m, toks, ref);
 
     si_profile_free(q);
     si_profile_free(p);

@@ -6,12 +6,19 @@
 #include "predict/profile.h"
 #include "starinfer.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static double now(void)
 {
@@ -22,30 +29,103 @@ static double now(void)
 
 static void profile_usage(FILE *f)
 {
-    fprintf(f, "Usage: " SI_PROG " profile -m MODEL -f TEXT_FILE -o PROFILE [OPTIONS]\n"
+    fprintf(f, "Usage: " SI_PROG " profile -m MODEL --corpus TEXT_FILE -o PROFILE [OPTIONS]\n"
                "\n"
-               "Count, for every FFN neuron of every layer, how many tokens of a text activate\n"
-               "it (activation not zero), on the reference forward pass, and write the counts\n"
-               "as a GGUF profile (starinfer.profile.* keys, blk.N.ffn_act_count tensors).\n"
+               "Count, for every FFN neuron of every layer, how many tokens of a text corpus\n"
+               "activate it, on the reference forward pass, and write the counts as a GGUF\n"
+               "profile (starinfer.profile.* keys, blk.N.ffn_act_count tensors).\n"
+               "ReLU models: a neuron is active when its activation is not zero.\n"
+               "SiLU/GELU models (CATS): when |act(gate . x)| is above its layer's threshold,\n"
+               "the --target-sparsity quantile of |act(gate . x)| over the corpus, found by a\n"
+               "first pass over the tokens; the thresholds are stored in the profile\n"
+               "(starinfer.profile.gate_threshold, one per layer; 0 for ReLU models).\n"
                "The text is tokenized as a whole (BOS first when the model adds one) and\n"
                "evaluated in windows of --ctx-size tokens, each from an empty cache and, when\n"
                "the model adds BOS, with BOS in place of its first token.  Prints the tokens\n"
-               "counted, each layer's mean activation rate and the share of neurons that\n"
-               "carry 80%% of all activations.\n"
+               "counted, each layer's mean activation rate (and threshold) and the share of\n"
+               "neurons that carry 80%% of all activations.\n"
                "\n"
                "Options:\n"
-               "  -m, --model FILE     the model (GGUF)\n"
-               "  -f, --file FILE      the text\n"
-               "  -o, --output FILE    the profile to write\n"
-               "  -c, --ctx-size N     window length (default 512)\n"
-               "  -n, --n-tokens N     count at most the first N tokens (default: all)\n"
-               "  -h, --help           show this help\n");
+               "  -m, --model FILE          the model (GGUF)\n"
+               "  -f, --corpus, --file FILE the text\n"
+               "  -o, --output FILE         the profile to write\n"
+               "  -s, --target-sparsity S   SiLU/GELU models: share of |act(gate)| values per\n"
+               "                            layer at or below the threshold, in [0, 1)\n"
+               "                            (default 0.5, CATS's setting without fine-tuning)\n"
+               "  -p, --plot FILE           the activation CDF (share of neurons, most active\n"
+               "                            first, vs cumulative share of activations, per\n"
+               "                            layer and whole model): FILE.svg, or FILE.png\n"
+               "                            through rsvg-convert\n"
+               "  -c, --ctx-size N          window length (default 512)\n"
+               "  -n, --n-tokens N          count at most the first N tokens (default: all)\n"
+               "  -h, --help                show this help\n");
+}
+
+/* Does `name` end with `ext` (case-insensitive)? */
+static bool ends_with(const char *name, const char *ext)
+{
+    const size_t n = strlen(name), e = strlen(ext);
+    return n > e && strcasecmp(name + n - e, ext) == 0;
+}
+
+/* Is `prog` an executable file in a directory of PATH? */
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        return false;
+    char buf[4096];
+    while (*path) {
+        const char *end = strchr(path, ':');
+        const size_t len = end ? (size_t)(end - path) : strlen(path);
+        if (len + strlen(prog) + 2 < sizeof buf) {
+            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, len ? path : ".", prog);
+            if (access(buf, X_OK) == 0)
+                return true;
+        }
+        path += len + (end != NULL);
+    }
+    return false;
+}
+
+/* Convert svg to png with rsvg-convert; 0 or a one-line error printed. */
+static int svg_to_png(const char *svg, const char *png)
+{
+    char *args[] = {"rsvg-convert", "-o", (char *)png, (char *)svg, NULL};
+    pid_t pid;
+    int e = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, args, environ);
+    if (e != 0)
+        return si_cli_error("--plot: cannot run rsvg-convert: %s", strerror(e));
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return si_cli_error("--plot: waiting for rsvg-convert: %s", strerror(errno));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return si_cli_error("--plot: rsvg-convert failed to write %s", png);
+    return 0;
+}
+
+/* The progress bar: pass `pass` of `passes`, `done` of `total` tokens. */
+static void progress(int pass, int passes, const char *what, int64_t done, int64_t total,
+                     double t0)
+{
+    const int width = 30;
+    const int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : width;
+    const double el = now() - t0, rate = el > 0 ? (double)done / el : 0;
+    const double eta = rate > 0 ? (double)(total - done) / rate : 0;
+    fprintf(stderr, "\rprofile %d/%d %-11s [%.*s%*s] %" PRId64 "/%" PRId64 " tokens, %.1f tok/s, "
+                    "%d:%02d left ",
+            pass, passes, what, fill, "##############################", width - fill, "", done,
+            total, rate, (int)eta / 60, (int)eta % 60);
+    fflush(stderr);
 }
 
 int si_cmd_profile(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *output = NULL, *v;
+    const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
     long long n_ctx = 512, max_tokens = -1;
+    double target = 0.5;
+    bool target_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -54,11 +134,21 @@ int si_cmd_profile(int argc, char **argv)
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if ((model = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file") || !strcmp(a, "--corpus")) {
             if ((file = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if ((output = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--target-sparsity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &target))
+                return 1;
+            if (!(target >= 0.0 && target < 1.0))
+                return si_cli_error("%s: %g is out of range [0, 1)", a, target);
+            target_given = true;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--plot")) {
+            if ((plot = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &n_ctx))
@@ -77,6 +167,11 @@ int si_cmd_profile(int argc, char **argv)
         return si_cli_error("profile: no text given (-f FILE)");
     if (output == NULL)
         return si_cli_error("profile: no output given (-o PROFILE.gguf)");
+    if (plot != NULL && !ends_with(plot, ".svg") && !ends_with(plot, ".png"))
+        return si_cli_error("--plot: '%s' names neither an .svg nor a .png file", plot);
+    if (plot != NULL && ends_with(plot, ".png") && !on_path("rsvg-convert"))
+        return si_cli_error("--plot: rsvg-convert (librsvg) is not on PATH; it makes the PNG "
+                            "(name the plot .svg to write the SVG only)");
 
     size_t len;
     char *text = si_cli_read_file(file, &len);
@@ -85,6 +180,8 @@ int si_cmd_profile(int argc, char **argv)
     struct si_model *m = NULL;
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
+    struct si_profile_calib *calib = NULL;
+    double *below = NULL;
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
@@ -119,55 +216,132 @@ int si_cmd_profile(int argc, char **argv)
         goto out;
     }
 
-    /* Window by window (each call starts a fresh window), to show progress. */
+    /* Window by window (each call starts a fresh window), to show progress:
+     * first the thresholds' pass (SiLU/GELU models), then the counting one. */
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)n_ctx;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool tty = isatty(STDERR_FILENO);
+    const bool relu = si_profile_relu_family(m);
+    const int passes = relu ? 1 : 2;
+    below = calloc((size_t)m->hp.n_layer, sizeof *below);
+    if (below == NULL || si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", below == NULL ? "out of memory" : err);
+        goto out;
+    }
     double t0 = now();
-    for (int64_t w = 0; w < n_windows; w++) {
+    for (int64_t w = 0; w < n_windows && !relu; w++) {
         const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-        if (si_profile_collect(prof, m, rp, toks + start, len_w, err, sizeof err) != SI_OK) {
+        if (tty)
+            progress(1, passes, "thresholds", start, n, t0);
+        if (si_profile_calib_collect(calib, m, rp, toks + start, len_w, err, sizeof err) !=
+            SI_OK) {
+            if (tty)
+                fputc('\n', stderr);
             si_cli_error("%s", err);
             goto out;
         }
+    }
+    if (tty && !relu)
+        progress(1, passes, "thresholds", n, n, t0);
+    if (si_profile_set_thresholds(prof, calib, target, below, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    const double t1 = now();
+    for (int64_t w = 0; w < n_windows; w++) {
+        const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
         if (tty)
-            fprintf(stderr, "\rprofile: window %lld/%lld", (long long)w + 1, (long long)n_windows);
+            progress(passes, passes, "counting", start, n, t1);
+        if (si_profile_collect(prof, m, rp, toks + start, len_w, err, sizeof err) != SI_OK) {
+            if (tty)
+                fputc('\n', stderr);
+            si_cli_error("%s", err);
+            goto out;
+        }
     }
     const double secs = now() - t0;
-    if (tty)
+    if (tty) {
+        progress(passes, passes, "counting", n, n, t1);
         fputc('\n', stderr);
+    }
     if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
 
-    printf("profile: %" PRId64 " tokens in %lld windows of %lld (%.1f s, %.1f tokens/s), %" PRId32
-           " layers x %" PRId32 " neurons -> %s\n",
-           prof->n_tokens, (long long)n_windows, n_ctx, secs,
-           secs > 0 ? (double)prof->n_tokens / secs : 0.0, prof->n_layer, prof->n_ff, output);
-    double all = 0;
+    printf("profile: %" PRId64 " tokens in %lld windows of %lld (%d pass%s, %.1f s, %.1f "
+           "tokens/s a pass), %" PRId32 " layers x %" PRId32 " neurons -> %s\n",
+           prof->n_tokens, (long long)n_windows, n_ctx, passes, passes > 1 ? "es" : "", secs,
+           secs > 0 ? (double)passes * (double)prof->n_tokens / secs : 0.0, prof->n_layer,
+           prof->n_ff, output);
+    if (relu)
+        printf("ReLU model: active = activation != 0 (thresholds 0%s)\n",
+               target_given ? "; --target-sparsity does not apply" : "");
+    else
+        printf("%s model: active = |act(gate . x)| above the layer's threshold, the %.3g "
+               "quantile of |act(gate . x)| over the corpus (CATS)\n",
+               m->hp.act == SI_ACT_GELU ? "GELU" : "SiLU", target);
+    double all = 0, tmin = INFINITY, tmax = 0;
     for (int32_t l = 0; l < prof->n_layer; l++) {
         double sum = 0;
         for (int32_t i = 0; i < prof->n_ff; i++)
             sum += (double)prof->counts[(size_t)l * (size_t)prof->n_ff + (size_t)i];
         all += sum;
-        printf("layer %3" PRId32 ": mean activation rate %.4f\n", l,
+        const double t = prof->thresholds[l];
+        tmin = t < tmin ? t : tmin;
+        tmax = t > tmax ? t : tmax;
+        printf("layer %3" PRId32 ": mean activation rate %.4f", l,
                sum / ((double)prof->n_ff * (double)prof->n_tokens));
+        if (!relu)
+            printf(" (threshold %.4g)", t);
+        putchar('\n');
     }
     const double top = si_profile_top_fraction(prof, 0.8);
     if (top < 0) {
         si_cli_error("out of memory");
         goto out;
     }
+    const double rate = all / ((double)prof->n_layer * (double)prof->n_ff * (double)prof->n_tokens);
     printf("all layers: mean activation rate %.4f (sparsity %.4f); %.1f%% of the neurons carry "
            "80%% of the activations\n",
-           all / ((double)prof->n_layer * (double)prof->n_ff * (double)prof->n_tokens),
-           1.0 - all / ((double)prof->n_layer * (double)prof->n_ff * (double)prof->n_tokens),
-           100.0 * top);
+           rate, 1.0 - rate, 100.0 * top);
+    if (!relu)
+        printf("thresholds: %.4g to %.4g over the layers (target sparsity %.3g)\n", tmin, tmax,
+               target);
+
+    if (plot != NULL) {
+        const char *base = strrchr(model, '/') != NULL ? strrchr(model, '/') + 1 : model;
+        char title[512];
+        if (relu)
+            snprintf(title, sizeof title,
+                     "%s\nactivation CDF, %" PRId64 " tokens; active: ReLU output > 0", base,
+                     prof->n_tokens);
+        else
+            snprintf(title, sizeof title,
+                     "%s\nactivation CDF, %" PRId64
+                     " tokens; active: |act(gate)| > CATS threshold (sparsity %.2g)",
+                     base, prof->n_tokens, target);
+        const bool png = ends_with(plot, ".png");
+        char svg[4096];
+        snprintf(svg, sizeof svg, "%s%s", plot, png ? ".tmp.svg" : "");
+        if (si_profile_write_svg(prof, svg, title, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        if (png) {
+            const int bad = svg_to_png(svg, plot);
+            unlink(svg);
+            if (bad)
+                goto out;
+        }
+        printf("plot: %s\n", plot);
+    }
     rc = 0;
 out:
     si_profile_free(prof);
+    si_profile_calib_free(calib);
+    free(below);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

@@ -359,6 +359,8 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
         }
     }
+    if (s->ffn_hook != NULL)
+        s->ffn_hook(s->ffn_hook_user, s, l);
     if (s->p.gate_threshold > 0.0f && hp->ffn_kind != SI_FFN_PLAIN && hp->act != SI_ACT_RELU)
         for (int64_t i = 0; i < ff; i++)
             if (!(fabsf(si_act_apply(hp->act, s->hg[i])) > s->p.gate_threshold))

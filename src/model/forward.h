@@ -83,6 +83,15 @@ struct si_ref {
     /* When not NULL, (n_layer, n_ff) counters: each evaluation adds 1 for
      * every FFN neuron whose activation is not zero (the profiler). */
     int64_t *neuron_counts;
+
+    /* When not NULL, called by every layer's FFN right after its activation,
+     * before any sparsity (gate_threshold, predictor) applies, with
+     * ffn_hook_user, s and the layer.  Gated FFNs then hold the gate
+     * products gate . x (before the activation) in s->hg and
+     * act(gate . x) * up in s->hu; plain FFNs hold act(up . x) in s->hu.
+     * The profiler's CATS thresholds (predict/profile.h) look here. */
+    void (*ffn_hook)(void *user, const struct si_ref *s, int l);
+    void *ffn_hook_user;
 };
 
 /* Allocate the state; SI_OK or a negative si_status with one line in err

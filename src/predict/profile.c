@@ -2,11 +2,13 @@
 #include "predict/profile.h"
 
 #include "internal.h"
+#include "model/act.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/types.h"
 #include "starinfer.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -17,6 +19,12 @@
 #define KEY_N_TOKENS "starinfer.profile.n_tokens"
 #define KEY_N_LAYER "starinfer.profile.n_layer"
 #define KEY_N_FF "starinfer.profile.n_ff"
+#define KEY_THRESHOLD "starinfer.profile.gate_threshold"
+#define KEY_TARGET "starinfer.profile.target_sparsity"
+
+/* Histogram bins of |a|: the float's bits >> HIST_SHIFT (sign bit clear). */
+#define HIST_SHIFT 15
+#define HIST_BINS ((size_t)1 << (31 - HIST_SHIFT))
 
 int si_profile_init(struct si_profile **out, int32_t n_layer, int32_t n_ff, char *err,
                     size_t err_size)
@@ -45,7 +53,13 @@ void si_profile_free(struct si_profile *p)
     if (p == NULL)
         return;
     free(p->counts);
+    free(p->thresholds);
     free(p);
+}
+
+bool si_profile_relu_family(const struct si_model *m)
+{
+    return m->hp.act == SI_ACT_RELU;
 }
 
 /* The token every window starts with, or -1: BOS when the model has one and
@@ -66,40 +80,28 @@ static int32_t window_bos(const struct si_model *m)
     return add ? (int32_t)bos : -1;
 }
 
-int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
-                       const int32_t *tokens, int64_t n, char *err, size_t err_size)
+/* The checks of collect and calib_collect: every token in the vocabulary. */
+static int check_tokens(const struct si_model *m, const int32_t *tokens, int64_t n, char *err,
+                        size_t err_size)
 {
-    if (p == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL))
-        return si__errf(err, err_size, SI_E_INVALID, "profile collect: invalid arguments");
-    if (p->n_layer != m->hp.n_layer || p->n_ff != m->hp.n_ff)
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "profile of %" PRId32 " layers x %" PRId32
-                        " neurons, but the model has %" PRId32 " x %" PRId32,
-                        p->n_layer, p->n_ff, m->hp.n_layer, m->hp.n_ff);
-    if (n > INT64_MAX - p->n_tokens)
-        return si__errf(err, err_size, SI_E_INVALID, "profile collect: token count overflows");
+    if (n < 0 || (n > 0 && tokens == NULL))
+        return si__errf(err, err_size, SI_E_INVALID, "profile: invalid arguments");
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return si__errf(err, err_size, SI_E_INVALID,
                             "token %" PRId32 " at position %" PRId64
                             " is outside the vocabulary of %" PRId32,
                             tokens[i], i, m->hp.n_vocab);
-    if (n == 0)
-        return SI_OK;
+    return SI_OK;
+}
 
-    struct si_ref *s = NULL;
-    int rc = si_ref_init(&s, m, rp, err, err_size);
-    if (rc != SI_OK)
-        return rc;
-    const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
-    /* Counted apart and added at the end, so that a failure leaves p as it was. */
-    s->neuron_counts = calloc(total, sizeof(int64_t));
-    if (s->neuron_counts == NULL) {
-        si_ref_free(s);
-        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the profile counters");
-    }
+/* Evaluate tokens[0..n) in windows of s's context (reset, BOS first). */
+static int eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
+                        int64_t n, char *err, size_t err_size)
+{
     const int64_t window = s->p.n_ctx;
     const int32_t bos = window_bos(m);
+    int rc = SI_OK;
     for (int64_t i = 0; i < n && rc == SI_OK; i++) {
         const int64_t j = i % window;
         if (j == 0)
@@ -110,15 +112,234 @@ int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si
             rc = si__errf(err, err_size, rc, "evaluation of token %" PRId32 " at position %" PRId64
                           " failed: %s", t, i, si_status_str(rc));
     }
+    return rc;
+}
+
+/* The activation a of neuron i in the FFN hook (see forward.h's ffn_hook). */
+static inline float hook_act(const struct si_ref *s, int64_t i)
+{
+    return s->m->hp.ffn_kind == SI_FFN_PLAIN ? s->hu[i] : si_act_apply(s->m->hp.act, s->hg[i]);
+}
+
+struct count_hook {
+    const float *thresholds;
+    int64_t *counts;
+};
+
+/* Count the neurons with |a| above their layer's threshold. */
+static void count_hook(void *user, const struct si_ref *s, int l)
+{
+    const struct count_hook *h = user;
+    const int64_t ff = s->m->hp.n_ff;
+    const float t = h->thresholds[l];
+    int64_t *c = h->counts + (size_t)l * (size_t)ff;
+    for (int64_t i = 0; i < ff; i++)
+        c[i] += fabsf(hook_act(s, i)) > t;
+}
+
+int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
+                       const int32_t *tokens, int64_t n, char *err, size_t err_size)
+{
+    if (p == NULL || m == NULL)
+        return si__errf(err, err_size, SI_E_INVALID, "profile collect: invalid arguments");
+    if (p->n_layer != m->hp.n_layer || p->n_ff != m->hp.n_ff)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile of %" PRId32 " layers x %" PRId32
+                        " neurons, but the model has %" PRId32 " x %" PRId32,
+                        p->n_layer, p->n_ff, m->hp.n_layer, m->hp.n_ff);
+    if (n > INT64_MAX - p->n_tokens)
+        return si__errf(err, err_size, SI_E_INVALID, "profile collect: token count overflows");
+    int rc = check_tokens(m, tokens, n, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    const bool relu = si_profile_relu_family(m);
+    for (int32_t l = 0; relu && p->thresholds != NULL && l < p->n_layer; l++)
+        if (p->thresholds[l] != 0.0f)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "threshold %g of layer %" PRId32 " on a ReLU model (must be 0)",
+                            (double)p->thresholds[l], l);
+    if (n == 0)
+        return SI_OK;
+
+    struct si_ref *s = NULL;
+    rc = si_ref_init(&s, m, rp, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
+    /* Counted apart and added at the end, so that a failure leaves p as it was. */
+    int64_t *counts = calloc(total, sizeof(int64_t));
+    if (counts == NULL) {
+        si_ref_free(s);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the profile counters");
+    }
+    struct count_hook hook = {p->thresholds, counts};
+    if (p->thresholds != NULL && !relu) {
+        s->ffn_hook = count_hook;
+        s->ffn_hook_user = &hook;
+    } else {
+        s->neuron_counts = counts;
+    }
+    rc = eval_windows(s, m, tokens, n, err, err_size);
     if (rc == SI_OK) {
         for (size_t k = 0; k < total; k++)
-            p->counts[k] += s->neuron_counts[k];
+            p->counts[k] += counts[k];
         p->n_tokens += n;
     }
-    free(s->neuron_counts);
+    free(counts);
     s->neuron_counts = NULL;
     si_ref_free(s);
     return rc;
+}
+
+struct si_profile_calib {
+    int32_t n_layer, n_ff;
+    bool relu;
+    int64_t n_tokens;
+    uint64_t *hist; /* (n_layer, HIST_BINS); NULL for ReLU-family models */
+};
+
+int si_profile_calib_init(struct si_profile_calib **out, const struct si_model *m, char *err,
+                          size_t err_size)
+{
+    *out = NULL;
+    struct si_profile_calib *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    c->n_layer = m->hp.n_layer;
+    c->n_ff = m->hp.n_ff;
+    c->relu = si_profile_relu_family(m);
+    if (!c->relu) {
+        c->hist = calloc((size_t)c->n_layer * HIST_BINS, sizeof *c->hist);
+        if (c->hist == NULL) {
+            free(c);
+            return si__errf(err, err_size, SI_E_NOMEM,
+                            "out of memory for %" PRId32 " activation histograms", m->hp.n_layer);
+        }
+    }
+    *out = c;
+    return SI_OK;
+}
+
+void si_profile_calib_free(struct si_profile_calib *c)
+{
+    if (c == NULL)
+        return;
+    free(c->hist);
+    free(c);
+}
+
+int64_t si_profile_calib_tokens(const struct si_profile_calib *c)
+{
+    return c->n_tokens;
+}
+
+/* Add every |a| of layer l to its histogram. */
+static void hist_hook(void *user, const struct si_ref *s, int l)
+{
+    const struct si_profile_calib *c = user;
+    uint64_t *h = c->hist + (size_t)l * HIST_BINS;
+    for (int64_t i = 0; i < c->n_ff; i++) {
+        const float a = fabsf(hook_act(s, i));
+        uint32_t bits;
+        memcpy(&bits, &a, sizeof bits);
+        h[(bits & 0x7fffffffu) >> HIST_SHIFT]++;
+    }
+}
+
+int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *m,
+                             struct si_ref_params rp, const int32_t *tokens, int64_t n,
+                             char *err, size_t err_size)
+{
+    if (c == NULL || m == NULL)
+        return si__errf(err, err_size, SI_E_INVALID, "profile calibration: invalid arguments");
+    if (c->n_layer != m->hp.n_layer || c->n_ff != m->hp.n_ff)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "calibration of %" PRId32 " layers x %" PRId32
+                        " neurons, but the model has %" PRId32 " x %" PRId32,
+                        c->n_layer, c->n_ff, m->hp.n_layer, m->hp.n_ff);
+    int rc = check_tokens(m, tokens, n, err, err_size);
+    if (rc != SI_OK || n == 0)
+        return rc;
+    if (c->relu) { /* thresholds 0: nothing to measure */
+        c->n_tokens += n;
+        return SI_OK;
+    }
+    struct si_ref *s = NULL;
+    if ((rc = si_ref_init(&s, m, rp, err, err_size)) != SI_OK)
+        return rc;
+    s->ffn_hook = hist_hook;
+    s->ffn_hook_user = c;
+    rc = eval_windows(s, m, tokens, n, err, err_size);
+    if (rc == SI_OK)
+        c->n_tokens += n;
+    si_ref_free(s);
+    return rc;
+}
+
+/* The threshold whose share of values at or below it is nearest S: the
+ * largest float of the bin b whose cumulative count is nearest S * total. */
+static float pick_threshold(const uint64_t *h, double S, double *below)
+{
+    uint64_t total = 0;
+    for (size_t b = 0; b < HIST_BINS; b++)
+        total += h[b];
+    *below = 0;
+    if (S <= 0 || total == 0)
+        return 0.0f;
+    const double want = S * (double)total;
+    double best_d = INFINITY;
+    size_t best = 0;
+    uint64_t cum = 0, best_cum = 0;
+    for (size_t b = 0; b < HIST_BINS; b++) {
+        cum += h[b];
+        const double d = fabs((double)cum - want);
+        if (d < best_d) {
+            best_d = d;
+            best = b;
+            best_cum = cum;
+        }
+        if ((double)cum >= want)
+            break;
+    }
+    *below = (double)best_cum / (double)total;
+    /* Bins above 0x7f7fffff >> HIST_SHIFT hold infinities and NaNs. */
+    if (best >= (size_t)(0x7f7fffffu >> HIST_SHIFT))
+        return FLT_MAX;
+    const uint32_t bits = (uint32_t)((best + 1) << HIST_SHIFT) - 1u;
+    float t;
+    memcpy(&t, &bits, sizeof t);
+    return t;
+}
+
+int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_calib *c, double S,
+                              double *below_share, char *err, size_t err_size)
+{
+    if (p == NULL || c == NULL || !(S >= 0 && S < 1))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "target sparsity %g is not in [0, 1)", S);
+    if (p->n_layer != c->n_layer || p->n_ff != c->n_ff)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile of %" PRId32 " layers x %" PRId32
+                        " neurons, but the calibration has %" PRId32 " x %" PRId32,
+                        p->n_layer, p->n_ff, c->n_layer, c->n_ff);
+    if (p->n_tokens != 0)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "thresholds for a profile that already counted %" PRId64 " tokens",
+                        p->n_tokens);
+    float *t = calloc((size_t)p->n_layer, sizeof *t);
+    if (t == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        double below = 0;
+        if (!c->relu)
+            t[l] = pick_threshold(c->hist + (size_t)l * HIST_BINS, S, &below);
+        if (below_share != NULL)
+            below_share[l] = below;
+    }
+    free(p->thresholds);
+    p->thresholds = t;
+    p->target_sparsity = (float)S;
+    return SI_OK;
 }
 
 int si_profile_write(const struct si_profile *p, const char *path, char *err, size_t err_size)
@@ -147,6 +368,26 @@ int si_profile_write(const struct si_profile *p, const char *path, char *err, si
         (rc = si_gguf_writer_set_u32(w, KEY_N_FF, (uint32_t)p->n_ff)) != SI_OK) {
         rc = si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
         goto out;
+    }
+    if (p->thresholds != NULL) {
+        for (int32_t l = 0; l < p->n_layer; l++)
+            if (!(isfinite(p->thresholds[l]) && p->thresholds[l] >= 0)) {
+                rc = si__errf(err, err_size, SI_E_INVALID,
+                              "%s: threshold %g of layer %" PRId32 " is not finite and >= 0",
+                              path, (double)p->thresholds[l], l);
+                goto out;
+            }
+        if (!(p->target_sparsity >= 0 && p->target_sparsity < 1)) {
+            rc = si__errf(err, err_size, SI_E_INVALID, "%s: target sparsity %g is not in [0, 1)",
+                          path, (double)p->target_sparsity);
+            goto out;
+        }
+        if ((rc = si_gguf_writer_set_arr(w, KEY_THRESHOLD, SI_GGUF_FLOAT32, p->thresholds,
+                                         (uint64_t)p->n_layer)) != SI_OK ||
+            (rc = si_gguf_writer_set_f32(w, KEY_TARGET, p->target_sparsity)) != SI_OK) {
+            rc = si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
+            goto out;
+        }
     }
     const int64_t ne[1] = {p->n_ff};
     for (int32_t l = 0; l < p->n_layer; l++) {
@@ -179,6 +420,43 @@ static int read_dim(const struct si_gguf *g, const char *path, const char *key, 
         return si__errf(err, err_size, SI_E_FORMAT,
                         "%s: %s must be an integer in [1, %d]", path, key, INT32_MAX);
     *out = (int32_t)v;
+    return SI_OK;
+}
+
+/* The optional thresholds and target sparsity (both or neither). */
+static int read_thresholds(const struct si_gguf *g, const char *path, struct si_profile *p,
+                           char *err, size_t err_size)
+{
+    const int64_t ki = si_gguf_find_key(g, KEY_THRESHOLD), ks = si_gguf_find_key(g, KEY_TARGET);
+    if (ki < 0 && ks < 0)
+        return SI_OK;
+    if (ki < 0 || ks < 0)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: %s without %s", path,
+                        ki < 0 ? KEY_TARGET : KEY_THRESHOLD, ki < 0 ? KEY_THRESHOLD : KEY_TARGET);
+    const struct si_gguf_kv *kv = &g->kv[ki];
+    if (kv->type != SI_GGUF_ARRAY || kv->arr_type != SI_GGUF_FLOAT32 ||
+        kv->arr_n != (uint64_t)p->n_layer)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "%s: %s must be an array of %" PRId32 " FLOAT32 (one per layer)", path,
+                        KEY_THRESHOLD, p->n_layer);
+    const struct si_gguf_kv *sv = &g->kv[ks];
+    if ((sv->type != SI_GGUF_FLOAT32 && sv->type != SI_GGUF_FLOAT64) ||
+        !(sv->v.f64 >= 0 && sv->v.f64 < 1))
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: %s must be a number in [0, 1)", path,
+                        KEY_TARGET);
+    p->thresholds = malloc((size_t)p->n_layer * sizeof *p->thresholds);
+    if (p->thresholds == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        float t;
+        memcpy(&t, kv->arr_data + 4 * (size_t)l, sizeof t);
+        if (!(isfinite(t) && t >= 0))
+            return si__errf(err, err_size, SI_E_FORMAT,
+                            "%s: %s: threshold %g of layer %" PRId32 " is not finite and >= 0",
+                            path, KEY_THRESHOLD, (double)t, l);
+        p->thresholds[l] = t;
+    }
+    p->target_sparsity = (float)sv->v.f64;
     return SI_OK;
 }
 
@@ -261,6 +539,8 @@ int si_profile_read(struct si_profile **out, const char *path, const struct si_m
             c[i] = (int64_t)v;
         }
     }
+    if ((rc = read_thresholds(g, path, p, err, err_size)) != SI_OK)
+        goto out;
     *out = p;
     p = NULL;
 out:

@@ -19,8 +19,31 @@
  *   starinfer.profile.n_ff      UINT32
  *   blk.N.ffn_act_count         I32 {n_ff}, one per layer N in [0, n_layer)
  *
+ * and, in profiles counted with thresholds (below; both keys or neither):
+ *
+ *   starinfer.profile.gate_threshold   FLOAT32 array [n_layer], finite, >= 0
+ *   starinfer.profile.target_sparsity  FLOAT32 in [0, 1)
+ *
  * The reader also takes F32 count tensors holding exact integers.  Other
  * keys and tensors are ignored.
+ *
+ * Thresholds (CATS, Lee et al. 2024).  A SiLU or GELU FFN has almost no
+ * exact zeros, so counting "activation != 0" says nothing.  Instead a neuron
+ * counts as active when |a| > t_l, where a = act(gate . x) for gated FFNs
+ * (the gate's activation before the product with up: what CATS thresholds
+ * and what the engine's gate mode and si_ref_params.gate_threshold test,
+ * skipping a neuron when !(|a| > t)) or a = act(up . x) for plain ones, and
+ * t_l is layer l's S-quantile of |a| over the corpus tokens for a target
+ * sparsity S, so that a share S of the (token, neuron) pairs of every layer
+ * falls at or below it.  Picking t_l takes a first pass over the tokens
+ * (struct si_profile_calib): a histogram per layer of |a| in log-spaced bins
+ * (the top 16 bits of the float's bit pattern: exponent and 8 mantissa bits,
+ * bins 2^-8 = 0.4% wide relatively, 65536 uint64 per layer, 512 KiB), whose
+ * bin edge nearest to the quantile becomes t_l (the largest float of the bin
+ * below the edge).  The counting pass then counts |a| > t_l per neuron, so on
+ * the same tokens each layer's measured sparsity is S up to the share of
+ * values in the bin at the quantile (half of it at most).  ReLU-family
+ * models (act ReLU) keep counting activation != 0 and get thresholds 0.
  */
 #ifndef SI_PREDICT_PROFILE_H
 #define SI_PREDICT_PROFILE_H
@@ -28,6 +51,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +61,11 @@ struct si_profile {
     int32_t n_ff;
     int64_t n_tokens; /* tokens counted */
     int64_t *counts;  /* (n_layer, n_ff): counts[l * n_ff + i] */
+    /* NULL: counts of activation != 0.  Else (n_layer) thresholds: counts of
+     * |a| > thresholds[l] (see above), set by si_profile_set_thresholds before
+     * collecting, chosen for target_sparsity; all 0 on ReLU-family models. */
+    float *thresholds;
+    float target_sparsity;
 };
 
 /* A zeroed profile; SI_OK, SI_E_INVALID (a size below 1) or SI_E_NOMEM. */
@@ -48,12 +77,55 @@ void si_profile_free(struct si_profile *p);
  * Run the reference forward pass (parameters rp; rp.n_ctx 0 is the model's
  * training context, at most 4096) over tokens[0..n) in windows of rp.n_ctx
  * tokens, as described above, adding to p->counts every neuron whose
- * activation is not zero and n to p->n_tokens.  p's shape must be the
+ * activation is not zero (with thresholds on a SiLU/GELU model: whose |a|
+ * is above its layer's threshold) and n to p->n_tokens.  p's shape must be the
  * model's and every token inside its vocabulary (SI_E_INVALID otherwise,
  * checked before anything runs).  On failure p is left unchanged.
  */
 int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
                        const int32_t *tokens, int64_t n, char *err, size_t err_size);
+
+/* True for models whose FFN activation is ReLU (exact zeros to count). */
+bool si_profile_relu_family(const struct si_model *m);
+
+/* The first pass that picks the thresholds: per layer, a histogram of |a|. */
+struct si_profile_calib;
+
+/* For model m: SI_OK or SI_E_NOMEM.  (ReLU-family models need no histogram.) */
+int si_profile_calib_init(struct si_profile_calib **out, const struct si_model *m, char *err,
+                          size_t err_size);
+void si_profile_calib_free(struct si_profile_calib *c);
+
+/* Run tokens[0..n) through the reference in windows, as si_profile_collect
+ * does, adding every |a| to c's histograms (nothing for ReLU-family models).
+ * SI_E_INVALID for a token outside the vocabulary or another model's c; after
+ * another failure c holds part of the tokens (free it). */
+int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *m,
+                             struct si_ref_params rp, const int32_t *tokens, int64_t n,
+                             char *err, size_t err_size);
+
+/* Tokens c has seen. */
+int64_t si_profile_calib_tokens(const struct si_profile_calib *c);
+
+/*
+ * Give p the thresholds of target sparsity S in [0, 1) from c (S = 0: all 0;
+ * ReLU-family models: all 0 whatever S).  p must be c's shape and hold no
+ * counts yet (SI_E_INVALID otherwise); the share of |a| values at or below
+ * each layer's threshold goes to below_share[l] when not NULL.
+ */
+int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_calib *c, double S,
+                              double *below_share, char *err, size_t err_size);
+
+/*
+ * The activation CDF as an SVG picture (PowerInfer's Fig. 4): for the whole
+ * model (thick) and each layer (thin, grey), the share of neurons sorted most
+ * active first on x against the cumulative share of their activations on y,
+ * with the diagonal of uniform activity, axes, a legend and `title` (escaped;
+ * its first two lines, the second smaller).
+ * Exactly n_layer + 1 <polyline> elements.  SI_OK or SI_E_IO / SI_E_NOMEM.
+ */
+int si_profile_write_svg(const struct si_profile *p, const char *path, const char *title,
+                         char *err, size_t err_size);
 
 /* Write the file (through a temporary name and a rename).  SI_E_INVALID when
  * a count does not fit the I32 tensors (or is negative or above n_tokens). */
@@ -62,7 +134,8 @@ int si_profile_write(const struct si_profile *p, const char *path, char *err, si
 /*
  * Read and check the file: every key present and in range, each count tensor
  * there with shape {n_ff} and type I32 (or F32 of whole numbers), every count
- * in [0, n_tokens].  SI_E_NOT_FOUND / SI_E_IO for a file that cannot be
+ * in [0, n_tokens], thresholds (when there) finite and >= 0 with a target
+ * sparsity in [0, 1).  SI_E_NOT_FOUND / SI_E_IO for a file that cannot be
  * opened, SI_E_FORMAT for a malformed one.  m may be NULL; otherwise n_layer
  * and n_ff must be the model's (SI_E_INVALID naming both values).
  */
