@@ -70,8 +70,10 @@ static struct si_profile *profile_of(const struct si_model *m)
 
 static void profile_free(struct si_profile *pr)
 {
-    if (pr != NULL)
+    if (pr != NULL) {
         free(pr->counts);
+        free(pr->thresholds);
+    }
     free(pr);
 }
 
@@ -84,6 +86,7 @@ struct config {
                   * 2 OpenBLAS on float activations */
     int attn;    /* attn_split (0: the engine's choice) */
     bool gpu;    /* with hot: the hot slice on a CUDA worker (skipped without) */
+    bool cats;   /* gate mode on a SiLU model: per-layer thresholds in the profile */
 };
 
 /* The placement: the neuron table is a permutation, every hot neuron is at
@@ -167,10 +170,20 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     ep.redux = cf.redux;
     ep.attn_split = cf.attn;
     struct si_profile *pr = NULL;
-    if (cf.hot) {
+    if (cf.hot || cf.cats) {
         pr = profile_of(m);
         CHECK(pr != NULL, "%s: profile", what);
         ep.profile = pr;
+    }
+    if (cf.cats && pr != NULL) {
+        /* Any per-layer values: the engine must take the profile's, the
+         * reference gets the same through gate_thresholds. */
+        pr->thresholds = malloc((size_t)m->hp.n_layer * sizeof(float));
+        CHECK(pr->thresholds != NULL, "thresholds");
+        for (int l = 0; pr->thresholds != NULL && l < m->hp.n_layer; l++)
+            pr->thresholds[l] = 0.05f * (float)(l + 1);
+    }
+    if (cf.hot && pr != NULL) {
         ep.hot_on_cpu = !cf.gpu;
         /* About a third of the FFN weights, plus the GPU's buffers. */
         const struct si_hparams *hp = &m->hp;
@@ -180,13 +193,15 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         ep.vram_budget = hp->n_layer * ffn / 3 + 4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
                          4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
     }
-    snprintf(label, sizeof label, "%s %s%s%s%s%s", what, si_sparsity_name(cf.mode),
+    snprintf(label, sizeof label, "%s %s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
              cf.hot ? (cf.gpu ? " +hot-gpu" : " +hot") : "", cf.redux ? " redux" : "",
              cf.prefill == 1 ? " prefill" : cf.prefill == 2 ? " prefill-blas" : "",
-             cf.attn > 1 ? " attn-split" : "");
+             cf.attn > 1 ? " attn-split" : "", cf.cats ? " cats" : "");
     struct si_ref_params rp = ep.ref;
     rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
     rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
+    if (cf.cats && pr != NULL)
+        rp.gate_thresholds = pr->thresholds;
     struct si_engine *e = NULL;
     int rc = si_engine_init(&e, m, ep, err, sizeof err);
     CHECK(rc == SI_OK, "%s: engine: %s", label, err);
@@ -265,9 +280,15 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         tol = 5e-2;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
     CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
+    if (cf.cats && e != NULL)
+        for (int l = 0; l < m->hp.n_layer; l++)
+            CHECK(si_engine_gate_threshold(e, l) == 0.05f * (float)(l + 1),
+                  "%s: layer %d threshold %g", label, l, si_engine_gate_threshold(e, l));
     if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
         CHECK(active < st.neurons_total / 2, "%s: gate mode computed %lld of %lld", label,
               (long long)active, (long long)st.neurons_total);
+    if (cf.cats)
+        CHECK(active < st.neurons_total, "%s: the thresholds skipped nothing", label);
     if (cf.hot)
         CHECK(st.neurons_hot > 0, "%s: no neuron computed in the hot slice", label);
     /* A token outside the vocabulary is refused without running anything. */
@@ -304,23 +325,36 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
     if (rc == SI_OK && si_model_load(&m, path, err, sizeof err) == SI_OK) {
         char what[96];
         snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
+        const struct config silu[] = {
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, true},
+        };
+        if (p.arch == SI_SYNTH_LLAMA_SILU) {
+            for (size_t k = 0; k < sizeof silu / sizeof silu[0]; k++)
+                compare(what, m, silu[k], tol);
+            si_model_free(m);
+            unlink(path);
+            return;
+        }
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0, false, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0, false, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, true, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -345,6 +379,8 @@ int main(void)
     synthetic("llama-relu", SI_TYPE_F32, 1024, 0, 1e-4);
     synthetic("bamboo", SI_TYPE_F16, 1024, 0, 1e-4);
     synthetic("opt", SI_TYPE_F32, 1024, 0, 1e-4);
+    /* SiLU: gate mode with the profile's per-layer (CATS) thresholds. */
+    synthetic("llama-silu", SI_TYPE_F32, 1024, 0, 1e-4);
     /* Quantized weights: the same blocks, so the same bound holds. */
     synthetic("llama-relu", SI_TYPE_Q4_0, 1024, 0, 1e-4);
     /* More slices than a task's fixed buffer slots: the merge task's
@@ -355,15 +391,15 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, false, false},
                     1e-4);
             compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, true}, 1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false},
+                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, true, false}, 1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0, false, false},
                     1e-4);
             si_model_free(m);
         } else {

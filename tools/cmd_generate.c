@@ -105,7 +105,8 @@ static void generate_usage(FILE *f)
                "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
                "                          activation is zero (ReLU) or below --gate-threshold;\n"
                "                          predictor: the neurons the model's predictor picks\n"
-               "      --gate-threshold T  gate mode, SiLU/GELU models (default 0)\n"
+               "      --gate-threshold T  gate mode, SiLU/GELU models (default 0: the profile's\n"
+               "                          per-layer thresholds when it has them)\n"
                "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
                "      --vram-budget SIZE  bytes of FFN neurons for the GPU's hot slices, e.g.\n"
                "                          512M (default 0: none; ignored without a CUDA worker)\n"
@@ -350,6 +351,17 @@ int si_cmd_generate(int argc, char **argv)
         if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
+        }
+        if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
+            prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {
+            float lo = INFINITY, hi = 0.0f;
+            for (int l = 0; l < m->hp.n_layer; l++) {
+                lo = fminf(lo, si_engine_gate_threshold(eng, l));
+                hi = fmaxf(hi, si_engine_gate_threshold(eng, l));
+            }
+            fprintf(stderr, "engine: gate thresholds from the profile (target sparsity %.2f): "
+                            "%.4g to %.4g over the layers\n",
+                    (double)prof->target_sparsity, (double)lo, (double)hi);
         }
         ref = si_engine_ref(eng);
     } else if (si_ref_init(&ref, m, rp, err, sizeof err) != SI_OK) {

@@ -123,6 +123,7 @@ struct si_engine {
     ptrdiff_t gate_off, up_off; /* sparse: offsets in a record, -1: not there */
     size_t dt_off;      /* sparse: offset of the down_t row in a record */
     bool has_gate;
+    float *gthr;        /* (n_layer) gate mode's threshold of each layer */
     int64_t hot_bytes;
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
@@ -211,26 +212,17 @@ static float dot(uint32_t t, const void *row, const void *xa, const float *x, in
     return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
 }
 
-/*
- * The activation of one neuron from its rows, as the reference computes it;
- * *pre gets the value that gates it (gate . x, or up . x + b for the plain
- * kind), which gate mode tests before the up row is read: with `lazy` the
- * up dot is skipped (and 0 returned) when gate mode would skip the neuron.
- */
+/* The activation of one neuron from its rows (gate may be NULL for the
+ * plain kind, b NULL without an up bias), as the reference computes it. */
 static float neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
-                    const void *xa, const float *xb, bool lazy, bool *skipped)
+                    const void *xa, const float *xb)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
     const uint32_t t = e->gu_type;
-    *skipped = false;
     if (hp->ffn_kind == SI_FFN_PLAIN)
         return si_act_apply(hp->act, b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d));
     float a = si_act_apply(hp->act, dot(t, gate, xa, xb, d));
-    if (lazy && (hp->act == SI_ACT_RELU ? a == 0.0f : !(fabsf(a) > e->p.gate_threshold))) {
-        *skipped = true;
-        return 0.0f;
-    }
     float u = b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d);
     if (hp->ffn_kind == SI_FFN_GATED_RELU2)
         u = si_act_apply(SI_ACT_RELU, u);
@@ -253,10 +245,8 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
     const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
     int64_t computed = 0;
     for (int64_t i = 0; i < n; i++) {
-        bool skipped;
         float h = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
-                         up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb, false,
-                         &skipped);
+                         up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
         sc->h[i] = h;
         computed += h != 0.0f;
     }
@@ -286,7 +276,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
  */
 static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *pre,
                                 const char *rec, const float *b, const int32_t *idx, int64_t n,
-                                struct scratch *sc, float *y)
+                                float thr, struct scratch *sc, float *y)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
@@ -306,9 +296,8 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
         } else {
             for (int64_t q = 0; q < k; q++) {
                 const size_t o = (size_t)sc->ix[q] * rb;
-                bool skipped;
                 sc->h[q] = neuron(e, gate != NULL ? gate + o : NULL, up + o,
-                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb, false, &skipped);
+                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
             }
         }
     } else {
@@ -320,7 +309,7 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                 h = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
             } else {
                 const float a = si_act_apply(hp->act, g);
-                if (relu ? a == 0.0f : !(fabsf(a) > e->p.gate_threshold))
+                if (relu ? a == 0.0f : !(fabsf(a) > thr))
                     continue;
                 const char *ur = up + (size_t)i * rb;
                 if (i + 1 < n) /* the next up row is a record away */
@@ -390,7 +379,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
                                  : NULL;
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
-        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, sc, y);
+        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y);
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)
@@ -747,11 +736,12 @@ static void battn_cpu(void *buffers[], void *cl_arg)
 
 /* h = act(g) * u (or act(u) for the plain kind) over a batch of rows, with
  * gate mode's threshold; the up bias already added to u. */
-static void batch_act(const struct si_engine *e, float *g, float *u, int64_t count)
+static void batch_act(const struct si_engine *e, int l, float *g, float *u, int64_t count)
 {
     const struct si_hparams *hp = &e->m->hp;
+    const float t = e->gthr[l];
     const bool thr = e->p.mode == SI_SPARSITY_GATE && hp->act != SI_ACT_RELU &&
-                     hp->ffn_kind != SI_FFN_PLAIN && e->p.gate_threshold > 0.0f;
+                     hp->ffn_kind != SI_FFN_PLAIN && t > 0.0f;
     for (int64_t k = 0; k < count; k++) {
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             u[k] = si_act_apply(hp->act, u[k]);
@@ -759,7 +749,7 @@ static void batch_act(const struct si_engine *e, float *g, float *u, int64_t cou
         }
         float a = si_act_apply(hp->act, g[k]);
         float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, u[k]) : u[k];
-        u[k] = thr && !(fabsf(a) > e->p.gate_threshold) ? 0.0f : a * up;
+        u[k] = thr && !(fabsf(a) > t) ? 0.0f : a * up;
     }
 }
 
@@ -808,7 +798,7 @@ static void bffn_dense_act(struct si_engine *e, int l, const float *xb, const ch
         for (int64_t t = 0; t < bn; t++)
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
-    batch_act(e, sc->bg, sc->bu, bn * n);
+    batch_act(e, l, sc->bg, sc->bu, bn * n);
     /* each token's h converted chunk by chunk, as the reference converts
      * all n_ff at once (the conversion is block-local) */
     char *ha = (char *)sc->bg; /* the gate products are spent */
@@ -904,7 +894,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn; t++)
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
-    batch_act(e, sc->bg, sc->bu, bn * n);
+    batch_act(e, a->l, sc->bg, sc->bu, bn * n);
     if (!e->sparse) {
         /* one row per token and chunk: the sum in the first, zeros after */
         const int64_t rows = L->rows[a->j];
@@ -1750,9 +1740,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->scratch = calloc(e->n_workers, sizeof *e->scratch);
     e->L = calloc((size_t)hp->n_layer, sizeof *e->L);
     e->zeros = calloc((size_t)hp->n_ff, sizeof(float));
+    e->gthr = calloc((size_t)hp->n_layer, sizeof(float));
     e->iota = malloc((size_t)hp->n_ff * sizeof(int32_t));
-    if (!e->scratch || !e->L || !e->zeros || !e->iota)
+    if (!e->scratch || !e->L || !e->zeros || !e->gthr || !e->iota)
         goto oom;
+    /* Gate mode's thresholds: the one given, else the profile's per-layer
+     * CATS thresholds (SiLU/GELU models), else 0 (only exact zeros). */
+    for (int l = 0; l < hp->n_layer; l++)
+        e->gthr[l] = p.gate_threshold > 0.0f ? p.gate_threshold
+                     : p.profile != NULL && p.profile->thresholds != NULL && hp->act != SI_ACT_RELU
+                         ? p.profile->thresholds[l]
+                         : 0.0f;
     for (int64_t i = 0; i < hp->n_ff; i++)
         e->iota[i] = (int32_t)i;
     for (int l = 0; l < hp->n_layer; l++)
@@ -2016,6 +2014,7 @@ void si_engine_free(struct si_engine *e)
     free(e->L);
     free(e->scratch);
     free(e->zeros);
+    free(e->gthr);
     free(e->iota);
     si_ref_free(e->ref);
     free(e);
@@ -2353,6 +2352,11 @@ void si_engine_slice_range(const struct si_engine *e, int l, int32_t j, int64_t 
     }
     *begin = L->s0[slot];
     *end = L->s0[slot + 1];
+}
+
+float si_engine_gate_threshold(const struct si_engine *e, int l)
+{
+    return e->gthr[l];
 }
 
 int64_t si_engine_hot_bytes(const struct si_engine *e)

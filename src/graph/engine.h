@@ -189,6 +189,9 @@ int32_t si_engine_neuron_id(const struct si_engine *e, int l, int64_t pos);
 void si_engine_slice_range(const struct si_engine *e, int l, int32_t j, int64_t *begin,
                            int64_t *end);
 
+/* Gate mode's threshold of layer l (see gate_threshold). */
+float si_engine_gate_threshold(const struct si_engine *e, int l);
+
 /* Bytes of FFN weights placed in hot slices (what the budget paid for). */
 int64_t si_engine_hot_bytes(const struct si_engine *e);
 

@@ -361,9 +361,10 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     }
     if (s->ffn_hook != NULL)
         s->ffn_hook(s->ffn_hook_user, s, l);
-    if (s->p.gate_threshold > 0.0f && hp->ffn_kind != SI_FFN_PLAIN && hp->act != SI_ACT_RELU)
+    const float thr = s->p.gate_thresholds != NULL ? s->p.gate_thresholds[l] : s->p.gate_threshold;
+    if (thr > 0.0f && hp->ffn_kind != SI_FFN_PLAIN && hp->act != SI_ACT_RELU)
         for (int64_t i = 0; i < ff; i++)
-            if (!(fabsf(si_act_apply(hp->act, s->hg[i])) > s->p.gate_threshold))
+            if (!(fabsf(si_act_apply(hp->act, s->hg[i])) > thr))
                 s->hu[i] = 0.0f;
     if (s->p.predictor) {
         /* hg is free now: it takes fc2's output */

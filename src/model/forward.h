@@ -38,6 +38,8 @@ struct si_ref_params {
                            * fc2 >= powerinfer.sparse_threshold) selects */
     float gate_threshold; /* gated SiLU/GELU FFNs: a neuron with |act(gate)| at
                            * or below it is skipped (CATS); 0: none */
+    const float *gate_thresholds; /* when not NULL, (n_layer) per-layer values
+                                   * instead of gate_threshold (borrowed) */
 };
 
 struct si_ref_params si_ref_default_params(void);
