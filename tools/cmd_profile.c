@@ -181,7 +181,6 @@ int si_cmd_profile(int argc, char **argv)
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
     struct si_profile_calib *calib = NULL;
-    double *below = NULL;
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
@@ -224,9 +223,8 @@ int si_cmd_profile(int argc, char **argv)
     const bool tty = isatty(STDERR_FILENO);
     const bool relu = si_profile_relu_family(m);
     const int passes = relu ? 1 : 2;
-    below = calloc((size_t)m->hp.n_layer, sizeof *below);
-    if (below == NULL || si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", below == NULL ? "out of memory" : err);
+    if (si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
         goto out;
     }
     double t0 = now();
@@ -244,7 +242,7 @@ int si_cmd_profile(int argc, char **argv)
     }
     if (tty && !relu)
         progress(1, passes, "thresholds", n, n, t0);
-    if (si_profile_set_thresholds(prof, calib, target, below, err, sizeof err) != SI_OK) {
+    if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
@@ -315,7 +313,7 @@ int si_cmd_profile(int argc, char **argv)
         char title[512];
         if (relu)
             snprintf(title, sizeof title,
-                     "%s\nactivation CDF, %" PRId64 " tokens; active: ReLU output > 0", base,
+                     "%s\nactivation CDF, %" PRId64 " tokens; active: activation != 0 (ReLU)", base,
                      prof->n_tokens);
         else
             snprintf(title, sizeof title,
@@ -341,7 +339,6 @@ int si_cmd_profile(int argc, char **argv)
 out:
     si_profile_free(prof);
     si_profile_calib_free(calib);
-    free(below);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);
