@@ -35,10 +35,19 @@ bool si_cli_size(const char *flag, const char *s, int64_t *out);
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);
 
+/* --trace DIR: si_trace_begin() before StarPU starts (checks that StarPU has
+ * FxT and that the converters are installed, creates DIR, sets StarPU's FxT
+ * variables); si_trace_finish() after StarPU shut down (converts the trace,
+ * renders DIR/trace.png, says how to open it).  0, or 1 after an error
+ * message. */
+int si_trace_begin(const char *dir);
+int si_trace_finish(const char *dir);
+
 int si_cmd_info(int argc, char **argv);
 int si_cmd_generate(int argc, char **argv);
 int si_cmd_perplexity(int argc, char **argv);
 int si_cmd_synth(int argc, char **argv);
 int si_cmd_profile(int argc, char **argv);
+int si_cmd_bench(int argc, char **argv);
 
 #endif /* SI_TOOLS_CLI_H */

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test-bench-cli.sh - `starinfer bench`: one workload under several StarPU
+# scheduling policies in one process (StarPU restarted with each), a table with
+# one row per policy whose decoded tokens agree, and clear errors for bad
+# policies and options.  Speed is not checked here (see make bench).
+set -u
+si=${STARINFER:?STARINFER must name the starinfer binary}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+expect_error() {
+    local want=$1 needle=$2
+    shift 2
+    "$si" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" = "$want" ] || fail "starinfer $*: exit $rc, expected $want"
+    [ "$(wc -l <"$tmp/err")" = 1 ] || fail "starinfer $*: $(wc -l <"$tmp/err") lines on stderr: $(cat "$tmp/err")"
+    grep -qF -- "$needle" "$tmp/err" || fail "starinfer $*: stderr lacks '$needle': $(cat "$tmp/err")"
+    echo "ok: starinfer $* -> $(cat "$tmp/err")"
+}
+export STARPU_NCPU=2 STARPU_SILENT=1
+
+"$si" bench --help >"$tmp/out" || fail "bench --help exits non-zero"
+grep -q -- '--sched LIST' "$tmp/out" || fail "bench --help does not document --sched"
+"$si" bench --sched list >"$tmp/out" || fail "bench --sched list exits non-zero"
+for p in eager lws dmda dmdas prio ws; do
+    grep -q "^  $p " "$tmp/out" || fail "--sched list lacks $p"
+done
+
+expect_error 1 "no model given" bench --sched eager
+expect_error 1 "StarPU has no scheduling policy 'fastest'" bench -m x.gguf --sched eager,fastest
+expect_error 1 "unknown option '--bogus'" bench --bogus
+expect_error 1 "-r: 0 is out of range" bench -m x.gguf -r 0
+expect_error 1 "/nonexistent.gguf: No such file or directory" bench -m /nonexistent.gguf --sched eager
+
+"$si" synth -o "$tmp/tiny.gguf" --arch llama-relu --preset tiny --type q4_0 --seed 3 --measure 0 \
+    >/dev/null 2>&1 || fail "synth"
+for mode in dense gate; do
+    "$si" bench -m "$tmp/tiny.gguf" --sched eager,lws,dmda -r 2 -n 6 --sparsity $mode \
+        >"$tmp/out" 2>"$tmp/err" || fail "bench $mode: $(tail -n 3 "$tmp/err")"
+    cat "$tmp/out"
+    grep -q "; $mode mode;" "$tmp/out" || fail "bench $mode: no header line"
+    for p in eager lws dmda; do
+        grep -Eq "^\| $p \| [0-9.]+ \| [0-9.]+ \| .* \| yes \|$" "$tmp/out" || fail "bench $mode: no row for $p"
+    done
+    [ "$(grep -c '^| ' "$tmp/out")" = 4 ] || fail "bench $mode: expected a header and 3 rows"
+    [ "$(grep -c '^bench: run' "$tmp/err")" = 6 ] || fail "bench $mode: expected 6 runs on stderr"
+done
+# Without --sched: STARPU_SCHED, one row.
+STARPU_SCHED=prio "$si" bench -m "$tmp/tiny.gguf" -r 1 -n 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "bench with STARPU_SCHED: $(tail -n 3 "$tmp/err")"
+grep -q '^| prio |' "$tmp/out" || fail "bench did not take STARPU_SCHED: $(cat "$tmp/out")"
+
+[ "$failures" = 0 ] || { echo "$failures failures"; exit 1; }
+echo "all bench CLI checks passed"

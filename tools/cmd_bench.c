@@ -1,0 +1,407 @@
+/*
+ * cmd_bench.c - `starinfer bench`: one workload (a prompt's prefill, then
+ * greedy decoding) on the StarPU engine under each scheduling policy of
+ * --sched, side by side.
+ *
+ * StarPU reads STARPU_SCHED when it starts, so every run starts StarPU with
+ * the policy in the environment, builds the engine, runs and shuts StarPU
+ * down again.  The runs are interleaved (repeat 1 of every policy, then
+ * repeat 2, ...) so that the machine's noise spreads over all policies, and
+ * the table shows medians.  Every run decodes greedily: the tokens must be
+ * the same under every policy (the engine's arithmetic does not depend on
+ * the schedule), which the table checks.
+ */
+#include "cli.h"
+#include "graph/engine.h"
+#include "graph/runtime.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+
+#include <starpu.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SCHEDS 32
+
+static const char *default_prompt =
+    "The GNU General Public License is a free, copyleft license for software and other kinds of "
+    "works. The licenses for most software are designed to take away your freedom to share and "
+    "change it.";
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " bench -m MODEL [--sched LIST] [OPTIONS]\n"
+            "\n"
+            "Run the same workload on the StarPU engine under each scheduling policy and\n"
+            "print a side-by-side Markdown table: the prompt's prefill, then N greedily\n"
+            "decoded tokens, repeated R times with the policies interleaved; medians.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE        the model (GGUF)\n"
+            "      --sched LIST        comma-separated StarPU policies, e.g. eager,lws,dmda\n"
+            "                          (default: STARPU_SCHED, else StarPU's default); `list`\n"
+            "                          prints the policies this StarPU has\n"
+            "  -p, --prompt TEXT       the prompt (default: a sentence of the GPL)\n"
+            "  -f, --file FILE         read the prompt from a file\n"
+            "  -n, --n-predict N       tokens to decode (default 64)\n"
+            "  -r, --repeat R          runs per policy (default 3)\n"
+            "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
+            "      --sparsity M        dense (default), gate or predictor\n"
+            "      --gate-threshold T  gate mode, SiLU/GELU models\n"
+            "      --profile FILE      activation profile (neuron order and GPU placement)\n"
+            "      --vram-budget SIZE  bytes of FFN neurons for the GPU (needs a CUDA worker)\n"
+            "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
+            "  -b, --batch-size N      prefill tokens per batch (default 32)\n"
+            "      --attn-split N      attention's products in N row slices (0: automatic)\n"
+            "  -h, --help              show this help\n"
+            "\n"
+            "Columns: prefill and decode tokens/s; per-token decode latency p50 and p95;\n"
+            "tasks per decoded token; how busy the workers were while decoding (time in\n"
+            "tasks / (wall time x workers)); the engine's set-up time.  STARPU_NCPU,\n"
+            "STARPU_NCUDA and the other StarPU variables apply to every run.\n");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of v[0..n), sorting v; nearest rank. */
+static double quantile(double *v, int n, double q)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int k = (int)(q * n + 0.999999) - 1;
+    if (k < 0)
+        k = 0;
+    if (k >= n)
+        k = n - 1;
+    return v[k];
+}
+
+struct run {
+    double prefill_tps, decode_tps, p50_ms, p95_ms, tasks_per_tok, busy, init_s;
+    uint64_t tokens_hash;
+    unsigned ncpu, ncuda;
+};
+
+static int print_policies(void)
+{
+    struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
+    int major, minor, release;
+    starpu_get_version(&major, &minor, &release);
+    printf("StarPU %d.%d.%d's scheduling policies:\n", major, minor, release);
+    for (int i = 0; pol[i] != NULL; i++)
+        printf("  %-32s %s\n", pol[i]->policy_name,
+               pol[i]->policy_description ? pol[i]->policy_description : "");
+    return 0;
+}
+
+static bool known_policy(const char *name)
+{
+    struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
+    for (int i = 0; pol[i] != NULL; i++)
+        if (!strcmp(pol[i]->policy_name, name))
+            return true;
+    return false;
+}
+
+/* One run under the policy now in STARPU_SCHED; 0 or 1 after an error
+ * message. */
+static int bench_once(const struct si_model *m, struct si_engine_params ep,
+                      const struct si_profile *prof, const int32_t *toks, int32_t n_prompt,
+                      int32_t n_predict, double *lat, struct run *out)
+{
+    char err[600];
+    struct si_runtime rt = {0};
+    struct si_engine *eng = NULL;
+    int rc = 1;
+    if (si_runtime_start(&rt, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    ep.profile = prof;
+    double t0 = now();
+    if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    double t1 = now();
+    if (si_engine_eval_batch(eng, toks, n_prompt) != SI_OK) {
+        si_cli_error("bench: evaluation of the prompt failed");
+        goto out;
+    }
+    double t2 = now();
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the decoded ids */
+    const int32_t n_vocab = m->hp.n_vocab;
+    for (int32_t i = 0; i < n_predict; i++) {
+        const float *logits = si_engine_logits(eng);
+        int32_t best = 0;
+        for (int32_t t = 1; t < n_vocab; t++)
+            if (logits[t] > logits[best])
+                best = t;
+        h = (h ^ (uint64_t)(uint32_t)best) * 1099511628211ull;
+        double s = now();
+        if (si_engine_eval(eng, best) != SI_OK) {
+            si_cli_error("bench: evaluation failed at decoded token %d", i);
+            goto out;
+        }
+        lat[i] = 1e3 * (now() - s);
+    }
+    double t3 = now();
+    struct si_engine_stats st = si_engine_get_stats(eng);
+    double busy = 0.0;
+    for (int k = 0; k < SI_TASK_PREFILL_EMBED; k++)
+        busy += st.task_seconds[k];
+    const unsigned workers = si_runtime_ncpu() + si_runtime_ncuda();
+    out->init_s = t1 - t0;
+    out->prefill_tps = (double)n_prompt / (t2 - t1);
+    out->decode_tps = (double)n_predict / (t3 - t2);
+    out->p50_ms = quantile(lat, n_predict, 0.50);
+    out->p95_ms = quantile(lat, n_predict, 0.95);
+    out->tasks_per_tok = st.tokens > 0 ? (double)st.tasks / (double)st.tokens : 0.0;
+    out->busy = st.seconds > 0 ? busy / (st.seconds * workers) : 0.0;
+    out->tokens_hash = h;
+    out->ncpu = si_runtime_ncpu();
+    out->ncuda = si_runtime_ncuda();
+    rc = 0;
+out:
+    si_engine_free(eng);
+    si_runtime_stop(&rt);
+    return rc;
+}
+
+static double median_of(const struct run *runs, int n, size_t field)
+{
+    double v[64];
+    for (int i = 0; i < n; i++)
+        v[i] = *(const double *)((const char *)&runs[i] + field);
+    return quantile(v, n, 0.5);
+}
+
+int si_cmd_bench(int argc, char **argv)
+{
+    const char *model = NULL, *prompt = NULL, *file = NULL, *profile_path = NULL, *v;
+    const char *sched_list = NULL;
+    long long n_predict = 64, repeat = 3, n_ctx = 0, ll;
+    double d;
+    struct si_engine_params ep = si_engine_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--sched")) {
+            if ((sched_list = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if ((prompt = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if ((file = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &n_predict))
+                return 1;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repeat")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 64, &repeat))
+                return 1;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &n_ctx))
+                return 1;
+        } else if (!strcmp(a, "--sparsity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (!strcmp(v, "dense"))
+                ep.mode = SI_SPARSITY_DENSE;
+            else if (!strcmp(v, "gate"))
+                ep.mode = SI_SPARSITY_GATE;
+            else if (!strcmp(v, "predictor"))
+                ep.mode = SI_SPARSITY_PREDICTOR;
+            else
+                return si_cli_error("--sparsity: '%s' is not dense, gate or predictor", v);
+        } else if (!strcmp(a, "--gate-threshold")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1e6, &d))
+                return 1;
+            ep.gate_threshold = (float)d;
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile_path = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--vram-budget")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &ep.vram_budget))
+                return 1;
+        } else if (!strcmp(a, "--slices")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 256, &ll))
+                return 1;
+            ep.n_slices = (int32_t)ll;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &ll))
+                return 1;
+            ep.n_batch = (int32_t)ll;
+        } else if (!strcmp(a, "--attn-split")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 256, &ll))
+                return 1;
+            ep.attn_split = (int32_t)ll;
+        } else {
+            return si_cli_error("bench: unknown option '%s' (see starinfer bench --help)", a);
+        }
+    }
+    if (sched_list != NULL && !strcmp(sched_list, "list"))
+        return print_policies();
+    if (model == NULL)
+        return si_cli_error("bench: no model given (-m MODEL.gguf)");
+    if (prompt != NULL && file != NULL)
+        return si_cli_error("bench: give either -p or -f, not both");
+
+    /* The policies, checked against StarPU's list before anything runs. */
+    char *list = strdup(sched_list != NULL             ? sched_list
+                        : getenv("STARPU_SCHED") != NULL ? getenv("STARPU_SCHED")
+                                                         : "");
+    if (list == NULL)
+        return si_cli_error("out of memory");
+    const char *scheds[MAX_SCHEDS];
+    int n_sched = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n_sched == MAX_SCHEDS) {
+            free(list);
+            return si_cli_error("--sched: more than %d policies", MAX_SCHEDS);
+        }
+        if (!known_policy(t)) {
+            si_cli_error("--sched: StarPU has no scheduling policy '%s' (starinfer bench "
+                         "--sched list shows them)",
+                         t);
+            free(list);
+            return 1;
+        }
+        scheds[n_sched++] = t;
+    }
+    const char *saved_sched = getenv("STARPU_SCHED");
+    char *saved = saved_sched != NULL ? strdup(saved_sched) : NULL;
+
+    struct si_model *m = NULL;
+    struct si_tokenizer *tok = NULL;
+    struct si_profile *prof = NULL;
+    char *text = NULL;
+    int32_t *toks = NULL;
+    double *lat = NULL;
+    struct run *runs = NULL;
+    int rc = 1;
+    char err[600];
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
+        si_cli_error("%s: %s", model, err);
+        goto out;
+    }
+    if (profile_path != NULL &&
+        si_profile_read(&prof, profile_path, m, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    size_t len;
+    if (file != NULL) {
+        if ((text = si_cli_read_file(file, &len)) == NULL)
+            goto out;
+    } else {
+        text = strdup(prompt != NULL ? prompt : default_prompt);
+        len = text != NULL ? strlen(text) : 0;
+    }
+    const bool bos = si_tokenizer_add_bos(tok);
+    int64_t n_prompt = text != NULL ? si_tokenize(tok, text, len, bos, true, NULL, 0) : -1;
+    if (n_prompt <= 0) {
+        si_cli_error("bench: the prompt is empty or cannot be tokenized");
+        goto out;
+    }
+    ep.ref.n_ctx = n_ctx > 0 ? (int32_t)n_ctx : (int32_t)(n_prompt + n_predict);
+    if (n_prompt + n_predict > ep.ref.n_ctx) {
+        si_cli_error("bench: prompt (%lld tokens) + n-predict (%lld) exceed the context of %d",
+                     (long long)n_prompt, n_predict, ep.ref.n_ctx);
+        goto out;
+    }
+    const int n_rows = n_sched > 0 ? n_sched : 1;
+    toks = malloc((size_t)n_prompt * sizeof *toks);
+    lat = malloc((size_t)n_predict * sizeof *lat);
+    runs = calloc((size_t)(n_rows * repeat), sizeof *runs);
+    if (toks == NULL || lat == NULL || runs == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    si_tokenize(tok, text, len, bos, true, toks, (size_t)n_prompt);
+
+    for (int r = 0; r < repeat; r++)
+        for (int s = 0; s < n_rows; s++) {
+            if (n_sched > 0)
+                setenv("STARPU_SCHED", scheds[s], 1);
+            fprintf(stderr, "bench: run %d/%lld, %s\n", r + 1, repeat,
+                    n_sched > 0 ? scheds[s] : "StarPU's default policy");
+            if (bench_once(m, ep, prof, toks, (int32_t)n_prompt, (int32_t)n_predict, lat,
+                           &runs[s * repeat + r]) != 0)
+                goto out;
+        }
+
+    printf("model: %s; %s mode; prompt %lld tokens, %lld decoded; median of %lld runs; "
+           "%u CPU + %u CUDA workers\n\n",
+           model, si_sparsity_name(ep.mode), (long long)n_prompt, n_predict, repeat,
+           runs[0].ncpu, runs[0].ncuda);
+    printf("| scheduler | prefill tok/s | decode tok/s | decode p50 ms | decode p95 ms | "
+           "tasks/token | workers busy | set-up s | same tokens |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    const uint64_t h0 = runs[0].tokens_hash;
+    bool all_same = true;
+    for (int s = 0; s < n_rows; s++) {
+        const struct run *rs = &runs[s * repeat];
+        bool same = true;
+        for (int r = 0; r < repeat; r++)
+            same = same && rs[r].tokens_hash == h0;
+        all_same = all_same && same;
+        printf("| %s | %.1f | %.1f | %.2f | %.2f | %.1f | %.0f%% | %.2f | %s |\n",
+               n_sched > 0 ? scheds[s] : "(default)",
+               median_of(rs, (int)repeat, offsetof(struct run, prefill_tps)),
+               median_of(rs, (int)repeat, offsetof(struct run, decode_tps)),
+               median_of(rs, (int)repeat, offsetof(struct run, p50_ms)),
+               median_of(rs, (int)repeat, offsetof(struct run, p95_ms)),
+               median_of(rs, (int)repeat, offsetof(struct run, tasks_per_tok)),
+               100.0 * median_of(rs, (int)repeat, offsetof(struct run, busy)),
+               median_of(rs, (int)repeat, offsetof(struct run, init_s)), same ? "yes" : "NO");
+    }
+    if (!all_same) {
+        si_cli_error("bench: the decoded tokens differ between runs: the engine's result "
+                     "depends on the schedule");
+        goto out;
+    }
+    rc = 0;
+out:
+    if (saved != NULL)
+        setenv("STARPU_SCHED", saved, 1);
+    else
+        unsetenv("STARPU_SCHED");
+    free(saved);
+    free(list);
+    free(runs);
+    free(lat);
+    free(toks);
+    free(text);
+    si_profile_free(prof);
+    si_tokenizer_free(tok);
+    si_model_free(m);
+    return rc;
+}
