@@ -20,6 +20,7 @@ expect_error() {
     echo "ok: starinfer $* -> $(cat "$tmp/err")"
 }
 export STARPU_NCPU=2 STARPU_SILENT=1
+echo text >"$tmp/text.txt"
 
 "$si" bench --help >"$tmp/out" || fail "bench --help exits non-zero"
 grep -q -- '--sched LIST' "$tmp/out" || fail "bench --help does not document --sched"
@@ -51,6 +52,31 @@ done
 STARPU_SCHED=prio "$si" bench -m "$tmp/tiny.gguf" -r 1 -n 2 >"$tmp/out" 2>"$tmp/err" ||
     fail "bench with STARPU_SCHED: $(tail -n 3 "$tmp/err")"
 grep -q '^| prio |' "$tmp/out" || fail "bench did not take STARPU_SCHED: $(cat "$tmp/out")"
+
+# --trace: one FxT trace per policy, each kept (FxT moves its file when StarPU
+# restarts), each converted and drawn.
+if "$si" --version | grep -q ', FxT traces' && command -v vite >/dev/null &&
+    command -v starpu_fxt_tool >/dev/null && command -v rsvg-convert >/dev/null; then
+    "$si" bench -m "$tmp/tiny.gguf" --sched eager,lws -r 2 -n 2 --trace "$tmp/tr" >"$tmp/out" 2>"$tmp/err" ||
+        fail "bench --trace: $(tail -n 3 "$tmp/err")"
+    grep -qi 'could not rename' "$tmp/err" && fail "bench --trace: FxT complained: $(cat "$tmp/err")"
+    for p in eager lws; do
+        for f in paje.trace tasks.rec trace.png prof_file_*.run; do
+            # shellcheck disable=SC2086
+            [ -s "$(echo "$tmp"/tr/$p/$f)" ] || fail "bench --trace: $p/$f missing or empty"
+        done
+        grep -q '"embed"' "$tmp/tr/$p/paje.trace" || fail "bench --trace: no embed task in $p's trace"
+    done
+    grep -q "vite $tmp/tr/lws/paje.trace" "$tmp/err" || fail "bench --trace does not say how to open it"
+    # The converters missing: one line, before anything runs.
+    PATH=/usr/bin:/bin expect_error 1 "--trace: starpu_fxt_tool not found in PATH" \
+        bench -m "$tmp/tiny.gguf" --trace "$tmp/tr2"
+    [ -e "$tmp/tr2" ] && fail "bench --trace made its folder before failing"
+    expect_error 1 "--trace: cannot create $tmp/text.txt/x: Not a directory" \
+        bench -m "$tmp/tiny.gguf" --trace "$tmp/text.txt/x"
+else
+    echo "note: StarPU without FxT or the converters missing; --trace checks skipped"
+fi
 
 [ "$failures" = 0 ] || { echo "$failures failures"; exit 1; }
 echo "all bench CLI checks passed"

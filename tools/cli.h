@@ -38,10 +38,13 @@ char *si_cli_read_file(const char *path, size_t *len);
 /* --trace DIR: si_trace_begin() before StarPU starts (checks that StarPU has
  * FxT and that the converters are installed, creates DIR, sets StarPU's FxT
  * variables); si_trace_finish() after StarPU shut down (converts the trace,
- * renders DIR/trace.png, says how to open it).  0, or 1 after an error
- * message. */
+ * renders DIR/trace.png, says how to open it; another_run: StarPU will be
+ * started again with tracing in this process).  The raw FxT files are kept
+ * as DIR/prof_file_*.run.  0, or 1 after an error message. */
 int si_trace_begin(const char *dir);
-int si_trace_finish(const char *dir);
+/* What si_trace_begin() checks, and DIR created, without arming StarPU. */
+int si_trace_check(const char *dir);
+int si_trace_finish(const char *dir, bool another_run);
 
 int si_cmd_info(int argc, char **argv);
 int si_cmd_generate(int argc, char **argv);

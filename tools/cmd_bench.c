@@ -66,6 +66,8 @@ static void bench_usage(FILE *f)
             "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
             "  -b, --batch-size N      prefill tokens per batch (default 32)\n"
             "      --attn-split N      attention's products in N row slices (0: automatic)\n"
+            "      --trace DIR         trace the first run of each policy with FxT into\n"
+            "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"
             "  -h, --help              show this help\n"
             "\n"
             "Columns: prefill and decode tokens/s; per-token decode latency p50 and p95;\n"
@@ -195,7 +197,7 @@ static double median_of(const struct run *runs, int n, size_t field)
 int si_cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *file = NULL, *profile_path = NULL, *v;
-    const char *sched_list = NULL;
+    const char *sched_list = NULL, *trace_dir = NULL;
     long long n_predict = 64, repeat = 3, n_ctx = 0, ll;
     double d;
     struct si_engine_params ep = si_engine_default_params();
@@ -206,6 +208,9 @@ int si_cmd_bench(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--trace")) {
+            if ((trace_dir = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "--sched")) {
             if ((sched_list = si_cli_value(argc, argv, &i)) == NULL)
@@ -337,6 +342,8 @@ int si_cmd_bench(int argc, char **argv)
                      (long long)n_prompt, n_predict, ep.ref.n_ctx);
         goto out;
     }
+    if (trace_dir != NULL && si_trace_check(trace_dir) != 0)
+        goto out;
     const int n_rows = n_sched > 0 ? n_sched : 1;
     toks = malloc((size_t)n_prompt * sizeof *toks);
     lat = malloc((size_t)n_predict * sizeof *lat);
@@ -353,8 +360,21 @@ int si_cmd_bench(int argc, char **argv)
                 setenv("STARPU_SCHED", scheds[s], 1);
             fprintf(stderr, "bench: run %d/%lld, %s\n", r + 1, repeat,
                     n_sched > 0 ? scheds[s] : "StarPU's default policy");
-            if (bench_once(m, ep, prof, toks, (int32_t)n_prompt, (int32_t)n_predict, lat,
-                           &runs[s * repeat + r]) != 0)
+            char tdir[4200];
+            const bool tracing = trace_dir != NULL && r == 0;
+            if (tracing) {
+                snprintf(tdir, sizeof tdir, "%s/%s", trace_dir,
+                         n_sched > 0 ? scheds[s] : "default");
+                if (si_trace_begin(tdir) != 0)
+                    goto out;
+            }
+            int brc = bench_once(m, ep, prof, toks, (int32_t)n_prompt, (int32_t)n_predict, lat,
+                                 &runs[s * repeat + r]);
+            if (tracing) {
+                unsetenv("STARPU_FXT_TRACE");
+                unsetenv("STARPU_FXT_PREFIX");
+            }
+            if (brc != 0 || (tracing && si_trace_finish(tdir, s + 1 < n_rows) != 0))
                 goto out;
         }
 

@@ -92,7 +92,7 @@ static void remove_old_traces(const char *dir)
     globfree(&g);
 }
 
-int si_trace_begin(const char *dir)
+int si_trace_check(const char *dir)
 {
 #ifndef SI_HAVE_FXT
     (void)dir;
@@ -110,13 +110,20 @@ int si_trace_begin(const char *dir)
         return si_cli_error("--trace: cannot create %s: %s", dir, strerror(errno));
     if (access(dir, W_OK) != 0)
         return si_cli_error("--trace: cannot write into %s: %s", dir, strerror(errno));
+    return 0;
+#endif
+}
+
+int si_trace_begin(const char *dir)
+{
+    if (si_trace_check(dir) != 0)
+        return 1;
     remove_old_traces(dir);
     char prefix[4200];
     snprintf(prefix, sizeof prefix, "%s/", dir);
     setenv("STARPU_FXT_TRACE", "1", 1);
     setenv("STARPU_FXT_PREFIX", prefix, 1);
     return 0;
-#endif
 }
 
 /* Run argv in folder dir with stdout and stderr into dir/log (and
@@ -172,14 +179,40 @@ static bool task_window(const char *dir, double *t0, double *t1)
     return true;
 }
 
-int si_trace_finish(const char *dir)
+int si_trace_finish(const char *dir, bool another_run)
 {
     char pat[4200];
     snprintf(pat, sizeof pat, "%s/prof_file_*", dir);
     glob_t g;
-    if (glob(pat, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
+    if (glob(pat, 0, NULL, &g) != 0 || g.gl_pathc == 0 || (g.gl_pathc == 1 && strstr(g.gl_pathv[0], ".run") != NULL)) {
         globfree(&g);
         return si_cli_error("--trace: StarPU wrote no FxT trace into %s", dir);
+    }
+    /* FxT remembers the file it wrote and, when StarPU starts again in this
+     * process with another prefix, moves that file to the new name and
+     * overwrites it: this run's files get a name of their own, and when
+     * another traced run follows, an empty file takes the old name for FxT
+     * to move. */
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        if (strstr(g.gl_pathv[i], ".run") != NULL)
+            continue;
+        char kept[4300];
+        snprintf(kept, sizeof kept, "%s.run", g.gl_pathv[i]);
+        if (rename(g.gl_pathv[i], kept) != 0) {
+            globfree(&g);
+            return si_cli_error("--trace: cannot rename %s: %s", kept, strerror(errno));
+        }
+        if (another_run) {
+            int fd = open(g.gl_pathv[i], O_WRONLY | O_CREAT | O_TRUNC, 0666);
+            if (fd >= 0)
+                close(fd);
+        }
+        free(g.gl_pathv[i]);
+        g.gl_pathv[i] = strdup(kept);
+        if (g.gl_pathv[i] == NULL) {
+            globfree(&g);
+            return si_cli_error("out of memory");
+        }
     }
     /* starpu_fxt_tool -i FILE... (run in dir: its outputs land there). */
     char **argv = calloc(g.gl_pathc + 3, sizeof *argv);
