@@ -25,6 +25,8 @@ static void usage(FILE *f)
                "  perplexity  perplexity of a model on a text file (reference CPU path)\n"
                "  synth       write a synthetic model with planted neuron activity\n"
                "  profile     count how often each FFN neuron fires over a text\n"
+               "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
+               "  eval        predictor recall/precision and perplexity per sparsity mode\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -70,6 +72,8 @@ int main(int argc, char **argv)
         {"perplexity", si_cmd_perplexity},
         {"synth", si_cmd_synth},
         {"profile", si_cmd_profile},
+        {"train-predictor", si_cmd_train},
+        {"eval", si_cmd_eval},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
