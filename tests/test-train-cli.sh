@@ -78,11 +78,25 @@ grep -q '^predictor  *[0-9.]* +/- .*  *-  ' "$tmp/out" || fail "eval --modes pre
 # SiLU: thresholds from a first pass, stored in the output for eval.
 "$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-pred.gguf" -n 400 -c 128 \
     --epochs 2 --rank 32 -s 0.6 -t f16 >"$tmp/out" 2>"$tmp/err" || fail "train silu: $(cat "$tmp/err")"
-grep -q 'SiLU model: active = |act(gate . x)| above the layer.s CATS threshold (target sparsity 0.6)' "$tmp/out" ||
+grep -qF "SiLU model: active = |act(gate . x)| (CATS) above the layer's threshold (target sparsity 0.6)" "$tmp/out" ||
     fail "train silu: rule line: $(cat "$tmp/out")"
 "$si" eval -m "$tmp/silu-pred.gguf" -f "$tmp/held.txt" -c 128 --modes dense >"$tmp/out" 2>"$tmp/err" ||
     fail "eval silu: $(cat "$tmp/err")"
 grep -q 'target sparsity 0.6, stored in the model' "$tmp/out" || fail "eval silu: $(cat "$tmp/out")"
+# The output rule: its own thresholds; eval adds the oracle and leaves gate mode out.
+"$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-out.gguf" -n 400 -c 128 \
+    --epochs 2 --rank 32 -s 0.4 --active output -t f16 >"$tmp/out" 2>"$tmp/err" || fail "train --active output: $(cat "$tmp/err")"
+grep -qF "SiLU model: active = |act(gate . x) * up . x| above the layer's threshold (target sparsity 0.4)" "$tmp/out" ||
+    fail "train --active output: rule line: $(cat "$tmp/out")"
+"$si" info --no-workers --kv "$tmp/silu-out.gguf" | grep -q 'starinfer.predictor.active_rule *STRING *"output"' ||
+    fail "no active_rule output in the file"
+"$si" eval -m "$tmp/silu-out.gguf" -f "$tmp/held.txt" -c 128 --chunks 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval output rule: $(cat "$tmp/err")"
+grep -q '^oracle  *[0-9.]* +/- ' "$tmp/out" || fail "eval output rule: no oracle line: $(cat "$tmp/out")"
+grep -q '^gate ' "$tmp/out" && fail "eval output rule ran gate mode"
+# The oracle computes about 60% of the neurons (target sparsity 0.4).
+awk '$1 == "oracle" {exit !($(NF-1) > 0.5 && $(NF-1) < 0.7)}' "$tmp/out" || fail "oracle share: $(grep ^oracle "$tmp/out")"
+expect_error "--modes gate: the predictors were trained on the output rule" eval -m "$tmp/silu-out.gguf" -f "$tmp/held.txt" --modes gate
 
 # Errors.
 expect_error "train-predictor: no model given" train-predictor -f "$tmp/train.txt" -o x.gguf
@@ -96,6 +110,8 @@ expect_error "--predictor-type: unknown type 'q3_k'" train-predictor -m "$tmp/re
 expect_error "--rank-step 16 is not a multiple" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf -t q4_0 --rank-step 16
 expect_error "give --profile or --target-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p -s 0.5
 expect_error "train-predictor: unknown option '--bogus'" train-predictor --bogus
+expect_error "--active: 'all' is neither gate nor output" train-predictor --active all
+expect_error "--profile holds gate thresholds" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p --active output
 expect_error "not a samples file" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/pred.gguf"
 expect_error "samples of a SiLU/GELU model without their thresholds" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/relu.samples" -n 100
 expect_error "(not a profile?)" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --profile "$tmp/relu.gguf"
@@ -104,8 +120,9 @@ expect_error "eval: no held-out text given" eval -m "$tmp/pred.gguf"
 expect_error "the model has no predictors" eval -m "$tmp/relu.gguf" -f "$tmp/held.txt"
 "$si" synth -o "$tmp/silu-p.gguf" --arch llama-silu --preset tiny --type f32 --predictor 32 >/dev/null 2>&1 ||
     fail "synth silu with predictors"
-expect_error "without stored CATS thresholds: give --profile" eval -m "$tmp/silu-p.gguf" -f "$tmp/held.txt"
+expect_error "without stored activity thresholds: give --profile" eval -m "$tmp/silu-p.gguf" -f "$tmp/held.txt"
 expect_error "--modes: unknown mode 'sparse'" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" --modes dense,sparse
+expect_error "--modes: no mode given" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" --modes ""
 expect_error "fewer than one chunk of 4096" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 4096
 expect_error "/nonexistent.txt: No such file or directory" eval -m "$tmp/pred.gguf" -f /nonexistent.txt
 expect_error "eval: unknown option '--bogus'" eval --bogus

@@ -206,9 +206,9 @@ static void test_model(void)
     struct si_train_samples *s = NULL;
     CHECK(si_train_samples_init(&s, nl, d, ff, N_TOK - 100, err, sizeof err) == SI_OK, "init: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
+    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
           "collect: %s", err);
     CHECK(s->n == N_TOK - 100, "%lld samples kept, room for %d", (long long)s->n, N_TOK - 100);
     /* The masks against the profiler's counts of the same tokens in the same windows. */
@@ -231,12 +231,13 @@ static void test_model(void)
     si_profile_free(p);
 
     /* Samples file round trip. */
-    CHECK(si_train_samples_write(s, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
+    CHECK(si_train_samples_write(s, SI_ACTIVE_GATE, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
           err);
     struct si_train_samples *s2 = NULL;
     float *thr = NULL;
     double tgt = -1;
-    CHECK(si_train_samples_read(&s2, &thr, &tgt, samp_path, m, err, sizeof err) == SI_OK,
+    enum si_active_rule rule;
+    CHECK(si_train_samples_read(&s2, &rule, &thr, &tgt, samp_path, m, err, sizeof err) == SI_OK,
           "read: %s", err);
     if (s2 != NULL) {
         CHECK(s2->n == s->n && thr == NULL, "samples read back: n %lld", (long long)s2->n);
@@ -362,12 +363,11 @@ static void test_model(void)
         struct si_eval_ppl dense, pred;
         struct si_ref_params ep = si_ref_default_params();
         ep.n_ctx = 64;
-        CHECK(si_eval_perplexity(pm, ep, toks, 256, 0, -1, NULL, conf, NULL, NULL, &dense, err,
-                                 sizeof err) == SI_OK,
+        struct si_eval_params cp = {.bos = -1, .conf = conf}, np = {.bos = -1};
+        CHECK(si_eval_perplexity(pm, ep, toks, 256, &cp, &dense, err, sizeof err) == SI_OK,
               "eval dense: %s", err);
         ep.predictor = true;
-        CHECK(si_eval_perplexity(pm, ep, toks, 256, 0, -1, NULL, NULL, NULL, NULL, &pred, err,
-                                 sizeof err) == SI_OK,
+        CHECK(si_eval_perplexity(pm, ep, toks, 256, &np, &pred, err, sizeof err) == SI_OK,
               "eval predictor: %s", err);
         for (int32_t l = 0; l < nl; l++) {
             const struct si_eval_confusion *c = &conf[l];
@@ -392,14 +392,12 @@ static void test_model(void)
         /* Errors: too few tokens, a bad token, a model without predictors. */
         struct si_eval_ppl junk;
         ep.predictor = false;
-        CHECK(si_eval_perplexity(pm, ep, toks, 63, 0, -1, NULL, NULL, NULL, NULL, &junk, err,
-                                 sizeof err) == SI_E_INVALID,
+        CHECK(si_eval_perplexity(pm, ep, toks, 63, &np, &junk, err, sizeof err) == SI_E_INVALID,
               "fewer tokens than a chunk accepted");
         int32_t bad[64];
         memcpy(bad, toks, sizeof bad);
         bad[5] = m->hp.n_vocab;
-        CHECK(si_eval_perplexity(pm, ep, bad, 64, 0, -1, NULL, NULL, NULL, NULL, &junk, err,
-                                 sizeof err) == SI_E_INVALID,
+        CHECK(si_eval_perplexity(pm, ep, bad, 64, &np, &junk, err, sizeof err) == SI_E_INVALID,
               "a token outside the vocabulary accepted");
         si_model_free(pm);
     }
@@ -461,7 +459,7 @@ static void test_silu(void)
     rp.n_ctx = 64;
     struct si_train_samples *s = NULL;
     si_train_samples_init(&s, nl, d, ff, 200, err, sizeof err);
-    CHECK(si_train_collect(s, m, rp, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
+    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
           "a SiLU model collected without thresholds");
     printf("refused as expected: %s\n", err);
     /* The CATS thresholds of 0.5: about half of the pairs active. */
@@ -472,7 +470,7 @@ static void test_silu(void)
     si_profile_init(&p, nl, ff, err, sizeof err);
     CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_OK, "thresholds: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
           "collect: %s", err);
     int64_t pos = 0;
     for (int64_t k = 0; k < s->n; k++)
@@ -481,13 +479,58 @@ static void test_silu(void)
     const double share = (double)pos / ((double)s->n * ff);
     printf("SiLU model, CATS 0.5: layer 1 active share %.4f\n", share);
     CHECK(share > 0.45 && share < 0.55, "active share %.4f at target sparsity 0.5", share);
+    /* si_active_calib: for the gate rule the profile's thresholds; for the
+     * output rule, thresholds that leave the target share inactive, and the
+     * oracle computing exactly the rest. */
+    struct si_active_calib *ac = NULL, *oc = NULL;
+    float tg[2], to[2];
+    CHECK(si_active_calib_init(&ac, m, SI_ACTIVE_GATE, err, sizeof err) == SI_OK &&
+              si_active_calib_init(&oc, m, SI_ACTIVE_OUTPUT, err, sizeof err) == SI_OK,
+          "calib init: %s", err);
+    CHECK(si_active_calib_collect(ac, m, rp, toks, 200, err, sizeof err) == SI_OK &&
+              si_active_calib_collect(oc, m, rp, toks, 200, err, sizeof err) == SI_OK,
+          "calib collect: %s", err);
+    CHECK(si_active_calib_thresholds(ac, 0.5, tg, err, sizeof err) == SI_OK &&
+              si_active_calib_thresholds(oc, 0.4, to, err, sizeof err) == SI_OK,
+          "calib thresholds: %s", err);
+    CHECK(!memcmp(tg, p->thresholds, sizeof tg), "gate-rule thresholds %g %g, the profile's %g %g",
+          (double)tg[0], (double)tg[1], (double)p->thresholds[0], (double)p->thresholds[1]);
+    CHECK(si_active_calib_thresholds(oc, 1.0, to, err, sizeof err) == SI_E_INVALID,
+          "target sparsity 1 accepted");
+    si_active_calib_thresholds(oc, 0.4, to, err, sizeof err);
+    struct si_train_samples *so = NULL;
+    si_train_samples_init(&so, nl, d, ff, 200, err, sizeof err);
+    CHECK(si_train_collect(so, m, rp, SI_ACTIVE_OUTPUT, to, toks, 200, err, sizeof err) == SI_OK,
+          "collect output rule: %s", err);
+    pos = 0;
+    for (int64_t k = 0; k < so->n; k++)
+        for (int32_t i = 0; i < ff; i++)
+            pos += si_train_sample_active(so, 0, k, i);
+    const double oshare = (double)pos / ((double)so->n * ff);
+    struct si_eval_ppl orc;
+    struct si_ref_params ep = si_ref_default_params();
+    ep.n_ctx = 64;
+    struct si_eval_params op = {.bos = -1, .rule = SI_ACTIVE_OUTPUT, .thresholds = to,
+                                .oracle = true};
+    CHECK(si_eval_perplexity(m, ep, toks, 192, &op, &orc, err, sizeof err) == SI_OK,
+          "oracle: %s", err);
+    printf("output rule, target 0.4: layer 0 active share %.4f, oracle computes %.4f\n", oshare,
+           orc.ffn_computed);
+    CHECK(oshare > 0.55 && oshare < 0.65, "output rule: active share %.4f at target 0.4", oshare);
+    CHECK(orc.ffn_computed > 0.55 && orc.ffn_computed < 0.65, "oracle computes %.4f",
+          orc.ffn_computed);
+    si_train_samples_free(so);
+    si_active_calib_free(ac);
+    si_active_calib_free(oc);
+
     struct si_train_layer L[2] = {0};
     struct si_train_params tp = si_train_default_params();
     tp.epochs = 2;
     for (int32_t l = 0; l < nl; l++)
         CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
     struct si_train_write_params wp = {.type = SI_TYPE_F16, .powerinfer = true,
-                                       .gate_thresholds = p->thresholds, .target_sparsity = 0.5};
+                                       .rule = SI_ACTIVE_GATE, .thresholds = p->thresholds,
+                                       .target_sparsity = 0.5};
     CHECK(si_train_write(m, L, &wp, out_path, err, sizeof err) == SI_OK, "write: %s", err);
     struct si_model *pm = NULL;
     CHECK(si_model_load(&pm, out_path, err, sizeof err) == SI_OK, "load: %s", err);
@@ -496,7 +539,9 @@ static void test_silu(void)
               "a PWRI SiLU model read back as activation %d", (int)pm->hp.act);
         float *t = NULL;
         double target = 0;
-        CHECK(si_eval_stored_thresholds(pm, &t, &target, err, sizeof err) == SI_OK,
+        enum si_active_rule rule = SI_ACTIVE_OUTPUT;
+        CHECK(si_eval_stored_thresholds(pm, &rule, &t, &target, err, sizeof err) == SI_OK &&
+                  rule == SI_ACTIVE_GATE,
               "stored thresholds: %s", err);
         CHECK(t != NULL && !memcmp(t, p->thresholds, (size_t)nl * sizeof *t) &&
                   fabs(target - 0.5) < 1e-6,
@@ -506,7 +551,9 @@ static void test_silu(void)
     }
     float *t = NULL;
     double target;
-    CHECK(si_eval_stored_thresholds(m, &t, &target, err, sizeof err) == SI_E_NOT_FOUND && t == NULL,
+    enum si_active_rule rule;
+    CHECK(si_eval_stored_thresholds(m, &rule, &t, &target, err, sizeof err) == SI_E_NOT_FOUND &&
+              t == NULL,
           "thresholds found in a model without them");
     for (int32_t l = 0; l < nl; l++)
         si_train_layer_clear(&L[l]);

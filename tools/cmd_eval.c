@@ -27,10 +27,13 @@ static void eval_usage(FILE *f)
             "  dense      every FFN neuron\n"
             "  gate       SiLU/GELU: neurons with |act(gate . x)| at or below the layer's\n"
             "             CATS threshold skipped; ReLU: zeros skipped (exact)\n"
+            "  oracle     exactly the active neurons (the best a predictor can do; run\n"
+            "             for the output rule: for the gate rule it is gate mode)\n"
             "  predictor  only the neurons the predictors pick\n"
-            "Active (the truth): activation != 0 on ReLU models, |act(gate . x)| above the\n"
-            "CATS threshold on SiLU/GELU ones: the thresholds train-predictor stored in the\n"
-            "model, or those of --profile.\n"
+            "Active (the truth): activation != 0 on ReLU models; on SiLU/GELU ones the rule\n"
+            "and thresholds train-predictor stored in the model (|act(gate . x)| or the\n"
+            "neuron's output |h|), or |act(gate . x)| above the CATS thresholds of\n"
+            "--profile.\n"
             "\n"
             "Options:\n"
             "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
@@ -38,7 +41,10 @@ static void eval_usage(FILE *f)
             "      --profile FILE    a profile whose CATS thresholds define active neurons\n"
             "  -c, --ctx-size N      perplexity chunk length (default 512)\n"
             "      --chunks N        at most N chunks (default: all)\n"
-            "      --modes LIST      comma-separated subset of dense,gate,predictor (default all)\n"
+            "      --modes LIST      comma-separated subset of dense,gate,oracle,predictor\n"
+            "                        (default: those that apply)\n"
+            "      --threshold T     predict with this threshold instead of the model's\n"
+            "                        powerinfer.sparse_threshold (lower: more neurons)\n"
             "  -h, --help            show this help\n");
 }
 
@@ -51,37 +57,43 @@ static void on_chunk(void *user, int64_t chunk, int64_t n_chunks)
     fflush(stderr);
 }
 
-/* Parse --modes into want[3] (dense, gate, predictor). */
-static bool parse_modes(const char *s, bool want[3])
+enum { M_DENSE, M_GATE, M_ORACLE, M_PRED, M_COUNT };
+static const char *mode_names[M_COUNT] = {"dense", "gate", "oracle", "predictor"};
+
+/* Parse --modes into want[M_COUNT]. */
+static bool parse_modes(const char *s, bool want[M_COUNT])
 {
-    static const char *names[3] = {"dense", "gate", "predictor"};
-    want[0] = want[1] = want[2] = false;
+    for (int i = 0; i < M_COUNT; i++)
+        want[i] = false;
     while (*s) {
         const char *e = strchr(s, ',');
         const size_t len = e ? (size_t)(e - s) : strlen(s);
         int k = -1;
-        for (int i = 0; i < 3; i++)
-            if (strlen(names[i]) == len && !strncmp(s, names[i], len))
+        for (int i = 0; i < M_COUNT; i++)
+            if (strlen(mode_names[i]) == len && !strncmp(s, mode_names[i], len))
                 k = i;
         if (k < 0) {
-            si_cli_error("--modes: unknown mode '%.*s' (dense, gate, predictor)", (int)len, s);
+            si_cli_error("--modes: unknown mode '%.*s' (dense, gate, oracle, predictor)",
+                         (int)len, s);
             return false;
         }
         want[k] = true;
         s += len + (e != NULL);
     }
-    if (!want[0] && !want[1] && !want[2]) {
-        si_cli_error("--modes: no mode given");
-        return false;
-    }
-    return true;
+    for (int i = 0; i < M_COUNT; i++)
+        if (want[i])
+            return true;
+    si_cli_error("--modes: no mode given");
+    return false;
 }
 
 int si_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *profile = NULL, *v;
     long long n_ctx = 512, max_chunks = -1;
-    bool want[3] = {true, true, true};
+    double threshold = 0;
+    bool threshold_given = false;
+    bool want[M_COUNT] = {false}, modes_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -104,9 +116,15 @@ int si_cmd_eval(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
                 !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
                 return 1;
+        } else if (!strcmp(a, "--threshold")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_float(a, v, -1e6, 1e6, &threshold))
+                return 1;
+            threshold_given = true;
         } else if (!strcmp(a, "--modes")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !parse_modes(v, want))
                 return 1;
+            modes_given = true;
         } else {
             return si_cli_error("eval: unknown option '%s' (see starinfer eval --help)", a);
         }
@@ -141,9 +159,12 @@ int si_cmd_eval(int argc, char **argv)
                      "starinfer train-predictor)", model);
         goto out;
     }
+    if (threshold_given)
+        m->predictor_threshold = (float)threshold;
     const bool relu = si_profile_relu_family(m);
     const float *thresholds = NULL;
     double target = 0;
+    enum si_active_rule rule = SI_ACTIVE_GATE;
     if (profile != NULL) {
         if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
@@ -157,10 +178,10 @@ int si_cmd_eval(int argc, char **argv)
         thresholds = prof->thresholds;
         target = prof->target_sparsity;
     } else if (!relu) {
-        int r = si_eval_stored_thresholds(m, &stored, &target, err, sizeof err);
+        int r = si_eval_stored_thresholds(m, &rule, &stored, &target, err, sizeof err);
         if (r == SI_E_NOT_FOUND) {
-            si_cli_error("%s: a SiLU/GELU model without stored CATS thresholds: give --profile "
-                         "(made with --target-sparsity)", model);
+            si_cli_error("%s: a SiLU/GELU model without stored activity thresholds: give "
+                         "--profile (made with --target-sparsity)", model);
             goto out;
         }
         if (r != SI_OK) {
@@ -194,25 +215,43 @@ int si_cmd_eval(int argc, char **argv)
     tty = isatty(STDERR_FILENO);
     const int32_t bos_tok = bos ? si_tokenizer_bos(tok) : -1;
 
-    static const char *names[3] = {"dense", "gate", "predictor"};
-    struct si_eval_ppl res[3] = {0};
-    for (int k = 0; k < 3; k++) {
-        if (!want[k] && !(k == 0 && !want[1] && !want[2]))
+    /* Gate mode needs CATS thresholds (the gate rule's); the oracle is gate
+     * mode for the gate rule and dense for ReLU models. */
+    const bool gate_ok = relu || rule == SI_ACTIVE_GATE;
+    if (!modes_given) {
+        want[M_DENSE] = want[M_PRED] = true;
+        want[M_GATE] = gate_ok;
+        want[M_ORACLE] = !relu && rule == SI_ACTIVE_OUTPUT;
+    } else if (want[M_GATE] && !gate_ok) {
+        si_cli_error("--modes gate: the predictors were trained on the output rule; gate mode "
+                     "needs CATS thresholds (give --profile)");
+        goto out;
+    }
+    struct si_eval_ppl res[M_COUNT] = {0};
+    bool compared = false;
+    for (int k = 0; k < M_COUNT; k++) {
+        if (!want[k])
             continue;
         struct si_ref_params rp = si_ref_default_params();
         rp.n_ctx = (int32_t)n_ctx;
-        if (k == 1 && !relu)
+        if (k == M_GATE && !relu)
             rp.gate_thresholds = thresholds;
-        rp.predictor = k == 2;
-        /* The predictors are compared with the truth on the dense pass (or,
-         * without it, on the first pass run). */
-        const bool cmp = k == 0 || (k == 1 && !want[0]) || (k == 2 && !want[0] && !want[1]);
-        if (si_eval_perplexity(m, rp, toks, n, max_chunks, bos_tok, thresholds,
-                               cmp ? conf : NULL, tty ? on_chunk : NULL, (void *)names[k], &res[k],
-                               err, sizeof err) != SI_OK) {
+        rp.predictor = k == M_PRED;
+        /* The predictors are compared with the truth on the first pass run
+         * (the dense one unless left out). */
+        struct si_eval_params ep = {.max_chunks = max_chunks,
+                                    .bos = bos_tok,
+                                    .rule = rule,
+                                    .thresholds = thresholds,
+                                    .conf = compared ? NULL : conf,
+                                    .oracle = k == M_ORACLE,
+                                    .progress = tty ? on_chunk : NULL,
+                                    .progress_user = (void *)mode_names[k]};
+        compared = true;
+        if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
             if (tty)
                 fputc('\n', stderr);
-            si_cli_error("%s: %s", names[k], err);
+            si_cli_error("%s: %s", mode_names[k], err);
             goto out;
         }
         if (tty)
@@ -220,16 +259,18 @@ int si_cmd_eval(int argc, char **argv)
     }
 
     const int64_t pp = si_eval_predictor_params(m), mp = si_eval_model_params(m);
-    const struct si_eval_ppl *first =
-        res[0].n_scored ? &res[0] : res[1].n_scored ? &res[1] : &res[2];
+    const struct si_eval_ppl *first = &res[0];
+    for (int k = M_COUNT - 1; k >= 0; k--)
+        first = res[k].n_scored ? &res[k] : first;
     printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunks of %lld (%" PRId64
            " tokens scored)\n",
            model, file, n, first->n_chunks, n_ctx, first->n_scored);
     if (relu)
         printf("active: activation != 0 (ReLU)\n");
     else
-        printf("active: |act(gate . x)| above the layer's CATS threshold (target sparsity %.3g, "
-               "%s)\n", target, profile ? profile : "stored in the model");
+        printf("active: %s above the layer's threshold (target sparsity %.3g, %s)\n",
+               rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
+               target, profile ? profile : "stored in the model");
     printf("layer  width  recall  precision  pred.sparsity  true sparsity\n");
     struct si_eval_confusion all = {0};
     for (int32_t l = 0; l < hp->n_layer; l++) {
@@ -249,10 +290,10 @@ int si_cmd_eval(int argc, char **argv)
            pp, 100.0 * (double)pp / (double)mp, mp, (double)si_eval_predictor_bytes(m) / 1048576.0,
            (double)m->predictor_threshold);
     printf("mode       perplexity            vs dense  FFN neurons computed  seconds\n");
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < M_COUNT; k++) {
         if (res[k].n_scored == 0)
             continue;
-        printf("%-9s  %9.4f +/- %7.4f", names[k], res[k].ppl, res[k].ppl_err);
+        printf("%-9s  %9.4f +/- %7.4f", mode_names[k], res[k].ppl, res[k].ppl_err);
         if (res[0].n_scored > 0)
             printf("  %+7.2f%%", 100.0 * (res[k].ppl / res[0].ppl - 1.0));
         else

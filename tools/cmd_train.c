@@ -53,6 +53,10 @@ static void train_usage(FILE *f)
             "                            define active neurons on SiLU/GELU models\n"
             "  -s, --target-sparsity S   without --profile: the thresholds' target, [0, 1)\n"
             "                            (default 0.5)\n"
+            "  -a, --active RULE         SiLU/GELU models: what is thresholded, gate\n"
+            "                            (|act(gate . x)|, CATS, as the profile and the gate\n"
+            "                            mode; default) or output (|act(gate . x) * up . x|,\n"
+            "                            the neuron's output)\n"
             "  -n, --max-tokens N        samples (tokens) to collect (default 16384)\n"
             "  -c, --ctx-size N          window length (default 512)\n"
             "  -r, --target-recall R     held-out recall to reach, (0, 1] (default 0.95)\n"
@@ -127,6 +131,7 @@ int si_cmd_train(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *profile = NULL, *v;
     const char *samples_file = NULL;
+    enum si_active_rule rule = SI_ACTIVE_GATE;
     long long max_tokens = 16384, n_ctx = 512, rank = 0, step = 32, min_rank = 0, max_rank = 0;
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
@@ -223,6 +228,10 @@ int si_cmd_train(int argc, char **argv)
             VALUE();
             if (!si_cli_float(a, v, -1e6, 1e6, &thr))
                 return 1;
+        } else if (!strcmp(a, "-a") || !strcmp(a, "--active")) {
+            VALUE();
+            if (si_active_rule_parse(v, &rule) != SI_OK)
+                return si_cli_error("%s: '%s' is neither gate nor output", a, v);
         } else if (!strcmp(a, "--samples")) {
             VALUE();
             samples_file = v;
@@ -246,6 +255,9 @@ int si_cmd_train(int argc, char **argv)
         return si_cli_error("train-predictor: no output given (-o MODEL_OUT.gguf)");
     if (profile != NULL && target_given)
         return si_cli_error("train-predictor: give --profile or --target-sparsity, not both");
+    if (profile != NULL && rule != SI_ACTIVE_GATE)
+        return si_cli_error("train-predictor: --profile holds gate thresholds; --active output "
+                            "finds its own (--target-sparsity)");
     if (min_rank == 0)
         min_rank = step;
     if (max_rank > 0 && max_rank < min_rank)
@@ -259,6 +271,8 @@ int si_cmd_train(int argc, char **argv)
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
     struct si_profile_calib *calib = NULL;
+    struct si_active_calib *ocalib = NULL;
+    float *own_thr = NULL;
     struct si_train_samples *samples = NULL;
     struct si_train_layer *layers = NULL;
     int32_t *toks = NULL;
@@ -321,7 +335,7 @@ int si_cmd_train(int argc, char **argv)
     const bool reuse = samples_file != NULL && access(samples_file, F_OK) == 0;
     if (reuse) {
         bar_t0 = now();
-        if (si_train_samples_read(&samples, &kept_thr, &target, samples_file, m, err,
+        if (si_train_samples_read(&samples, &rule, &kept_thr, &target, samples_file, m, err,
                                   sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
@@ -347,6 +361,38 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             target = prof->target_sparsity;
+        } else if (!relu && rule == SI_ACTIVE_OUTPUT) {
+            own_thr = malloc((size_t)hp->n_layer * sizeof *own_thr);
+            if (own_thr == NULL) {
+                si_cli_error("out of memory");
+                goto out;
+            }
+            if (si_active_calib_init(&ocalib, m, rule, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            bar_t0 = now();
+            for (int64_t w = 0; w < n_windows; w++) {
+                const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
+                if (tty)
+                    bar("thresholds", start, n, "tokens");
+                if (si_active_calib_collect(ocalib, m, rp, toks + start, lw, err, sizeof err) !=
+                    SI_OK) {
+                    if (tty)
+                        fputc('\n', stderr);
+                    si_cli_error("%s", err);
+                    goto out;
+                }
+            }
+            if (tty) {
+                bar("thresholds", n, n, "tokens");
+                fputc('\n', stderr);
+            }
+            if (si_active_calib_thresholds(ocalib, target, own_thr, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            t_calib = now() - bar_t0;
         } else if (!relu) {
             if (si_profile_init(&prof, hp->n_layer, hp->n_ff, err, sizeof err) != SI_OK ||
                 si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
@@ -376,7 +422,7 @@ int si_cmd_train(int argc, char **argv)
             }
             t_calib = now() - bar_t0;
         }
-        thresholds = relu ? NULL : prof->thresholds;
+        thresholds = relu ? NULL : own_thr != NULL ? own_thr : prof->thresholds;
 
         /* Samples. */
         if (si_train_samples_init(&samples, hp->n_layer, hp->n_embd, hp->n_ff, n, err,
@@ -389,8 +435,8 @@ int si_cmd_train(int argc, char **argv)
             const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
             if (tty)
                 bar("samples", start, n, "tokens");
-            if (si_train_collect(samples, m, rp, thresholds, toks + start, lw, err, sizeof err) !=
-                SI_OK) {
+            if (si_train_collect(samples, m, rp, rule, thresholds, toks + start, lw, err,
+                                 sizeof err) != SI_OK) {
                 if (tty)
                     fputc('\n', stderr);
                 si_cli_error("%s", err);
@@ -404,8 +450,8 @@ int si_cmd_train(int argc, char **argv)
 
         t_collect = now() - bar_t0;
         if (samples_file != NULL &&
-            si_train_samples_write(samples, thresholds, target, samples_file, err, sizeof err) !=
-                SI_OK) {
+            si_train_samples_write(samples, rule, thresholds, target, samples_file, err,
+                                   sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
         }
@@ -422,9 +468,10 @@ int si_cmd_train(int argc, char **argv)
     if (relu)
         printf("ReLU model: active = activation != 0\n");
     else
-        printf("%s model: active = |act(gate . x)| above the layer's CATS threshold (target "
-               "sparsity %.3g%s)\n",
-               hp->act == SI_ACT_GELU ? "GELU" : "SiLU", target,
+        printf("%s model: active = %s above the layer's threshold (target sparsity %.3g%s)\n",
+               hp->act == SI_ACT_GELU ? "GELU" : "SiLU",
+               rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
+               target,
                reuse ? ", kept with the samples" : profile ? ", from the profile" : "");
     fflush(stdout);
 
@@ -480,7 +527,8 @@ int si_cmd_train(int argc, char **argv)
         .type = type,
         .threshold = (float)thr,
         .powerinfer = powerinfer,
-        .gate_thresholds = thresholds,
+        .rule = rule,
+        .thresholds = thresholds,
         .target_sparsity = relu ? 0.0 : target,
     };
     if (si_train_write(m, layers, &wp, output, err, sizeof err) != SI_OK) {
@@ -503,6 +551,8 @@ out:
     si_train_samples_free(samples);
     si_profile_free(prof);
     si_profile_calib_free(calib);
+    si_active_calib_free(ocalib);
+    free(own_thr);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

@@ -92,20 +92,27 @@ uint64_t si_eval_predictor_bytes(const struct si_model *m)
     return n;
 }
 
-int si_eval_stored_thresholds(const struct si_model *m, float **out, double *target, char *err,
-                              size_t err_size)
+int si_eval_stored_thresholds(const struct si_model *m, enum si_active_rule *rule, float **out,
+                              double *target, char *err, size_t err_size)
 {
     *out = NULL;
     const struct si_gguf *g = m->gguf;
-    const int64_t k = si_gguf_find_key(g, "starinfer.predictor.gate_threshold");
+    const int64_t k = si_gguf_find_key(g, "starinfer.predictor.active_threshold");
     if (k < 0)
         return SI_E_NOT_FOUND;
     const struct si_gguf_kv *kv = &g->kv[k];
     if (kv->type != SI_GGUF_ARRAY || kv->arr_type != SI_GGUF_FLOAT32 ||
         kv->arr_n != (uint64_t)m->hp.n_layer)
         return si__errf(err, err_size, SI_E_FORMAT,
-                        "starinfer.predictor.gate_threshold must be %" PRId32 " FLOAT32 values",
+                        "starinfer.predictor.active_threshold must be %" PRId32 " FLOAT32 values",
                         m->hp.n_layer);
+    struct si_gguf_str rs;
+    char name[16] = "";
+    if (si_gguf_get_str(g, "starinfer.predictor.active_rule", &rs) == SI_OK && rs.len < sizeof name)
+        memcpy(name, rs.data, rs.len);
+    if (si_active_rule_parse(name, rule) != SI_OK)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "starinfer.predictor.active_rule missing or neither gate nor output");
     double s = 0;
     if (si_gguf_get_f64(g, "starinfer.predictor.target_sparsity", &s) != SI_OK)
         s = 0;
@@ -117,7 +124,7 @@ int si_eval_stored_thresholds(const struct si_model *m, float **out, double *tar
         if (!(isfinite(t[l]) && t[l] >= 0)) {
             free(t);
             return si__errf(err, err_size, SI_E_FORMAT,
-                            "starinfer.predictor.gate_threshold: layer %" PRId32
+                            "starinfer.predictor.active_threshold: layer %" PRId32
                             " has %g (must be finite, >= 0)",
                             l, (double)t[l]);
         }
@@ -127,48 +134,53 @@ int si_eval_stored_thresholds(const struct si_model *m, float **out, double *tar
     return SI_OK;
 }
 
-/* The comparison of the predictors with the truth, from the FFN hook. */
-struct conf_hook {
+/* From the FFN hook: the predictors against the truth, and the oracle. */
+struct eval_hook {
+    enum si_active_rule rule;
     const float *thresholds; /* NULL: activation != 0 */
     struct si_eval_confusion *conf;
+    bool oracle;
     void *xq;
     float *r1, *y;
-    uint8_t *pred;
+    uint8_t *pred, *act;
 };
 
-static void conf_hook(void *user, const struct si_ref *s, int l)
+static void eval_hook(void *user, const struct si_ref *s, int l)
 {
-    struct conf_hook *h = user;
+    struct eval_hook *h = user;
     const struct si_model *m = s->m;
-    const struct si_layer *L = &m->w.layers[l];
-    si_ref_predict(&L->fc1, &L->fc2, m->predictor_threshold, s->p.act_quant, h->xq, s->xb, h->r1,
-                   h->y, h->pred);
-    struct si_eval_confusion *c = &h->conf[l];
     const int64_t ff = m->hp.n_ff;
-    for (int64_t i = 0; i < ff; i++) {
-        bool act;
-        if (h->thresholds == NULL) {
-            act = s->hu[i] != 0.0f;
-        } else {
-            const float a =
-                m->hp.ffn_kind == SI_FFN_PLAIN ? s->hu[i] : si_act_apply(m->hp.act, s->hg[i]);
-            act = fabsf(a) > h->thresholds[l];
+    for (int64_t i = 0; i < ff; i++)
+        h->act[i] = h->thresholds == NULL ? s->hu[i] != 0.0f
+                                          : si_active_value(s, h->rule, i) > h->thresholds[l];
+    if (h->conf != NULL) {
+        const struct si_layer *L = &m->w.layers[l];
+        si_ref_predict(&L->fc1, &L->fc2, m->predictor_threshold, s->p.act_quant, h->xq, s->xb,
+                       h->r1, h->y, h->pred);
+        struct si_eval_confusion *c = &h->conf[l];
+        for (int64_t i = 0; i < ff; i++) {
+            const bool p = h->pred[i], a = h->act[i];
+            c->tp += p && a;
+            c->fp += p && !a;
+            c->fn += !p && a;
+            c->tn += !p && !a;
         }
-        const bool p = h->pred[i];
-        c->tp += p && act;
-        c->fp += p && !act;
-        c->fn += !p && act;
-        c->tn += !p && !act;
     }
+    /* The hook runs after the activation and before the down projection
+     * (forward.h): zeroing h here skips those neurons exactly as the
+     * sparse modes do. */
+    if (h->oracle)
+        for (int64_t i = 0; i < ff; i++)
+            if (!h->act[i])
+                s->hu[i] = 0.0f;
 }
 
 int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const int32_t *tokens,
-                       int64_t n, int64_t max_chunks, int32_t bos, const float *thresholds,
-                       struct si_eval_confusion *conf, si_eval_progress_fn progress,
-                       void *progress_user, struct si_eval_ppl *out, char *err, size_t err_size)
+                       int64_t n, const struct si_eval_params *ep, struct si_eval_ppl *out,
+                       char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
-    if (m == NULL || n < 0 || (n > 0 && tokens == NULL) || rp.n_ctx < 16)
+    if (m == NULL || ep == NULL || n < 0 || (n > 0 && tokens == NULL) || rp.n_ctx < 16)
         return si__errf(err, err_size, SI_E_INVALID,
                         "perplexity: invalid arguments (the chunk must be 16 tokens or more)");
     const int64_t ctx = rp.n_ctx;
@@ -176,8 +188,11 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     if (n_chunks == 0)
         return si__errf(err, err_size, SI_E_INVALID,
                         "%" PRId64 " tokens, fewer than one chunk of %" PRId64, n, ctx);
-    if (max_chunks > 0 && max_chunks < n_chunks)
-        n_chunks = max_chunks;
+    if (ep->max_chunks > 0 && ep->max_chunks < n_chunks)
+        n_chunks = ep->max_chunks;
+    struct si_eval_confusion *conf = ep->conf;
+    const float *thresholds = ep->thresholds;
+    const int32_t bos = ep->bos;
     for (int64_t i = 0; i < n_chunks * ctx; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return si__errf(err, err_size, SI_E_INVALID,
@@ -187,16 +202,19 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     if (conf != NULL && !m->has_predictor)
         return si__errf(err, err_size, SI_E_INVALID,
                         "the model has no predictor (blk.N.fc1/fc2) tensors");
-    if (conf != NULL && thresholds == NULL && !si_profile_relu_family(m))
+    if ((conf != NULL || ep->oracle) && thresholds == NULL && !si_profile_relu_family(m))
         return si__errf(err, err_size, SI_E_INVALID,
-                        "telling active neurons of a SiLU/GELU model needs its CATS thresholds");
+                        "telling active neurons of a SiLU/GELU model needs its thresholds");
 
     struct si_ref *s = NULL;
     int rc = si_ref_init(&s, m, rp, err, err_size);
     if (rc != SI_OK)
         return rc;
-    struct conf_hook h = {0};
-    if (conf != NULL) {
+    struct eval_hook h = {.rule = ep->rule,
+                          .thresholds = si_profile_relu_family(m) ? NULL : thresholds,
+                          .conf = conf,
+                          .oracle = ep->oracle};
+    if (conf != NULL || ep->oracle) {
         int64_t rank = 0;
         size_t xq = 0, b;
         for (int32_t l = 0; l < m->hp.n_layer; l++) {
@@ -207,17 +225,16 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
             if (si_type_row_size(si_act_type(L->fc2.type), L->fc2.ne[0], &b) && b > xq)
                 xq = b;
         }
-        h.thresholds = si_profile_relu_family(m) ? NULL : thresholds;
-        h.conf = conf;
         h.xq = malloc(xq > 0 ? xq : 1);
-        h.r1 = malloc((size_t)rank * sizeof(float));
+        h.r1 = malloc((size_t)(rank > 0 ? rank : 1) * sizeof(float));
         h.y = malloc((size_t)m->hp.n_ff * sizeof(float));
         h.pred = malloc((size_t)m->hp.n_ff);
-        if (h.xq == NULL || h.r1 == NULL || h.y == NULL || h.pred == NULL) {
+        h.act = malloc((size_t)m->hp.n_ff);
+        if (h.xq == NULL || h.r1 == NULL || h.y == NULL || h.pred == NULL || h.act == NULL) {
             rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
             goto out;
         }
-        s->ffn_hook = conf_hook;
+        s->ffn_hook = eval_hook;
         s->ffn_hook_user = &h;
     }
     s->count_active = true;
@@ -257,8 +274,8 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
             nll2 += l * l;
             count++;
         }
-        if (progress != NULL)
-            progress(progress_user, ch + 1, n_chunks);
+        if (ep->progress != NULL)
+            ep->progress(ep->progress_user, ch + 1, n_chunks);
     }
     const double mean = nll / (double)count;
     const double var = count > 1 ? (nll2 / (double)count - mean * mean) / (double)(count - 1) : 0;
@@ -273,6 +290,7 @@ out:
     free(h.r1);
     free(h.y);
     free(h.pred);
+    free(h.act);
     si_ref_free(s);
     return rc;
 }

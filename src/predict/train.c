@@ -11,6 +11,7 @@
 #include "starinfer.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,8 +81,148 @@ void si_train_samples_set(struct si_train_samples *s, int32_t l, const float *x,
             m[i >> 3] |= (uint8_t)(1u << (i & 7));
 }
 
+static const char *rule_names[SI_ACTIVE_COUNT] = {"gate", "output"};
+
+const char *si_active_rule_name(enum si_active_rule r)
+{
+    return r < SI_ACTIVE_COUNT ? rule_names[r] : "?";
+}
+
+int si_active_rule_parse(const char *name, enum si_active_rule *out)
+{
+    for (int r = 0; r < SI_ACTIVE_COUNT; r++)
+        if (!strcmp(name, rule_names[r])) {
+            *out = (enum si_active_rule)r;
+            return SI_OK;
+        }
+    return SI_E_NOT_FOUND;
+}
+
+float si_active_value(const struct si_ref *s, enum si_active_rule r, int64_t i)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    if (r == SI_ACTIVE_OUTPUT || hp->ffn_kind == SI_FFN_PLAIN)
+        return fabsf(s->hu[i]);
+    return fabsf(si_act_apply(hp->act, s->hg[i]));
+}
+
+/* Histogram bins: the top 16 bits of |v|'s float (as the profile's). */
+#define HIST_SHIFT 15
+#define HIST_BINS ((size_t)1 << (31 - HIST_SHIFT))
+
+struct si_active_calib {
+    int32_t n_layer, n_ff;
+    enum si_active_rule rule;
+    uint64_t *hist; /* (n_layer, HIST_BINS) */
+};
+
+int si_active_calib_init(struct si_active_calib **out, const struct si_model *m,
+                         enum si_active_rule r, char *err, size_t err_size)
+{
+    *out = NULL;
+    struct si_active_calib *c = calloc(1, sizeof *c);
+    if (c != NULL)
+        c->hist = calloc((size_t)m->hp.n_layer * HIST_BINS, sizeof *c->hist);
+    if (c == NULL || c->hist == NULL) {
+        free(c);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for %" PRId32 " histograms",
+                        m->hp.n_layer);
+    }
+    c->n_layer = m->hp.n_layer;
+    c->n_ff = m->hp.n_ff;
+    c->rule = r;
+    *out = c;
+    return SI_OK;
+}
+
+void si_active_calib_free(struct si_active_calib *c)
+{
+    if (c == NULL)
+        return;
+    free(c->hist);
+    free(c);
+}
+
+static void calib_hook(void *user, const struct si_ref *s, int l)
+{
+    const struct si_active_calib *c = user;
+    uint64_t *h = c->hist + (size_t)l * HIST_BINS;
+    for (int64_t i = 0; i < c->n_ff; i++) {
+        const float a = si_active_value(s, c->rule, i);
+        uint32_t bits;
+        memcpy(&bits, &a, sizeof bits);
+        h[(bits & 0x7fffffffu) >> HIST_SHIFT]++;
+    }
+}
+
+int si_active_calib_collect(struct si_active_calib *c, const struct si_model *m,
+                            struct si_ref_params rp, const int32_t *tokens, int64_t n, char *err,
+                            size_t err_size)
+{
+    if (c == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL) ||
+        c->n_layer != m->hp.n_layer || c->n_ff != m->hp.n_ff)
+        return si__errf(err, err_size, SI_E_INVALID, "calibration: invalid arguments");
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "token %" PRId32 " at position %" PRId64
+                            " is outside the vocabulary of %" PRId32,
+                            tokens[i], i, m->hp.n_vocab);
+    if (n == 0)
+        return SI_OK;
+    struct si_ref *s = NULL;
+    int rc = si_ref_init(&s, m, rp, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    s->ffn_hook = calib_hook;
+    s->ffn_hook_user = c;
+    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
+    si_ref_free(s);
+    return rc;
+}
+
+int si_active_calib_thresholds(const struct si_active_calib *c, double S, float *thresholds,
+                               char *err, size_t err_size)
+{
+    if (!(S >= 0 && S < 1))
+        return si__errf(err, err_size, SI_E_INVALID, "target sparsity %g is not in [0, 1)", S);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const uint64_t *h = c->hist + (size_t)l * HIST_BINS;
+        uint64_t total = 0;
+        for (size_t b = 0; b < HIST_BINS; b++)
+            total += h[b];
+        thresholds[l] = 0.0f;
+        if (S <= 0 || total == 0)
+            continue;
+        /* The bin whose cumulative count is nearest S of the values; the
+         * threshold is the largest float in it. */
+        const double want = S * (double)total;
+        double best_d = INFINITY;
+        size_t best = 0;
+        uint64_t cum = 0;
+        for (size_t b = 0; b < HIST_BINS; b++) {
+            cum += h[b];
+            const double d = fabs((double)cum - want);
+            if (d < best_d) {
+                best_d = d;
+                best = b;
+            }
+            if ((double)cum >= want)
+                break;
+        }
+        if (best >= (size_t)(0x7f7fffffu >> HIST_SHIFT)) {
+            thresholds[l] = FLT_MAX;
+            continue;
+        }
+        const uint32_t bits = (uint32_t)((best + 1) << HIST_SHIFT) - 1u;
+        memcpy(&thresholds[l], &bits, sizeof bits);
+    }
+    return SI_OK;
+}
+
 struct collect_hook {
     struct si_train_samples *s;
+    enum si_active_rule rule;
     const float *thresholds; /* NULL: ReLU family, active = activation != 0 */
     uint8_t *active;         /* (n_ff) scratch */
 };
@@ -94,17 +235,13 @@ static void collect_hook(void *user, const struct si_ref *r, int l)
     struct si_train_samples *s = h->s;
     if (s->n >= s->cap)
         return;
-    const struct si_hparams *hp = &r->m->hp;
     if (h->thresholds == NULL) {
         for (int32_t i = 0; i < s->n_ff; i++)
             h->active[i] = r->hu[i] != 0.0f;
     } else {
         const float t = h->thresholds[l];
-        for (int32_t i = 0; i < s->n_ff; i++) {
-            const float a =
-                hp->ffn_kind == SI_FFN_PLAIN ? r->hu[i] : si_act_apply(hp->act, r->hg[i]);
-            h->active[i] = fabsf(a) > t;
-        }
+        for (int32_t i = 0; i < s->n_ff; i++)
+            h->active[i] = si_active_value(r, h->rule, i) > t;
     }
     si_train_samples_set(s, l, r->xb, h->active);
     if (l == s->n_layer - 1)
@@ -112,8 +249,8 @@ static void collect_hook(void *user, const struct si_ref *r, int l)
 }
 
 int si_train_collect(struct si_train_samples *s, const struct si_model *m, struct si_ref_params rp,
-                     const float *thresholds, const int32_t *tokens, int64_t n, char *err,
-                     size_t err_size)
+                     enum si_active_rule rule, const float *thresholds, const int32_t *tokens,
+                     int64_t n, char *err, size_t err_size)
 {
     if (s == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL))
         return si__errf(err, err_size, SI_E_INVALID, "train collect: invalid arguments");
@@ -126,8 +263,8 @@ int si_train_collect(struct si_train_samples *s, const struct si_model *m, struc
     const bool relu = si_profile_relu_family(m);
     if (!relu && thresholds == NULL)
         return si__errf(err, err_size, SI_E_INVALID,
-                        "a %s model needs per-layer activation thresholds to tell active "
-                        "neurons (a profile made with --target-sparsity)",
+                        "a %s model needs per-layer thresholds to tell active neurons (a "
+                        "target sparsity or a profile made with one)",
                         m->hp.act == SI_ACT_GELU ? "GELU" : "SiLU");
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
@@ -142,7 +279,7 @@ int si_train_collect(struct si_train_samples *s, const struct si_model *m, struc
     int rc = si_ref_init(&r, m, rp, err, err_size);
     if (rc != SI_OK)
         return rc;
-    struct collect_hook h = {s, relu ? NULL : thresholds, malloc((size_t)s->n_ff)};
+    struct collect_hook h = {s, rule, relu ? NULL : thresholds, malloc((size_t)s->n_ff)};
     if (h.active == NULL) {
         si_ref_free(r);
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
@@ -658,9 +795,11 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
     if ((rc = si_gguf_writer_copy_kv(w, g)) != SI_OK ||
         (rc = si_gguf_writer_set_f32(w, "powerinfer.sparse_threshold", wp->threshold)) != SI_OK)
         goto fail;
-    if (wp->gate_thresholds != NULL &&
-        ((rc = si_gguf_writer_set_arr(w, "starinfer.predictor.gate_threshold", SI_GGUF_FLOAT32,
-                                      wp->gate_thresholds, (uint64_t)hp->n_layer)) != SI_OK ||
+    if (wp->thresholds != NULL &&
+        ((rc = si_gguf_writer_set_str(w, "starinfer.predictor.active_rule",
+                                      si_active_rule_name(wp->rule))) != SI_OK ||
+         (rc = si_gguf_writer_set_arr(w, "starinfer.predictor.active_threshold", SI_GGUF_FLOAT32,
+                                      wp->thresholds, (uint64_t)hp->n_layer)) != SI_OK ||
          (rc = si_gguf_writer_set_f32(w, "starinfer.predictor.target_sparsity",
                                       (float)wp->target_sparsity)) != SI_OK))
         goto fail;
@@ -725,11 +864,13 @@ out:
 #define SK_LAYER "starinfer.samples.n_layer"
 #define SK_EMBD "starinfer.samples.n_embd"
 #define SK_FF "starinfer.samples.n_ff"
-#define SK_THR "starinfer.samples.gate_threshold"
+#define SK_RULE "starinfer.samples.active_rule"
+#define SK_THR "starinfer.samples.active_threshold"
 #define SK_TARGET "starinfer.samples.target_sparsity"
 
-int si_train_samples_write(const struct si_train_samples *s, const float *thresholds,
-                           double target_sparsity, const char *path, char *err, size_t err_size)
+int si_train_samples_write(const struct si_train_samples *s, enum si_active_rule rule,
+                           const float *thresholds, double target_sparsity, const char *path,
+                           char *err, size_t err_size)
 {
     if (s == NULL || s->n < 1)
         return si__errf(err, err_size, SI_E_INVALID, "%s: no samples to write", path);
@@ -742,7 +883,8 @@ int si_train_samples_write(const struct si_train_samples *s, const float *thresh
         (rc = si_gguf_writer_set_u32(w, SK_EMBD, (uint32_t)s->n_embd)) != SI_OK ||
         (rc = si_gguf_writer_set_u32(w, SK_FF, (uint32_t)s->n_ff)) != SI_OK ||
         (thresholds != NULL &&
-         ((rc = si_gguf_writer_set_arr(w, SK_THR, SI_GGUF_FLOAT32, thresholds,
+         ((rc = si_gguf_writer_set_str(w, SK_RULE, si_active_rule_name(rule))) != SI_OK ||
+          (rc = si_gguf_writer_set_arr(w, SK_THR, SI_GGUF_FLOAT32, thresholds,
                                        (uint64_t)s->n_layer)) != SI_OK ||
           (rc = si_gguf_writer_set_f32(w, SK_TARGET, (float)target_sparsity)) != SI_OK)))
         goto fail;
@@ -768,11 +910,12 @@ fail:
     return si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
 }
 
-int si_train_samples_read(struct si_train_samples **out, float **thresholds,
-                          double *target_sparsity, const char *path, const struct si_model *m,
-                          char *err, size_t err_size)
+int si_train_samples_read(struct si_train_samples **out, enum si_active_rule *rule,
+                          float **thresholds, double *target_sparsity, const char *path,
+                          const struct si_model *m, char *err, size_t err_size)
 {
     *out = NULL;
+    *rule = SI_ACTIVE_GATE;
     *thresholds = NULL;
     *target_sparsity = 0;
     struct si_gguf *g = NULL;
@@ -840,6 +983,15 @@ int si_train_samples_read(struct si_train_samples **out, float **thresholds,
         }
         memcpy(thr, kv->arr_data, (size_t)nl * sizeof *thr);
         si_gguf_get_f64(g, SK_TARGET, target_sparsity);
+        struct si_gguf_str rs;
+        char name[16] = "";
+        if (si_gguf_get_str(g, SK_RULE, &rs) == SI_OK && rs.len < sizeof name)
+            memcpy(name, rs.data, rs.len);
+        if (si_active_rule_parse(name, rule) != SI_OK) {
+            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: %s missing or not gate/output", path,
+                          SK_RULE);
+            goto out;
+        }
     }
     *out = s;
     *thresholds = thr;

@@ -12,9 +12,15 @@
  *
  * Samples.  si_train_collect runs the reference forward pass over a corpus
  * and keeps, per layer and token, x (as fp16) and the active mask (a bit per
- * neuron) under the profile's rule (predict/profile.h): ReLU-family models
- * activation != 0; SiLU/GELU models |act(gate . x)| > the layer's CATS
- * threshold.  Memory: n_layer * n_tokens * (2 n_embd + n_ff / 8) bytes
+ * neuron).  Active: on ReLU-family models activation != 0; on SiLU/GELU
+ * models a per-layer threshold t_l on
+ *   SI_ACTIVE_GATE    |act(gate . x)| > t_l, the profile's CATS rule
+ *                     (predict/profile.h; what the engine's gate mode skips)
+ *   SI_ACTIVE_OUTPUT  |h| > t_l with h = act(gate . x) * (up . x), the
+ *                     neuron's own output (act(up . x) for ungated FFNs):
+ *                     what its down row is multiplied by
+ * with t_l the layer's target-sparsity quantile of that value over a corpus
+ * (si_profile_calib for the gate rule, si_active_calib for either).  Memory: n_layer * n_tokens * (2 n_embd + n_ff / 8) bytes
  * (SmolLM2-135M, 8192 tokens: 330 MB).
  *
  * Training one layer at width r: the samples are shuffled (seeded) and split
@@ -46,6 +52,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+enum si_active_rule { SI_ACTIVE_GATE, SI_ACTIVE_OUTPUT, SI_ACTIVE_COUNT };
+
+/* "gate", "output"; and back (SI_E_NOT_FOUND). */
+const char *si_active_rule_name(enum si_active_rule r);
+int si_active_rule_parse(const char *name, enum si_active_rule *out);
+
+/* The value the rule thresholds for neuron i in an FFN hook (forward.h). */
+float si_active_value(const struct si_ref *s, enum si_active_rule r, int64_t i);
+
+/* Per layer, a histogram of the rule's values over a corpus, to pick the
+ * thresholds of a target sparsity, as si_profile_calib does for the gate
+ * rule (and with the same bins: for the gate rule both pick the same). */
+struct si_active_calib;
+int si_active_calib_init(struct si_active_calib **out, const struct si_model *m,
+                         enum si_active_rule r, char *err, size_t err_size);
+void si_active_calib_free(struct si_active_calib *c);
+/* Run tokens[0..n) (windows of rp.n_ctx, as si_profile_collect) into c. */
+int si_active_calib_collect(struct si_active_calib *c, const struct si_model *m,
+                            struct si_ref_params rp, const int32_t *tokens, int64_t n, char *err,
+                            size_t err_size);
+/* thresholds[0..n_layer) for target sparsity S in [0, 1) (0 for S = 0). */
+int si_active_calib_thresholds(const struct si_active_calib *c, double S, float *thresholds,
+                               char *err, size_t err_size);
 
 /* Per layer: x (fp16) and the active bits of each sample. */
 struct si_train_samples {
@@ -80,29 +110,32 @@ static inline bool si_train_sample_active(const struct si_train_samples *s, int3
  * Evaluate tokens[0..n) with the reference (parameters rp, windows of
  * rp.n_ctx as si_profile_collect does) and add a sample per token and layer
  * until s is full (the tokens beyond are not evaluated).  thresholds: the
- * (n_layer) CATS thresholds of a SiLU/GELU model (required there; ignored on
- * ReLU-family models).  SI_E_INVALID for a shape that is not the model's.
+ * (n_layer) thresholds of `rule` on a SiLU/GELU model (required there;
+ * ignored on ReLU-family models).  SI_E_INVALID for a shape that is not the
+ * model's.
  */
 int si_train_collect(struct si_train_samples *s, const struct si_model *m, struct si_ref_params rp,
-                     const float *thresholds, const int32_t *tokens, int64_t n, char *err,
-                     size_t err_size);
+                     enum si_active_rule rule, const float *thresholds, const int32_t *tokens,
+                     int64_t n, char *err, size_t err_size);
 
 /*
  * Keep collected samples in a file to train again without the forward
  * passes: GGUF with starinfer.samples.{n (UINT64), n_layer, n_embd, n_ff
  * (UINT32)}, per layer blk.N.samples_x F16 {n_embd, n} and
- * blk.N.samples_mask I8 {mask_bytes, n}, and the thresholds the masks were
- * made with (starinfer.samples.gate_threshold FLOAT32[n_layer],
+ * blk.N.samples_mask I8 {mask_bytes, n}, and the rule and thresholds the
+ * masks were made with (starinfer.samples.active_rule STRING,
+ * starinfer.samples.active_threshold FLOAT32[n_layer],
  * starinfer.samples.target_sparsity) when given.
  */
-int si_train_samples_write(const struct si_train_samples *s, const float *thresholds,
-                           double target_sparsity, const char *path, char *err, size_t err_size);
+int si_train_samples_write(const struct si_train_samples *s, enum si_active_rule rule,
+                           const float *thresholds, double target_sparsity, const char *path,
+                           char *err, size_t err_size);
 
 /* Read them back (cap = n); m, when not NULL, must have their shape.
  * *thresholds gets a new (n_layer) array or NULL when the file has none. */
-int si_train_samples_read(struct si_train_samples **out, float **thresholds,
-                          double *target_sparsity, const char *path, const struct si_model *m,
-                          char *err, size_t err_size);
+int si_train_samples_read(struct si_train_samples **out, enum si_active_rule *rule,
+                          float **thresholds, double *target_sparsity, const char *path,
+                          const struct si_model *m, char *err, size_t err_size);
 
 /* Called after every epoch of every width tried on a layer. */
 typedef void (*si_train_progress_fn)(void *user, int32_t layer, int32_t rank, int32_t epoch,
@@ -162,7 +195,8 @@ struct si_train_write_params {
     uint32_t type;          /* enum si_type of fc1/fc2: F32, F16 or a quantizable type */
     float threshold;        /* powerinfer.sparse_threshold */
     bool powerinfer;        /* "PWRI" magic (else the input model's magic) */
-    const float *gate_thresholds; /* (n_layer) CATS thresholds trained on, or NULL */
+    enum si_active_rule rule;     /* the rule trained on */
+    const float *thresholds;      /* (n_layer) its thresholds, or NULL (ReLU) */
     double target_sparsity;       /* their target (stored with them) */
 };
 
@@ -170,8 +204,9 @@ struct si_train_write_params {
  * Write the model m (every key and tensor of its file, predictor tensors
  * already there replaced) with layers[0..n_layer) as blk.N.fc1.weight
  * {n_embd, rank} and blk.N.fc2.weight {rank, n_ff} in wp->type, and
- * powerinfer.sparse_threshold; with gate thresholds, also
- * starinfer.predictor.gate_threshold FLOAT32[n_layer] and
+ * powerinfer.sparse_threshold; with thresholds, also
+ * starinfer.predictor.active_rule ("gate" or "output"),
+ * starinfer.predictor.active_threshold FLOAT32[n_layer] and
  * starinfer.predictor.target_sparsity (what `starinfer eval` calls active).
  * A PWRI file of a llama model whose activation is not ReLU gets
  * starinfer.ffn_activation, since PWRI llama files are ReLU by default.
