@@ -528,7 +528,7 @@ static void test_silu(void)
     tp.epochs = 2;
     for (int32_t l = 0; l < nl; l++)
         CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
-    struct si_train_write_params wp = {.type = SI_TYPE_F16, .powerinfer = true,
+    struct si_train_write_params wp = {.type = SI_TYPE_F16, .powerinfer = true, .down_t = true,
                                        .rule = SI_ACTIVE_GATE, .thresholds = p->thresholds,
                                        .target_sparsity = 0.5};
     CHECK(si_train_write(m, L, &wp, out_path, err, sizeof err) == SI_OK, "write: %s", err);
@@ -537,6 +537,21 @@ static void test_silu(void)
     if (pm != NULL) {
         CHECK(pm->gguf->powerinfer && pm->hp.act == SI_ACT_SILU,
               "a PWRI SiLU model read back as activation %d", (int)pm->hp.act);
+        /* ffn_down_t added: row i is neuron i's column of ffn_down (F32: exact). */
+        int64_t bad_dt = 0;
+        for (int32_t l = 0; l < nl; l++) {
+            const struct si_tensor *dt = &pm->w.layers[l].ffn_down_t;
+            const struct si_tensor *dn = &m->w.layers[l].ffn_down;
+            CHECK(dt->data != NULL && dt->type == SI_TYPE_F32 && dt->ne[0] == d && dt->ne[1] == ff,
+                  "layer %d: ffn_down_t missing or not F32 {%d, %d}", (int)l, (int)d, (int)ff);
+            if (dt->data == NULL)
+                continue;
+            const float *a = dt->data, *b = dn->data;
+            for (int32_t i = 0; i < ff; i++)
+                for (int32_t o = 0; o < d; o++)
+                    bad_dt += a[(size_t)i * d + o] != b[(size_t)o * ff + i];
+        }
+        CHECK(bad_dt == 0, "%lld ffn_down_t elements are not ffn_down's", (long long)bad_dt);
         float *t = NULL;
         double target = 0;
         enum si_active_rule rule = SI_ACTIVE_OUTPUT;

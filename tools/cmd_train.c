@@ -73,7 +73,10 @@ static void train_usage(FILE *f)
             "  -t, --predictor-type T    f32, f16, q8_0, q4_0 or auto (the model's FFN type\n"
             "                            when it can be written, else f16; default auto)\n"
             "      --threshold F         powerinfer.sparse_threshold to store (default 0)\n"
-            "      --powerinfer          write the PWRI magic (default: the model's)\n"
+            "      --powerinfer          write the PWRI magic (default: the model's) and\n"
+            "                            blk.N.ffn_down_t when the model has none\n"
+            "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
+            "                            projection PowerInfer's sparse FFN reads)\n"
             "      --threads N           OpenBLAS threads (default: the online CPUs)\n"
             "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
             "                            it exists, else collect them and keep them there\n"
@@ -135,7 +138,7 @@ int si_cmd_train(int argc, char **argv)
     long long max_tokens = 16384, n_ctx = 512, rank = 0, step = 32, min_rank = 0, max_rank = 0;
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
-    bool target_given = false, powerinfer = false, auto_type = true;
+    bool target_given = false, powerinfer = false, auto_type = true, down_t = false;
     uint32_t type = SI_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -237,6 +240,8 @@ int si_cmd_train(int argc, char **argv)
             samples_file = v;
         } else if (!strcmp(a, "--powerinfer")) {
             powerinfer = true;
+        } else if (!strcmp(a, "--down-t")) {
+            down_t = true;
         } else if (!strcmp(a, "--threads")) {
             VALUE();
             if (!si_cli_int(a, v, 1, 1024, &threads))
@@ -527,6 +532,7 @@ int si_cmd_train(int argc, char **argv)
         .type = type,
         .threshold = (float)thr,
         .powerinfer = powerinfer,
+        .down_t = down_t || powerinfer,
         .rule = rule,
         .thresholds = thresholds,
         .target_sparsity = relu ? 0.0 : target,

@@ -195,6 +195,7 @@ struct si_train_write_params {
     uint32_t type;          /* enum si_type of fc1/fc2: F32, F16 or a quantizable type */
     float threshold;        /* powerinfer.sparse_threshold */
     bool powerinfer;        /* "PWRI" magic (else the input model's magic) */
+    bool down_t;            /* add blk.N.ffn_down_t.weight (when the model has none) */
     enum si_active_rule rule;     /* the rule trained on */
     const float *thresholds;      /* (n_layer) its thresholds, or NULL (ReLU) */
     double target_sparsity;       /* their target (stored with them) */
@@ -210,6 +211,10 @@ struct si_train_write_params {
  * starinfer.predictor.target_sparsity (what `starinfer eval` calls active).
  * A PWRI file of a llama model whose activation is not ReLU gets
  * starinfer.ffn_activation, since PWRI llama files are ReLU by default.
+ * With down_t, a model without them gets blk.N.ffn_down_t.weight {n_embd,
+ * n_ff} (PowerInfer's transposed down projection: row i is neuron i's
+ * column of ffn_down), in ffn_down's type when si_quantize_row writes it,
+ * else F16, made one layer at a time while the file is written.
  * SI_E_INVALID when a width does not fit the type's blocks.
  */
 int si_train_write(const struct si_model *m, const struct si_train_layer *layers,
