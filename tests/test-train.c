@@ -206,9 +206,10 @@ static void test_model(void)
     struct si_train_samples *s = NULL;
     CHECK(si_train_samples_init(&s, nl, d, ff, N_TOK - 100, err, sizeof err) == SI_OK, "init: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
+    const enum si_active_rule G = SI_ACTIVE_GATE;
+    CHECK(si_train_collect(s, m, rp, G, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, rp, G, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
           "collect: %s", err);
     CHECK(s->n == N_TOK - 100, "%lld samples kept, room for %d", (long long)s->n, N_TOK - 100);
     /* The masks against the profiler's counts of the same tokens in the same windows. */
@@ -231,7 +232,7 @@ static void test_model(void)
     si_profile_free(p);
 
     /* Samples file round trip. */
-    CHECK(si_train_samples_write(s, SI_ACTIVE_GATE, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
+    CHECK(si_train_samples_write(s, G, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
           err);
     struct si_train_samples *s2 = NULL;
     float *thr = NULL;
@@ -296,7 +297,8 @@ static void test_model(void)
             char n1[64], n2[64];
             snprintf(n1, sizeof n1, "blk.%d.fc1.weight", (int)l);
             snprintf(n2, sizeof n2, "blk.%d.fc2.weight", (int)l);
-            const int64_t i1 = si_gguf_find_tensor(pm->gguf, n1), i2 = si_gguf_find_tensor(pm->gguf, n2);
+            const int64_t i1 = si_gguf_find_tensor(pm->gguf, n1);
+            const int64_t i2 = si_gguf_find_tensor(pm->gguf, n2);
             CHECK(i1 >= 0 && i2 >= 0, "%s / %s missing", n1, n2);
             if (i1 < 0 || i2 < 0)
                 continue;
@@ -373,7 +375,8 @@ static void test_model(void)
             const struct si_eval_confusion *c = &conf[l];
             CHECK(c->tp + c->fp + c->fn + c->tn == 4 * 63 * ff, "layer %d: %lld pairs", (int)l,
                   (long long)(c->tp + c->fp + c->fn + c->tn));
-            printf("eval layer %d: recall %.4f precision %.4f predicted sparsity %.4f (true %.4f)\n",
+            printf("eval layer %d: recall %.4f precision %.4f predicted sparsity %.4f "
+                   "(true %.4f)\n",
                    (int)l, si_eval_recall(c), si_eval_precision(c), si_eval_pred_sparsity(c),
                    si_eval_true_sparsity(c));
             CHECK(si_eval_recall(c) > 0.8, "layer %d: eval recall %.4f", (int)l, si_eval_recall(c));
@@ -459,7 +462,8 @@ static void test_silu(void)
     rp.n_ctx = 64;
     struct si_train_samples *s = NULL;
     si_train_samples_init(&s, nl, d, ff, 200, err, sizeof err);
-    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
+    const enum si_active_rule G = SI_ACTIVE_GATE;
+    CHECK(si_train_collect(s, m, rp, G, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
           "a SiLU model collected without thresholds");
     printf("refused as expected: %s\n", err);
     /* The CATS thresholds of 0.5: about half of the pairs active. */
@@ -470,7 +474,7 @@ static void test_silu(void)
     si_profile_init(&p, nl, ff, err, sizeof err);
     CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_OK, "thresholds: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, SI_ACTIVE_GATE, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, rp, G, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
           "collect: %s", err);
     int64_t pos = 0;
     for (int64_t k = 0; k < s->n; k++)

@@ -20,7 +20,8 @@
  *                     neuron's own output (act(up . x) for ungated FFNs):
  *                     what its down row is multiplied by
  * with t_l the layer's target-sparsity quantile of that value over a corpus
- * (si_profile_calib for the gate rule, si_active_calib for either).  Memory: n_layer * n_tokens * (2 n_embd + n_ff / 8) bytes
+ * (si_profile_calib for the gate rule, si_active_calib for either).
+ * Memory: n_layer * n_tokens * (2 n_embd + n_ff / 8) bytes
  * (SmolLM2-135M, 8192 tokens: 330 MB).
  *
  * Training one layer at width r: the samples are shuffled (seeded) and split
