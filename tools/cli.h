@@ -52,5 +52,7 @@ int si_cmd_perplexity(int argc, char **argv);
 int si_cmd_synth(int argc, char **argv);
 int si_cmd_profile(int argc, char **argv);
 int si_cmd_bench(int argc, char **argv);
+int si_cmd_train(int argc, char **argv);
+int si_cmd_eval(int argc, char **argv);
 
 #endif /* SI_TOOLS_CLI_H */

@@ -26,6 +26,8 @@ static void usage(FILE *f)
                "  synth       write a synthetic model with planted neuron activity\n"
                "  profile     count how often each FFN neuron fires over a text\n"
                "  bench       one workload under several StarPU schedulers, side by side\n"
+               "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
+               "  eval        predictor recall/precision and perplexity per sparsity mode\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -72,6 +74,8 @@ int main(int argc, char **argv)
         {"synth", si_cmd_synth},
         {"profile", si_cmd_profile},
         {"bench", si_cmd_bench},
+        {"train-predictor", si_cmd_train},
+        {"eval", si_cmd_eval},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

@@ -64,7 +64,7 @@ bool si_profile_relu_family(const struct si_model *m)
 
 /* The token every window starts with, or -1: BOS when the model has one and
  * its tokenizer metadata asks for it (defaults as in model/tokenizer.c). */
-static int32_t window_bos(const struct si_model *m)
+int32_t si_profile_window_bos(const struct si_model *m)
 {
     const struct si_gguf *g = m->gguf;
     uint32_t bos;
@@ -96,11 +96,11 @@ static int check_tokens(const struct si_model *m, const int32_t *tokens, int64_t
 }
 
 /* Evaluate tokens[0..n) in windows of s's context (reset, BOS first). */
-static int eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
-                        int64_t n, char *err, size_t err_size)
+int si_profile_eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
+                            int64_t n, char *err, size_t err_size)
 {
     const int64_t window = s->p.n_ctx;
-    const int32_t bos = window_bos(m);
+    const int32_t bos = si_profile_window_bos(m);
     int rc = SI_OK;
     for (int64_t i = 0; i < n && rc == SI_OK; i++) {
         const int64_t j = i % window;
@@ -179,7 +179,7 @@ int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si
     } else {
         s->neuron_counts = counts;
     }
-    rc = eval_windows(s, m, tokens, n, err, err_size);
+    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
     if (rc == SI_OK) {
         for (size_t k = 0; k < total; k++)
             p->counts[k] += counts[k];
@@ -269,7 +269,7 @@ int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *
         return rc;
     s->ffn_hook = hist_hook;
     s->ffn_hook_user = c;
-    rc = eval_windows(s, m, tokens, n, err, err_size);
+    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
     if (rc == SI_OK)
         c->n_tokens += n;
     si_ref_free(s);

@@ -85,6 +85,17 @@ void si_profile_free(struct si_profile *p);
 int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
                        const int32_t *tokens, int64_t n, char *err, size_t err_size);
 
+/* The token every window starts with, or -1: BOS when the model has one and
+ * its tokenizer metadata asks for it (defaults as in model/tokenizer.c). */
+int32_t si_profile_window_bos(const struct si_model *m);
+
+/* Evaluate tokens[0..n) on s in windows of s->p.n_ctx tokens (the cache reset
+ * at each, BOS in place of a window's first token when the model adds one),
+ * as si_profile_collect does; for other passes over a corpus (predictor
+ * training) that watch the FFNs through s->ffn_hook.  SI_OK or the error. */
+int si_profile_eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
+                            int64_t n, char *err, size_t err_size);
+
 /* True for models whose FFN activation is ReLU (exact zeros to count). */
 bool si_profile_relu_family(const struct si_model *m);
 

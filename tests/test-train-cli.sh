@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# test-train-cli.sh - `starinfer train-predictor` and `starinfer eval` end to end
+# on a tiny synthetic ReLU model (train, the file's predictor tensors through
+# `info`, eval's per-layer table and three perplexity modes, the samples file
+# reused), and one clear error line with a non-zero exit for each bad input.
+set -u
+si=${STARINFER:?STARINFER must name the starinfer binary}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error NEEDLE ARGS...: exit 1, one stderr line naming the problem.
+expect_error() {
+    local needle=$1
+    shift
+    "$si" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" = 1 ] || fail "starinfer $*: exit $rc, expected 1"
+    [ "$(wc -l <"$tmp/err")" = 1 ] || fail "starinfer $*: $(wc -l <"$tmp/err") lines on stderr: $(cat "$tmp/err")"
+    grep -qF -- "$needle" "$tmp/err" || fail "starinfer $*: stderr lacks '$needle': $(cat "$tmp/err")"
+    echo "ok: starinfer $* -> $(cat "$tmp/err")"
+}
+
+"$si" --help | grep -q 'train-predictor' || fail "--help does not list train-predictor"
+"$si" --help | grep -q '^  eval' || fail "--help does not list eval"
+"$si" train-predictor --help | grep -q -- '--target-recall' || fail "train-predictor --help lacks --target-recall"
+"$si" eval --help | grep -q -- '--modes' || fail "eval --help lacks --modes"
+
+"$si" synth -o "$tmp/relu.gguf" --arch llama-relu --preset tiny --type q8_0 --seed 5 >/dev/null 2>&1 ||
+    fail "synth"
+"$si" synth -o "$tmp/silu.gguf" --arch llama-silu --preset tiny --type f32 --seed 5 >/dev/null 2>&1 ||
+    fail "synth silu"
+for i in $(seq 1 60); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done >"$tmp/train.txt"
+for i in $(seq 1 30); do printf 'A lazy cat %d sleeps under the warm sun all day. ' "$i"; done >"$tmp/held.txt"
+
+# Train: every layer gets a width, the file keeps PowerInfer's names and shapes.
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pred.gguf" -n 1200 -c 128 \
+    --epochs 6 --samples "$tmp/relu.samples" >"$tmp/out" 2>"$tmp/err" || fail "train-predictor: $(cat "$tmp/err")"
+cat "$tmp/out"
+grep -q '^train-predictor: .*1200 tokens of .* in windows of 128' "$tmp/out" || fail "train summary: $(cat "$tmp/out")"
+grep -q '^ReLU model: active = activation != 0' "$tmp/out" || fail "train: rule line"
+[ "$(grep -c '^ *[01]  0\.[0-9]*  *[0-9]*  ' "$tmp/out")" = 2 ] || fail "train: not two layer lines"
+grep -q '^predictors: [0-9]* parameters, [0-9.]*% of the model' "$tmp/out" || fail "train: size line"
+[ -s "$tmp/relu.samples" ] || fail "train: no samples file"
+"$si" info --no-workers --tensors "$tmp/pred.gguf" >"$tmp/info" 2>&1 || fail "info on the output: $(cat "$tmp/info")"
+w0=$(awk '$1 == "0" {print $3}' "$tmp/out")
+grep -q "blk\.0\.fc1\.weight.*Q8_0.*\[64, $w0\]" "$tmp/info" || fail "fc1 of layer 0 is not Q8_0 [64, $w0]: $(grep fc1 "$tmp/info")"
+grep -q "blk\.1\.fc2\.weight.*Q8_0.*\[[0-9]*, 256\]" "$tmp/info" || fail "fc2 of layer 1: $(grep fc2 "$tmp/info")"
+"$si" info --no-workers --kv "$tmp/pred.gguf" | grep -q 'powerinfer.sparse_threshold' || fail "no powerinfer.sparse_threshold"
+grep -q 'ffn_down_t' "$tmp/info" && fail "ffn_down_t written without --down-t or --powerinfer"
+# --powerinfer: the PWRI magic and the transposed down projection.
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pwri.gguf" -n 300 -c 128 --rank 32 \
+    --epochs 1 --powerinfer >/dev/null 2>"$tmp/err" || fail "train --powerinfer: $(cat "$tmp/err")"
+[ "$(head -c 4 "$tmp/pwri.gguf")" = PWRI ] || fail "--powerinfer: magic $(head -c 4 "$tmp/pwri.gguf")"
+"$si" info --no-workers --tensors "$tmp/pwri.gguf" | grep -q 'blk\.1\.ffn_down_t\.weight.*Q8_0.*\[64, 256\]' ||
+    fail "--powerinfer: no Q8_0 [64, 256] ffn_down_t"
+
+# The samples file again: no forward pass, the same training, the same output.
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pred2.gguf" -n 1200 -c 128 \
+    --epochs 6 --samples "$tmp/relu.samples" --threads 1 >"$tmp/out2" 2>"$tmp/err" || fail "train again: $(cat "$tmp/err")"
+grep -q 'samples per layer read from' "$tmp/out2" || fail "samples not reused: $(cat "$tmp/out2")"
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pred3.gguf" -n 1200 -c 128 \
+    --epochs 6 --samples "$tmp/relu.samples" --threads 1 >/dev/null 2>&1 || fail "train a third time"
+cmp -s "$tmp/pred2.gguf" "$tmp/pred3.gguf" || fail "the same seed and samples gave different files"
+
+# Eval: a table of two layers, the size share, three modes.
+"$si" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 >"$tmp/out" 2>"$tmp/err" || fail "eval: $(cat "$tmp/err")"
+cat "$tmp/out"
+grep -q '^eval: .* chunks of 128' "$tmp/out" || fail "eval summary"
+grep -q '^  all  *0\.[0-9]*' "$tmp/out" || fail "eval: no 'all' line"
+grep -q '^predictors: [0-9]* parameters, [0-9.]*% of the model' "$tmp/out" || fail "eval: size line"
+grep -q '^dense  *[0-9.]* +/- .* +0\.00%' "$tmp/out" || fail "eval: dense line"
+grep -q '^gate  *[0-9.]* +/- .* +0\.00%' "$tmp/out" || fail "eval: gate on ReLU is exact: $(grep ^gate "$tmp/out")"
+grep -q '^predictor  *[0-9.]* +/- ' "$tmp/out" || fail "eval: predictor line"
+# Dense perplexity is `starinfer perplexity`'s.
+ppl=$("$si" perplexity -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+dense=$(awk '$1 == "dense" {print $2}' "$tmp/out")
+[ -n "$ppl" ] && [ "$ppl" = "$dense" ] || fail "eval's dense perplexity $dense, starinfer perplexity's $ppl"
+"$si" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 --modes predictor >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval --modes predictor: $(cat "$tmp/err")"
+grep -q '^dense' "$tmp/out" && fail "eval --modes predictor ran dense"
+grep -q '^predictor  *[0-9.]* +/- .*  *-  ' "$tmp/out" || fail "eval --modes predictor: $(cat "$tmp/out")"
+
+# SiLU: thresholds from a first pass, stored in the output for eval.
+"$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-pred.gguf" -n 400 -c 128 \
+    --epochs 2 --rank 32 -s 0.6 -t f16 >"$tmp/out" 2>"$tmp/err" || fail "train silu: $(cat "$tmp/err")"
+grep -qF "SiLU model: active = |act(gate . x)| (CATS) above the layer's threshold (target sparsity 0.6)" "$tmp/out" ||
+    fail "train silu: rule line: $(cat "$tmp/out")"
+"$si" eval -m "$tmp/silu-pred.gguf" -f "$tmp/held.txt" -c 128 --modes dense >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval silu: $(cat "$tmp/err")"
+grep -q 'target sparsity 0.6, stored in the model' "$tmp/out" || fail "eval silu: $(cat "$tmp/out")"
+# The output rule: its own thresholds; eval adds the oracle and leaves gate mode out.
+"$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-out.gguf" -n 400 -c 128 \
+    --epochs 2 --rank 32 -s 0.4 --active output -t f16 >"$tmp/out" 2>"$tmp/err" || fail "train --active output: $(cat "$tmp/err")"
+grep -qF "SiLU model: active = |act(gate . x) * up . x| above the layer's threshold (target sparsity 0.4)" "$tmp/out" ||
+    fail "train --active output: rule line: $(cat "$tmp/out")"
+"$si" info --no-workers --kv "$tmp/silu-out.gguf" | grep -q 'starinfer.predictor.active_rule *STRING *"output"' ||
+    fail "no active_rule output in the file"
+"$si" eval -m "$tmp/silu-out.gguf" -f "$tmp/held.txt" -c 128 --chunks 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval output rule: $(cat "$tmp/err")"
+grep -q '^oracle  *[0-9.]* +/- ' "$tmp/out" || fail "eval output rule: no oracle line: $(cat "$tmp/out")"
+grep -q '^gate ' "$tmp/out" && fail "eval output rule ran gate mode"
+# The oracle computes about 60% of the neurons (target sparsity 0.4).
+awk '$1 == "oracle" {exit !($(NF-1) > 0.5 && $(NF-1) < 0.7)}' "$tmp/out" || fail "oracle share: $(grep ^oracle "$tmp/out")"
+expect_error "--modes gate: the predictors were trained on the output rule" eval -m "$tmp/silu-out.gguf" -f "$tmp/held.txt" --modes gate
+
+# Errors.
+expect_error "train-predictor: no model given" train-predictor -f "$tmp/train.txt" -o x.gguf
+expect_error "train-predictor: no corpus given" train-predictor -m "$tmp/relu.gguf" -o x.gguf
+expect_error "train-predictor: no output given" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt"
+expect_error "/nonexistent.gguf: No such file or directory" train-predictor -m /nonexistent.gguf -f "$tmp/train.txt" -o "$tmp/x.gguf"
+expect_error "--target-recall: 1.5 is out of range (0, 1]" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --target-recall 1.5
+expect_error "--target-recall: 'high' is not a number" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --target-recall high
+expect_error "--target-sparsity: 1 is out of range [0, 1)" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --target-sparsity 1
+expect_error "--predictor-type: unknown type 'q3_k'" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --predictor-type q3_k
+expect_error "--rank-step 16 is not a multiple" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf -t q4_0 --rank-step 16
+expect_error "give --profile or --target-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p -s 0.5
+expect_error "train-predictor: unknown option '--bogus'" train-predictor --bogus
+expect_error "--active: 'all' is neither gate nor output" train-predictor --active all
+expect_error "--profile holds gate thresholds" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p --active output
+expect_error "not a samples file" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/pred.gguf"
+expect_error "samples of a SiLU/GELU model without their thresholds" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/relu.samples" -n 100
+expect_error "(not a profile?)" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --profile "$tmp/relu.gguf"
+expect_error "eval: no model given" eval -f "$tmp/held.txt"
+expect_error "eval: no held-out text given" eval -m "$tmp/pred.gguf"
+expect_error "the model has no predictors" eval -m "$tmp/relu.gguf" -f "$tmp/held.txt"
+"$si" synth -o "$tmp/silu-p.gguf" --arch llama-silu --preset tiny --type f32 --predictor 32 >/dev/null 2>&1 ||
+    fail "synth silu with predictors"
+expect_error "without stored activity thresholds: give --profile" eval -m "$tmp/silu-p.gguf" -f "$tmp/held.txt"
+expect_error "--modes: unknown mode 'sparse'" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" --modes dense,sparse
+expect_error "--modes: no mode given" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" --modes ""
+expect_error "fewer than one chunk of 4096" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 4096
+expect_error "/nonexistent.txt: No such file or directory" eval -m "$tmp/pred.gguf" -f /nonexistent.txt
+expect_error "eval: unknown option '--bogus'" eval --bogus
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures failure(s)"
+    exit 1
+fi
+echo "all train-predictor/eval CLI checks passed"

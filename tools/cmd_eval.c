@@ -1,0 +1,313 @@
+/* cmd_eval.c - `starinfer eval`: predictor quality and perplexity per sparsity mode. */
+#include "cli.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "predict/eval.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void eval_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " eval -m MODEL_WITH_PREDICTORS -f HELDOUT_TEXT [OPTIONS]\n"
+            "\n"
+            "Evaluate a model's activation predictors (blk.N.fc1/fc2) on a text, on the\n"
+            "reference forward pass: per layer recall, precision and predicted sparsity\n"
+            "(share of neurons skipped) against the neurons really active on the dense\n"
+            "pass, the predictors' size as a share of the model's parameters, and the\n"
+            "perplexity (as `starinfer perplexity` computes it) in the modes\n"
+            "  dense      every FFN neuron\n"
+            "  gate       SiLU/GELU: neurons with |act(gate . x)| at or below the layer's\n"
+            "             CATS threshold skipped; ReLU: zeros skipped (exact)\n"
+            "  oracle     exactly the active neurons (the best a predictor can do; run\n"
+            "             for the output rule: for the gate rule it is gate mode)\n"
+            "  predictor  only the neurons the predictors pick\n"
+            "Active (the truth): activation != 0 on ReLU models; on SiLU/GELU ones the rule\n"
+            "and thresholds train-predictor stored in the model (|act(gate . x)| or the\n"
+            "neuron's output |h|), or |act(gate . x)| above the CATS thresholds of\n"
+            "--profile.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
+            "  -f, --file FILE       the held-out text (not the training corpus)\n"
+            "      --profile FILE    a profile whose CATS thresholds define active neurons\n"
+            "  -c, --ctx-size N      perplexity chunk length (default 512)\n"
+            "      --chunks N        at most N chunks (default: all)\n"
+            "      --modes LIST      comma-separated subset of dense,gate,oracle,predictor\n"
+            "                        (default: those that apply)\n"
+            "      --threshold T     predict with this threshold instead of the model's\n"
+            "                        powerinfer.sparse_threshold (lower: more neurons)\n"
+            "  -h, --help            show this help\n");
+}
+
+static bool tty;
+
+static void on_chunk(void *user, int64_t chunk, int64_t n_chunks)
+{
+    fprintf(stderr, "\reval %-9s chunk %" PRId64 "/%" PRId64 "  ", (const char *)user, chunk,
+            n_chunks);
+    fflush(stderr);
+}
+
+enum { M_DENSE, M_GATE, M_ORACLE, M_PRED, M_COUNT };
+static const char *mode_names[M_COUNT] = {"dense", "gate", "oracle", "predictor"};
+
+/* Parse --modes into want[M_COUNT]. */
+static bool parse_modes(const char *s, bool want[M_COUNT])
+{
+    for (int i = 0; i < M_COUNT; i++)
+        want[i] = false;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
+        int k = -1;
+        for (int i = 0; i < M_COUNT; i++)
+            if (strlen(mode_names[i]) == len && !strncmp(s, mode_names[i], len))
+                k = i;
+        if (k < 0) {
+            si_cli_error("--modes: unknown mode '%.*s' (dense, gate, oracle, predictor)",
+                         (int)len, s);
+            return false;
+        }
+        want[k] = true;
+        s += len + (e != NULL);
+    }
+    for (int i = 0; i < M_COUNT; i++)
+        if (want[i])
+            return true;
+    si_cli_error("--modes: no mode given");
+    return false;
+}
+
+int si_cmd_eval(int argc, char **argv)
+{
+    const char *model = NULL, *file = NULL, *profile = NULL, *v;
+    long long n_ctx = 512, max_chunks = -1;
+    double threshold = 0;
+    bool threshold_given = false;
+    bool want[M_COUNT] = {false}, modes_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            eval_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if ((file = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 16, 1 << 20, &n_ctx))
+                return 1;
+        } else if (!strcmp(a, "--chunks")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
+                return 1;
+        } else if (!strcmp(a, "--threshold")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_float(a, v, -1e6, 1e6, &threshold))
+                return 1;
+            threshold_given = true;
+        } else if (!strcmp(a, "--modes")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !parse_modes(v, want))
+                return 1;
+            modes_given = true;
+        } else {
+            return si_cli_error("eval: unknown option '%s' (see starinfer eval --help)", a);
+        }
+    }
+    if (model == NULL)
+        return si_cli_error("eval: no model given (-m MODEL.gguf)");
+    if (file == NULL)
+        return si_cli_error("eval: no held-out text given (-f FILE)");
+
+    size_t len;
+    char *text = si_cli_read_file(file, &len);
+    if (text == NULL)
+        return 1;
+    /* As llama.cpp's tools read -f files: one trailing newline is dropped. */
+    if (len > 0 && text[len - 1] == '\n')
+        text[--len] = '\0';
+    struct si_model *m = NULL;
+    struct si_tokenizer *tok = NULL;
+    struct si_profile *prof = NULL;
+    struct si_eval_confusion *conf = NULL;
+    float *stored = NULL;
+    int32_t *toks = NULL;
+    int rc = 1;
+    char err[600];
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    const struct si_hparams *hp = &m->hp;
+    if (!m->has_predictor) {
+        si_cli_error("%s: the model has no predictors (blk.N.fc1/fc2 tensors; make them with "
+                     "starinfer train-predictor)", model);
+        goto out;
+    }
+    if (threshold_given)
+        m->predictor_threshold = (float)threshold;
+    const bool relu = si_profile_relu_family(m);
+    const float *thresholds = NULL;
+    double target = 0;
+    enum si_active_rule rule = SI_ACTIVE_GATE;
+    if (profile != NULL) {
+        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        if (!relu && prof->thresholds == NULL) {
+            si_cli_error("%s: the profile has no thresholds (make it with starinfer profile "
+                         "--target-sparsity)", profile);
+            goto out;
+        }
+        thresholds = prof->thresholds;
+        target = prof->target_sparsity;
+    } else if (!relu) {
+        int r = si_eval_stored_thresholds(m, &rule, &stored, &target, err, sizeof err);
+        if (r == SI_E_NOT_FOUND) {
+            si_cli_error("%s: a SiLU/GELU model without stored activity thresholds: give "
+                         "--profile (made with --target-sparsity)", model);
+            goto out;
+        }
+        if (r != SI_OK) {
+            si_cli_error("%s: %s", model, err);
+            goto out;
+        }
+        thresholds = stored;
+    }
+    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
+        si_cli_error("%s: %s", model, err);
+        goto out;
+    }
+    const bool bos = si_tokenizer_add_bos(tok);
+    int64_t n = si_tokenize(tok, text, len, bos, false, NULL, 0);
+    if (n < 0) {
+        si_cli_error("cannot tokenize %s: %s", file, si_status_str((int)n));
+        goto out;
+    }
+    if (n < n_ctx) {
+        si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)", file, n,
+                     n_ctx);
+        goto out;
+    }
+    toks = malloc((size_t)n * sizeof *toks);
+    conf = calloc((size_t)hp->n_layer, sizeof *conf);
+    if (toks == NULL || conf == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
+    tty = isatty(STDERR_FILENO);
+    const int32_t bos_tok = bos ? si_tokenizer_bos(tok) : -1;
+
+    /* Gate mode needs CATS thresholds (the gate rule's); the oracle is gate
+     * mode for the gate rule and dense for ReLU models. */
+    const bool gate_ok = relu || rule == SI_ACTIVE_GATE;
+    if (!modes_given) {
+        want[M_DENSE] = want[M_PRED] = true;
+        want[M_GATE] = gate_ok;
+        want[M_ORACLE] = !relu && rule == SI_ACTIVE_OUTPUT;
+    } else if (want[M_GATE] && !gate_ok) {
+        si_cli_error("--modes gate: the predictors were trained on the output rule; gate mode "
+                     "needs CATS thresholds (give --profile)");
+        goto out;
+    }
+    struct si_eval_ppl res[M_COUNT] = {0};
+    bool compared = false;
+    for (int k = 0; k < M_COUNT; k++) {
+        if (!want[k])
+            continue;
+        struct si_ref_params rp = si_ref_default_params();
+        rp.n_ctx = (int32_t)n_ctx;
+        if (k == M_GATE && !relu)
+            rp.gate_thresholds = thresholds;
+        rp.predictor = k == M_PRED;
+        /* The predictors are compared with the truth on the first pass run
+         * (the dense one unless left out). */
+        struct si_eval_params ep = {.max_chunks = max_chunks,
+                                    .bos = bos_tok,
+                                    .rule = rule,
+                                    .thresholds = thresholds,
+                                    .conf = compared ? NULL : conf,
+                                    .oracle = k == M_ORACLE,
+                                    .progress = tty ? on_chunk : NULL,
+                                    .progress_user = (void *)mode_names[k]};
+        compared = true;
+        if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
+            if (tty)
+                fputc('\n', stderr);
+            si_cli_error("%s: %s", mode_names[k], err);
+            goto out;
+        }
+        if (tty)
+            fputs("\r\033[K", stderr);
+    }
+
+    const int64_t pp = si_eval_predictor_params(m), mp = si_eval_model_params(m);
+    const struct si_eval_ppl *first = &res[0];
+    for (int k = M_COUNT - 1; k >= 0; k--)
+        first = res[k].n_scored ? &res[k] : first;
+    printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunks of %lld (%" PRId64
+           " tokens scored)\n",
+           model, file, n, first->n_chunks, n_ctx, first->n_scored);
+    if (relu)
+        printf("active: activation != 0 (ReLU)\n");
+    else
+        printf("active: %s above the layer's threshold (target sparsity %.3g, %s)\n",
+               rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
+               target, profile ? profile : "stored in the model");
+    printf("layer  width  recall  precision  pred.sparsity  true sparsity\n");
+    struct si_eval_confusion all = {0};
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const struct si_eval_confusion *c = &conf[l];
+        all.tp += c->tp;
+        all.fp += c->fp;
+        all.fn += c->fn;
+        all.tn += c->tn;
+        printf("%5" PRId32 "  %5" PRId64 "  %6.4f  %9.4f  %13.4f  %13.4f\n", l,
+               m->w.layers[l].fc1.ne[1], si_eval_recall(c), si_eval_precision(c),
+               si_eval_pred_sparsity(c), si_eval_true_sparsity(c));
+    }
+    printf("  all         %6.4f  %9.4f  %13.4f  %13.4f\n", si_eval_recall(&all),
+           si_eval_precision(&all), si_eval_pred_sparsity(&all), si_eval_true_sparsity(&all));
+    printf("predictors: %" PRId64 " parameters, %.2f%% of the model's %" PRId64 " (%.2f MiB, "
+           "threshold %g)\n",
+           pp, 100.0 * (double)pp / (double)mp, mp, (double)si_eval_predictor_bytes(m) / 1048576.0,
+           (double)m->predictor_threshold);
+    printf("mode       perplexity            vs dense  FFN neurons computed  seconds\n");
+    for (int k = 0; k < M_COUNT; k++) {
+        if (res[k].n_scored == 0)
+            continue;
+        printf("%-9s  %9.4f +/- %7.4f", mode_names[k], res[k].ppl, res[k].ppl_err);
+        if (res[0].n_scored > 0)
+            printf("  %+7.2f%%", 100.0 * (res[k].ppl / res[0].ppl - 1.0));
+        else
+            printf("  %8s", "-");
+        printf("  %20.4f  %7.1f\n", res[k].ffn_computed, res[k].seconds);
+    }
+    rc = 0;
+out:
+    free(conf);
+    free(stored);
+    free(toks);
+    si_profile_free(prof);
+    si_tokenizer_free(tok);
+    si_model_free(m);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,567 @@
+/* cmd_train.c - `starinfer train-predictor`: train PowerInfer predictors in C. */
+#include "cli.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "model/types.h"
+#include "predict/eval.h"
+#include "predict/profile.h"
+#include "predict/train.h"
+#include "starinfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has it */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void train_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " train-predictor -m MODEL -f CORPUS -o OUTPUT [OPTIONS]\n"
+            "\n"
+            "Train one activation predictor per layer (PowerInfer's layout: fc1 n_embd -> r,\n"
+            "ReLU, fc2 r -> n_ff, no bias; neuron predicted active when fc2's output >= 0)\n"
+            "and write the model with them as blk.N.fc1.weight {n_embd, r},\n"
+            "blk.N.fc2.weight {r, n_ff} and powerinfer.sparse_threshold.\n"
+            "Samples: the reference forward pass over the corpus (windows of --ctx-size)\n"
+            "keeps each layer's FFN input and its active neurons: activation != 0 on ReLU\n"
+            "models; |act(gate . x)| above the layer's CATS threshold on SiLU/GELU ones (from\n"
+            "--profile, or found by a first pass for --target-sparsity).  Training: Adam on\n"
+            "the balanced binary cross-entropy in minibatches (OpenBLAS sgemm), 10%% of the\n"
+            "samples held out.  Width: each layer starts from its active share of n_embd\n"
+            "and shrinks or grows in multiples of --rank-step until the held-out recall at\n"
+            "threshold 0 reaches --target-recall with the smallest width.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE          the model (GGUF)\n"
+            "  -f, --corpus, --file FILE the text to collect samples from\n"
+            "  -o, --output FILE         the model with predictors to write\n"
+            "      --profile FILE        a profile (starinfer profile) whose CATS thresholds\n"
+            "                            define active neurons on SiLU/GELU models\n"
+            "  -s, --target-sparsity S   without --profile: the thresholds' target, [0, 1)\n"
+            "                            (default 0.5)\n"
+            "  -a, --active RULE         SiLU/GELU models: what is thresholded, gate\n"
+            "                            (|act(gate . x)|, CATS, as the profile and the gate\n"
+            "                            mode; default) or output (|act(gate . x) * up . x|,\n"
+            "                            the neuron's output)\n"
+            "  -n, --max-tokens N        samples (tokens) to collect (default 16384)\n"
+            "  -c, --ctx-size N          window length (default 512)\n"
+            "  -r, --target-recall R     held-out recall to reach, (0, 1] (default 0.95)\n"
+            "      --rank R              a fixed width for every layer (no search)\n"
+            "      --rank-step N         widths are multiples of N (default 32)\n"
+            "      --min-rank N          smallest width (default: the step)\n"
+            "      --max-rank N          largest width (default: n_embd, rounded up)\n"
+            "      --epochs N            passes over the samples per width (default 10)\n"
+            "      --batch N             minibatch (default 256)\n"
+            "      --lr F                Adam's step (default 0.002, decayed to a tenth)\n"
+            "      --pos-weight F        extra weight of the active class (default 1)\n"
+            "      --holdout F           share of samples held out, (0, 0.5] (default 0.1)\n"
+            "      --seed N              shuffling and initialisation (default 1)\n"
+            "  -t, --predictor-type T    f32, f16, q8_0, q4_0 or auto (the model's FFN type\n"
+            "                            when it can be written, else f16; default auto)\n"
+            "      --threshold F         powerinfer.sparse_threshold to store (default 0)\n"
+            "      --powerinfer          write the PWRI magic (default: the model's) and\n"
+            "                            blk.N.ffn_down_t when the model has none\n"
+            "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
+            "                            projection PowerInfer's sparse FFN reads)\n"
+            "      --threads N           OpenBLAS threads (default: the online CPUs)\n"
+            "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
+            "                            it exists, else collect them and keep them there\n"
+            "  -h, --help                show this help\n");
+}
+
+static bool tty;
+static double bar_t0;
+
+static void bar(const char *what, int64_t done, int64_t total, const char *unit)
+{
+    const int width = 30;
+    const int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : width;
+    const double el = now() - bar_t0, rate = el > 0 ? (double)done / el : 0;
+    const double eta = rate > 0 ? (double)(total - done) / rate : 0;
+    fprintf(stderr, "\r%-24s [%.*s%*s] %" PRId64 "/%" PRId64 " %s, %d:%02d left ", what, fill,
+            "##############################", width - fill, "", done, total, unit, (int)eta / 60,
+            (int)eta % 60);
+    fflush(stderr);
+}
+
+struct train_progress {
+    int32_t n_layer;
+};
+
+static void on_epoch(void *user, int32_t layer, int32_t rank, int32_t epoch, int32_t epochs)
+{
+    const struct train_progress *tp = user;
+    char what[64];
+    snprintf(what, sizeof what, "train layer %" PRId32 "/%" PRId32 " r %" PRId32, layer + 1,
+             tp->n_layer, rank);
+    fprintf(stderr, "\r%-28s epoch %" PRId32 "/%" PRId32 "   ", what, epoch, epochs);
+    fflush(stderr);
+}
+
+static bool parse_type(const char *s, uint32_t *t, bool *aut)
+{
+    *aut = false;
+    if (!strcasecmp(s, "auto"))
+        *aut = true;
+    else if (!strcasecmp(s, "f32"))
+        *t = SI_TYPE_F32;
+    else if (!strcasecmp(s, "f16"))
+        *t = SI_TYPE_F16;
+    else if (!strcasecmp(s, "q8_0"))
+        *t = SI_TYPE_Q8_0;
+    else if (!strcasecmp(s, "q4_0"))
+        *t = SI_TYPE_Q4_0;
+    else
+        return false;
+    return true;
+}
+
+int si_cmd_train(int argc, char **argv)
+{
+    const char *model = NULL, *file = NULL, *output = NULL, *profile = NULL, *v;
+    const char *samples_file = NULL;
+    enum si_active_rule rule = SI_ACTIVE_GATE;
+    long long max_tokens = 16384, n_ctx = 512, rank = 0, step = 32, min_rank = 0, max_rank = 0;
+    long long epochs = 10, batch = 256, seed = 1, threads = 0;
+    double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
+    bool target_given = false, powerinfer = false, auto_type = true, down_t = false;
+    uint32_t type = SI_TYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define VALUE()                                                                                    \
+    if ((v = si_cli_value(argc, argv, &i)) == NULL)                                                \
+    return 1
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            train_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VALUE();
+            model = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file") || !strcmp(a, "--corpus")) {
+            VALUE();
+            file = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            VALUE();
+            output = v;
+        } else if (!strcmp(a, "--profile")) {
+            VALUE();
+            profile = v;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--target-sparsity")) {
+            VALUE();
+            if (!si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &target))
+                return 1;
+            if (!(target >= 0 && target < 1))
+                return si_cli_error("%s: %g is out of range [0, 1)", a, target);
+            target_given = true;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            VALUE();
+            if (!si_cli_int(a, v, 2, 1 << 24, &max_tokens))
+                return 1;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 20, &n_ctx))
+                return 1;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--target-recall")) {
+            VALUE();
+            if (!si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &recall))
+                return 1;
+            if (!(recall > 0 && recall <= 1))
+                return si_cli_error("%s: %g is out of range (0, 1]", a, recall);
+        } else if (!strcmp(a, "--rank")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 16, &rank))
+                return 1;
+        } else if (!strcmp(a, "--rank-step")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 16, &step))
+                return 1;
+        } else if (!strcmp(a, "--min-rank")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 16, &min_rank))
+                return 1;
+        } else if (!strcmp(a, "--max-rank")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 16, &max_rank))
+                return 1;
+        } else if (!strcmp(a, "--epochs")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 100000, &epochs))
+                return 1;
+        } else if (!strcmp(a, "--batch")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1 << 16, &batch))
+                return 1;
+        } else if (!strcmp(a, "--lr")) {
+            VALUE();
+            if (!si_cli_float(a, v, 1e-7, 1, &lr))
+                return 1;
+        } else if (!strcmp(a, "--pos-weight")) {
+            VALUE();
+            if (!si_cli_float(a, v, 1e-3, 1e3, &pos_weight))
+                return 1;
+        } else if (!strcmp(a, "--holdout")) {
+            VALUE();
+            if (!si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &holdout))
+                return 1;
+            if (!(holdout > 0 && holdout <= 0.5))
+                return si_cli_error("%s: %g is out of range (0, 0.5]", a, holdout);
+        } else if (!strcmp(a, "--seed")) {
+            VALUE();
+            if (!si_cli_int(a, v, 0, INT64_MAX, &seed))
+                return 1;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--predictor-type")) {
+            VALUE();
+            if (!parse_type(v, &type, &auto_type))
+                return si_cli_error("%s: unknown type '%s' (f32, f16, q8_0, q4_0 or auto)", a, v);
+        } else if (!strcmp(a, "--threshold")) {
+            VALUE();
+            if (!si_cli_float(a, v, -1e6, 1e6, &thr))
+                return 1;
+        } else if (!strcmp(a, "-a") || !strcmp(a, "--active")) {
+            VALUE();
+            if (si_active_rule_parse(v, &rule) != SI_OK)
+                return si_cli_error("%s: '%s' is neither gate nor output", a, v);
+        } else if (!strcmp(a, "--samples")) {
+            VALUE();
+            samples_file = v;
+        } else if (!strcmp(a, "--powerinfer")) {
+            powerinfer = true;
+        } else if (!strcmp(a, "--down-t")) {
+            down_t = true;
+        } else if (!strcmp(a, "--threads")) {
+            VALUE();
+            if (!si_cli_int(a, v, 1, 1024, &threads))
+                return 1;
+        } else {
+            return si_cli_error(
+                "train-predictor: unknown option '%s' (see starinfer train-predictor --help)", a);
+        }
+#undef VALUE
+    }
+    if (model == NULL)
+        return si_cli_error("train-predictor: no model given (-m MODEL.gguf)");
+    if (file == NULL)
+        return si_cli_error("train-predictor: no corpus given (-f FILE)");
+    if (output == NULL)
+        return si_cli_error("train-predictor: no output given (-o MODEL_OUT.gguf)");
+    if (profile != NULL && target_given)
+        return si_cli_error("train-predictor: give --profile or --target-sparsity, not both");
+    if (profile != NULL && rule != SI_ACTIVE_GATE)
+        return si_cli_error("train-predictor: --profile holds gate thresholds; --active output "
+                            "finds its own (--target-sparsity)");
+    if (min_rank == 0)
+        min_rank = step;
+    if (max_rank > 0 && max_rank < min_rank)
+        return si_cli_error("--max-rank %lld is below --min-rank %lld", max_rank, min_rank);
+
+    size_t len;
+    char *text = si_cli_read_file(file, &len);
+    if (text == NULL)
+        return 1;
+    struct si_model *m = NULL;
+    struct si_tokenizer *tok = NULL;
+    struct si_profile *prof = NULL;
+    struct si_profile_calib *calib = NULL;
+    struct si_active_calib *ocalib = NULL;
+    float *own_thr = NULL;
+    struct si_train_samples *samples = NULL;
+    struct si_train_layer *layers = NULL;
+    int32_t *toks = NULL;
+    int rc = 1;
+    char err[600];
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    const struct si_hparams *hp = &m->hp;
+    if (auto_type)
+        type = si_train_auto_type(m, (int32_t)step);
+    const struct si_type_traits *tt = si_type_get(type);
+    if (hp->n_embd % tt->block != 0) {
+        si_cli_error("--predictor-type %s: n_embd %" PRId32
+                     " is not a multiple of its block %" PRId64,
+                     si_type_name(type), hp->n_embd, tt->block);
+        goto out;
+    }
+    if ((rank > 0 ? rank : step) % tt->block != 0) {
+        si_cli_error("--predictor-type %s stores widths in blocks of %" PRId64 ": %s %lld is not a "
+                     "multiple (use --rank-step 32 or a float type)",
+                     si_type_name(type), tt->block, rank > 0 ? "--rank" : "--rank-step",
+                     rank > 0 ? rank : step);
+        goto out;
+    }
+    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
+        si_cli_error("%s: %s", model, err);
+        goto out;
+    }
+    const bool bos = si_tokenizer_add_bos(tok);
+    int64_t n = si_tokenize(tok, text, len, bos, false, NULL, 0);
+    if (n < 0) {
+        si_cli_error("cannot tokenize %s: %s", file, si_status_str((int)n));
+        goto out;
+    }
+    if (n < 2) {
+        si_cli_error("%s: %" PRId64 " tokens, too few to train on (2 or more)", file, n);
+        goto out;
+    }
+    toks = malloc((size_t)n * sizeof *toks);
+    if (toks == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
+    if (n > max_tokens)
+        n = max_tokens;
+
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = (int32_t)n_ctx;
+    const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
+    const bool relu = si_profile_relu_family(m);
+    tty = isatty(STDERR_FILENO);
+    const double t_start = now();
+
+    float *kept_thr = NULL;
+    const float *thresholds = NULL;
+    double t_calib = 0, t_collect = 0;
+    const bool reuse = samples_file != NULL && access(samples_file, F_OK) == 0;
+    if (reuse) {
+        bar_t0 = now();
+        if (si_train_samples_read(&samples, &rule, &kept_thr, &target, samples_file, m, err,
+                                  sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        if (!relu && kept_thr == NULL) {
+            si_cli_error("%s: samples of a SiLU/GELU model without their thresholds",
+                         samples_file);
+            goto out;
+        }
+        thresholds = relu ? NULL : kept_thr;
+        printf("train-predictor: %s, %" PRId64 " samples per layer read from %s (%.1f s)\n",
+               model, samples->n, samples_file, now() - bar_t0);
+    } else {
+        /* The active rule: thresholds from the profile, or a first pass. */
+        if (!relu && profile != NULL) {
+            if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            if (prof->thresholds == NULL) {
+                si_cli_error("%s: the profile has no thresholds (make it with starinfer profile "
+                             "--target-sparsity)", profile);
+                goto out;
+            }
+            target = prof->target_sparsity;
+        } else if (!relu && rule == SI_ACTIVE_OUTPUT) {
+            own_thr = malloc((size_t)hp->n_layer * sizeof *own_thr);
+            if (own_thr == NULL) {
+                si_cli_error("out of memory");
+                goto out;
+            }
+            if (si_active_calib_init(&ocalib, m, rule, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            bar_t0 = now();
+            for (int64_t w = 0; w < n_windows; w++) {
+                const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
+                if (tty)
+                    bar("thresholds", start, n, "tokens");
+                if (si_active_calib_collect(ocalib, m, rp, toks + start, lw, err, sizeof err) !=
+                    SI_OK) {
+                    if (tty)
+                        fputc('\n', stderr);
+                    si_cli_error("%s", err);
+                    goto out;
+                }
+            }
+            if (tty) {
+                bar("thresholds", n, n, "tokens");
+                fputc('\n', stderr);
+            }
+            if (si_active_calib_thresholds(ocalib, target, own_thr, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            t_calib = now() - bar_t0;
+        } else if (!relu) {
+            if (si_profile_init(&prof, hp->n_layer, hp->n_ff, err, sizeof err) != SI_OK ||
+                si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            bar_t0 = now();
+            for (int64_t w = 0; w < n_windows; w++) {
+                const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
+                if (tty)
+                    bar("thresholds", start, n, "tokens");
+                if (si_profile_calib_collect(calib, m, rp, toks + start, lw, err, sizeof err) !=
+                    SI_OK) {
+                    if (tty)
+                        fputc('\n', stderr);
+                    si_cli_error("%s", err);
+                    goto out;
+                }
+            }
+            if (tty) {
+                bar("thresholds", n, n, "tokens");
+                fputc('\n', stderr);
+            }
+            if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            t_calib = now() - bar_t0;
+        }
+        thresholds = relu ? NULL : own_thr != NULL ? own_thr : prof->thresholds;
+
+        /* Samples. */
+        if (si_train_samples_init(&samples, hp->n_layer, hp->n_embd, hp->n_ff, n, err,
+                                  sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        bar_t0 = now();
+        for (int64_t w = 0; w < n_windows; w++) {
+            const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
+            if (tty)
+                bar("samples", start, n, "tokens");
+            if (si_train_collect(samples, m, rp, rule, thresholds, toks + start, lw, err,
+                                 sizeof err) != SI_OK) {
+                if (tty)
+                    fputc('\n', stderr);
+                si_cli_error("%s", err);
+                goto out;
+            }
+        }
+        if (tty) {
+            bar("samples", n, n, "tokens");
+            fputc('\n', stderr);
+        }
+
+        t_collect = now() - bar_t0;
+        if (samples_file != NULL &&
+            si_train_samples_write(samples, rule, thresholds, target, samples_file, err,
+                                   sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+    }
+    if (!reuse) {
+        printf("train-predictor: %s, %" PRId64 " tokens of %s in windows of %lld: %.1f s to "
+               "collect (%.1f tokens/s)",
+               model, samples->n, file, n_ctx, t_collect,
+               t_collect > 0 ? (double)samples->n / t_collect : 0.0);
+        if (!relu)
+            printf(", %.1f s for the thresholds", t_calib);
+        putchar('\n');
+    }
+    if (relu)
+        printf("ReLU model: active = activation != 0\n");
+    else
+        printf("%s model: active = %s above the layer's threshold (target sparsity %.3g%s)\n",
+               hp->act == SI_ACT_GELU ? "GELU" : "SiLU",
+               rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
+               target,
+               reuse ? ", kept with the samples" : profile ? ", from the profile" : "");
+    fflush(stdout);
+
+    /* Training. */
+    openblas_set_num_threads(threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    struct si_train_params tp = si_train_default_params();
+    tp.target_recall = recall;
+    tp.rank_step = (int32_t)step;
+    tp.rank_min = (int32_t)min_rank;
+    tp.rank_max = (int32_t)max_rank;
+    tp.epochs = (int32_t)epochs;
+    tp.batch = (int32_t)batch;
+    tp.lr = (float)lr;
+    tp.pos_weight = (float)pos_weight;
+    tp.holdout = holdout;
+    tp.seed = (uint64_t)seed;
+    struct train_progress progress = {hp->n_layer};
+    if (tty) {
+        tp.progress = on_epoch;
+        tp.progress_user = &progress;
+    }
+    layers = calloc((size_t)hp->n_layer, sizeof *layers);
+    if (layers == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    const double t_train0 = now();
+    int64_t pred_params = 0;
+    int32_t below = 0;
+    printf("layer  active  width trials  recall  precision  pred.sparsity  loss (init -> "
+           "held-out, train)  seconds\n");
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        struct si_train_layer *L = &layers[l];
+        int r = rank > 0 ? si_train_fit(samples, l, (int32_t)rank, &tp, L, err, sizeof err)
+                         : si_train_adaptive(samples, l, &tp, L, err, sizeof err);
+        if (tty)
+            fputs("\r\033[K", stderr);
+        if (r != SI_OK) {
+            si_cli_error("layer %" PRId32 ": %s", l, err);
+            goto out;
+        }
+        pred_params += (int64_t)L->rank * (hp->n_embd + hp->n_ff);
+        below += L->after.recall < recall;
+        printf("%5" PRId32 "  %6.4f  %5" PRId32 "  %6" PRId32 "  %6.4f  %9.4f  %13.4f  %.4f -> "
+               "%.4f, %.4f  %7.1f\n",
+               l, L->active_share, L->rank, L->n_trials, L->after.recall, L->after.precision,
+               L->after.pred_sparsity, L->before.loss, L->after.loss, L->train_loss, L->seconds);
+        fflush(stdout);
+    }
+    const double t_train = now() - t_train0;
+
+    struct si_train_write_params wp = {
+        .type = type,
+        .threshold = (float)thr,
+        .powerinfer = powerinfer,
+        .down_t = down_t || powerinfer,
+        .rule = rule,
+        .thresholds = thresholds,
+        .target_sparsity = relu ? 0.0 : target,
+    };
+    if (si_train_write(m, layers, &wp, output, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    printf("predictors: %" PRId64 " parameters, %.2f%% of the model's %" PRId64 " (%s); %" PRId32
+           " of %" PRId32 " layers below the target recall %.3g\n",
+           pred_params, 100.0 * (double)pred_params / (double)si_eval_model_params(m),
+           si_eval_model_params(m),
+           si_type_name(type), below, hp->n_layer, recall);
+    printf("time: %.1f s training (%.1f s a layer), %.1f s in all -> %s\n", t_train,
+           t_train / hp->n_layer, now() - t_start, output);
+    rc = 0;
+out:
+    for (int32_t l = 0; layers != NULL && l < m->hp.n_layer; l++)
+        si_train_layer_clear(&layers[l]);
+    free(layers);
+    free(kept_thr);
+    si_train_samples_free(samples);
+    si_profile_free(prof);
+    si_profile_calib_free(calib);
+    si_active_calib_free(ocalib);
+    free(own_thr);
+    si_tokenizer_free(tok);
+    si_model_free(m);
+    free(toks);
+    free(text);
+    return rc;
+}
