@@ -40,5 +40,6 @@ int si_cmd_generate(int argc, char **argv);
 int si_cmd_perplexity(int argc, char **argv);
 int si_cmd_synth(int argc, char **argv);
 int si_cmd_profile(int argc, char **argv);
+int si_cmd_place(int argc, char **argv);
 
 #endif /* SI_TOOLS_CLI_H */

@@ -25,6 +25,7 @@ static void usage(FILE *f)
                "  perplexity  perplexity of a model on a text file (reference CPU path)\n"
                "  synth       write a synthetic model with planted neuron activity\n"
                "  profile     count how often each FFN neuron fires over a text\n"
+               "  place       choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
         {"perplexity", si_cmd_perplexity},
         {"synth", si_cmd_synth},
         {"profile", si_cmd_profile},
+        {"place", si_cmd_place},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
