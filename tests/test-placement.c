@@ -137,6 +137,9 @@ static void test_ilp_vs_exhaustive(void)
                   it);
             CHECK(r1.bound >= r1.objective - 1e-12 && r1.gap >= 0 && r1.gap <= 1e-6,
                   "instance %d: bound %g, gap %g", it, r1.bound, r1.gap);
+            CHECK(rcg != SI_OK || g.bound >= ex.objective - tol,
+                  "instance %d: the envelope bound %.6f is below the optimum %.6f", it, g.bound,
+                  ex.objective);
             if (rcg == SI_OK) {
                 CHECK(result_feasible(&p, &g), "instance %d: the greedy placement is infeasible",
                       it);

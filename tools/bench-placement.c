@@ -2,8 +2,9 @@
  * bench-placement.c - how long the placement ILP takes on a LLaMA-70B-shaped
  * instance: 80 layers x 28672 FFN neurons (35,840 batches of 64), neurons of
  * a Q4_0 70B model as the engine stores them, synthetic power-law activation
- * frequencies, C_l from a hardware model, GPU capacities of 10%, 40% and 70%
- * of the FFN bytes.  `make bench-placement`; the paper's figure is about 10 s.
+ * frequencies, C_l from a hardware model with two values of T_sync, GPU
+ * capacities from 2% to 70% of the FFN bytes.  Exits 1 if a solve stops at
+ * its time limit.  `make bench-placement`; the paper's figure is about 10 s.
  *
  *   bench-placement [--layers N] [--ff N] [--time-limit S] [--no-cuts]
  */
@@ -83,27 +84,35 @@ int main(int argc, char **argv)
     /* A Q4_0 neuron of LLaMA-70B (d = 8192): gate, up and down_t rows of
      * 8192 / 32 blocks of 18 bytes, plus bias and index (the engine's unit). */
     const int64_t nb = (int64_t)8192 / 32 * 18 * 3 + 8;
-    /* C_l for 50 GB/s CPU, 1.5 TB/s GPU, T_sync 30 us: T_sync / (M/B_cpu - M/B_gpu) */
-    const double tsync = 30e-6, tcpu = (double)nb / 50e9, tgpu = (double)nb / 1.5e12;
-    for (int32_t l = 0; l < n_layer; l++) {
-        bytes[l] = nb;
-        cmin[l] = (int64_t)ceil(tsync / (tcpu - tgpu));
-    }
+    /* C_l for 50 GB/s CPU, 1.5 TB/s GPU: T_sync / (M/B_cpu - M/B_gpu).  T_sync
+     * 30 us (C_l = 113 neurons, under two batches: every layer gets GPU
+     * neurons and the ILP's choice is near the greedy one), then 1 ms (C_l =
+     * 3,775: at small capacities only some layers can have GPU neurons, the
+     * per-layer binaries decide which). */
+    const double tcpu = (double)nb / 50e9, tgpu = (double)nb / 1.5e12;
     const int64_t total = (int64_t)n * nb;
-    printf("instance: %d layers x %d neurons, %" PRId64 " batches of 64, %.2f GB of FFN neurons, "
-           "C_l = %" PRId64 " neurons, chain cuts %s\n",
-           n_layer, n_ff, ((int64_t)n_ff + 63) / 64 * n_layer, (double)total / 1e9, cmin[0],
-           cuts ? "on" : "off");
-    const double shares[] = {0.10, 0.40, 0.70};
+    const struct {
+        double tsync, share;
+    } runs[] = {{30e-6, 0.10}, {30e-6, 0.40}, {30e-6, 0.70},
+                {1e-3, 0.02}, {1e-3, 0.05}, {1e-3, 0.10}};
     int worst = 0;
-    for (size_t k = 0; k < sizeof shares / sizeof shares[0]; k++) {
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        for (int32_t l = 0; l < n_layer; l++) {
+            bytes[l] = nb;
+            cmin[l] = (int64_t)ceil(runs[k].tsync / (tcpu - tgpu));
+        }
+        if (k == 0 || runs[k].tsync != runs[k - 1].tsync)
+            printf("instance: %d layers x %d neurons, %" PRId64 " batches of 64, %.2f GB of FFN "
+                   "neurons, T_sync %.0f us: C_l = %" PRId64 " neurons, chain cuts %s\n",
+                   n_layer, n_ff, ((int64_t)n_ff + 63) / 64 * n_layer, (double)total / 1e9,
+                   runs[k].tsync * 1e6, cmin[0], cuts ? "on" : "off");
         struct si_ilp_problem p = si_ilp_default_problem();
         p.n_layer = n_layer;
         p.n_ff = n_ff;
         p.impact = impact;
         p.neuron_bytes = bytes;
         p.c_min = cmin;
-        p.capacity = (int64_t)(shares[k] * (double)total);
+        p.capacity = (int64_t)(runs[k].share * (double)total);
         p.time_limit = limit;
         p.chain_cuts = cuts;
         struct si_ilp_result r;
@@ -116,10 +125,10 @@ int main(int argc, char **argv)
         int64_t on = 0;
         for (int32_t l = 0; l < n_layer; l++)
             on += r.n_gpu[l] > 0;
-        printf("capacity %2.0f%% (%.2f GB): %s in %.2f s, %" PRId64 " rows, %" PRId64
-               " nodes; objective %.3f (greedy %.3f), bound %.3f, gap %.2e; %.2f GB on the GPU, "
-               "%" PRId64 " of %d layers\n",
-               100 * shares[k], (double)p.capacity / 1e9, si_ilp_outcome_name(r.outcome),
+        printf("  capacity %2.0f%% (%.2f GB): %s in %.2f s, %" PRId64 " rows, %" PRId64
+               " nodes; objective %.3f (greedy %.3f), bound %.3f, gap %.2e; %.2f GB on the GPU "
+               "in %" PRId64 " of %d layers\n",
+               100 * runs[k].share, (double)p.capacity / 1e9, si_ilp_outcome_name(r.outcome),
                r.seconds, r.n_rows, r.nodes, r.objective, r.greedy_objective, r.bound, r.gap,
                (double)r.gpu_bytes / 1e9, on, n_layer);
         worst |= r.outcome != SI_ILP_OPTIMAL;

@@ -204,80 +204,133 @@ static bool feasible(const struct si_ilp_problem *p, const struct batches *B, co
     return bytes <= p->capacity && (p->cpu_capacity < 0 || total_bytes(B) - bytes <= p->cpu_capacity);
 }
 
-/* Upper bound of the optimum: the fractional knapsack without (5) and the
- * CPU limit (dropping constraints only raises the optimum; batches enter
- * by impact per byte, the last one in part). */
-static double bound_of(const struct si_ilp_problem *p, const struct batches *B, int64_t *idx)
+/* Items of the two functions below: a run of neurons of one layer. */
+struct item {
+    double value, bytes;
+};
+
+static int cmp_item(const void *pa, const void *pb)
 {
-    double *ratio = malloc((size_t)B->n * sizeof *ratio);
-    if (ratio == NULL)
+    const struct item *a = pa, *b = pb;
+    const double ra = a->value / a->bytes, rb = b->value / b->bytes;
+    return ra > rb ? -1 : ra < rb;
+}
+
+/*
+ * An upper bound of the optimum: the best fractional choice over each
+ * layer's concave envelope.  With its neurons sorted, a layer holding k GPU
+ * neurons (k = 0 or k >= C_l) is worth at most P(k), the sum of its k most
+ * active; the envelope of those points is the line from 0 to C_l, then P.
+ * So each layer that may use the GPU offers an item "its C_l most active
+ * neurons" and then its remaining neurons (to the next batch boundary, then
+ * batch by batch), in decreasing value per byte; filling the capacity with
+ * the items of most value per byte, the last one in part, bounds every
+ * placement (the CPU limit dropped, which only raises the bound).  Tighter
+ * than the LP relaxation of (5)-(6) with big K, which drops C_l altogether.
+ */
+static double hull_bound(const struct si_ilp_problem *p, const struct batches *B)
+{
+    struct item *it = malloc(((size_t)B->n + 2 * (size_t)p->n_layer) * sizeof *it);
+    if (it == NULL)
         return INFINITY;
-    for (int64_t b = 0; b < B->n; b++)
-        ratio[b] = p->c_min[B->layer[b]] > p->n_ff ? -1.0 : B->impact[b] / (double)B->bytes[b];
-    int32_t *tmp = malloc((size_t)B->n * sizeof *tmp);
-    double ub = 0;
-    if (tmp == NULL) {
-        free(ratio);
-        return INFINITY;
-    }
-    for (int64_t b = 0; b < B->n; b++)
-        tmp[b] = (int32_t)b;
-    qsort_r(tmp, (size_t)B->n, sizeof *tmp, cmp_impact, ratio);
-    double left = (double)p->capacity;
-    for (int64_t k = 0; k < B->n; k++) {
-        const int32_t b = tmp[k];
-        idx[k] = b;
-        if (ratio[b] < 0 || left <= 0)
+    size_t n = 0;
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        if (p->c_min[l] > p->n_ff)
             continue;
-        const double take = (double)B->bytes[b] < left ? 1.0 : left / (double)B->bytes[b];
-        ub += take * B->impact[b];
-        left -= take * (double)B->bytes[b];
+        const int32_t *ord = B->order + (size_t)l * (size_t)p->n_ff;
+        const double *v = p->impact + (size_t)l * (size_t)p->n_ff, M = (double)p->neuron_bytes[l];
+        int64_t i = 0;
+        double acc = 0;
+        for (; i < p->c_min[l]; i++)
+            acc += v[ord[i]];
+        it[n++] = (struct item){acc, (double)p->c_min[l] * M};
+        while (i < p->n_ff) {
+            const int64_t end = (i / p->batch + 1) * p->batch < p->n_ff
+                                    ? (i / p->batch + 1) * p->batch
+                                    : p->n_ff;
+            acc = 0;
+            for (int64_t k = i; k < end; k++)
+                acc += v[ord[k]];
+            it[n++] = (struct item){acc, (double)(end - i) * M};
+            i = end;
+        }
     }
-    free(tmp);
-    free(ratio);
+    qsort(it, n, sizeof *it, cmp_item);
+    double left = (double)p->capacity, ub = 0;
+    for (size_t k = 0; k < n && left > 0; k++) {
+        const double take = it[k].bytes <= left ? 1.0 : left / it[k].bytes;
+        ub += take * it[k].value;
+        left -= take * it[k].bytes;
+    }
+    free(it);
     return ub;
 }
 
-/* The greedy choice into x (see ilp.h); idx: batches by impact per byte. */
-static void greedy(const struct si_ilp_problem *p, const struct batches *B, const int64_t *idx,
-                   uint8_t *x)
+/*
+ * The greedy choice into x (see ilp.h): a layer without GPU batches offers
+ * its first batches up to C_l neurons as one block, a layer with some its
+ * next batch; the offer of most impact per byte that fits is taken, one that
+ * does not fit closes its layer.  Each layer's choice is a prefix, as the
+ * chain cuts want.  SI_OK or SI_E_NOMEM.
+ */
+static int greedy(const struct si_ilp_problem *p, const struct batches *B, uint8_t *x)
 {
-    int64_t *n_l = calloc((size_t)p->n_layer, sizeof *n_l);
+    int64_t *next = malloc((size_t)p->n_layer * sizeof *next); /* next batch to offer */
+    int64_t *block = malloc((size_t)p->n_layer * sizeof *block); /* its end; -1: closed */
     memset(x, 0, (size_t)B->n);
-    if (n_l == NULL)
-        return;
-    int64_t left = p->capacity;
-    /* Within a layer batches come in impact order here (equal sizes), so
-     * each layer's choice is a prefix, as the chain cuts want. */
-    for (int64_t k = 0; k < B->n; k++) {
-        const int64_t b = idx[k];
-        if (p->c_min[B->layer[b]] > p->n_ff || B->bytes[b] > left)
-            continue;
-        x[b] = 1;
-        left -= B->bytes[b];
-        n_l[B->layer[b]] += B->size[b];
+    if (next == NULL || block == NULL) {
+        free(next);
+        free(block);
+        return SI_E_NOMEM;
     }
-    bool freed = false;
-    for (int32_t l = 0; l < p->n_layer; l++)
-        if (n_l[l] > 0 && n_l[l] < p->c_min[l]) {
-            for (int64_t b = B->begin[l]; b < B->begin[l + 1]; b++)
-                if (x[b]) {
-                    x[b] = 0;
-                    left += B->bytes[b];
-                }
-            n_l[l] = -1; /* closed */
-            freed = true;
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        next[l] = B->begin[l];
+        block[l] = -1;
+        int64_t cum = 0;
+        for (int64_t b = B->begin[l]; b < B->begin[l + 1] && p->c_min[l] <= p->n_ff; b++) {
+            cum += B->size[b];
+            if (cum >= p->c_min[l]) {
+                block[l] = b + 1;
+                break;
+            }
         }
-    for (int64_t k = 0; freed && k < B->n; k++) {
-        const int64_t b = idx[k];
-        const int32_t l = B->layer[b];
-        if (x[b] || n_l[l] < p->c_min[l] || B->bytes[b] > left)
-            continue;
-        x[b] = 1;
-        left -= B->bytes[b];
-        n_l[l] += B->size[b];
     }
-    free(n_l);
+    int64_t left = p->capacity;
+    for (;;) {
+        int32_t best = -1;
+        double best_r = -1;
+        int64_t best_bytes = 0, best_end = 0;
+        for (int32_t l = 0; l < p->n_layer; l++) {
+            if (block[l] < 0 || next[l] >= B->begin[l + 1])
+                continue;
+            const int64_t end = next[l] == B->begin[l] ? block[l] : next[l] + 1;
+            double v = 0;
+            int64_t by = 0;
+            for (int64_t b = next[l]; b < end; b++) {
+                v += B->impact[b];
+                by += B->bytes[b];
+            }
+            if ((double)v / (double)by > best_r) {
+                best = l;
+                best_r = v / (double)by;
+                best_bytes = by;
+                best_end = end;
+            }
+        }
+        if (best < 0)
+            break;
+        if (best_bytes > left) {
+            block[best] = -1; /* nothing more for this layer */
+            continue;
+        }
+        for (int64_t b = next[best]; b < best_end; b++)
+            x[b] = 1;
+        left -= best_bytes;
+        next[best] = best_end;
+    }
+    free(next);
+    free(block);
+    return SI_OK;
 }
 
 int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char *err,
@@ -290,14 +343,12 @@ int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char 
         return rc;
     struct batches B;
     uint8_t *x = NULL;
-    int64_t *idx = NULL;
     if ((rc = make_batches(p, &B)) != SI_OK || (x = malloc((size_t)B.n)) == NULL ||
-        (idx = malloc((size_t)B.n * sizeof *idx)) == NULL) {
+        greedy(p, &B, x) != SI_OK) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "placement: out of memory");
         goto out;
     }
-    r->bound = bound_of(p, &B, idx);
-    greedy(p, &B, idx, x);
+    r->bound = hull_bound(p, &B);
     if (!feasible(p, &B, x)) {
         rc = si__errf(err, err_size, SI_E_BUDGET,
                       "placement: the CPU capacity (%" PRId64 " bytes) cannot hold the neurons "
@@ -315,7 +366,6 @@ int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char 
     r->seconds = now() - t0;
 out:
     free(x);
-    free(idx);
     batches_free(&B);
     return rc;
 }
@@ -458,10 +508,78 @@ static int build_lp(lprec *lp, const struct si_ilp_problem *p, const struct batc
             ok &= add_constraintex(lp, 2, v2, c2, LE, 0.0);
             ++*n_rows;
         }
+    /* linking cuts, with the chain cuts (which make each layer's full
+     * batches a prefix in an optimal solution): no batch on the GPU without
+     * y_l (x_first <= y_l, x_last <= y_l for the smaller last batch), and
+     * with y_l the batch that completes C_l neurons (x_k >= y_l, k the
+     * ceil(C_l / batch)-th), unless the smaller last batch could complete
+     * them instead of it.  Together they make each layer's first k batches
+     * one block in the LP relaxation, whose bound is then the layers'
+     * concave envelope (hull_bound) instead of big K's much weaker one. */
+    for (int32_t l = 0; l < p->n_layer && ok && p->chain_cuts; l++) {
+        const int64_t b0 = B->begin[l], b1 = B->begin[l + 1];
+        const int ycol = nb + 1 + l;
+        int64_t nfull = 0;
+        while (b0 + nfull < b1 && B->size[b0 + nfull] == p->batch)
+            nfull++;
+        const int64_t last = b1 - b0 > nfull ? B->size[b1 - 1] : 0;
+        const int64_t off[2] = {b0, last > 0 && b1 - 1 != b0 ? b1 - 1 : -1};
+        for (int j = 0; j < 2 && ok; j++) {
+            if (off[j] < 0)
+                continue;
+            int c2[2] = {(int)off[j] + 1, ycol};
+            REAL v2[2] = {1.0, -1.0};
+            ok &= add_constraintex(lp, 2, v2, c2, LE, 0.0);
+            ++*n_rows;
+        }
+        const int64_t k = (p->c_min[l] + p->batch - 1) / p->batch;
+        if (p->c_min[l] <= p->n_ff && k >= 1 && k <= nfull &&
+            (last == 0 || (k - 1) * p->batch + last < p->c_min[l]) && ok) {
+            int c2[2] = {(int)(b0 + k - 1) + 1, ycol};
+            REAL v2[2] = {1.0, -1.0};
+            ok &= add_constraintex(lp, 2, v2, c2, GE, 0.0);
+            ++*n_rows;
+        }
+    }
     set_add_rowmode(lp, FALSE);
     free(col);
     free(val);
     return ok ? SI_OK : SI_E_NOMEM;
+}
+
+/*
+ * Start the simplex from the greedy placement: every row's slack basic,
+ * every column at the bound the greedy placement gives it (x_b, and y_l = 1
+ * for a layer with GPU batches).  That basis is valid (the slacks' columns
+ * are the identity) and primal feasible (the greedy placement keeps every
+ * row).  On the instances measured the LP relaxation's optimum is integral
+ * and close to the greedy placement: from lp_solve's own start the dual
+ * simplex made one bound flip per batch to get there (31,507 iterations,
+ * 10 s of the 70B-shaped solve); from this one, a handful.  lp_solve's
+ * IMPROVE_DUALFEAS (initial bound flips for dual feasibility) must be off
+ * or it undoes the start.  Only a start: the optimum is lp_solve's.
+ */
+static void warm_start(lprec *lp, const struct si_ilp_problem *p, const struct batches *B,
+                       const uint8_t *xg)
+{
+    const int ncol = get_Ncolumns(lp), nrow = get_Nrows(lp);
+    int *basis = malloc(((size_t)ncol + (size_t)nrow + 1) * sizeof *basis);
+    uint8_t *y = calloc((size_t)p->n_layer, 1);
+    if (basis != NULL && y != NULL) {
+        for (int64_t b = 0; b < B->n; b++)
+            if (xg[b])
+                y[B->layer[b]] = 1;
+        basis[0] = 0;
+        for (int i = 1; i <= nrow; i++)
+            basis[i] = i; /* slack i basic */
+        for (int j = 1; j <= ncol; j++) {
+            const bool up = j <= B->n ? xg[j - 1] != 0 : y[j - 1 - B->n] != 0;
+            basis[nrow + j] = up ? nrow + j : -(nrow + j); /* at upper / lower bound */
+        }
+        set_basis(lp, basis, TRUE);
+    }
+    free(basis);
+    free(y);
 }
 
 int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *err,
@@ -474,17 +592,15 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
         return rc;
     struct batches B;
     uint8_t *x = NULL, *xg = NULL;
-    int64_t *idx = NULL;
     REAL *sol = NULL;
     lprec *lp = NULL;
     if ((rc = make_batches(p, &B)) != SI_OK || B.n > INT32_MAX / 2 ||
         (x = calloc((size_t)B.n, 1)) == NULL || (xg = calloc((size_t)B.n, 1)) == NULL ||
-        (idx = malloc((size_t)B.n * sizeof *idx)) == NULL) {
+        greedy(p, &B, xg) != SI_OK) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "placement: out of memory");
         goto out;
     }
-    r->bound = bound_of(p, &B, idx);
-    greedy(p, &B, idx, xg);
+    r->bound = hull_bound(p, &B);
     if (!feasible(p, &B, xg)) {
         /* The greedy fills the GPU as far as it can: if the CPU still
          * cannot hold the rest, nothing can (up to C_l: the solver decides). */
@@ -514,12 +630,14 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
             goto out;
         }
         set_verbose(lp, NEUTRAL);
+        warm_start(lp, p, &B, xg);
         set_timeout(lp, (long)ceil(p->time_limit));
         set_mip_gap(lp, FALSE, p->mip_gap);
         set_mip_gap(lp, TRUE, 1e-11);
         set_bb_floorfirst(lp, BRANCH_CEILING);
         set_bb_rule(lp, NODE_FIRSTSELECT);
         set_scaling(lp, SCALE_GEOMETRIC + SCALE_DYNUPDATE);
+        set_improve(lp, IMPROVE_THETAGAP); /* not IMPROVE_DUALFEAS: see warm_start */
         const int st = solve(lp);
         r->nodes = (int64_t)get_total_nodes(lp);
         sol = malloc(((size_t)B.n + (size_t)p->n_layer) * sizeof *sol);
@@ -587,7 +705,6 @@ out:
     free(sol);
     free(x);
     free(xg);
-    free(idx);
     batches_free(&B);
     return rc;
 }
