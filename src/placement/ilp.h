@@ -33,11 +33,21 @@
  * (The smaller last batch of a layer takes no cut.)  Tests compare with
  * exhaustive search, with and without the cuts.
  *
- * lp_solve runs with a time limit (whole seconds, at least 1), depth first,
- * taking the ceiling branch first (a batch on the GPU), so that an incumbent
- * appears early.  If the limit passes, its best incumbent is used; if it has
- * none, the greedy placement (below), with outcome SI_ILP_GREEDY.  The result
- * is checked against every constraint in integer bytes before it is used.
+ * Linking cuts (with the chain cuts): x_first <= y_l (and for the smaller
+ * last batch), and x_k >= y_l for the batch k that completes C_l neurons,
+ * unless the smaller last batch could complete them instead.  Valid for the
+ * prefix solutions the chain cuts keep; they make a layer's first k batches
+ * one block in the LP relaxation.  The capacity rows are divided by the
+ * greatest common divisor of the batches' bytes and rounded down.
+ *
+ * lp_solve starts from the greedy placement's basis (IMPROVE_DUALFEAS off,
+ * which would flip it away) and runs with a time limit (whole seconds, at
+ * least 1), depth first, ceiling branch first.  If the limit passes, its best
+ * incumbent is used, or the greedy placement when that is better or there is
+ * none (outcome SI_ILP_GREEDY).  The result is checked against every
+ * constraint in integer bytes before it is used.  `bound` is the layers'
+ * concave envelope (see ilp.c, hull_bound), or objective x (1 + mip_gap) when
+ * lp_solve proved optimality; `gap` = (bound - objective) / bound.
  */
 #ifndef SI_PLACEMENT_ILP_H
 #define SI_PLACEMENT_ILP_H
@@ -103,10 +113,11 @@ int si_ilp_exhaustive(const struct si_ilp_problem *p, struct si_ilp_result *r, c
                       size_t err_size);
 
 /*
- * The greedy placement: batches by impact per byte, most first, while they
- * fit; then layers left with fewer than C_l GPU neurons give theirs back and
- * the freed bytes go to further batches of layers that already hold C_l.
- * Feasible, not optimal in general.
+ * The greedy placement: a layer without GPU batches offers its first batches
+ * up to C_l neurons as one block, a layer with some its next batch; the offer
+ * of most impact per byte that fits is taken, one that does not fit closes
+ * its layer.  Keeps (4)-(6) except the CPU limit (SI_E_BUDGET when that is
+ * broken); not optimal in general.
  */
 int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char *err,
                   size_t err_size);
