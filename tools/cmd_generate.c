@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "graph/engine.h"
+#include "placement/placement.h"
 #include "predict/profile.h"
 #include "graph/runtime.h"
 #include "model/forward.h"
@@ -113,6 +114,8 @@ static void generate_usage(FILE *f)
                "      --profile FILE      activation profile (starinfer profile): the hottest\n"
                "                          neurons go to the GPU, the rest are balanced over\n"
                "                          the CPU slices (gate and predictor modes)\n"
+               "      --placement FILE    the GPU's neurons (starinfer place, or PowerInfer's\n"
+               "                          GPU index); its budget unless --vram-budget\n"
                "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
                "                          (default 32; 1: token by token like generation)\n"
                "      --attn-split N      engine: attention's products in N row slices (0:\n"
@@ -135,7 +138,8 @@ int si_cmd_generate(int argc, char **argv)
     /* The reference stays the default until the engine is faster than it
      * (it is bit-identical, and slower for now: see the README). */
     bool chat = false, ignore_eos = false, ids = false, use_engine = false;
-    const char *profile_path = NULL;
+    const char *profile_path = NULL, *placement_path = NULL;
+    struct si_placement *placement = NULL;
     long long n_batch = 32;
     struct si_profile *prof = NULL;
     struct si_sampler_params sp = si_sampler_default_params();
@@ -208,6 +212,9 @@ int si_cmd_generate(int argc, char **argv)
         } else if (!strcmp(a, "--vram-budget")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &ep.vram_budget))
                 return 1;
+        } else if (!strcmp(a, "--placement")) {
+            if ((placement_path = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
         } else if (!strcmp(a, "--profile")) {
             if ((profile_path = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -253,6 +260,8 @@ int si_cmd_generate(int argc, char **argv)
                         profile_path != NULL || ep.exact_prefill))
         return si_cli_error("generate: --sparsity, --vram-budget, --profile, --merge and --exact-prefill need "
                             "--engine starpu");
+    if (!use_engine && placement_path != NULL)
+        return si_cli_error("generate: --placement needs --engine starpu");
     sp.seed = (uint64_t)seed;
 
     char *text = NULL;
@@ -342,11 +351,18 @@ int si_cmd_generate(int argc, char **argv)
             }
             ep.profile = prof;
         }
+        if (placement_path != NULL) {
+            if (si_placement_read(&placement, placement_path, m, err, sizeof err) != SI_OK) {
+                si_cli_error("%s", err);
+                goto out;
+            }
+            ep.placement = placement;
+        }
         if (prof != NULL && ep.mode == SI_SPARSITY_DENSE)
             fprintf(stderr, "engine: dense mode computes every neuron: the profile does not "
                             "change the placement\n");
-        if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
-            fprintf(stderr, "engine: no CUDA worker: --vram-budget ignored, every FFN neuron "
+        if ((ep.vram_budget > 0 || placement != NULL) && si_runtime_ncuda() == 0)
+            fprintf(stderr, "engine: no CUDA worker: --vram-budget/--placement ignored, every FFN neuron "
                             "runs on the CPU workers\n");
         if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
@@ -448,6 +464,11 @@ int si_cmd_generate(int argc, char **argv)
                 100.0 * (double)active / total, 100.0 * (double)st.neurons_hot / total,
                 100.0 * (double)st.neurons_cold / total,
                 active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0);
+        if (st.gpu_budget > 0)
+            fprintf(stderr, "engine: GPU bytes: budget %lld, engine handles %lld, allocated "
+                            "by StarPU (peak) %lld\n",
+                    (long long)st.gpu_budget, (long long)st.gpu_accounted,
+                    (long long)st.gpu_allocated_peak);
         /* Decoding, then prefill: time in tasks summed over workers, the
          * wall time, and how busy the workers were (the rest is
          * scheduling, submission and waiting). */
@@ -480,6 +501,7 @@ out:
         si_ref_free(ref);
     si_runtime_stop(&rt);
     si_profile_free(prof);
+    si_placement_free(placement);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

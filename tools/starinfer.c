@@ -28,6 +28,7 @@ static void usage(FILE *f)
                "  bench       one workload under several StarPU schedulers, side by side\n"
                "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
                "  eval        predictor recall/precision and perplexity per sparsity mode\n"
+               "  place       choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -76,6 +77,7 @@ int main(int argc, char **argv)
         {"bench", si_cmd_bench},
         {"train-predictor", si_cmd_train},
         {"eval", si_cmd_eval},
+        {"place", si_cmd_place},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

@@ -8,6 +8,7 @@
 #include "model/act.h"
 #include "model/quants.h"
 #include "model/types.h"
+#include "placement/placement.h"
 #include "predict/profile.h"
 #include "starinfer.h"
 
@@ -17,6 +18,7 @@
 #endif
 
 #include <cblas.h>
+#include <inttypes.h>
 #include <math.h>
 #include <starpu.h>
 #include <stdlib.h>
@@ -125,6 +127,8 @@ struct si_engine {
     bool has_gate;
     float *gthr;        /* (n_layer) gate mode's threshold of each layer */
     int64_t hot_bytes;
+    struct si_gpu_reserve reserve; /* what the GPU holds besides hot neurons */
+    int64_t gpu_base;   /* StarPU's bytes on the CUDA node before init, or -1 */
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
     struct layer *L;
@@ -1204,6 +1208,123 @@ static void filter_cols(void *father, void *child, struct starpu_data_filter *f,
     }
 }
 
+/* The FFN layout of mode on m: the fields of e from sparse to rec_bytes. */
+static void layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e)
+{
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *W0 = &m->w.layers[0];
+    e->sparse = mode != SI_SPARSITY_DENSE;
+    e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
+    e->gu_type = W0->ffn_up.type;
+    e->gu_row = W0->ffn_up.row_bytes;
+    e->chunk = si_ref_ffn_chunk(m);
+    if (!e->sparse)
+        return;
+    /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
+     * other types rounded to F16) */
+    if (W0->ffn_down_t.data != NULL) {
+        e->dt_type = W0->ffn_down_t.type;
+        e->dt_row = W0->ffn_down_t.row_bytes;
+    } else {
+        uint32_t t = W0->ffn_down.type;
+        e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
+        si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
+    }
+    /* Predictor mode reads a chosen neuron's rows together: all in its
+     * record.  Gate mode reads every gating row: those apart, dense. */
+    e->pre_sep = mode == SI_SPARSITY_GATE;
+    size_t off = 0;
+    e->gate_off = e->up_off = -1;
+    if (e->has_gate && !e->pre_sep) {
+        e->gate_off = (ptrdiff_t)off;
+        off += e->gu_row;
+    }
+    if (e->has_gate || !e->pre_sep) {
+        e->up_off = (ptrdiff_t)off;
+        off += e->gu_row;
+    }
+    e->dt_off = off;
+    e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
+}
+
+const char *si_gpu_item_name(enum si_gpu_item i)
+{
+    static const char *const names[] = {"attention", "predictor", "kv cache",
+                                        "lm_head",   "buffers",   "workspace"};
+    return (unsigned)i < SI_GPU_ITEM_COUNT ? names[i] : "?";
+}
+
+/* Bytes the GPU holds per hot neuron (sparse) or per hot chunk (dense): the
+ * handles' children of the hot slice (register_layer, ffn_cuda). */
+static int64_t hot_unit_bytes(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (e->sparse)
+        return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
+               (int64_t)sizeof(float) + /* record, gating row, bias, */
+               (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0); /* index */
+    size_t down = 0;
+    si_type_row_size(e->m->w.layers[0].ffn_down.type, e->chunk, &down);
+    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + (int64_t)sizeof(float)) +
+           hp->n_embd * (int64_t)down;
+}
+
+/*
+ * The reserve, from what ffn_cuda reads and writes (the only CUDA task):
+ * the FFN input (ffn_in), the "every neuron" index list (iota, n_ff int32,
+ * registered whole), each layer's hot partial output (one row of n_embd
+ * floats in sparse modes; up to n_ff / chunk rows in dense mode: reserved
+ * for every layer, as any may get a hot slice), and the task's scratch (2
+ * n_ff floats).  Attention, the predictor, the KV cache and the LM head
+ * stay on the CPU in this engine: their bytes go to cpu_bytes.
+ */
+static void reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    memset(r, 0, sizeof *r);
+    const int64_t d = hp->n_embd, ff = hp->n_ff, L = hp->n_layer;
+    int64_t att = 0, pred = 0;
+    for (int l = 0; l < L; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        att += (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
+        if (e->p.mode == SI_SPARSITY_PREDICTOR)
+            pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
+    }
+    const int64_t n_ctx = e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx
+                          : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096; /* si_ref_init's */
+    r->cpu_bytes[SI_GPU_ATTENTION] = att;
+    r->cpu_bytes[SI_GPU_PREDICTOR] = pred;
+    r->cpu_bytes[SI_GPU_KV_CACHE] = 2 * L * n_ctx * hp->n_head_kv * hp->head_dim *
+                                    (e->p.ref.kv_f16 ? 2 : 4);
+    r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
+    const int64_t rows = e->sparse ? 1 : ff / e->chunk;
+    r->bytes[SI_GPU_BUFFERS] = (int64_t)sizeof(float) * (d + L * rows * d) +
+                               (int64_t)sizeof(int32_t) * ff;
+    r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
+    for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
+        r->total += r->bytes[i];
+    r->unit_bytes = hot_unit_bytes(e);
+    r->unit_neurons = e->sparse ? 1 : e->chunk;
+    r->any_neurons = e->sparse;
+}
+
+static int check(const struct si_model *m, const struct si_engine_params *p, unsigned ncuda,
+                 char *err, size_t err_size);
+
+int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_params *p,
+                          struct si_gpu_reserve *r, char *err, size_t err_size)
+{
+    memset(r, 0, sizeof *r);
+    int rc = check(m, p, 0, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    struct si_engine e = {.m = m, .p = *p};
+    layout_of(m, p->mode, &e);
+    reserve_of(&e, r);
+    return SI_OK;
+}
+
 struct ranked {
     int64_t count;
     int32_t l, i;
@@ -1219,38 +1340,62 @@ static int cmp_ranked(const void *pa, const void *pb)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
-/* Bytes the GPU holds per hot neuron (sparse) or per hot chunk (dense). */
-static int64_t hot_unit_bytes(const struct si_engine *e)
+/* Placed neurons (l = 0) before the others, then as cmp_ranked. */
+static int cmp_placed(const void *pa, const void *pb)
 {
-    const struct si_hparams *hp = &e->m->hp;
-    if (e->sparse)
-        return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
-               2 * (int64_t)sizeof(float); /* record, gating row, bias, index */
-    size_t down = 0;
-    si_type_row_size(e->m->w.layers[0].ffn_down.type, e->chunk, &down);
-    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + (int64_t)sizeof(float)) +
-           hp->n_embd * (int64_t)down;
+    const struct ranked *a = pa, *b = pb;
+    if (a->l != b->l)
+        return a->l < b->l ? -1 : 1;
+    if (a->count != b->count)
+        return a->count > b->count ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
 }
 
 /*
  * How many neurons of each layer go to the hot slice, and the permutation
- * (sparse layouts).  Hottest first while the budget lasts: across layers by
- * profile count when there is a profile, else the same share per layer.
+ * (sparse layouts).  With a placement: exactly its GPU neurons.  Without:
+ * hottest first while the budget lasts, across layers by profile count when
+ * there is a profile, else the same share per layer.  Either way the budget
+ * must hold the reserve (SI_E_BUDGET otherwise) and the hot neurons must fit
+ * what it leaves.
  */
 static int plan(struct si_engine *e, char *err, size_t err_size)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t ff = hp->n_ff;
     const struct si_profile *pr = e->p.profile;
-    const bool placing = e->p.vram_budget > 0 && (e->cuda_hot || e->p.hot_on_cpu);
-    /* What the GPU needs besides the neurons: the FFN input, the activation
-     * scratch, the index list and each layer's partial output. */
-    int64_t budget = e->p.vram_budget - (int64_t)sizeof(float) * (hp->n_embd + 3 * ff) -
-                     (int64_t)sizeof(float) * hp->n_layer * hp->n_embd * (ff / e->chunk);
-    const int64_t unit = hot_unit_bytes(e);
+    const struct si_placement *pl = e->p.placement;
+    const bool gpu = e->cuda_hot || e->p.hot_on_cpu;
+    const int64_t vram = e->p.vram_budget > 0 ? e->p.vram_budget
+                         : pl != NULL && pl->vram_capacity <= INT64_MAX ? (int64_t)pl->vram_capacity
+                                                                        : 0;
+    const bool placing = gpu && (vram > 0 || (pl != NULL && si_placement_gpu_neurons(pl) > 0));
+    struct si_gpu_reserve rs;
+    reserve_of(e, &rs);
+    e->reserve = rs;
+    const int64_t unit = rs.unit_bytes;
     for (int l = 0; l < hp->n_layer; l++)
         e->L[l].n_hot = 0;
-    if (placing && budget >= unit) {
+    e->stats.gpu_budget = placing ? vram : 0;
+    if (placing && vram < rs.total)
+        return si__errf(err, err_size, SI_E_BUDGET,
+                        "VRAM budget of %" PRId64 " bytes is below the %" PRId64
+                        " bytes the engine puts on the GPU besides FFN neurons",
+                        vram, rs.total);
+    int64_t budget = placing ? vram - rs.total : 0;
+    if (placing && pl != NULL) {
+        int64_t n = 0;
+        for (int l = 0; l < hp->n_layer; l++) {
+            e->L[l].n_hot = pl->n_gpu[l];
+            n += pl->n_gpu[l];
+        }
+        if (n * unit > budget)
+            return si__errf(err, err_size, SI_E_BUDGET,
+                            "the placement's %" PRId64 " GPU neurons take %" PRId64
+                            " bytes, the VRAM budget of %" PRId64 " leaves %" PRId64
+                            " after the engine's %" PRId64,
+                            n, n * unit, vram, budget, rs.total);
+    } else if (placing && budget >= unit) {
         if (pr != NULL && e->sparse) {
             const size_t n = (size_t)hp->n_layer * (size_t)ff;
             struct ranked *r = malloc(n * sizeof *r);
@@ -1287,8 +1432,15 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
         const bool ranked = pr != NULL && e->sparse;
         for (int64_t i = 0; i < ff; i++)
             r[i] = (struct ranked){ranked ? pr->counts[(size_t)l * ff + i] : 0, 0, (int32_t)i};
-        if (ranked)
+        if (placing && pl != NULL) {
+            /* the placed neurons first (l = 0 sorts them ahead), each group
+             * hottest first when there is a profile, else in id order */
+            for (int64_t i = 0; i < ff; i++)
+                r[i].l = pl->gpu[(size_t)l * (size_t)ff + (size_t)i] ? 0 : 1;
+            qsort(r, (size_t)ff, sizeof *r, cmp_placed);
+        } else if (ranked) {
             qsort(r, (size_t)ff, sizeof *r, cmp_ranked);
+        }
         for (int64_t p = 0; p < L->n_hot; p++)
             L->perm[p] = r[p].i;
         const int64_t cold = ff - L->n_hot;
@@ -1488,6 +1640,38 @@ static void register_layer(struct si_engine *e, int l)
     }
 }
 
+/*
+ * The bytes of every handle the engine lets onto the CUDA node: what
+ * ffn_cuda's task reads and writes (see submit_layer), for the layers with a
+ * hot slice; with hot_on_cpu the same handles as if there were a GPU.
+ */
+static int64_t gpu_accounted(const struct si_engine *e)
+{
+    int64_t bytes = 0;
+    bool any = false;
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        const struct layer *L = &e->L[l];
+        if (!L->hot)
+            continue;
+        any = true;
+        const starpu_data_handle_t h[] = {
+            L->h_gate_c[0] != NULL && L->h_gate != NULL ? L->h_gate_c[0] : NULL,
+            !e->sparse ? L->h_up_c[0] : NULL,
+            !e->sparse ? L->h_down_c[0] : NULL,
+            e->sparse ? L->h_rec_c[0] : NULL,
+            L->h_upb_c[0],
+            e->p.mode == SI_SPARSITY_PREDICTOR ? L->h_idx_c[0] : NULL,
+            L->h_part_c[0]};
+        for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+            if (h[i] != NULL)
+                bytes += (int64_t)starpu_data_get_size(h[i]);
+    }
+    if (any)
+        bytes += (int64_t)(starpu_data_get_size(e->h_xb) + starpu_data_get_size(e->h_iota) +
+                           starpu_data_get_size(e->h_hscratch));
+    return bytes;
+}
+
 static void unregister_layer(struct si_engine *e, int l)
 {
     struct layer *L = &e->L[l];
@@ -1534,6 +1718,15 @@ static int check(const struct si_model *m, const struct si_engine_params *p, uns
                         MAX_SLICES);
     if (p->vram_budget < 0)
         return si__errf(err, err_size, SI_E_INVALID, "negative VRAM budget");
+    if (p->placement != NULL && p->mode == SI_SPARSITY_DENSE)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "a placement needs the gate or predictor sparsity mode (dense mode keeps "
+                        "the file's neuron order)");
+    if (p->placement != NULL &&
+        (p->placement->n_layer != hp->n_layer || p->placement->n_ff != hp->n_ff))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "placement is for %d layers of %d neurons, the model has %d of %d",
+                        p->placement->n_layer, p->placement->n_ff, hp->n_layer, hp->n_ff);
     if (p->gate_threshold < 0.0f || !isfinite(p->gate_threshold))
         return si__errf(err, err_size, SI_E_INVALID, "gate threshold must be finite and >= 0");
     if (p->profile != NULL &&
@@ -1556,10 +1749,10 @@ static int check(const struct si_model *m, const struct si_engine_params *p, uns
                             "(layer %d differs from layer 0)",
                             l);
     }
-    if (p->redux && ncuda > 0 && p->vram_budget > 0)
+    if (p->redux && ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL))
         return si__errf(err, err_size, SI_E_UNSUPPORTED,
                         "redux merging runs on CPU workers only (no --vram-budget with it)");
-    if (ncuda > 0 && p->vram_budget > 0 && !p->hot_on_cpu) {
+    if (ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL) && !p->hot_on_cpu) {
         uint32_t dt = p->mode == SI_SPARSITY_DENSE ? W->ffn_down.type
                       : W->ffn_down_t.data != NULL ? W->ffn_down_t.type
                                                    : SI_TYPE_F16;
@@ -1666,46 +1859,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     e->m = m;
     e->p = p;
-    e->sparse = p.mode != SI_SPARSITY_DENSE;
-    e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
-    e->gu_type = W0->ffn_up.type;
-    e->gu_row = W0->ffn_up.row_bytes;
-    e->chunk = si_ref_ffn_chunk(m);
+    layout_of(m, p.mode, e);
     e->cuda_node = -1;
+    e->gpu_base = -1;
 #ifdef SI_USE_CUDA
     e->cuda_hot = ncuda > 0 && !p.hot_on_cpu;
     if (e->cuda_hot) {
         int wid = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
         e->cuda_node = (int)starpu_worker_get_memory_node((unsigned)wid);
+        e->gpu_base = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node);
     }
 #endif
-    if (e->sparse) {
-        /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
-         * other types rounded to F16) */
-        if (W0->ffn_down_t.data != NULL) {
-            e->dt_type = W0->ffn_down_t.type;
-            e->dt_row = W0->ffn_down_t.row_bytes;
-        } else {
-            uint32_t t = W0->ffn_down.type;
-            e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
-            si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
-        }
-        /* Predictor mode reads a chosen neuron's rows together: all in its
-         * record.  Gate mode reads every gating row: those apart, dense. */
-        e->pre_sep = p.mode == SI_SPARSITY_GATE;
-        size_t off = 0;
-        e->gate_off = e->up_off = -1;
-        if (e->has_gate && !e->pre_sep) {
-            e->gate_off = (ptrdiff_t)off;
-            off += e->gu_row;
-        }
-        if (e->has_gate || !e->pre_sep) {
-            e->up_off = (ptrdiff_t)off;
-            off += e->gu_row;
-        }
-        e->dt_off = off;
-        e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
-    }
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
@@ -1865,6 +2029,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         }
     }
     e->p.profile = NULL; /* used during init only */
+    e->p.placement = NULL;
     for (int l = 0; l < hp->n_layer; l++) {
         struct layer *L = &e->L[l];
         snprintf(L->name_attn, sizeof L->name_attn, "attn_L%d", l);
@@ -1904,6 +2069,16 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     starpu_data_set_name(e->h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
+    e->stats.gpu_accounted = gpu_accounted(e);
+    e->stats.gpu_allocated_peak = e->cuda_hot ? 0 : -1;
+    if (e->stats.gpu_accounted > e->stats.gpu_budget) {
+        /* the reserve missed something the engine lets onto the GPU */
+        const int64_t a = e->stats.gpu_accounted, b = e->stats.gpu_budget;
+        si_engine_free(e);
+        return si__errf(err, err_size, SI_E_BUDGET,
+                        "the engine's GPU handles take %" PRId64 " bytes, over the VRAM budget "
+                        "of %" PRId64, a, b);
+    }
     if (e->na > 1) {
         for (int32_t j = 0; j < e->na; j++) {
             vec(&e->h_qkv[j], e->qkv[j],
@@ -2189,6 +2364,16 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         }
     }
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
+    if (e->cuda_hot && e->cuda_node >= 0) {
+        /* What StarPU really allocated on the GPU (its hot slices stay; the
+         * activations it moved may stay cached): never above the budget. */
+        const int64_t used =
+            (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
+        if (used > e->stats.gpu_allocated_peak)
+            e->stats.gpu_allocated_peak = used;
+        if (used > e->stats.gpu_budget)
+            return SI_E_BUDGET;
+    }
     return SI_OK;
 }
 

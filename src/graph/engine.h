@@ -50,11 +50,22 @@
  * neurons.  The reference computes the same with si_ref_params down_t,
  * gate_threshold and predictor.
  *
- * Placement.  Without a CUDA worker every slice is cold.  With one, the hot
- * slice holds the hottest neurons whose bytes fit vram_budget (the ILP of
- * src/placement/ will replace this greedy rule).  Attention, the predictor
- * and the merge run on CPU workers.  StarPU must be started
- * (si_runtime_start) before si_engine_init.
+ * Placement.  Without a CUDA worker every slice is cold.  With one (or
+ * hot_on_cpu), the hot slice of layer l holds exactly the neurons that
+ * `placement` puts on the GPU (src/placement/, gate and predictor modes),
+ * or, without a placement, the hottest neurons (by profile) whose bytes fit
+ * the budget.  Attention, the predictor and the merge run on CPU workers.
+ * StarPU must be started (si_runtime_start) before si_engine_init.
+ *
+ * The VRAM budget is honest: si_engine_gpu_reserve() itemizes what the
+ * engine puts on the GPU besides the hot neurons (the same function tells
+ * `starinfer place` what to leave free), init refuses with SI_E_BUDGET a
+ * budget below that reserve or a placement whose neurons do not fit what is
+ * left, the engine adds up the bytes of every handle it lets onto the CUDA
+ * node (si_engine_stats.gpu_accounted, also with hot_on_cpu), and with a
+ * CUDA worker it reads what StarPU has allocated on that node after every
+ * evaluation (gpu_allocated_peak); an evaluation after which that exceeds
+ * the budget fails with SI_E_BUDGET.
  */
 #ifndef SI_GRAPH_ENGINE_H
 #define SI_GRAPH_ENGINE_H
@@ -66,6 +77,7 @@
 #include <stdint.h>
 
 struct si_profile;
+struct si_placement;
 
 enum si_sparsity { SI_SPARSITY_DENSE, SI_SPARSITY_GATE, SI_SPARSITY_PREDICTOR };
 
@@ -77,9 +89,14 @@ struct si_engine_params {
     enum si_sparsity mode;
     float gate_threshold; /* gate mode, SiLU/GELU models: |act(gate)| must exceed it */
     int32_t n_slices;     /* cold FFN slices per layer; 0: one per CPU worker */
-    int64_t vram_budget;  /* bytes of FFN neurons the GPU may hold; 0: none */
+    int64_t vram_budget;  /* bytes the engine may allocate on the GPU, reserve
+                           * included (si_engine_gpu_reserve); 0: none, or the
+                           * placement's vram_capacity when there is one */
     const struct si_profile *profile; /* expected activity (may be NULL); must
                                        * outlive si_engine_init only */
+    const struct si_placement *placement; /* per layer, the neurons for the GPU
+                                           * (may be NULL: the greedy rule); must
+                                           * outlive si_engine_init only */
     bool hot_on_cpu; /* testing: place the hot slice as with a GPU, but run
                       * it on a CPU worker (no CUDA worker needed) */
     bool redux;      /* the slices add into the layer output through
@@ -138,7 +155,48 @@ struct si_engine_stats {
      * seconds x workers is scheduling, submission and idling. */
     double task_seconds[SI_TASK_KIND_COUNT];
     int64_t task_count[SI_TASK_KIND_COUNT];
+    /* The GPU's bytes: the budget in force (0: no hot slices), the bytes of
+     * the handles the engine lets onto the CUDA node (reserve + hot neurons;
+     * computed with hot_on_cpu too), and the most StarPU had allocated on
+     * that node after an evaluation, less what it held before init (-1
+     * without a CUDA worker). */
+    int64_t gpu_budget;
+    int64_t gpu_accounted;
+    int64_t gpu_allocated_peak;
 };
+
+/* What the engine puts on the GPU besides the hot FFN neurons. */
+enum si_gpu_item {
+    SI_GPU_ATTENTION, /* attention weights */
+    SI_GPU_PREDICTOR, /* predictor weights */
+    SI_GPU_KV_CACHE,
+    SI_GPU_LM_HEAD,   /* output norm and LM head */
+    SI_GPU_BUFFERS,   /* FFN input, index list, each layer's hot partial output */
+    SI_GPU_WORKSPACE, /* the CUDA FFN task's scratch */
+    SI_GPU_ITEM_COUNT
+};
+
+/* "attention", "predictor", "kv cache", "lm_head", "buffers", "workspace" */
+const char *si_gpu_item_name(enum si_gpu_item i);
+
+struct si_gpu_reserve {
+    int64_t bytes[SI_GPU_ITEM_COUNT]; /* on the GPU */
+    int64_t cpu_bytes[SI_GPU_ITEM_COUNT]; /* kept on the CPU by this engine (0 on the GPU) */
+    int64_t total;         /* sum of bytes[] */
+    int64_t unit_bytes;    /* GPU bytes of one hot unit: a neuron (gate, predictor
+                            * modes: its record, gating row, bias, index) or a chunk (dense) */
+    int64_t unit_neurons;  /* neurons per unit: 1, or the chunk (dense) */
+    bool any_neurons;      /* any set of neurons can be hot (gate, predictor modes:
+                            * the engine permutes them); dense mode keeps file order */
+};
+
+/*
+ * The reserve of the engine that params p would build on model m: the one
+ * function both the engine and `starinfer place` use.  SI_OK, or the
+ * engine's own refusals of p (SI_E_INVALID, SI_E_UNSUPPORTED).
+ */
+int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_params *p,
+                          struct si_gpu_reserve *r, char *err, size_t err_size);
 
 struct si_engine;
 
@@ -147,7 +205,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
 void si_engine_free(struct si_engine *e);
 
 /* Evaluate `token` at the next position; SI_OK, SI_E_INVALID (token outside
- * the vocabulary), SI_E_BUDGET (context full) or SI_E_RUNTIME. */
+ * the vocabulary), SI_E_BUDGET (context full, or StarPU's allocations on the
+ * GPU over the VRAM budget after it: see gpu_allocated_peak) or SI_E_RUNTIME. */
 int si_engine_eval(struct si_engine *e, int32_t token);
 
 /*

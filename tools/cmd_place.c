@@ -1,0 +1,325 @@
+/* cmd_place.c - `starinfer place`: which FFN neurons go to the GPU (the ILP). */
+#include "cli.h"
+#include "graph/engine.h"
+#include "model/model.h"
+#include "placement/hwmodel.h"
+#include "placement/placement.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void place_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " place -m MODEL --profile PROFILE --vram-budget SIZE -o PLACEMENT\n"
+            "       " SI_PROG " place --show PLACEMENT [-m MODEL]\n"
+            "\n"
+            "Choose the FFN neurons for the GPU: PowerInfer's ILP (paper, section 6) solved\n"
+            "with lp_solve.  The neurons of each layer, most active first (the profile's\n"
+            "activation frequencies), go in batches of 64; the ILP maximises the activation\n"
+            "mass on the GPU within the budget left after what the engine puts on the GPU\n"
+            "besides neurons (itemized in the output), with each layer holding either no GPU\n"
+            "neurons or at least C_l, the fewest whose GPU time saving pays for one\n"
+            "synchronisation: C_l T_GPU + T_sync <= C_l T_CPU, T = neuron bytes / bandwidth.\n"
+            "The bandwidths and T_sync are measured here (a CPU streaming probe; CUDA probes\n"
+            "when a GPU is present, else assumed values) unless given.  Writes PowerInfer's\n"
+            "GPU index layout (blk.N.gpu_idx, blk.N.gpu_bucket, split.vram_capacity) plus\n"
+            "starinfer.placement.* keys (hardware model, objective, gap, solve time).\n"
+            "`generate --engine starpu --placement FILE` runs it.  --show summarises a\n"
+            "placement file, PowerInfer's included.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE       the model (GGUF)\n"
+            "      --profile FILE     activation profile (starinfer profile)\n"
+            "      --vram-budget SIZE GPU bytes for everything the engine puts there, e.g.\n"
+            "                         8G, 512M (0: every neuron on the CPU)\n"
+            "  -o, --output FILE      the placement to write\n"
+            "      --sparsity M       gate or predictor: the engine mode the neuron sizes are\n"
+            "                         for (default: predictor when the model has one)\n"
+            "  -c, --ctx-size N       context of the engine (KV cache size in the report)\n"
+            "      --policy P         ilp (default), hottest (most active neurons of any\n"
+            "                         layer while they fit) or random (for comparisons)\n"
+            "      --seed N           random policy's seed (default 1)\n"
+            "      --time-limit S     ILP time limit in seconds (default 10; lp_solve counts\n"
+            "                         whole seconds); at the limit its best incumbent, else\n"
+            "                         the greedy placement, is used, with a warning\n"
+            "      --batch N          neurons per ILP batch (default 64)\n"
+            "      --mip-gap G        relative gap at which the solver may stop (default 1e-6)\n"
+            "      --no-cuts          without the chain cuts x_{b+1} <= x_b (slower)\n"
+            "      --cpu-capacity SIZE  DRAM bytes for the CPU's neurons (default: no limit)\n"
+            "      --threads N        CPU threads of the bandwidth probe (default: STARPU_NCPU,\n"
+            "                         else the online CPUs: the engine's CPU workers)\n"
+            "      --cpu-bw GB/s      CPU memory bandwidth (skip the probe)\n"
+            "      --gpu-bw GB/s      GPU memory bandwidth\n"
+            "      --h2d-bw GB/s      host-to-device bandwidth\n"
+            "      --h2d-lat US       host-to-device latency, microseconds\n"
+            "      --t-sync US        one partial-result hand-off and merge, microseconds\n"
+            "      --show FILE        summarise a placement file and exit\n"
+            "  -h, --help             show this help\n");
+}
+
+static int show(const char *path, const char *model)
+{
+    char err[600];
+    struct si_model *m = NULL;
+    if (model != NULL && si_model_load(&m, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    struct si_placement *p = NULL;
+    int rc = si_placement_read(&p, path, m, err, sizeof err);
+    si_model_free(m);
+    if (rc != SI_OK)
+        return si_cli_error("%s", err);
+    const int64_t n = si_placement_gpu_neurons(p);
+    int32_t layers = 0;
+    for (int32_t l = 0; l < p->n_layer; l++)
+        layers += p->n_gpu[l] > 0;
+    printf("placement: %s\n", path);
+    printf("layers: %" PRId32 " x %" PRId32 " neurons\n", p->n_layer, p->n_ff);
+    printf("vram capacity: %" PRIu64 " bytes\n", p->vram_capacity);
+    printf("gpu neurons: %" PRId64 " (%.2f%%), in %" PRId32 " layers\n", n,
+           100.0 * (double)n / ((double)p->n_layer * (double)p->n_ff), layers);
+    if (!p->has_meta) {
+        printf("starinfer keys: none (a PowerInfer GPU index)\n");
+    } else {
+        printf("policy: %s (%s), sparsity %s\n", p->policy, p->outcome, p->sparsity);
+        printf("objective: %.6g, bound %.6g, gap %.3g, solved in %.3f s\n", p->objective,
+               p->bound, p->gap, p->solve_seconds);
+        printf("reserve: %" PRId64 " bytes; neuron: %" PRId64 " bytes\n", p->reserve_bytes,
+               p->neuron_bytes);
+        for (int f = 0; f < SI_HW_FIELD_COUNT; f++)
+            printf("hw %-8s %.6g (%s)\n", si_hw_field_name((enum si_hw_field)f), p->hw.value[f],
+                   si_hw_source_name(p->hw.source[f]));
+    }
+    si_placement_free(p);
+    return 0;
+}
+
+/* A positive rate or time for a hardware-model field. */
+static bool hw_opt(const char *flag, const char *v, double scale, struct si_hwmodel *hw,
+                   enum si_hw_field f)
+{
+    double x;
+    if (!si_cli_float(flag, v, 1e-9, 1e9, &x))
+        return false;
+    hw->value[f] = x * scale;
+    hw->source[f] = SI_HW_GIVEN;
+    return true;
+}
+
+static void print_size(const char *what, int64_t b)
+{
+    printf("  %-11s %14" PRId64 " bytes (%.1f MiB)\n", what, b, (double)b / 1048576.0);
+}
+
+int si_cmd_place(int argc, char **argv)
+{
+    const char *model = NULL, *profile = NULL, *output = NULL, *showf = NULL, *v;
+    const char *sparsity = NULL;
+    struct si_place_params pp = si_place_default_params();
+    bool budget_given = false;
+    long long n_ctx = 0, threads = 0, seed = 1, batch = 64;
+    struct si_hwmodel hw;
+    si_hwmodel_defaults(&hw, 0);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            place_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if ((output = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--show")) {
+            if ((showf = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--vram-budget")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &pp.vram_budget))
+                return 1;
+            budget_given = true;
+        } else if (!strcmp(a, "--cpu-capacity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &pp.cpu_capacity))
+                return 1;
+        } else if (!strcmp(a, "--sparsity")) {
+            if ((sparsity = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (strcmp(sparsity, "gate") && strcmp(sparsity, "predictor"))
+                return si_cli_error("--sparsity: '%s' is not gate or predictor", sparsity);
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &n_ctx))
+                return 1;
+        } else if (!strcmp(a, "--policy")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            int pol = si_place_policy_parse(v);
+            if (pol < 0)
+                return si_cli_error("--policy: '%s' is not ilp, hottest or random", v);
+            pp.policy = (enum si_place_policy)pol;
+        } else if (!strcmp(a, "--seed")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, INT64_MAX, &seed))
+                return 1;
+        } else if (!strcmp(a, "--time-limit")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_float(a, v, 1e-3, 86400, &pp.time_limit))
+                return 1;
+        } else if (!strcmp(a, "--batch")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &batch))
+                return 1;
+        } else if (!strcmp(a, "--mip-gap")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 0.5, &pp.mip_gap))
+                return 1;
+        } else if (!strcmp(a, "--no-cuts")) {
+            pp.chain_cuts = false;
+        } else if (!strcmp(a, "--threads")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &threads))
+                return 1;
+        } else if (!strcmp(a, "--cpu-bw")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !hw_opt(a, v, 1e9, &hw, SI_HW_CPU_BW))
+                return 1;
+        } else if (!strcmp(a, "--gpu-bw")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !hw_opt(a, v, 1e9, &hw, SI_HW_GPU_BW))
+                return 1;
+        } else if (!strcmp(a, "--h2d-bw")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !hw_opt(a, v, 1e9, &hw, SI_HW_H2D_BW))
+                return 1;
+        } else if (!strcmp(a, "--h2d-lat")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !hw_opt(a, v, 1e-6, &hw, SI_HW_H2D_LAT))
+                return 1;
+        } else if (!strcmp(a, "--t-sync")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !hw_opt(a, v, 1e-6, &hw, SI_HW_T_SYNC))
+                return 1;
+        } else {
+            return si_cli_error("place: unknown option '%s' (see starinfer place --help)", a);
+        }
+    }
+    if (showf != NULL)
+        return show(showf, model);
+    if (model == NULL)
+        return si_cli_error("place: no model given (-m MODEL.gguf)");
+    if (profile == NULL)
+        return si_cli_error("place: no profile given (--profile PROFILE.gguf)");
+    if (!budget_given)
+        return si_cli_error("place: no VRAM budget given (--vram-budget SIZE)");
+    if (output == NULL)
+        return si_cli_error("place: no output given (-o PLACEMENT.gguf)");
+    pp.seed = (uint64_t)seed;
+    pp.batch = (int32_t)batch;
+
+    char err[600], note[256];
+    struct si_model *m = NULL;
+    struct si_profile *prof = NULL;
+    struct si_placement *pl = NULL;
+    int rc = 1;
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    struct si_engine_params ep = si_engine_default_params();
+    if (sparsity == NULL)
+        sparsity = m->has_predictor ? "predictor" : "gate";
+    ep.mode = !strcmp(sparsity, "gate") ? SI_SPARSITY_GATE : SI_SPARSITY_PREDICTOR;
+    ep.ref.n_ctx = (int32_t)n_ctx;
+    ep.vram_budget = pp.vram_budget;
+    if (si_engine_gpu_reserve(m, &ep, &pp.reserve, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    pp.sparsity = sparsity;
+
+    /* The hardware model: what was not given is measured (or assumed). */
+    if (threads == 0) {
+        const char *nc = getenv("STARPU_NCPU");
+        threads = nc != NULL && atoi(nc) > 0 ? atoi(nc) : sysconf(_SC_NPROCESSORS_ONLN);
+        threads = threads > 0 ? threads : 1;
+    }
+    if (si_hwmodel_measure(&hw, (int32_t)threads, m->hp.n_embd, note, sizeof note, err,
+                           sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    pp.hw = hw;
+    printf("hardware model (%lld CPU threads%s%s):\n", threads, note[0] ? "; " : "", note);
+    for (int f = 0; f < SI_HW_FIELD_COUNT; f++) {
+        const bool time = f == SI_HW_H2D_LAT || f == SI_HW_T_SYNC;
+        printf("  %-8s %10.3f %s (%s)\n", si_hw_field_name((enum si_hw_field)f),
+               time ? hw.value[f] * 1e6 : hw.value[f] / 1e9, time ? "us  " : "GB/s",
+               si_hw_source_name(hw.source[f]));
+    }
+    printf("GPU bytes besides FFN neurons (%s mode, context %d):\n", sparsity,
+           ep.ref.n_ctx > 0 ? ep.ref.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096));
+    for (int i = 0; i < SI_GPU_ITEM_COUNT; i++) {
+        if (pp.reserve.bytes[i] > 0) {
+            print_size(si_gpu_item_name((enum si_gpu_item)i), pp.reserve.bytes[i]);
+        } else if (pp.reserve.cpu_bytes[i] == 0) {
+            printf("  %-11s %14d bytes (none in this mode)\n",
+                   si_gpu_item_name((enum si_gpu_item)i), 0);
+        } else {
+            printf("  %-11s %14d bytes (kept on the CPU by this engine: %.1f MiB there)\n",
+                   si_gpu_item_name((enum si_gpu_item)i), 0,
+                   (double)pp.reserve.cpu_bytes[i] / 1048576.0);
+        }
+    }
+    print_size("total", pp.reserve.total);
+    const int64_t all = (int64_t)m->hp.n_layer * m->hp.n_ff * pp.reserve.unit_bytes;
+    printf("FFN neurons: %" PRId64 " bytes each on the GPU, %.1f MiB for all %d x %d; "
+           "C_l = ",
+           pp.reserve.unit_bytes, (double)all / 1048576.0, m->hp.n_layer, m->hp.n_ff);
+    const int64_t c = si_hwmodel_c_min(&hw, pp.reserve.unit_bytes);
+    if (c == INT64_MAX)
+        printf("none (the GPU is not faster per neuron: no layer uses it)\n");
+    else
+        printf("%" PRId64 " neurons%s\n", c,
+               c > m->hp.n_ff ? " (more than a layer has: no layer uses the GPU)" : "");
+
+    if (si_place(&pl, prof, &pp, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    const int64_t n = si_placement_gpu_neurons(pl);
+    int32_t layers = 0;
+    for (int32_t l = 0; l < pl->n_layer; l++)
+        layers += pl->n_gpu[l] > 0;
+    printf("placement (%s): %s; %" PRId64 " of %" PRId64 " neurons on the GPU (%.2f%%) in %" PRId32
+           " of %d layers, %.1f MiB of the %.1f MiB budget\n",
+           pl->policy, pl->outcome, n, (int64_t)m->hp.n_layer * m->hp.n_ff,
+           100.0 * (double)n / ((double)m->hp.n_layer * (double)m->hp.n_ff), layers,
+           m->hp.n_layer, (double)(n * pp.reserve.unit_bytes + (n > 0 ? pp.reserve.total : 0)) /
+                              1048576.0,
+           (double)pp.vram_budget / 1048576.0);
+    if (pp.policy == SI_PLACE_ILP)
+        printf("objective %.6g active neurons per token on the GPU, bound %.6g, gap %.3g, "
+               "solved in %.3f s\n",
+               pl->objective, pl->bound, pl->gap, pl->solve_seconds);
+    else
+        printf("objective %.6g active neurons per token on the GPU\n", pl->objective);
+    if (strncmp(pl->outcome, "time limit", 10) == 0)
+        fprintf(stderr, "place: warning: the ILP reached its time limit (%g s): %s used, gap "
+                        "%.3g\n",
+                pp.time_limit, strchr(pl->outcome, ':') + 2, pl->gap);
+    if (si_placement_write(pl, output, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    printf("wrote %s\n", output);
+    rc = 0;
+out:
+    si_placement_free(pl);
+    si_profile_free(prof);
+    si_model_free(m);
+    return rc;
+}
