@@ -37,6 +37,7 @@ char *si_cli_read_file(const char *path, size_t *len);
 
 int si_cmd_info(int argc, char **argv);
 int si_cmd_generate(int argc, char **argv);
+int si_cmd_chat(int argc, char **argv);
 int si_cmd_perplexity(int argc, char **argv);
 int si_cmd_synth(int argc, char **argv);
 int si_cmd_profile(int argc, char **argv);
