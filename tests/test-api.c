@@ -470,6 +470,59 @@ static void test_rewind(struct si_llm *llm)
     free(l3);
 }
 
+/*
+ * A conversation's second turn through si_context_reuse_prefix against the
+ * same tokens evaluated from an empty cache: the logits must be the same
+ * bits (f32 KV cache and token-by-token evaluation, so that the arithmetic
+ * does not depend on how the tokens were grouped).  The second sequence
+ * differs from the cache inside the first answer, as a re-tokenized answer
+ * can, so the cache is cut back there.
+ */
+static void test_reuse_logits(struct si_llm *llm, enum si_engine_kind engine)
+{
+    struct si_context_params p = si_context_default_params();
+    p.engine = engine;
+    p.n_ctx = 96;
+    p.kv_f32 = true;
+    p.n_batch = 1;
+    p.sampling.temp = 0.0f;
+    struct si_context *a = NULL, *b = NULL;
+    if (si_context_init(llm, p, &a) != SI_OK || si_context_init(llm, p, &b) != SI_OK) {
+        CHECK(false, "contexts (%s): %s", si_engine_kind_name(engine), si_last_error());
+        si_context_free(a);
+        return;
+    }
+    const char *t1 = "hello there, how";
+    int32_t seq[96];
+    int32_t n1 = (int32_t)si_llm_tokenize(llm, t1, strlen(t1), true, true, seq, 96);
+    struct si_generate_params gp = si_generate_default_params();
+    gp.n_predict = 5;
+    gp.ignore_eos = true;
+    CHECK(si_generate_tokens(a, seq, n1, gp, NULL, NULL, NULL) == SI_OK, "turn 1: %s",
+          si_last_error());
+    /* The cache: the prompt and 4 of the 5 answer tokens. */
+    int32_t past = si_context_n_past(a);
+    CHECK(past == n1 + 4, "n_past after turn 1: %d", past);
+    memcpy(seq, si_context_tokens(a), (size_t)past * sizeof *seq);
+    seq[n1 + 2] = seq[n1 + 2] == 'x' ? 'y' : 'x';
+    const char *t2 = " and then some more";
+    int32_t n2 = past + (int32_t)si_llm_tokenize(llm, t2, strlen(t2), false, true, seq + past,
+                                                 (size_t)(96 - past));
+    int32_t k = si_context_reuse_prefix(a, seq, n2);
+    CHECK(k == n1 + 2, "reused %d tokens, expected %d", k, n1 + 2);
+    CHECK(si_context_eval_batch(a, seq + k, n2 - k) == SI_OK, "turn 2: %s", si_last_error());
+    CHECK(si_context_eval_batch(b, seq, n2) == SI_OK, "from scratch: %s", si_last_error());
+    const size_t bytes = (size_t)si_llm_n_vocab(llm) * sizeof(float);
+    CHECK(si_context_n_past(a) == n2 && si_context_n_past(b) == n2 &&
+              !memcmp(si_context_tokens(a), si_context_tokens(b), (size_t)n2 * sizeof *seq),
+          "the caches' tokens differ");
+    CHECK(!memcmp(si_context_logits(a), si_context_logits(b), bytes),
+          "%s: the logits after a reused prefix differ from those from scratch",
+          si_engine_kind_name(engine));
+    si_context_free(a);
+    si_context_free(b);
+}
+
 /* Two StarPU contexts: StarPU stays up until the last one goes. */
 static void test_runtime_lifecycle(struct si_llm *llm)
 {
@@ -531,6 +584,8 @@ int main(void)
         test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_GATE, "hey", false);
         test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_DENSE,
                       "a longer prompt of more than eight tokens", true);
+        test_reuse_logits(llm, SI_ENGINE_REF);
+        test_reuse_logits(llm, SI_ENGINE_STARPU);
         test_runtime_lifecycle(llm);
         si_llm_free(llm);
         /* The model read into memory instead of mapped: the same tokens. */
