@@ -601,8 +601,8 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
             note(&p, "engine: dense mode computes every neuron: the profile does not change the "
                      "placement");
         if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
-            note(&p, "engine: no CUDA worker: --vram-budget ignored, every FFN neuron runs on "
-                     "the CPU workers");
+            note(&p, "engine: no CUDA worker: the VRAM budget is ignored, every FFN neuron runs "
+                     "on the CPU workers");
         if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
             goto fail_err;
         if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
@@ -864,7 +864,10 @@ static size_t utf8_whole(const char *buf, size_t n)
         const unsigned char c = (unsigned char)buf[n - back];
         if ((c & 0xC0) == 0x80)
             continue; /* a continuation byte: look further back */
-        const size_t want = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        const size_t want = (c & 0xE0) == 0xC0   ? 2
+                            : (c & 0xF0) == 0xE0 ? 3
+                            : (c & 0xF8) == 0xF0 ? 4
+                                                 : 1;
         return want > back ? n - back : n;
     }
     return n;

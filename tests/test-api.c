@@ -160,7 +160,10 @@ static bool ends_inside_char(const char *s, size_t n)
     if (i == 0)
         return false;
     const unsigned char c = (unsigned char)s[i - 1];
-    size_t need = c >= 0xF0 && c < 0xF8 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC0 && c < 0xE0 ? 1 : 0;
+    size_t need = c >= 0xF0 && c < 0xF8   ? 3
+                  : c >= 0xE0 && c < 0xF0 ? 2
+                  : c >= 0xC0 && c < 0xE0 ? 1
+                                          : 0;
     return need > cont;
 }
 

@@ -276,7 +276,8 @@ int si_cmd_chat(int argc, char **argv)
             si_cli_error("%s", ans.oom ? "out of memory" : si_last_error());
             goto out;
         }
-        msgs[n_msgs++] = (struct si_chat_message){"assistant", ans.text.p ? ans.text.p : strdup("")};
+        char *said = ans.text.p != NULL ? ans.text.p : strdup("");
+        msgs[n_msgs++] = (struct si_chat_message){"assistant", said};
         if (msgs[n_msgs - 1].content == NULL) {
             n_msgs--;
             si_cli_error("out of memory");
