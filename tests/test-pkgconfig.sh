@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test-pkgconfig.sh - install into a temporary prefix, then build and run a
 # program against the installed library through pkg-config, as an embedding
-# application would.
+# application would: a small one, then examples/simple.c on a synthetic model.
 set -eu
 : "${MAKE:=make}" "${PKG_CONFIG:=pkg-config}" "${CC:=cc}"
 tmp=$(mktemp -d)
@@ -40,3 +40,25 @@ echo "embed: $out"
 want="$($PKG_CONFIG --modversion starinfer) malformed or unsupported file"
 [ "$out" = "$want" ] || { echo "expected '$want'"; exit 1; }
 LD_LIBRARY_PATH=$libdir "$prefix/bin/starinfer" --version
+
+# examples/simple.c, the API's example, built the same way and run on a tiny
+# synthetic model: streamed text, then the statistics line; a missing model
+# gives one error line and exit 1.
+si=${STARINFER:?STARINFER must name the starinfer binary}
+# shellcheck disable=SC2086
+$CC -std=c11 -Wall -Wextra -Werror ${SI_SAN_FLAGS:-} "${srcdir:-.}/examples/simple.c" -o "$tmp/simple" \
+    $flags -Wl,-rpath,"$libdir"
+"$si" synth -o "$tmp/tiny.gguf" --preset tiny --type q4_0 --measure 0 >/dev/null
+STARPU_NCPU=2 "$tmp/simple" "$tmp/tiny.gguf" "Once upon a time" >"$tmp/simple.out" 2>"$tmp/simple.err" ||
+    { echo "simple failed: $(cat "$tmp/simple.err")"; exit 1; }
+cat "$tmp/simple.out"
+[ "$(head -c 1 "$tmp/simple.out" | wc -c)" = 1 ] || { echo "simple printed no text"; exit 1; }
+grep -q '^prefill: [0-9.]* tokens/s, decode: [0-9.]* tokens/s, 2 CPU + 0 CUDA workers, active FFN neurons on the GPU: 0.0%$' \
+    "$tmp/simple.out" || { echo "simple: no statistics line"; exit 1; }
+grep -q '^  ffn_cold ' "$tmp/simple.out" || { echo "simple: no ffn_cold tasks"; exit 1; }
+rc=0
+"$tmp/simple" "$tmp/missing.gguf" hi >"$tmp/simple.out" 2>"$tmp/simple.err" || rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$tmp/simple.err")" = 1 ] &&
+    grep -q "missing.gguf: No such file or directory" "$tmp/simple.err" ||
+    { echo "simple on a missing model: $(cat "$tmp/simple.err")"; exit 1; }
+echo "examples/simple.c built through pkg-config and ran"

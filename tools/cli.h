@@ -48,6 +48,7 @@ int si_trace_finish(const char *dir, bool another_run);
 
 int si_cmd_info(int argc, char **argv);
 int si_cmd_generate(int argc, char **argv);
+int si_cmd_chat(int argc, char **argv);
 int si_cmd_perplexity(int argc, char **argv);
 int si_cmd_synth(int argc, char **argv);
 int si_cmd_profile(int argc, char **argv);

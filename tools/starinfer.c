@@ -22,6 +22,7 @@ static void usage(FILE *f)
                "Commands:\n"
                "  info        summarise a GGUF model file and the StarPU workers\n"
                "  generate    generate text from a prompt (reference CPU path)\n"
+               "  chat        chat with a model, turns read from stdin\n"
                "  perplexity  perplexity of a model on a text file (reference CPU path)\n"
                "  synth       write a synthetic model with planted neuron activity\n"
                "  profile     count how often each FFN neuron fires over a text\n"
@@ -71,6 +72,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"info", si_cmd_info},
         {"generate", si_cmd_generate},
+        {"chat", si_cmd_chat},
         {"perplexity", si_cmd_perplexity},
         {"synth", si_cmd_synth},
         {"profile", si_cmd_profile},

@@ -1,0 +1,1061 @@
+/*
+ * api.c - the public API of include/starinfer.h over the model layer, the
+ * reference forward pass and the StarPU engine.
+ *
+ * Everything here is a thin layer: checking arguments, keeping the state a
+ * caller should not have to (the tokens in the cache, the sampler, the
+ * StarPU instance shared by contexts, statistics) and turning the internal
+ * functions' err buffers into si_last_error().
+ */
+#include "starinfer.h"
+
+#include "graph/engine.h"
+#include "graph/runtime.h"
+#include "internal.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "predict/profile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(SI_TASK_KIND_COUNT <= SI_MAX_TASK_KINDS, "struct si_stats has too few task kinds");
+
+/* ------------------------------------------------------------------ errors */
+
+static _Thread_local char last_err[640];
+
+const char *si_last_error(void)
+{
+    return last_err;
+}
+
+/* Record the calling thread's failure and return its status. */
+__attribute__((format(printf, 2, 3))) static int fail(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_err, sizeof last_err, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mib(int64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* ------------------------------------------------------------------ models */
+
+struct si_llm {
+    struct si_model *m;
+    struct si_tokenizer *tok;
+    void *buf;  /* the file's bytes when not mapped (the model's tensors point here) */
+    char *name; /* general.name, NUL-terminated ("" when absent) */
+};
+
+struct si_llm_params si_llm_default_params(void)
+{
+    return (struct si_llm_params){.use_mmap = true};
+}
+
+/* The whole file at `path` in allocated memory, aligned for the kernels'
+ * vector loads; the messages are si_gguf_open's. */
+static int read_file(const char *path, void **out, size_t *size, char *err, size_t err_size)
+{
+    *out = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return si__errf(err, err_size, errno == ENOENT ? SI_E_NOT_FOUND : SI_E_IO, "%s: %s",
+                        path, strerror(errno));
+    struct stat st;
+    int rc = SI_OK;
+    if (fstat(fd, &st) != 0) {
+        rc = si__errf(err, err_size, SI_E_IO, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = si__errf(err, err_size, SI_E_IO, "%s: not a regular file", path);
+    } else if (st.st_size > 0) {
+        const size_t n = (size_t)st.st_size;
+        char *buf = aligned_alloc(64, (n + 63) / 64 * 64);
+        if (buf == NULL) {
+            rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory reading %zu bytes", path,
+                          n);
+        } else {
+            size_t got = 0;
+            while (got < n) {
+                ssize_t r = read(fd, buf + got, n - got);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r <= 0) {
+                    rc = si__errf(err, err_size, SI_E_IO, "%s: %s", path,
+                                  r < 0 ? strerror(errno) : "file shrank while being read");
+                    break;
+                }
+                got += (size_t)r;
+            }
+            if (rc == SI_OK) {
+                *out = buf;
+                *size = n;
+            } else {
+                free(buf);
+            }
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (path == NULL || out == NULL)
+        return fail(SI_E_INVALID, "si_llm_load: NULL %s", path == NULL ? "path" : "out");
+    char err[600];
+    struct si_llm *llm = calloc(1, sizeof *llm);
+    if (llm == NULL)
+        return fail(SI_E_NOMEM, "out of memory");
+    int rc;
+    if (params.use_mmap) {
+        rc = si_model_load(&llm->m, path, err, sizeof err);
+    } else {
+        size_t size;
+        struct si_gguf *g = NULL;
+        rc = read_file(path, &llm->buf, &size, err, sizeof err);
+        char msg[400];
+        if (rc == SI_OK && (rc = si_gguf_parse(&g, llm->buf, size, msg, sizeof msg)) != SI_OK)
+            snprintf(err, sizeof err, "%.150s: %s", path, msg);
+        if (rc == SI_OK && (rc = si_model_from_gguf(&llm->m, g, msg, sizeof msg)) != SI_OK) {
+            snprintf(err, sizeof err, "%.150s: %s", path, msg);
+            si_gguf_free(g);
+        }
+    }
+    if (rc == SI_OK) {
+        char msg[400];
+        if ((rc = si_tokenizer_load(&llm->tok, llm->m->gguf, msg, sizeof msg)) != SI_OK)
+            snprintf(err, sizeof err, "%.150s: %s", path, msg);
+    }
+    if (rc == SI_OK) {
+        struct si_gguf_str s = {0, ""};
+        si_gguf_get_str(llm->m->gguf, "general.name", &s);
+        llm->name = strndup(s.data, (size_t)s.len);
+        if (llm->name == NULL) {
+            rc = SI_E_NOMEM;
+            snprintf(err, sizeof err, "out of memory");
+        }
+    }
+    if (rc != SI_OK) {
+        si_llm_free(llm);
+        return fail(rc, "%s", err);
+    }
+    *out = llm;
+    return SI_OK;
+}
+
+void si_llm_free(struct si_llm *llm)
+{
+    if (llm == NULL)
+        return;
+    si_tokenizer_free(llm->tok);
+    si_model_free(llm->m);
+    free(llm->buf); /* after the model: its tensors point into it */
+    free(llm->name);
+    free(llm);
+}
+
+const char *si_llm_arch(const struct si_llm *llm)
+{
+    return si_arch_name(llm->m->hp.arch);
+}
+
+const char *si_llm_name(const struct si_llm *llm)
+{
+    return llm->name;
+}
+
+int32_t si_llm_n_ctx_train(const struct si_llm *llm)
+{
+    return llm->m->hp.n_ctx_train;
+}
+
+int32_t si_llm_n_vocab(const struct si_llm *llm)
+{
+    return llm->m->hp.n_vocab;
+}
+
+int32_t si_llm_n_embd(const struct si_llm *llm)
+{
+    return llm->m->hp.n_embd;
+}
+
+int32_t si_llm_n_layer(const struct si_llm *llm)
+{
+    return llm->m->hp.n_layer;
+}
+
+int32_t si_llm_n_head(const struct si_llm *llm)
+{
+    return llm->m->hp.n_head;
+}
+
+int32_t si_llm_n_ff(const struct si_llm *llm)
+{
+    return llm->m->hp.n_ff;
+}
+
+bool si_llm_has_predictor(const struct si_llm *llm)
+{
+    return llm->m->has_predictor;
+}
+
+int64_t si_llm_weight_bytes(const struct si_llm *llm)
+{
+    return (int64_t)llm->m->gguf->data_size;
+}
+
+int64_t si_llm_meta_str(const struct si_llm *llm, const char *key, char *buf, size_t cap)
+{
+    if (llm == NULL || key == NULL || (buf == NULL && cap > 0))
+        return fail(SI_E_INVALID, "si_llm_meta_str: NULL argument");
+    struct si_gguf_str s;
+    int rc = si_gguf_get_str(llm->m->gguf, key, &s);
+    if (rc != SI_OK)
+        return fail(rc, "%s: %s", key,
+                    rc == SI_E_NOT_FOUND ? "no such metadata key" : "not a string");
+    if (cap > 0) {
+        size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+        memcpy(buf, s.data, n);
+        buf[n] = '\0';
+    }
+    return (int64_t)s.len;
+}
+
+/* ------------------------------------------------------------------ tokens */
+
+int32_t si_llm_token_bos(const struct si_llm *llm)
+{
+    return si_tokenizer_bos(llm->tok);
+}
+
+int32_t si_llm_token_eos(const struct si_llm *llm)
+{
+    return si_tokenizer_eos(llm->tok);
+}
+
+bool si_llm_token_is_eog(const struct si_llm *llm, int32_t token)
+{
+    return si_tokenizer_is_eog(llm->tok, token);
+}
+
+bool si_llm_adds_bos(const struct si_llm *llm)
+{
+    return si_tokenizer_add_bos(llm->tok);
+}
+
+int64_t si_llm_tokenize(const struct si_llm *llm, const char *text, size_t len, bool add_bos,
+                        bool parse_special, int32_t *ids, size_t cap)
+{
+    if (llm == NULL || (text == NULL && len > 0) || (ids == NULL && cap > 0))
+        return fail(SI_E_INVALID, "si_llm_tokenize: NULL argument");
+    int64_t n = si_tokenize(llm->tok, text != NULL ? text : "", len, add_bos, parse_special, ids,
+                            cap);
+    if (n < 0)
+        return fail((int)n, "cannot tokenize the text: %s", si_status_str((int)n));
+    return n;
+}
+
+int64_t si_llm_token_to_piece(const struct si_llm *llm, int32_t token, bool special, char *buf,
+                              size_t cap)
+{
+    if (llm == NULL || (buf == NULL && cap > 0))
+        return fail(SI_E_INVALID, "si_llm_token_to_piece: NULL argument");
+    int64_t n = si_token_to_piece(llm->tok, token, special, buf, cap);
+    if (n < 0)
+        return fail((int)n, "token %d is outside the vocabulary (%d tokens)", token,
+                    llm->m->hp.n_vocab);
+    return n;
+}
+
+int64_t si_llm_detokenize(const struct si_llm *llm, const int32_t *ids, size_t n, bool special,
+                          char *buf, size_t cap)
+{
+    if (llm == NULL || (ids == NULL && n > 0) || (buf == NULL && cap > 0))
+        return fail(SI_E_INVALID, "si_llm_detokenize: NULL argument");
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* Each piece straight into what room is left (it reports its whole length). */
+        size_t room = (int64_t)cap > total ? cap - (size_t)total : 0;
+        int64_t len = si_token_to_piece(llm->tok, ids[i], special, room ? buf + total : NULL, room);
+        if (len < 0)
+            return fail((int)len, "token %d (at %zu) is outside the vocabulary (%d tokens)",
+                        ids[i], i, llm->m->hp.n_vocab);
+        total += len;
+    }
+    if (total < (int64_t)cap)
+        buf[total] = '\0';
+    else if (cap > 0)
+        buf[cap - 1] = '\0';
+    return total;
+}
+
+int64_t si_llm_chat_apply(const struct si_llm *llm, const struct si_chat_message *msgs, size_t n,
+                          bool add_assistant, char *buf, size_t cap)
+{
+    if (llm == NULL || (msgs == NULL && n > 0) || (buf == NULL && cap > 0))
+        return fail(SI_E_INVALID, "si_llm_chat_apply: NULL argument");
+    struct si_chat_msg *m = malloc((n > 0 ? n : 1) * sizeof *m);
+    if (m == NULL)
+        return fail(SI_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].role == NULL || msgs[i].content == NULL) {
+            free(m);
+            return fail(SI_E_INVALID, "chat message %zu has no %s", i,
+                        msgs[i].role == NULL ? "role" : "content");
+        }
+        m[i] = (struct si_chat_msg){msgs[i].role, msgs[i].content};
+    }
+    int64_t len = si_chat_format(llm->m->gguf, m, n, add_assistant, buf, cap);
+    free(m);
+    if (len == SI_E_UNSUPPORTED)
+        return fail((int)len, "the model's chat template is not supported");
+    if (len < 0)
+        return fail((int)len, "cannot apply the chat template: %s", si_status_str((int)len));
+    if (len < (int64_t)cap)
+        buf[len] = '\0';
+    return len;
+}
+
+/* ---------------------------------------------------------------- StarPU */
+
+/*
+ * One StarPU instance per process, shared by the StarPU contexts: the first
+ * starts it (or adopts the host's), the last one stops it when it was ours
+ * (si_runtime_stop() never stops an adopted instance).
+ */
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct si_runtime rt;
+static int rt_users;
+
+static int runtime_acquire(char *err, size_t err_size)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = SI_OK;
+    if (rt_users == 0)
+        rc = si_runtime_start(&rt, err, err_size);
+    if (rc == SI_OK)
+        rt_users++;
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
+}
+
+static void runtime_release(void)
+{
+    pthread_mutex_lock(&rt_lock);
+    if (rt_users > 0 && --rt_users == 0)
+        si_runtime_stop(&rt);
+    pthread_mutex_unlock(&rt_lock);
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+struct si_context {
+    struct si_llm *llm;
+    struct si_context_params p;
+    struct si_ref *ref;     /* the reference state (the engine's own with the engine) */
+    struct si_engine *eng;  /* NULL on the reference engine */
+    bool holds_runtime;     /* counted in rt_users */
+    struct si_sampler *smp;
+    int32_t n_ctx;
+    int32_t *hist;          /* (n_ctx) the tokens in the cache, n_past of them */
+    bool have_logits;
+
+    /* Statistics since the last reset. */
+    int64_t prefill_tokens, decode_tokens;
+    double prefill_seconds, decode_seconds;
+    int64_t ref_tokens;           /* evaluated by the reference */
+    int64_t ref_active;           /* FFN neurons active for them, summed over layers */
+    struct si_engine_stats base;  /* the engine's totals at the last reset */
+};
+
+const char *si_engine_kind_name(enum si_engine_kind e)
+{
+    switch (e) {
+    case SI_ENGINE_REF: return "ref";
+    case SI_ENGINE_STARPU: return "starpu";
+    default: return "?";
+    }
+}
+
+const char *si_sparsity_mode_name(enum si_sparsity_mode m)
+{
+    switch (m) {
+    case SI_SPARSE_DENSE: return "dense";
+    case SI_SPARSE_GATE: return "gate";
+    case SI_SPARSE_PREDICTOR: return "predictor";
+    default: return "?";
+    }
+}
+
+struct si_sampling_params si_sampling_default_params(void)
+{
+    struct si_sampler_params d = si_sampler_default_params();
+    return (struct si_sampling_params){.temp = d.temp,
+                                       .top_k = d.top_k,
+                                       .top_p = d.top_p,
+                                       .min_p = d.min_p,
+                                       .repeat_penalty = d.repeat_penalty,
+                                       .repeat_last_n = d.repeat_last_n,
+                                       .seed = d.seed};
+}
+
+struct si_context_params si_context_default_params(void)
+{
+    return (struct si_context_params){.n_ctx = 0,
+                                      .engine = SI_ENGINE_STARPU,
+                                      .sparsity = SI_SPARSE_DENSE,
+                                      .sampling = si_sampling_default_params()};
+}
+
+static int check_sampling(const struct si_sampling_params *s)
+{
+    if (!(s->temp >= 0.0f) || !isfinite(s->temp))
+        return fail(SI_E_INVALID, "sampling.temp: %g must be finite and >= 0", (double)s->temp);
+    if (s->top_k < 0)
+        return fail(SI_E_INVALID, "sampling.top_k: %d is negative", s->top_k);
+    if (!(s->top_p >= 0.0f && s->top_p <= 1.0f))
+        return fail(SI_E_INVALID, "sampling.top_p: %g is outside [0, 1]", (double)s->top_p);
+    if (!(s->min_p >= 0.0f && s->min_p <= 1.0f))
+        return fail(SI_E_INVALID, "sampling.min_p: %g is outside [0, 1]", (double)s->min_p);
+    if (!(s->repeat_penalty > 0.0f) || !isfinite(s->repeat_penalty))
+        return fail(SI_E_INVALID, "sampling.repeat_penalty: %g must be finite and > 0",
+                    (double)s->repeat_penalty);
+    if (s->repeat_last_n < 0)
+        return fail(SI_E_INVALID, "sampling.repeat_last_n: %d is negative", s->repeat_last_n);
+    return SI_OK;
+}
+
+static struct si_sampler *make_sampler(const struct si_sampling_params *s, int32_t n_vocab)
+{
+    struct si_sampler_params sp = {.temp = s->temp,
+                                   .top_k = s->top_k,
+                                   .top_p = s->top_p,
+                                   .min_p = s->min_p,
+                                   .repeat_penalty = s->repeat_penalty,
+                                   .repeat_last_n = s->repeat_last_n,
+                                   .seed = s->seed};
+    return si_sampler_init(sp, n_vocab);
+}
+
+/* The sampler's history becomes the cache's last repeat_last_n tokens. */
+static void resync_sampler(struct si_context *ctx)
+{
+    si_sampler_reset(ctx->smp);
+    int32_t n = ctx->ref->n_past, w = ctx->p.sampling.repeat_last_n;
+    for (int32_t i = n > w ? n - w : 0; i < n; i++)
+        si_sampler_accept(ctx->smp, ctx->hist[i]);
+}
+
+static int check_params(const struct si_context_params *p)
+{
+    if ((unsigned)p->engine >= SI_ENGINE_COUNT)
+        return fail(SI_E_INVALID, "engine: %d is not a known engine", (int)p->engine);
+    if ((unsigned)p->sparsity >= SI_SPARSE_COUNT)
+        return fail(SI_E_INVALID, "sparsity: %d is not a known mode", (int)p->sparsity);
+    if (p->n_ctx < 0)
+        return fail(SI_E_INVALID, "n_ctx: %d is negative", p->n_ctx);
+    if (!(p->gate_threshold >= 0.0f) || !isfinite(p->gate_threshold))
+        return fail(SI_E_INVALID, "gate_threshold: %g must be finite and >= 0",
+                    (double)p->gate_threshold);
+    if (p->vram_budget < 0)
+        return fail(SI_E_INVALID, "vram_budget: %lld is negative", (long long)p->vram_budget);
+    if (p->dram_budget < 0)
+        return fail(SI_E_INVALID, "dram_budget: %lld is negative", (long long)p->dram_budget);
+    if (p->n_batch < 0 || p->n_batch > 4096)
+        return fail(SI_E_INVALID, "n_batch: %d is outside [0, 4096]", p->n_batch);
+    if (p->n_slices < 0 || p->n_slices > 256)
+        return fail(SI_E_INVALID, "n_slices: %d is outside [0, 256]", p->n_slices);
+    if (p->attn_split < 0 || p->attn_split > 256)
+        return fail(SI_E_INVALID, "attn_split: %d is outside [0, 256]", p->attn_split);
+    if (p->engine == SI_ENGINE_REF) {
+        const char *what = p->sparsity != SI_SPARSE_DENSE ? "sparsity gate or predictor"
+                           : p->vram_budget > 0           ? "vram_budget"
+                           : p->profile_path != NULL      ? "profile_path"
+                           : p->exact_prefill             ? "exact_prefill"
+                           : p->redux                     ? "redux"
+                                                          : NULL;
+        if (what != NULL)
+            return fail(SI_E_INVALID, "%s needs the StarPU engine (engine SI_ENGINE_STARPU)",
+                        what);
+    }
+    return check_sampling(&p->sampling);
+}
+
+__attribute__((format(printf, 2, 3))) static void note(const struct si_context_params *p,
+                                                        const char *fmt, ...)
+{
+    if (p->log == NULL)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    p->log(p->log_user, line);
+}
+
+/*
+ * What the model keeps in host memory without a flash tier: the file's
+ * tensor data and the KV cache.  A DRAM budget below that cannot be met.
+ */
+static int check_dram(const struct si_llm *llm, const struct si_context_params *p, int32_t n_ctx)
+{
+    if (p->dram_budget == 0)
+        return SI_OK;
+    const struct si_hparams *hp = &llm->m->hp;
+    const int64_t weights = (int64_t)llm->m->gguf->data_size;
+    const int64_t kv = 2 * (int64_t)hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim *
+                       (p->kv_f32 ? 4 : 2);
+    if (weights + kv <= p->dram_budget)
+        return SI_OK;
+    return fail(SI_E_BUDGET,
+                "DRAM budget of %.1f MiB is below the %.1f MiB the model keeps resident "
+                "(tensor data %.1f MiB, KV cache %.1f MiB for %d tokens); the flash tier "
+                "that would leave cold neurons on SSD is not built yet",
+                mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx);
+}
+
+int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_context **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (llm == NULL || out == NULL)
+        return fail(SI_E_INVALID, "si_context_init: NULL %s", llm == NULL ? "model" : "out");
+    int rc = check_params(&p);
+    if (rc != SI_OK)
+        return rc;
+    const struct si_model *m = llm->m;
+    const int32_t n_ctx =
+        p.n_ctx > 0 ? p.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if ((rc = check_dram(llm, &p, n_ctx)) != SI_OK)
+        return rc;
+
+    struct si_context *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL)
+        return fail(SI_E_NOMEM, "out of memory");
+    ctx->llm = llm;
+    ctx->p = p;
+    ctx->p.profile_path = NULL; /* read here only; the caller's string may go */
+    ctx->n_ctx = n_ctx;
+    struct si_profile *prof = NULL;
+    char err[600];
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = n_ctx;
+    rp.kv_f16 = !p.kv_f32;
+    if (p.engine == SI_ENGINE_REF) {
+        if ((rc = si_ref_init(&ctx->ref, m, rp, err, sizeof err)) != SI_OK)
+            goto fail_err;
+        ctx->ref->count_active = true; /* for the stats, as the engine counts */
+    } else {
+        if ((rc = runtime_acquire(err, sizeof err)) != SI_OK)
+            goto fail_err;
+        ctx->holds_runtime = true;
+        struct si_engine_params ep = si_engine_default_params();
+        ep.ref = rp;
+        ep.mode = p.sparsity == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
+                  : p.sparsity == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
+                                                      : SI_SPARSITY_DENSE;
+        ep.gate_threshold = p.gate_threshold;
+        ep.n_slices = p.n_slices;
+        ep.vram_budget = p.vram_budget;
+        ep.redux = p.redux;
+        ep.exact_prefill = p.exact_prefill;
+        ep.attn_split = p.attn_split;
+        if (p.n_batch > 0)
+            ep.n_batch = p.n_batch;
+        if (p.profile_path != NULL) {
+            if ((rc = si_profile_read(&prof, p.profile_path, m, err, sizeof err)) != SI_OK)
+                goto fail_err;
+            ep.profile = prof;
+        }
+        if (prof != NULL && ep.mode == SI_SPARSITY_DENSE)
+            note(&p, "engine: dense mode computes every neuron: the profile does not change the "
+                     "placement");
+        if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
+            note(&p, "engine: no CUDA worker: the VRAM budget is ignored, every FFN neuron runs "
+                     "on the CPU workers");
+        if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
+            goto fail_err;
+        if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
+            prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {
+            float lo = INFINITY, hi = 0.0f;
+            for (int l = 0; l < m->hp.n_layer; l++) {
+                lo = fminf(lo, si_engine_gate_threshold(ctx->eng, l));
+                hi = fmaxf(hi, si_engine_gate_threshold(ctx->eng, l));
+            }
+            note(&p,
+                 "engine: gate thresholds from the profile (target sparsity %.2f): %.4g to %.4g "
+                 "over the layers",
+                 (double)prof->target_sparsity, (double)lo, (double)hi);
+        }
+        si_profile_free(prof); /* the engine needs it during init only */
+        prof = NULL;
+        ctx->ref = si_engine_ref(ctx->eng);
+        ctx->base = si_engine_get_stats(ctx->eng);
+    }
+    ctx->hist = malloc((size_t)n_ctx * sizeof *ctx->hist);
+    ctx->smp = make_sampler(&p.sampling, m->hp.n_vocab);
+    if (ctx->hist == NULL || ctx->smp == NULL) {
+        si_context_free(ctx);
+        return fail(SI_E_NOMEM, "out of memory");
+    }
+    *out = ctx;
+    return SI_OK;
+fail_err:
+    si_profile_free(prof);
+    si_context_free(ctx);
+    return fail(rc, "%s", err);
+}
+
+void si_context_free(struct si_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    if (ctx->eng != NULL)
+        si_engine_free(ctx->eng);
+    else
+        si_ref_free(ctx->ref);
+    if (ctx->holds_runtime)
+        runtime_release();
+    si_sampler_free(ctx->smp);
+    free(ctx->hist);
+    free(ctx);
+}
+
+const struct si_llm *si_context_llm(const struct si_context *ctx)
+{
+    return ctx->llm;
+}
+
+int32_t si_context_n_ctx(const struct si_context *ctx)
+{
+    return ctx->n_ctx;
+}
+
+int32_t si_context_n_past(const struct si_context *ctx)
+{
+    return ctx->ref->n_past;
+}
+
+const int32_t *si_context_tokens(const struct si_context *ctx)
+{
+    return ctx->hist;
+}
+
+/* A clear message for an evaluation's status. */
+static int eval_failed(const struct si_context *ctx, int rc, const char *what)
+{
+    if (rc == SI_E_BUDGET)
+        return fail(rc, "%s: the context of %d tokens is full", what, ctx->n_ctx);
+    return fail(rc, "%s failed: %s", what, si_status_str(rc));
+}
+
+static int check_token(const struct si_context *ctx, int32_t token)
+{
+    const int32_t nv = ctx->llm->m->hp.n_vocab;
+    if (token < 0 || token >= nv)
+        return fail(SI_E_INVALID, "token %d is outside the vocabulary (%d tokens)", token, nv);
+    return SI_OK;
+}
+
+/* One token through the engine or the reference, recorded in the history. */
+static int eval_one(struct si_context *ctx, int32_t token)
+{
+    const int32_t pos = ctx->ref->n_past;
+    int rc = ctx->eng != NULL ? si_engine_eval(ctx->eng, token) : si_ref_eval(ctx->ref, token);
+    if (rc != SI_OK)
+        return rc;
+    ctx->hist[pos] = token;
+    if (ctx->eng == NULL) {
+        ctx->ref_tokens++;
+        for (int l = 0; l < ctx->llm->m->hp.n_layer; l++)
+            ctx->ref_active += ctx->ref->n_active[l];
+    }
+    return SI_OK;
+}
+
+int si_context_eval(struct si_context *ctx, int32_t token)
+{
+    if (ctx == NULL)
+        return fail(SI_E_INVALID, "si_context_eval: NULL context");
+    int rc = check_token(ctx, token);
+    if (rc != SI_OK)
+        return rc;
+    if (ctx->ref->n_past >= ctx->n_ctx)
+        return fail(SI_E_BUDGET, "the context of %d tokens is full", ctx->n_ctx);
+    const double t0 = now();
+    rc = eval_one(ctx, token);
+    ctx->have_logits = rc == SI_OK;
+    if (rc != SI_OK)
+        return eval_failed(ctx, rc, "evaluation");
+    ctx->decode_seconds += now() - t0;
+    ctx->decode_tokens++;
+    return SI_OK;
+}
+
+int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t n)
+{
+    if (ctx == NULL || tokens == NULL || n < 1)
+        return fail(SI_E_INVALID, "si_context_eval_batch: %s",
+                    ctx == NULL ? "NULL context" : tokens == NULL ? "NULL tokens" : "no tokens");
+    for (int32_t i = 0; i < n; i++) {
+        int rc = check_token(ctx, tokens[i]);
+        if (rc != SI_OK)
+            return rc;
+    }
+    const int32_t start = ctx->ref->n_past;
+    if ((int64_t)start + n > ctx->n_ctx)
+        return fail(SI_E_BUDGET, "%d tokens do not fit the context: %d of its %d positions are "
+                                 "used", n, start, ctx->n_ctx);
+    const double t0 = now();
+    /* Batches of 64 tokens or more take llama.cpp's tiled f32 attention. */
+    ctx->ref->attn_f32 = n >= 64;
+    int rc = SI_OK;
+    if (ctx->eng != NULL && ctx->p.n_batch != 1) {
+        rc = si_engine_eval_batch(ctx->eng, tokens, n);
+        /* What went in (all of it unless StarPU failed half-way). */
+        int32_t done = ctx->ref->n_past - start;
+        memcpy(ctx->hist + start, tokens, (size_t)(done > 0 ? done : 0) * sizeof *tokens);
+    } else {
+        for (int32_t i = 0; i < n && rc == SI_OK; i++)
+            rc = eval_one(ctx, tokens[i]);
+    }
+    ctx->ref->attn_f32 = false;
+    ctx->have_logits = rc == SI_OK;
+    if (rc != SI_OK)
+        return eval_failed(ctx, rc, "evaluation of the batch");
+    ctx->prefill_seconds += now() - t0;
+    ctx->prefill_tokens += n;
+    return SI_OK;
+}
+
+const float *si_context_logits(const struct si_context *ctx)
+{
+    if (ctx == NULL || !ctx->have_logits)
+        return NULL;
+    return ctx->eng != NULL ? si_engine_logits(ctx->eng) : ctx->ref->logits;
+}
+
+void si_context_reset(struct si_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    if (ctx->eng != NULL)
+        si_engine_reset(ctx->eng);
+    else
+        si_ref_reset(ctx->ref);
+    ctx->have_logits = false;
+    si_sampler_reset(ctx->smp);
+}
+
+int si_context_rewind(struct si_context *ctx, int32_t n_keep)
+{
+    if (ctx == NULL)
+        return fail(SI_E_INVALID, "si_context_rewind: NULL context");
+    if (n_keep < 0 || n_keep > ctx->ref->n_past)
+        return fail(SI_E_INVALID, "rewind to %d: the cache holds %d tokens", n_keep,
+                    ctx->ref->n_past);
+    /* The cache's rows past n_past are never read: moving n_past back is the
+     * whole truncation (it is what si_ref_reset does, for 0), the engine's
+     * included, which keeps its position in its reference state. */
+    if (n_keep < ctx->ref->n_past)
+        ctx->have_logits = false;
+    ctx->ref->n_past = n_keep;
+    resync_sampler(ctx);
+    return SI_OK;
+}
+
+int32_t si_context_reuse_prefix(struct si_context *ctx, const int32_t *tokens, int32_t n)
+{
+    if (ctx == NULL || (tokens == NULL && n > 0) || n < 0)
+        return fail(SI_E_INVALID, "si_context_reuse_prefix: %s",
+                    ctx == NULL ? "NULL context" : n < 0 ? "negative count" : "NULL tokens");
+    int32_t k = 0;
+    const int32_t past = ctx->ref->n_past;
+    while (k < past && k < n - 1 && ctx->hist[k] == tokens[k])
+        k++;
+    int rc = si_context_rewind(ctx, k);
+    return rc != SI_OK ? rc : k;
+}
+
+int si_context_sample(struct si_context *ctx, int32_t *token)
+{
+    if (ctx == NULL || token == NULL)
+        return fail(SI_E_INVALID, "si_context_sample: NULL argument");
+    const float *logits = si_context_logits(ctx);
+    if (logits == NULL)
+        return fail(SI_E_INVALID, "no logits to sample from: evaluate a token first");
+    *token = si_sampler_sample(ctx->smp, logits);
+    return SI_OK;
+}
+
+int si_context_accept(struct si_context *ctx, int32_t token)
+{
+    if (ctx == NULL)
+        return fail(SI_E_INVALID, "si_context_accept: NULL context");
+    int rc = check_token(ctx, token);
+    if (rc != SI_OK)
+        return rc;
+    si_sampler_accept(ctx->smp, token);
+    return SI_OK;
+}
+
+int si_context_set_sampling(struct si_context *ctx, struct si_sampling_params p)
+{
+    if (ctx == NULL)
+        return fail(SI_E_INVALID, "si_context_set_sampling: NULL context");
+    int rc = check_sampling(&p);
+    if (rc != SI_OK)
+        return rc;
+    struct si_sampler *s = make_sampler(&p, ctx->llm->m->hp.n_vocab);
+    if (s == NULL)
+        return fail(SI_E_NOMEM, "out of memory");
+    si_sampler_free(ctx->smp);
+    ctx->smp = s;
+    ctx->p.sampling = p;
+    resync_sampler(ctx);
+    return SI_OK;
+}
+
+/* -------------------------------------------------------------- generation */
+
+struct si_generate_params si_generate_default_params(void)
+{
+    return (struct si_generate_params){.n_predict = 128, .parse_special = true};
+}
+
+/*
+ * How many of buf[0..n) form whole UTF-8 characters: a lead byte near the
+ * end whose sequence runs past n is held back (at most 3 bytes).  Bytes that
+ * are not UTF-8 at all pass through.
+ */
+static size_t utf8_whole(const char *buf, size_t n)
+{
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        const unsigned char c = (unsigned char)buf[n - back];
+        if ((c & 0xC0) == 0x80)
+            continue; /* a continuation byte: look further back */
+        const size_t want = (c & 0xE0) == 0xC0   ? 2
+                            : (c & 0xF0) == 0xE0 ? 3
+                            : (c & 0xF8) == 0xF0 ? 4
+                                                 : 1;
+        return want > back ? n - back : n;
+    }
+    return n;
+}
+
+int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
+                       struct si_generate_params gp, si_token_fn cb, void *user,
+                       struct si_generate_result *res)
+{
+    struct si_generate_result r = {.stop = SI_STOP_LENGTH};
+    if (res != NULL)
+        *res = r;
+    if (ctx == NULL || n < 0 || (tokens == NULL && n > 0))
+        return fail(SI_E_INVALID, "si_generate: %s",
+                    ctx == NULL ? "NULL context" : n < 0 ? "negative count" : "NULL tokens");
+    if (gp.n_predict < 0)
+        return fail(SI_E_INVALID, "n_predict: %d is negative", gp.n_predict);
+    if (n == 0 && !ctx->have_logits)
+        return fail(SI_E_INVALID, "the prompt is empty and nothing was evaluated before it");
+    if ((int64_t)ctx->ref->n_past + n > ctx->n_ctx)
+        return fail(SI_E_BUDGET, "the prompt of %d tokens does not fit the context: %d of its %d "
+                                 "positions are used", n, ctx->ref->n_past, ctx->n_ctx);
+    const double t0 = now();
+    int rc = SI_OK;
+    if (n > 0 && (rc = si_context_eval_batch(ctx, tokens, n)) != SI_OK)
+        return rc;
+    for (int32_t i = 0; i < n; i++)
+        si_sampler_accept(ctx->smp, tokens[i]);
+    const double t1 = now();
+    r.n_prompt = n;
+    r.prompt_seconds = t1 - t0;
+
+    const struct si_llm *llm = ctx->llm;
+    char small[256], *piece = small;
+    size_t piece_cap = sizeof small;
+    char text[sizeof small + 4]; /* pending bytes + a piece, when it fits */
+    char pend[4];
+    size_t n_pend = 0;
+    for (;;) {
+        if (r.n_generated >= gp.n_predict) {
+            r.stop = SI_STOP_LENGTH;
+            break;
+        }
+        int32_t next = si_sampler_sample(ctx->smp, si_context_logits(ctx));
+        if (!gp.ignore_eos && si_tokenizer_is_eog(llm->tok, next)) {
+            r.stop = SI_STOP_EOG;
+            break;
+        }
+        int64_t len = si_token_to_piece(llm->tok, next, false, piece, piece_cap);
+        if (len > (int64_t)piece_cap) { /* a long piece: room for it */
+            char *big = malloc((size_t)len + sizeof pend);
+            if (big == NULL) {
+                rc = fail(SI_E_NOMEM, "out of memory");
+                break;
+            }
+            if (piece != small)
+                free(piece);
+            piece = big;
+            piece_cap = (size_t)len;
+            len = si_token_to_piece(llm->tok, next, false, piece, piece_cap);
+        }
+        if (len < 0)
+            len = 0;
+        /* The pending bytes, then the piece: in text[] or, for long pieces,
+         * in piece's own buffer (which has room for them in front). */
+        char *all = text;
+        if ((size_t)len + n_pend > sizeof text) {
+            memmove(piece + n_pend, piece, (size_t)len);
+            all = piece;
+        } else {
+            memcpy(text + n_pend, piece, (size_t)len);
+        }
+        memcpy(all, pend, n_pend);
+        const size_t total = n_pend + (size_t)len, whole = utf8_whole(all, total);
+        r.n_generated++;
+        const bool go_on = cb == NULL || cb(user, next, all, whole);
+        n_pend = total - whole;
+        memcpy(pend, all + whole, n_pend);
+        if (!go_on) {
+            r.stop = SI_STOP_CALLBACK;
+            break;
+        }
+        si_sampler_accept(ctx->smp, next);
+        if (r.n_generated >= gp.n_predict) {
+            /* Nothing needs the last token's logits. */
+            r.stop = SI_STOP_LENGTH;
+            break;
+        }
+        if (ctx->ref->n_past >= ctx->n_ctx) {
+            r.stop = SI_STOP_CONTEXT;
+            break;
+        }
+        if ((rc = si_context_eval(ctx, next)) != SI_OK)
+            break;
+    }
+    if (n_pend > 0 && cb != NULL)
+        cb(user, -1, pend, n_pend);
+    if (piece != small)
+        free(piece);
+    r.generate_seconds = now() - t1;
+    if (res != NULL)
+        *res = r;
+    return rc;
+}
+
+int si_generate(struct si_context *ctx, const char *prompt, struct si_generate_params gp,
+                si_token_fn cb, void *user, struct si_generate_result *res)
+{
+    if (res != NULL)
+        *res = (struct si_generate_result){.stop = SI_STOP_LENGTH};
+    if (ctx == NULL || prompt == NULL)
+        return fail(SI_E_INVALID, "si_generate: NULL %s", ctx == NULL ? "context" : "prompt");
+    const struct si_llm *llm = ctx->llm;
+    const size_t len = strlen(prompt);
+    const bool bos = ctx->ref->n_past == 0 && si_tokenizer_add_bos(llm->tok);
+    int64_t n = si_tokenize(llm->tok, prompt, len, bos, gp.parse_special, NULL, 0);
+    if (n < 0)
+        return fail((int)n, "cannot tokenize the prompt: %s", si_status_str((int)n));
+    if (n > ctx->n_ctx)
+        return fail(SI_E_BUDGET, "the prompt of %lld tokens does not fit the context of %d",
+                    (long long)n, ctx->n_ctx);
+    int32_t *toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    if (toks == NULL)
+        return fail(SI_E_NOMEM, "out of memory");
+    si_tokenize(llm->tok, prompt, len, bos, gp.parse_special, toks, (size_t)n);
+    int rc = si_generate_tokens(ctx, toks, (int32_t)n, gp, cb, user, res);
+    free(toks);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- stats */
+
+void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
+{
+    if (ctx == NULL || out == NULL)
+        return;
+    struct si_stats s;
+    memset(&s, 0, sizeof s);
+    s.engine = ctx->p.engine;
+    s.sparsity = ctx->p.sparsity;
+    s.prefill_tokens = ctx->prefill_tokens;
+    s.prefill_seconds = ctx->prefill_seconds;
+    s.prefill_tokens_per_s =
+        ctx->prefill_seconds > 0 ? (double)ctx->prefill_tokens / ctx->prefill_seconds : 0.0;
+    s.decode_tokens = ctx->decode_tokens;
+    s.decode_seconds = ctx->decode_seconds;
+    s.decode_tokens_per_s =
+        ctx->decode_seconds > 0 ? (double)ctx->decode_tokens / ctx->decode_seconds : 0.0;
+    if (ctx->eng == NULL) {
+        /* The reference: every token, on the CPU. */
+        const struct si_hparams *hp = &ctx->llm->m->hp;
+        s.neurons_total = ctx->ref_tokens * hp->n_layer * hp->n_ff;
+        s.neurons_cpu = ctx->ref_active;
+    } else {
+        const struct si_engine_stats e = si_engine_get_stats(ctx->eng), *b = &ctx->base;
+        s.neurons_total = e.neurons_total - b->neurons_total;
+        s.neurons_gpu = e.neurons_hot - b->neurons_hot;
+        s.neurons_cpu = e.neurons_cold - b->neurons_cold;
+        s.n_cpu_workers = si_runtime_ncpu();
+        s.n_cuda_workers = si_runtime_ncuda();
+        s.n_slices = si_engine_n_slices(ctx->eng);
+        s.hot_bytes = si_engine_hot_bytes(ctx->eng);
+        s.step_tokens = e.tokens - b->tokens;
+        s.step_seconds = e.seconds - b->seconds;
+        s.step_tasks = e.tasks - b->tasks;
+        s.batch_tokens = e.batch_tokens - b->batch_tokens;
+        s.batch_seconds = e.batch_seconds - b->batch_seconds;
+        s.batch_tasks = e.batch_tasks - b->batch_tasks;
+        s.n_task_kinds = SI_TASK_KIND_COUNT;
+        for (int k = 0; k < SI_TASK_KIND_COUNT; k++)
+            s.tasks[k] = (struct si_task_stat){
+                .name = si_task_kind_name((enum si_task_kind)k),
+                .batch = k >= SI_TASK_PREFILL_EMBED,
+                .count = e.task_count[k] - b->task_count[k],
+                .seconds = e.task_seconds[k] - b->task_seconds[k],
+            };
+    }
+    const int64_t computed = s.neurons_gpu + s.neurons_cpu;
+    s.gpu_share = computed > 0 ? (double)s.neurons_gpu / (double)computed : 0.0;
+    *out = s;
+}
+
+void si_context_reset_stats(struct si_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    ctx->prefill_tokens = ctx->decode_tokens = ctx->ref_tokens = ctx->ref_active = 0;
+    ctx->prefill_seconds = ctx->decode_seconds = 0.0;
+    if (ctx->eng != NULL)
+        ctx->base = si_engine_get_stats(ctx->eng);
+}

@@ -1,0 +1,612 @@
+/*
+ * test-api.c - the public API (include/starinfer.h) on tiny synthetic models:
+ * load errors with their status and message, metadata, tokenize/detokenize,
+ * the chat template, greedy generation against the reference's own greedy
+ * tokens (computed here from the internals, independently of the API) on
+ * both engines, the streaming callback (whole UTF-8 characters, stopping),
+ * stats, KV rewind and prefix reuse, bad parameters, the DRAM budget, and
+ * the library starting StarPU with the first context and stopping it with
+ * the last.
+ */
+#include "starinfer.h"
+
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "model/tokenizer.h"
+#include "model/types.h"
+#include "test.h"
+
+#include <math.h>
+#include <starpu.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/si-test-api-XXXXXX";
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+static bool contains(const char *s, const char *needle)
+{
+    return s != NULL && strstr(s, needle) != NULL;
+}
+
+/* ------------------------------------------------------------ load errors */
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return;
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void test_load_errors(const char *model_path)
+{
+    char path[256];
+    for (int mm = 0; mm < 2; mm++) {
+        struct si_llm_params lp = si_llm_default_params();
+        lp.use_mmap = mm == 0;
+        struct si_llm *llm = (struct si_llm *)&lp; /* must be set to NULL on failure */
+
+        path_in(path, sizeof path, "missing.gguf");
+        int rc = si_llm_load(path, lp, &llm);
+        CHECK(rc == SI_E_NOT_FOUND, "missing file (mmap %d): %d", !mm, rc);
+        CHECK(llm == NULL, "out not cleared on failure");
+        CHECK(contains(si_last_error(), "missing.gguf: No such file or directory"),
+              "missing file message: %s", si_last_error());
+
+        path_in(path, sizeof path, "text.gguf");
+        write_bytes(path, "hello world, not a model", 24);
+        rc = si_llm_load(path, lp, &llm);
+        CHECK(rc == SI_E_FORMAT, "text file (mmap %d): %d", !mm, rc);
+        CHECK(contains(si_last_error(), "text.gguf: not a GGUF file (magic 'hell')"),
+              "bad magic message: %s", si_last_error());
+
+        path_in(path, sizeof path, "empty.gguf");
+        write_bytes(path, "", 0);
+        rc = si_llm_load(path, lp, &llm);
+        CHECK(rc < 0 && contains(si_last_error(), "empty.gguf: ") &&
+                  contains(si_last_error(), "empty file"),
+              "empty file (mmap %d): %d %s", !mm, rc, si_last_error());
+
+        /* A real model cut short: the header claims more than the file holds. */
+        FILE *f = fopen(model_path, "rb");
+        char head[3000];
+        size_t got = f != NULL ? fread(head, 1, sizeof head, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        path_in(path, sizeof path, "cut.gguf");
+        write_bytes(path, head, got);
+        rc = si_llm_load(path, lp, &llm);
+        CHECK(rc == SI_E_FORMAT && contains(si_last_error(), "cut.gguf: truncated file"),
+              "truncated file (mmap %d): %d %s", !mm, rc, si_last_error());
+
+        rc = si_llm_load(dir, lp, &llm);
+        CHECK(rc == SI_E_IO && contains(si_last_error(), "not a regular file"),
+              "a folder (mmap %d): %d %s", !mm, rc, si_last_error());
+    }
+    struct si_llm *llm = NULL;
+    CHECK(si_llm_load(NULL, si_llm_default_params(), &llm) == SI_E_INVALID, "NULL path");
+    CHECK(si_llm_load(model_path, si_llm_default_params(), NULL) == SI_E_INVALID, "NULL out");
+    si_llm_free(NULL);
+    si_context_free(NULL);
+}
+
+/* -------------------------------------------------------- the reference */
+
+/* Greedy tokens from the internals: reference state, prompt, argmax (lowest
+ * id on ties, as the sampler's greedy rule). */
+static int ref_greedy(const char *model_path, const int32_t *prompt, int n_prompt, int n_gen,
+                      int32_t *out)
+{
+    char err[512];
+    struct si_model *m = NULL;
+    struct si_ref *ref = NULL;
+    if (si_model_load(&m, model_path, err, sizeof err) != SI_OK)
+        return -1;
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = 128;
+    if (si_ref_init(&ref, m, rp, err, sizeof err) != SI_OK) {
+        si_model_free(m);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n_prompt && rc == 0; i++)
+        rc = si_ref_eval(ref, prompt[i]) == SI_OK ? 0 : -1;
+    for (int g = 0; g < n_gen && rc == 0; g++) {
+        int32_t best = 0;
+        for (int32_t v = 1; v < m->hp.n_vocab; v++)
+            if (ref->logits[v] > ref->logits[best])
+                best = v;
+        out[g] = best;
+        if (g + 1 < n_gen)
+            rc = si_ref_eval(ref, best) == SI_OK ? 0 : -1;
+    }
+    si_ref_free(ref);
+    si_model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------- callbacks */
+
+struct collect {
+    int32_t ids[256];
+    int n;
+    char text[4096];
+    size_t len;
+    int stop_after; /* 0: never */
+    int calls;
+    bool split_char; /* a chunk ended inside a UTF-8 character */
+    bool tail;       /* the token -1 call came */
+};
+
+/* Whether s[0..n) ends inside a UTF-8 character (an independent check). */
+static bool ends_inside_char(const char *s, size_t n)
+{
+    size_t i = n;
+    size_t cont = 0;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80 && cont < 4) {
+        i--;
+        cont++;
+    }
+    if (i == 0)
+        return false;
+    const unsigned char c = (unsigned char)s[i - 1];
+    size_t need = c >= 0xF0 && c < 0xF8   ? 3
+                  : c >= 0xE0 && c < 0xF0 ? 2
+                  : c >= 0xC0 && c < 0xE0 ? 1
+                                          : 0;
+    return need > cont;
+}
+
+static bool collect_cb(void *user, int32_t token, const char *text, size_t len)
+{
+    struct collect *c = user;
+    c->calls++;
+    if (token < 0) {
+        c->tail = true;
+    } else {
+        if (c->n < 256)
+            c->ids[c->n++] = token;
+        if (ends_inside_char(text, len))
+            c->split_char = true;
+    }
+    if (c->len + len < sizeof c->text) {
+        memcpy(c->text + c->len, text, len);
+        c->len += len;
+    }
+    return c->stop_after == 0 || c->calls < c->stop_after;
+}
+
+/* ----------------------------------------------------------- the tests */
+
+static void test_model_queries(struct si_llm *llm)
+{
+    CHECK(!strcmp(si_llm_arch(llm), "llama"), "arch %s", si_llm_arch(llm));
+    CHECK(si_llm_n_layer(llm) == 2 && si_llm_n_ff(llm) == 256, "shape %d x %d",
+          si_llm_n_layer(llm), si_llm_n_ff(llm));
+    CHECK(si_llm_n_vocab(llm) > 256, "vocab %d", si_llm_n_vocab(llm));
+    CHECK(si_llm_n_ctx_train(llm) > 0 && si_llm_n_embd(llm) > 0 && si_llm_n_head(llm) > 0,
+          "hyperparameters");
+    CHECK(si_llm_weight_bytes(llm) > 0, "weight bytes");
+    CHECK(si_llm_name(llm) != NULL, "name never NULL");
+    char buf[64];
+    int64_t n = si_llm_meta_str(llm, "general.architecture", buf, sizeof buf);
+    CHECK(n == 5 && !strcmp(buf, "llama"), "meta_str: %lld %s", (long long)n, buf);
+    CHECK(si_llm_meta_str(llm, "no.such.key", buf, sizeof buf) == SI_E_NOT_FOUND, "missing key");
+    CHECK(contains(si_last_error(), "no.such.key"), "missing key message: %s", si_last_error());
+    CHECK(si_llm_meta_str(llm, "general.architecture", buf, 3) == 5 && !strcmp(buf, "ll"),
+          "meta_str truncated: %s", buf);
+}
+
+static void test_tokens(struct si_llm *llm)
+{
+    const char *text = "The quick brown fox, caf\xc3\xa9 \xe2\x82\xac 12!";
+    int32_t ids[128];
+    int64_t n = si_llm_tokenize(llm, text, strlen(text), false, false, ids, 128);
+    CHECK(n > 0 && n < 128, "tokenize: %lld", (long long)n);
+    int64_t counted = si_llm_tokenize(llm, text, strlen(text), false, false, NULL, 0);
+    CHECK(counted == n, "counting: %lld vs %lld", (long long)counted, (long long)n);
+    char back[256];
+    int64_t len = si_llm_detokenize(llm, ids, (size_t)n, false, back, sizeof back);
+    CHECK(len == (int64_t)strlen(text) && !strcmp(back, text), "round trip: '%s'", back);
+    /* Too small a buffer: the whole length, a NUL-terminated part. */
+    len = si_llm_detokenize(llm, ids, (size_t)n, false, back, 5);
+    CHECK(len == (int64_t)strlen(text) && strlen(back) == 4, "short buffer: %lld '%s'",
+          (long long)len, back);
+    /* BOS first when asked (the synthetic model has one). */
+    int32_t bos = si_llm_token_bos(llm);
+    int64_t nb = si_llm_tokenize(llm, text, strlen(text), true, false, ids, 128);
+    CHECK(bos >= 0 && nb == n + 1 && ids[0] == bos, "add_bos: %lld tokens, first %d, bos %d",
+          (long long)nb, ids[0], bos);
+    CHECK(si_llm_token_is_eog(llm, si_llm_token_eos(llm)), "EOS is end of generation");
+    int32_t bad = si_llm_n_vocab(llm);
+    CHECK(si_llm_detokenize(llm, &bad, 1, false, back, sizeof back) == SI_E_INVALID &&
+              contains(si_last_error(), "outside the vocabulary"),
+          "bad id: %s", si_last_error());
+    CHECK(si_llm_token_to_piece(llm, 'A', false, back, sizeof back) == 1 && back[0] == 'A',
+          "piece of a byte token");
+
+    struct si_chat_message msgs[] = {{"system", "Be brief."}, {"user", "Hi?"}};
+    char chat[512];
+    int64_t cl = si_llm_chat_apply(llm, msgs, 2, true, chat, sizeof chat);
+    CHECK(cl > 0 && (size_t)cl == strlen(chat), "chat length %lld", (long long)cl);
+    CHECK(contains(chat, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?") &&
+              contains(chat, "<|im_start|>assistant\n"),
+          "chatml: %s", chat);
+    CHECK(si_llm_chat_apply(llm, msgs, 2, true, NULL, 0) == cl, "chat length query");
+    struct si_chat_message bad_msg = {NULL, "x"};
+    CHECK(si_llm_chat_apply(llm, &bad_msg, 1, true, chat, sizeof chat) == SI_E_INVALID,
+          "message without role");
+}
+
+static void test_bad_params(struct si_llm *llm)
+{
+    struct si_context *ctx = NULL;
+    struct bad_case {
+        const char *needle;
+        struct si_context_params p;
+    } cases[8];
+    int n = 0;
+    struct si_context_params p = si_context_default_params();
+    p.n_ctx = -1;
+    cases[n++] = (struct bad_case){"n_ctx", p};
+    p = si_context_default_params();
+    p.engine = SI_ENGINE_REF;
+    p.sparsity = SI_SPARSE_GATE;
+    cases[n++] = (struct bad_case){"needs the StarPU engine", p};
+    p = si_context_default_params();
+    p.sampling.temp = -1.0f;
+    cases[n++] = (struct bad_case){"sampling.temp", p};
+    p = si_context_default_params();
+    p.sampling.top_p = 2.0f;
+    cases[n++] = (struct bad_case){"sampling.top_p", p};
+    p = si_context_default_params();
+    p.engine = (enum si_engine_kind)7;
+    cases[n++] = (struct bad_case){"engine", p};
+    p = si_context_default_params();
+    p.n_batch = 5000;
+    cases[n++] = (struct bad_case){"n_batch", p};
+    p = si_context_default_params();
+    p.gate_threshold = NAN;
+    cases[n++] = (struct bad_case){"gate_threshold", p};
+    p = si_context_default_params();
+    p.vram_budget = -5;
+    cases[n++] = (struct bad_case){"vram_budget", p};
+    for (int i = 0; i < n; i++) {
+        ctx = (struct si_context *)&p;
+        int rc = si_context_init(llm, cases[i].p, &ctx);
+        CHECK(rc == SI_E_INVALID && ctx == NULL, "case %d (%s): %d", i, cases[i].needle, rc);
+        CHECK(contains(si_last_error(), cases[i].needle), "case %d: message '%s' lacks '%s'", i,
+              si_last_error(), cases[i].needle);
+    }
+    CHECK(si_context_init(NULL, si_context_default_params(), &ctx) == SI_E_INVALID, "NULL llm");
+    /* Predictor mode on a model without predictor tensors: the engine says so. */
+    p = si_context_default_params();
+    p.sparsity = SI_SPARSE_PREDICTOR;
+    CHECK(si_context_init(llm, p, &ctx) == SI_E_INVALID && ctx == NULL &&
+              contains(si_last_error(), "predictor"),
+          "predictor without tensors: %s", si_last_error());
+    CHECK(!starpu_is_initialized(), "a failed context left StarPU running");
+}
+
+static void test_dram_budget(struct si_llm *llm, const struct si_hparams *hp)
+{
+    struct si_context_params p = si_context_default_params();
+    p.engine = SI_ENGINE_REF;
+    p.n_ctx = 64;
+    p.dram_budget = 4096;
+    struct si_context *ctx = NULL;
+    int rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_E_BUDGET && ctx == NULL, "small DRAM budget: %d", rc);
+    CHECK(contains(si_last_error(), "flash tier") && contains(si_last_error(), "not built yet"),
+          "DRAM budget message: %s", si_last_error());
+    /* Exactly the tensor data plus the KV cache (K and V, 64 rows, fp16). */
+    const int64_t kv = 2LL * hp->n_layer * 64 * hp->n_head_kv * hp->head_dim * 2;
+    p.dram_budget = si_llm_weight_bytes(llm) + kv;
+    rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_OK, "a DRAM budget that fits: %s", si_last_error());
+    si_context_free(ctx);
+    p.dram_budget -= 1;
+    CHECK(si_context_init(llm, p, &ctx) == SI_E_BUDGET, "one byte short of the budget");
+}
+
+/* Generate greedily through the API and compare with the reference's tokens. */
+static void test_generate(struct si_llm *llm, const char *model_path, enum si_engine_kind engine,
+                          enum si_sparsity_mode mode, const char *prompt, bool exact)
+{
+    const int n_gen = 12;
+    int32_t toks[64];
+    int64_t np = si_llm_tokenize(llm, prompt, strlen(prompt), si_llm_adds_bos(llm), true, toks, 64);
+    int32_t want[32];
+    CHECK(np > 0 && ref_greedy(model_path, toks, (int)np, n_gen, want) == 0, "reference run");
+
+    struct si_context_params p = si_context_default_params();
+    p.engine = engine;
+    p.sparsity = mode;
+    p.n_ctx = 128;
+    p.sampling.temp = 0.0f;
+    p.exact_prefill = exact;
+    struct si_context *ctx = NULL;
+    int rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_OK, "context (%s, %s): %s", si_engine_kind_name(engine),
+          si_sparsity_mode_name(mode), si_last_error());
+    if (rc != SI_OK)
+        return;
+    if (engine == SI_ENGINE_STARPU)
+        CHECK(starpu_is_initialized(), "the StarPU context did not start StarPU");
+    struct si_generate_params gp = si_generate_default_params();
+    gp.n_predict = n_gen;
+    gp.ignore_eos = true;
+    struct collect c = {0};
+    struct si_generate_result res;
+    rc = si_generate(ctx, prompt, gp, collect_cb, &c, &res);
+    CHECK(rc == SI_OK, "generate: %s", si_last_error());
+    CHECK(res.n_prompt == np && res.n_generated == n_gen && res.stop == SI_STOP_LENGTH,
+          "result: %d prompt, %d generated, stop %d", res.n_prompt, res.n_generated, res.stop);
+    CHECK(c.n == n_gen && !memcmp(c.ids, want, sizeof(int32_t) * (size_t)n_gen),
+          "%s %s: greedy tokens differ from the reference's (first %d vs %d)",
+          si_engine_kind_name(engine), si_sparsity_mode_name(mode), c.ids[0], want[0]);
+    /* The text: whole characters per call, together the tokens' text. */
+    char text[4096];
+    int64_t tl = si_llm_detokenize(llm, c.ids, (size_t)c.n, false, text, sizeof text);
+    CHECK(tl == (int64_t)c.len && !memcmp(text, c.text, c.len), "streamed text != detokenized");
+    CHECK(!c.split_char, "a callback's text ended inside a UTF-8 character");
+    /* The cache: the prompt and every generated token but the last. */
+    CHECK(si_context_n_past(ctx) == np + n_gen - 1, "n_past %d", si_context_n_past(ctx));
+    CHECK(!memcmp(si_context_tokens(ctx), toks, sizeof(int32_t) * (size_t)np) &&
+              !memcmp(si_context_tokens(ctx) + np, want, sizeof(int32_t) * (size_t)(n_gen - 1)),
+          "the cache's tokens");
+
+    struct si_stats st;
+    si_context_get_stats(ctx, &st);
+    CHECK(st.engine == engine && st.sparsity == mode, "stats: engine and mode");
+    CHECK(st.prefill_tokens == np && st.decode_tokens == n_gen - 1, "stats: %lld + %lld tokens",
+          (long long)st.prefill_tokens, (long long)st.decode_tokens);
+    CHECK(st.prefill_tokens_per_s > 0 && st.decode_tokens_per_s > 0, "stats: tokens/s");
+    CHECK(st.neurons_total > 0 && st.neurons_cpu > 0 && st.neurons_cpu <= st.neurons_total,
+          "stats: neurons %lld of %lld", (long long)st.neurons_cpu, (long long)st.neurons_total);
+    if (engine == SI_ENGINE_REF) {
+        CHECK(st.neurons_total == (np + n_gen - 1) * 2 * 256 && st.n_task_kinds == 0 &&
+                  st.neurons_cpu < st.neurons_total / 2,
+              "reference stats: %lld neurons", (long long)st.neurons_total);
+    } else {
+        CHECK(st.n_cpu_workers > 0 && st.n_task_kinds > 0, "engine stats: workers, kinds");
+        int64_t attn = 0;
+        for (int k = 0; k < st.n_task_kinds; k++)
+            if (!strcmp(st.tasks[k].name, "attn") || !strcmp(st.tasks[k].name, "attn_batch"))
+                attn += st.tasks[k].count;
+        CHECK(attn >= 2, "engine stats: %lld attention tasks", (long long)attn);
+        CHECK(st.step_tokens + st.batch_tokens == np + n_gen - 1, "engine tokens %lld + %lld",
+              (long long)st.step_tokens, (long long)st.batch_tokens);
+        if (st.n_cuda_workers == 0)
+            CHECK(st.neurons_gpu == 0 && st.gpu_share == 0.0, "no GPU, no GPU neurons");
+        if (mode == SI_SPARSE_GATE)
+            CHECK(st.neurons_cpu < st.neurons_total / 2, "gate mode computed %lld of %lld",
+                  (long long)st.neurons_cpu, (long long)st.neurons_total);
+    }
+    si_context_reset_stats(ctx);
+    si_context_get_stats(ctx, &st);
+    CHECK(st.prefill_tokens == 0 && st.decode_tokens == 0 && st.neurons_total == 0 &&
+              st.step_tokens == 0,
+          "stats after reset");
+
+    /* Callback stop: after 3 tokens. */
+    si_context_reset(ctx);
+    CHECK(si_context_n_past(ctx) == 0 && si_context_logits(ctx) == NULL, "reset");
+    struct collect s = {.stop_after = 3};
+    rc = si_generate(ctx, prompt, gp, collect_cb, &s, &res);
+    CHECK(rc == SI_OK && res.stop == SI_STOP_CALLBACK && res.n_generated == 3 && s.n == 3 &&
+              !memcmp(s.ids, want, 3 * sizeof(int32_t)),
+          "stop from the callback: %d, %d generated", (int)res.stop, res.n_generated);
+    si_context_free(ctx);
+}
+
+/* Rewind and prefix reuse: the logits of a re-evaluated position are the
+ * same as the first time (the reference: bit for bit). */
+static void test_rewind(struct si_llm *llm)
+{
+    struct si_context_params p = si_context_default_params();
+    p.engine = SI_ENGINE_REF;
+    p.n_ctx = 32;
+    p.sampling.temp = 0.0f;
+    struct si_context *ctx = NULL;
+    if (si_context_init(llm, p, &ctx) != SI_OK) {
+        CHECK(false, "context: %s", si_last_error());
+        return;
+    }
+    const int32_t a[] = {1, 72, 101, 108, 108, 111}, b[] = {1, 72, 101, 120, 121};
+    const int nv = si_llm_n_vocab(llm);
+    CHECK(si_context_logits(ctx) == NULL, "no logits before any evaluation");
+    int32_t tok;
+    CHECK(si_context_sample(ctx, &tok) == SI_E_INVALID, "sampling without logits");
+    CHECK(si_context_eval_batch(ctx, a, 3) == SI_OK, "eval_batch: %s", si_last_error());
+    float *l3 = malloc((size_t)nv * sizeof *l3);
+    memcpy(l3, si_context_logits(ctx), (size_t)nv * sizeof *l3);
+    CHECK(si_context_eval(ctx, a[3]) == SI_OK && si_context_eval(ctx, a[4]) == SI_OK, "eval");
+    CHECK(si_context_n_past(ctx) == 5, "n_past 5");
+    CHECK(si_context_rewind(ctx, 6) == SI_E_INVALID, "rewind past the end");
+    CHECK(si_context_rewind(ctx, 2) == SI_OK && si_context_n_past(ctx) == 2 &&
+              si_context_logits(ctx) == NULL,
+          "rewind to 2");
+    CHECK(si_context_eval(ctx, a[2]) == SI_OK &&
+              !memcmp(si_context_logits(ctx), l3, (size_t)nv * sizeof *l3),
+          "the logits at position 3 after a rewind differ");
+    /* b shares 3 tokens with the cache (1 72 101). */
+    int32_t k = si_context_reuse_prefix(ctx, b, 5);
+    CHECK(k == 3 && si_context_n_past(ctx) == 3, "reuse_prefix: %d", k);
+    /* A sequence equal to the cache keeps n - 1, so one token gives logits. */
+    CHECK(si_context_reuse_prefix(ctx, a, 3) == 2, "reuse_prefix keeps one to evaluate");
+    CHECK(si_context_eval(ctx, a[2]) == SI_OK && si_context_sample(ctx, &tok) == SI_OK, "sample");
+    CHECK(si_context_accept(ctx, tok) == SI_OK && si_context_accept(ctx, nv) == SI_E_INVALID,
+          "accept");
+    CHECK(si_context_eval(ctx, nv) == SI_E_INVALID && contains(si_last_error(), "vocabulary"),
+          "eval of a bad token: %s", si_last_error());
+    /* The cache is full: a batch that does not fit is refused whole. */
+    int32_t many[40];
+    for (int i = 0; i < 40; i++)
+        many[i] = 100 + i;
+    CHECK(si_context_eval_batch(ctx, many, 30) == SI_E_BUDGET && si_context_n_past(ctx) == 3,
+          "a batch past the context: %s", si_last_error());
+    struct si_generate_params gp = si_generate_default_params();
+    gp.n_predict = 100;
+    gp.ignore_eos = true;
+    struct si_generate_result res;
+    CHECK(si_generate_tokens(ctx, many, 20, gp, NULL, NULL, &res) == SI_OK &&
+              res.stop == SI_STOP_CONTEXT && si_context_n_past(ctx) == 32,
+          "generation stops at a full context: stop %d, n_past %d", (int)res.stop,
+          si_context_n_past(ctx));
+    struct si_sampling_params sp = si_sampling_default_params();
+    sp.top_k = -1;
+    CHECK(si_context_set_sampling(ctx, sp) == SI_E_INVALID, "bad sampling");
+    sp.top_k = 5;
+    CHECK(si_context_set_sampling(ctx, sp) == SI_OK, "set sampling");
+    si_context_free(ctx);
+    free(l3);
+}
+
+/*
+ * A conversation's second turn through si_context_reuse_prefix against the
+ * same tokens evaluated from an empty cache: the logits must be the same
+ * bits (f32 KV cache and token-by-token evaluation, so that the arithmetic
+ * does not depend on how the tokens were grouped).  The second sequence
+ * differs from the cache inside the first answer, as a re-tokenized answer
+ * can, so the cache is cut back there.
+ */
+static void test_reuse_logits(struct si_llm *llm, enum si_engine_kind engine)
+{
+    struct si_context_params p = si_context_default_params();
+    p.engine = engine;
+    p.n_ctx = 96;
+    p.kv_f32 = true;
+    p.n_batch = 1;
+    p.sampling.temp = 0.0f;
+    struct si_context *a = NULL, *b = NULL;
+    if (si_context_init(llm, p, &a) != SI_OK || si_context_init(llm, p, &b) != SI_OK) {
+        CHECK(false, "contexts (%s): %s", si_engine_kind_name(engine), si_last_error());
+        si_context_free(a);
+        return;
+    }
+    const char *t1 = "hello there, how";
+    int32_t seq[96];
+    int32_t n1 = (int32_t)si_llm_tokenize(llm, t1, strlen(t1), true, true, seq, 96);
+    struct si_generate_params gp = si_generate_default_params();
+    gp.n_predict = 5;
+    gp.ignore_eos = true;
+    CHECK(si_generate_tokens(a, seq, n1, gp, NULL, NULL, NULL) == SI_OK, "turn 1: %s",
+          si_last_error());
+    /* The cache: the prompt and 4 of the 5 answer tokens. */
+    int32_t past = si_context_n_past(a);
+    CHECK(past == n1 + 4, "n_past after turn 1: %d", past);
+    memcpy(seq, si_context_tokens(a), (size_t)past * sizeof *seq);
+    seq[n1 + 2] = seq[n1 + 2] == 'x' ? 'y' : 'x';
+    const char *t2 = " and then some more";
+    int32_t n2 = past + (int32_t)si_llm_tokenize(llm, t2, strlen(t2), false, true, seq + past,
+                                                 (size_t)(96 - past));
+    int32_t k = si_context_reuse_prefix(a, seq, n2);
+    CHECK(k == n1 + 2, "reused %d tokens, expected %d", k, n1 + 2);
+    CHECK(si_context_eval_batch(a, seq + k, n2 - k) == SI_OK, "turn 2: %s", si_last_error());
+    CHECK(si_context_eval_batch(b, seq, n2) == SI_OK, "from scratch: %s", si_last_error());
+    const size_t bytes = (size_t)si_llm_n_vocab(llm) * sizeof(float);
+    CHECK(si_context_n_past(a) == n2 && si_context_n_past(b) == n2 &&
+              !memcmp(si_context_tokens(a), si_context_tokens(b), (size_t)n2 * sizeof *seq),
+          "the caches' tokens differ");
+    CHECK(!memcmp(si_context_logits(a), si_context_logits(b), bytes),
+          "%s: the logits after a reused prefix differ from those from scratch",
+          si_engine_kind_name(engine));
+    si_context_free(a);
+    si_context_free(b);
+}
+
+/* Two StarPU contexts: StarPU stays up until the last one goes. */
+static void test_runtime_lifecycle(struct si_llm *llm)
+{
+    struct si_context_params p = si_context_default_params();
+    p.n_ctx = 32;
+    struct si_context *c1 = NULL, *c2 = NULL;
+    CHECK(!starpu_is_initialized(), "StarPU running before any context");
+    CHECK(si_context_init(llm, p, &c1) == SI_OK, "context 1: %s", si_last_error());
+    CHECK(si_context_init(llm, p, &c2) == SI_OK, "context 2: %s", si_last_error());
+    CHECK(starpu_is_initialized(), "StarPU not started");
+    si_context_free(c1);
+    CHECK(starpu_is_initialized(), "StarPU stopped while a context uses it");
+    int32_t t[] = {1, 65, 66};
+    CHECK(si_context_eval_batch(c2, t, 3) == SI_OK, "the second context after the first went");
+    si_context_free(c2);
+    CHECK(!starpu_is_initialized(), "StarPU still running after the last context");
+}
+
+int main(void)
+{
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char model_path[256], err[512];
+    path_in(model_path, sizeof model_path, "tiny.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_RELU;
+    /* F16 weights: on this tiny random model the greedy tokens depend on the
+     * whole context (with Q4_0 they mostly follow the last token alone, which
+     * would let a wrong prefill go unnoticed). */
+    sp.type = SI_TYPE_F16;
+    sp.seed = 5;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    CHECK(!strcmp(si_last_error(), ""), "a last error before any failure");
+
+    struct si_llm *llm = NULL;
+    if (rc == SI_OK) {
+        test_load_errors(model_path);
+        rc = si_llm_load(model_path, si_llm_default_params(), &llm);
+        CHECK(rc == SI_OK, "load: %s", si_last_error());
+    }
+    if (llm != NULL) {
+        test_model_queries(llm);
+        test_tokens(llm);
+        test_bad_params(llm);
+        struct si_model *m = NULL;
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "internal load: %s", err);
+        if (m != NULL)
+            test_dram_budget(llm, &m->hp);
+        si_model_free(m);
+        test_rewind(llm);
+        /* Short prompts: the engine's prefill of fewer than 8 tokens is the
+         * reference's arithmetic; a longer one with exact_prefill. */
+        test_generate(llm, model_path, SI_ENGINE_REF, SI_SPARSE_DENSE, "hello", false);
+        test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_DENSE, "hello", false);
+        test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_GATE, "hey", false);
+        test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_DENSE,
+                      "a longer prompt of more than eight tokens", true);
+        test_reuse_logits(llm, SI_ENGINE_REF);
+        test_reuse_logits(llm, SI_ENGINE_STARPU);
+        test_runtime_lifecycle(llm);
+        si_llm_free(llm);
+        /* The model read into memory instead of mapped: the same tokens. */
+        struct si_llm_params lp = si_llm_default_params();
+        lp.use_mmap = false;
+        llm = NULL;
+        CHECK(si_llm_load(model_path, lp, &llm) == SI_OK, "load without mmap: %s",
+              si_last_error());
+        if (llm != NULL)
+            test_generate(llm, model_path, SI_ENGINE_REF, SI_SPARSE_DENSE, "hello", false);
+        si_llm_free(llm);
+    }
+    const char *files[] = {"tiny.gguf", "missing.gguf", "text.gguf", "empty.gguf", "cut.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[256];
+        path_in(path, sizeof path, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return test_result();
+}

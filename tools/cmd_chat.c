@@ -1,0 +1,312 @@
+/*
+ * cmd_chat.c - `starinfer chat`: an interactive conversation, a user of the
+ * public API.
+ *
+ * Each turn the whole conversation goes through the model's chat template
+ * and is tokenized; the context keeps the longest prefix of those tokens it
+ * already holds (si_context_reuse_prefix) and evaluates only the rest, so a
+ * turn costs its own tokens, not the whole conversation again.  Reading
+ * stdin line by line, it works the same on a terminal and on a pipe.
+ */
+#include "cli.h"
+#include "run_opts.h"
+#include "starinfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void chat_usage(FILE *f)
+{
+    fprintf(f, "Usage: " SI_PROG " chat -m MODEL [-p SYSTEM | -f FILE] [OPTIONS]\n"
+               "\n"
+               "Chat with a model: each line read from stdin is a user turn; the answer\n"
+               "streams to stdout as the model's chat template frames the whole\n"
+               "conversation.  The KV cache is kept across turns: only each turn's new\n"
+               "tokens are evaluated.  /exit or the end of input ends the chat; a line\n"
+               "ending with \\ continues on the next one.  Per-turn timings go to stderr.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE        the model (GGUF)\n"
+               "  -p, --prompt TEXT       the system message (as llama-cli's conversation\n"
+               "                          mode; default: the template's own, if any)\n"
+               "  -f, --file FILE         read the system message from a file\n"
+               "  -n, --n-predict N       tokens per answer at most (default -1: until the\n"
+               "                          end of the turn or a full context)\n");
+    si_run_usage(f, true);
+    fprintf(f, "  -h, --help              show this help\n");
+}
+
+/* A growing byte string. */
+struct buf {
+    char *p;
+    size_t n, cap;
+};
+
+static bool buf_add(struct buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return true;
+}
+
+/* One user turn from stdin: a line, joined with the next while it ends with
+ * a backslash.  false at the end of input (with nothing read). */
+static bool read_turn(struct buf *line)
+{
+    line->n = 0;
+    if (line->p != NULL)
+        line->p[0] = '\0';
+    bool any = false;
+    char chunk[1024];
+    while (fgets(chunk, sizeof chunk, stdin) != NULL) {
+        any = true;
+        size_t n = strlen(chunk);
+        bool eol = n > 0 && chunk[n - 1] == '\n';
+        if (eol)
+            n--;
+        if (!buf_add(line, chunk, n))
+            return false;
+        if (!eol)
+            continue; /* a longer line, or the last one without a newline */
+        if (line->n > 0 && line->p[line->n - 1] == '\\') {
+            line->p[line->n - 1] = '\n';
+            continue;
+        }
+        return true;
+    }
+    return any;
+}
+
+struct answer {
+    struct buf text;
+    bool oom;
+};
+
+static bool stream_text(void *user, int32_t token, const char *text, size_t len)
+{
+    (void)token;
+    struct answer *a = user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (!buf_add(&a->text, text, len))
+        a->oom = true;
+    return !a->oom;
+}
+
+int si_cmd_chat(int argc, char **argv)
+{
+    struct si_run_opts o;
+    si_run_opts_init(&o, "chat", -1, -1);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = si_run_option(&o, argc, argv, &i);
+        if (r < 0)
+            return 1;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            chat_usage(stdout);
+            return 0;
+        }
+        return si_cli_error("chat: unknown option '%s' (see starinfer chat --help)", a);
+    }
+    if (o.prompt != NULL && o.file != NULL)
+        return si_cli_error("chat: give either -p or -f, not both");
+    if (o.model == NULL)
+        return si_cli_error("chat: no model given (-m MODEL.gguf)");
+    if (si_run_check(&o) != 0)
+        return 1;
+
+    char *system = NULL;
+    if (o.file != NULL) {
+        size_t len;
+        if ((system = si_cli_read_file(o.file, &len)) == NULL)
+            return 1;
+        if (len > 0 && system[len - 1] == '\n')
+            system[len - 1] = '\0';
+    } else if (o.prompt != NULL) {
+        system = strdup(o.prompt);
+    }
+
+    struct si_llm *llm = NULL;
+    struct si_context *ctx = NULL;
+    struct si_chat_message *msgs = NULL;
+    size_t n_msgs = 0, cap_msgs = 0;
+    struct buf line = {0}, conv = {0};
+    int32_t *toks = NULL;
+    size_t cap_toks = 0;
+    int rc = 1;
+    const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+
+    struct si_llm_params lp = si_llm_default_params();
+    lp.use_mmap = o.use_mmap;
+    if (si_llm_load(o.model, lp, &llm) != SI_OK) {
+        si_cli_error("%s", si_last_error());
+        goto out;
+    }
+    /* The template must be one the library knows before anything runs. */
+    struct si_chat_message probe = {"user", "hi"};
+    if (si_llm_chat_apply(llm, &probe, 1, true, NULL, 0) < 0) {
+        si_cli_error("%s: %s", o.model, si_last_error());
+        goto out;
+    }
+    if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
+        si_cli_error("%s", si_last_error());
+        goto out;
+    }
+    const int32_t n_ctx = si_context_n_ctx(ctx);
+    if (system != NULL) {
+        msgs = malloc(sizeof *msgs);
+        if (msgs == NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        cap_msgs = 1;
+        msgs[n_msgs++] = (struct si_chat_message){"system", system};
+        system = NULL; /* msgs owns it now */
+    }
+    if (tty)
+        fprintf(stderr, "chat with %s (%s); /exit or Ctrl-D ends, a line ending with \\ goes on\n",
+                si_llm_name(llm)[0] ? si_llm_name(llm) : o.model, si_llm_arch(llm));
+
+    for (int turn = 1;; turn++) {
+        if (tty) {
+            printf("> ");
+            fflush(stdout);
+        }
+        if (!read_turn(&line)) {
+            if (tty)
+                printf("\n");
+            break;
+        }
+        if (line.n == 0 || strspn(line.p, " \t\r\n") == line.n) {
+            turn--;
+            continue;
+        }
+        if (!strcmp(line.p, "/exit") || !strcmp(line.p, "/quit"))
+            break;
+        /* The messages grow by two per turn: this user's and the answer. */
+        if (n_msgs + 2 > cap_msgs) {
+            size_t cap = cap_msgs ? 2 * cap_msgs : 8;
+            struct si_chat_message *m = realloc(msgs, cap * sizeof *m);
+            if (m == NULL) {
+                si_cli_error("out of memory");
+                goto out;
+            }
+            msgs = m;
+            cap_msgs = cap;
+        }
+        char *user = strdup(line.p);
+        if (user == NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        msgs[n_msgs++] = (struct si_chat_message){"user", user};
+
+        /* The whole conversation, framed, then tokenized. */
+        int64_t len = si_llm_chat_apply(llm, msgs, n_msgs, true, NULL, 0);
+        if (len < 0) {
+            si_cli_error("%s", si_last_error());
+            goto out;
+        }
+        if ((size_t)len + 1 > conv.cap) {
+            char *p = realloc(conv.p, (size_t)len + 1);
+            if (p == NULL) {
+                si_cli_error("out of memory");
+                goto out;
+            }
+            conv.p = p;
+            conv.cap = (size_t)len + 1;
+        }
+        si_llm_chat_apply(llm, msgs, n_msgs, true, conv.p, conv.cap);
+        const bool bos = si_llm_adds_bos(llm);
+        int64_t n = si_llm_tokenize(llm, conv.p, (size_t)len, bos, true, NULL, 0);
+        if (n < 0) {
+            si_cli_error("%s", si_last_error());
+            goto out;
+        }
+        if (n >= n_ctx) {
+            si_cli_error("chat: the conversation (%lld tokens) no longer fits the context of %d "
+                         "tokens (-c)",
+                         (long long)n, n_ctx);
+            goto out;
+        }
+        if ((size_t)n > cap_toks) {
+            int32_t *t = realloc(toks, (size_t)n * sizeof *t);
+            if (t == NULL) {
+                si_cli_error("out of memory");
+                goto out;
+            }
+            toks = t;
+            cap_toks = (size_t)n;
+        }
+        si_llm_tokenize(llm, conv.p, (size_t)len, bos, true, toks, (size_t)n);
+
+        int32_t reused = si_context_reuse_prefix(ctx, toks, (int32_t)n);
+        if (reused < 0) {
+            si_cli_error("%s", si_last_error());
+            goto out;
+        }
+        struct si_generate_params gp = si_generate_default_params();
+        gp.ignore_eos = o.ignore_eos;
+        const int64_t room = n_ctx - n;
+        gp.n_predict = (int32_t)(o.n_predict < 0 || o.n_predict > room ? room : o.n_predict);
+        struct answer ans = {{0}, false};
+        struct si_generate_result res;
+        si_context_reset_stats(ctx);
+        int g = si_generate_tokens(ctx, toks + reused, (int32_t)n - reused, gp, stream_text, &ans,
+                                   &res);
+        printf("\n");
+        fflush(stdout);
+        if (g != SI_OK || ans.oom) {
+            free(ans.text.p);
+            si_cli_error("%s", ans.oom ? "out of memory" : si_last_error());
+            goto out;
+        }
+        char *said = ans.text.p != NULL ? ans.text.p : strdup("");
+        msgs[n_msgs++] = (struct si_chat_message){"assistant", said};
+        if (msgs[n_msgs - 1].content == NULL) {
+            n_msgs--;
+            si_cli_error("out of memory");
+            goto out;
+        }
+        fprintf(stderr,
+                "chat: turn %d: %d tokens reused from the cache, %d evaluated in %.2f s; "
+                "answer: %d tokens in %.2f s (%.2f tokens/s)%s\n",
+                turn, reused, res.n_prompt, res.prompt_seconds, res.n_generated,
+                res.generate_seconds,
+                res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0,
+                res.stop == SI_STOP_CONTEXT || (res.stop == SI_STOP_LENGTH && gp.n_predict == room)
+                    ? "; the context is full"
+                : res.stop == SI_STOP_LENGTH ? "; cut at -n"
+                                             : "");
+        struct si_stats st;
+        si_context_get_stats(ctx, &st);
+        si_run_print_engine_stats(stderr, &st);
+    }
+    rc = 0;
+out:
+    for (size_t i = 0; i < n_msgs; i++)
+        free((char *)msgs[i].content);
+    free(msgs);
+    free(system);
+    free(line.p);
+    free(conv.p);
+    free(toks);
+    si_context_free(ctx);
+    si_llm_free(llm);
+    return rc;
+}

@@ -1,0 +1,257 @@
+/* run_opts.c - the options and statistics `generate` and `chat` share. */
+#include "run_opts.h"
+
+#include "cli.h"
+
+#include <stdint.h>
+#include <string.h>
+
+void si_run_opts_init(struct si_run_opts *o, const char *cmd, long long n_predict,
+                      long long n_predict_min)
+{
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    o->n_predict = n_predict;
+    o->n_predict_min = n_predict_min;
+    o->use_mmap = true;
+    o->cp = si_context_default_params();
+    /* The CLI keeps the reference as its default engine (see the README);
+     * the library's default is the StarPU engine. */
+    o->cp.engine = SI_ENGINE_REF;
+    o->cp.log = si_run_log;
+}
+
+int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    long long ll;
+    double d;
+    struct si_context_params *cp = &o->cp;
+    struct si_sampling_params *sp = &cp->sampling;
+#define VALUE()                                                                                    \
+    do {                                                                                           \
+        if ((v = si_cli_value(argc, argv, i)) == NULL)                                             \
+            return -1;                                                                             \
+    } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        VALUE();
+        o->model = v;
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+        VALUE();
+        o->prompt = v;
+    } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        VALUE();
+        o->file = v;
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, 1 << 20, &ll))
+            return -1;
+        cp->n_ctx = (int32_t)ll;
+    } else if (!strcmp(a, "--kv-f32")) {
+        cp->kv_f32 = true;
+    } else if (!strcmp(a, "--no-mmap")) {
+        o->use_mmap = false;
+    } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+        VALUE();
+        if (!si_cli_int(a, v, o->n_predict_min, 1 << 20, &o->n_predict))
+            return -1;
+    } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, INT64_MAX, &ll))
+            return -1;
+        sp->seed = (uint64_t)ll;
+    } else if (!strcmp(a, "--temp")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0, 100, &d))
+            return -1;
+        sp->temp = (float)d;
+    } else if (!strcmp(a, "--top-k")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, INT32_MAX, &ll))
+            return -1;
+        sp->top_k = (int32_t)ll;
+    } else if (!strcmp(a, "--top-p")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0, 1, &d))
+            return -1;
+        sp->top_p = (float)d;
+    } else if (!strcmp(a, "--min-p")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0, 1, &d))
+            return -1;
+        sp->min_p = (float)d;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0.01, 100, &d))
+            return -1;
+        sp->repeat_penalty = (float)d;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, 1 << 20, &ll))
+            return -1;
+        sp->repeat_last_n = (int32_t)ll;
+    } else if (!strcmp(a, "--ignore-eos")) {
+        o->ignore_eos = true;
+    } else if (!strcmp(a, "--engine")) {
+        VALUE();
+        if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0) {
+            si_cli_error("--engine: '%s' is neither starpu nor ref", v);
+            return -1;
+        }
+        cp->engine = !strcmp(v, "starpu") ? SI_ENGINE_STARPU : SI_ENGINE_REF;
+    } else if (!strcmp(a, "--sparsity")) {
+        VALUE();
+        if (!strcmp(v, "dense"))
+            cp->sparsity = SI_SPARSE_DENSE;
+        else if (!strcmp(v, "gate"))
+            cp->sparsity = SI_SPARSE_GATE;
+        else if (!strcmp(v, "predictor"))
+            cp->sparsity = SI_SPARSE_PREDICTOR;
+        else {
+            si_cli_error("--sparsity: '%s' is not dense, gate or predictor", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--vram-budget")) {
+        VALUE();
+        if (!si_cli_size(a, v, &cp->vram_budget))
+            return -1;
+    } else if (!strcmp(a, "--dram-budget")) {
+        VALUE();
+        if (!si_cli_size(a, v, &cp->dram_budget))
+            return -1;
+    } else if (!strcmp(a, "--profile")) {
+        VALUE();
+        cp->profile_path = v;
+    } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+        VALUE();
+        if (!si_cli_int(a, v, 1, 4096, &ll))
+            return -1;
+        cp->n_batch = (int32_t)ll;
+    } else if (!strcmp(a, "--attn-split")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, 256, &ll))
+            return -1;
+        cp->attn_split = (int32_t)ll;
+    } else if (!strcmp(a, "--exact-prefill")) {
+        cp->exact_prefill = true;
+    } else if (!strcmp(a, "--merge")) {
+        VALUE();
+        if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) {
+            si_cli_error("--merge: '%s' is neither task nor redux", v);
+            return -1;
+        }
+        cp->redux = !strcmp(v, "redux");
+    } else if (!strcmp(a, "--gate-threshold")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0, 1e6, &d))
+            return -1;
+        cp->gate_threshold = (float)d;
+    } else if (!strcmp(a, "--slices")) {
+        VALUE();
+        if (!si_cli_int(a, v, 1, 256, &ll))
+            return -1;
+        cp->n_slices = (int32_t)ll;
+    } else {
+        return 0;
+    }
+#undef VALUE
+    return 1;
+}
+
+int si_run_check(const struct si_run_opts *o)
+{
+    const struct si_context_params *cp = &o->cp;
+    if (cp->engine == SI_ENGINE_REF &&
+        (cp->sparsity != SI_SPARSE_DENSE || cp->vram_budget > 0 || cp->redux ||
+         cp->profile_path != NULL || cp->exact_prefill))
+        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --merge and "
+                            "--exact-prefill need --engine starpu",
+                            o->cmd);
+    return 0;
+}
+
+void si_run_usage(FILE *f, bool chat)
+{
+    fprintf(f, "  -c, --ctx-size N        context length (default: %s)\n"
+               "  -s, --seed N            random seed (default 0)\n"
+               "      --temp T            temperature; 0 is greedy (default 0.8)\n"
+               "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
+               "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
+               "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
+               "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
+               "      --repeat-last-n N   how many recent tokens (default 64)\n"
+               "      --ignore-eos        do not stop at end-of-generation tokens\n"
+               "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+               "      --no-mmap           read the model into memory instead of mapping it\n"
+               "      --engine E          ref (default: the single-threaded reference) or\n"
+               "                          starpu (the task graph on StarPU's workers)\n"
+               "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
+               "                          activation is zero (ReLU) or below --gate-threshold;\n"
+               "                          predictor: the neurons the model's predictor picks\n"
+               "      --gate-threshold T  gate mode, SiLU/GELU models (default 0: the profile's\n"
+               "                          per-layer thresholds when it has them)\n"
+               "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
+               "      --vram-budget SIZE  bytes of FFN neurons for the GPU's hot slices, e.g.\n"
+               "                          512M (default 0: none; ignored without a CUDA worker)\n"
+               "      --dram-budget SIZE  host memory the model may keep resident: tensor data\n"
+               "                          and KV cache (default 0: unlimited; a smaller budget\n"
+               "                          is refused: no flash tier yet)\n"
+               "      --profile FILE      activation profile (starinfer profile): the hottest\n"
+               "                          neurons go to the GPU, the rest are balanced over\n"
+               "                          the CPU slices (gate and predictor modes)\n"
+               "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
+               "                          (default 32; 1: token by token like generation)\n"
+               "      --attn-split N      engine: attention's products in N row slices (0:\n"
+               "                          one per CPU worker when the weights are large\n"
+               "                          enough, the default; 1: one task per layer)\n"
+               "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
+               "                          for bit token by token; default: OpenBLAS sgemm on\n"
+               "                          float activations, faster, rounded differently)\n"
+               "      --merge M           task (default: a merge task adds the slices' partial\n"
+               "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n",
+            chat ? "the model's training context, at most 4096" : "prompt + n-predict");
+}
+
+void si_run_log(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", line);
+}
+
+void si_run_print_engine_stats(FILE *f, const struct si_stats *st)
+{
+    if (st->engine != SI_ENGINE_STARPU)
+        return;
+    const double total = (double)(st->neurons_total ? st->neurons_total : 1);
+    const int64_t active = st->neurons_gpu + st->neurons_cpu;
+    fprintf(f,
+            "engine: StarPU, %u CPU + %u CUDA workers, %d cold FFN slices per layer, %s "
+            "mode, %.1f MiB of FFN neurons hot: %.1f%% of FFN neurons computed (GPU %.1f%%, "
+            "CPU %.1f%%; neuron load on the GPU %.1f%%)\n",
+            st->n_cpu_workers, st->n_cuda_workers, st->n_slices,
+            si_sparsity_mode_name(st->sparsity), (double)st->hot_bytes / 1048576.0,
+            100.0 * (double)active / total, 100.0 * (double)st->neurons_gpu / total,
+            100.0 * (double)st->neurons_cpu / total, 100.0 * st->gpu_share);
+    /* Decoding, then prefill: time in tasks summed over workers, the wall
+     * time, and how busy the workers were (the rest is scheduling,
+     * submission and waiting). */
+    const unsigned workers = st->n_cpu_workers + st->n_cuda_workers;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool batch = pass == 1;
+        const double n = (double)(batch ? st->batch_tokens : st->step_tokens);
+        const double wall = batch ? st->batch_seconds : st->step_seconds;
+        if (n == 0)
+            continue;
+        double busy = 0.0;
+        fprintf(f, "engine: %s, per token:", batch ? "prefill" : "decoding");
+        for (int k = 0; k < st->n_task_kinds; k++) {
+            if (st->tasks[k].batch != batch)
+                continue;
+            busy += st->tasks[k].seconds;
+            fprintf(f, " %s %.3f ms,", st->tasks[k].name, 1e3 * st->tasks[k].seconds / n);
+        }
+        fprintf(f, " wall %.3f ms, %.1f tasks; workers busy %.0f%% of the wall time\n",
+                1e3 * wall / n, (double)(batch ? st->batch_tasks : st->step_tasks) / n,
+                wall > 0 ? 100.0 * busy / (wall * workers) : 0.0);
+    }
+}
