@@ -275,9 +275,12 @@ struct si_context_params {
     float gate_threshold; /* gate mode on SiLU/GELU models: |act(gate)| must exceed
                            * it; 0 (default): the profile's per-layer thresholds
                            * when it has them, else exact zeros only */
-    int64_t vram_budget;  /* bytes of FFN neurons the GPU may hold (the hottest
-                           * first); 0 (default): none; ignored, with a log line,
-                           * when StarPU has no CUDA worker */
+    int64_t vram_budget;  /* bytes the GPU may hold: the engine's reserve (buffers;
+                           * attention and the KV cache stay on the CPU in this
+                           * engine) plus FFN neurons, the hottest first (or the
+                           * placement's); 0 (default): none, every neuron on the
+                           * CPU.  Below the reserve: SI_E_BUDGET; without a CUDA
+                           * worker: SI_E_NO_DEVICE */
     int64_t dram_budget;  /* bytes of host memory the model may keep resident:
                            * the file's tensor data plus the KV cache (the StarPU
                            * engine's neuron-major copy in gate and predictor
@@ -287,6 +290,11 @@ struct si_context_params {
     const char *profile_path; /* activation profile (`starinfer profile`): orders
                                * the neurons hottest first; NULL (default): none;
                                * read during si_context_init only */
+    const char *placement_path; /* the GPU's neurons (`starinfer place`, or
+                                 * PowerInfer's GPU index file), gate and predictor
+                                 * modes; its capacity is the VRAM budget unless
+                                 * vram_budget is set; NULL (default): the hottest
+                                 * neurons of the profile; read during init only */
     int32_t n_batch;    /* prefill: tokens per batch of GEMM tasks; 0 (default): 32;
                          * 1: token by token */
     int32_t n_slices;   /* cold FFN slices per layer; 0 (default): one per CPU worker */
@@ -311,10 +319,14 @@ SI_API struct si_context_params si_context_default_params(void);
  * Make a context on `llm` (which must outlive it).  Starts StarPU or adopts
  * the host's instance for the StarPU engine (see the top of this header).
  * Errors: SI_E_INVALID (a parameter out of range, with its name; sparsity,
- * a VRAM budget, a profile, exact_prefill or redux on the reference engine;
+ * a VRAM budget, a profile, a placement, exact_prefill or redux on the
+ * reference engine;
  * predictor mode on a model without predictor tensors), SI_E_BUDGET
- * (dram_budget too small), SI_E_NOT_FOUND / SI_E_FORMAT (profile file),
- * SI_E_NO_DEVICE / SI_E_RUNTIME (StarPU), SI_E_NOMEM; *out is then NULL.
+ * (dram_budget too small, or a VRAM budget below what the engine keeps on
+ * the GPU besides FFN neurons, or a placement that does not fit it),
+ * SI_E_NOT_FOUND / SI_E_FORMAT (profile or placement file), SI_E_NO_DEVICE
+ * (a VRAM budget or placement without a CUDA worker), SI_E_RUNTIME
+ * (StarPU), SI_E_NOMEM; *out is then NULL.
  */
 SI_API int si_context_init(struct si_llm *llm, struct si_context_params params,
                            struct si_context **out);
@@ -482,6 +494,9 @@ struct si_stats {
     unsigned n_cpu_workers, n_cuda_workers;
     int32_t n_slices;          /* cold FFN slices per layer */
     int64_t hot_bytes;         /* FFN weights placed in the GPU's hot slices */
+    int64_t gpu_budget;        /* the VRAM budget the engine placed under (0: none) */
+    int64_t gpu_accounted;     /* GPU bytes of the engine's handles: reserve + hot slices */
+    int64_t gpu_allocated_peak; /* the most StarPU had allocated on the CUDA nodes */
     int64_t step_tokens;       /* tokens the engine evaluated one by one */
     double step_seconds;       /* their wall time */
     int64_t step_tasks;        /* tasks submitted for them */

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "placement/placement.h"
 #include "predict/profile.h"
 
 #include <errno.h>
@@ -500,6 +501,7 @@ static int check_params(const struct si_context_params *p)
         const char *what = p->sparsity != SI_SPARSE_DENSE ? "sparsity gate or predictor"
                            : p->vram_budget > 0           ? "vram_budget"
                            : p->profile_path != NULL      ? "profile_path"
+                           : p->placement_path != NULL    ? "placement_path"
                            : p->exact_prefill             ? "exact_prefill"
                            : p->redux                     ? "redux"
                                                           : NULL;
@@ -564,9 +566,11 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         return fail(SI_E_NOMEM, "out of memory");
     ctx->llm = llm;
     ctx->p = p;
-    ctx->p.profile_path = NULL; /* read here only; the caller's string may go */
+    ctx->p.profile_path = NULL; /* read here only; the caller's strings may go */
+    ctx->p.placement_path = NULL;
     ctx->n_ctx = n_ctx;
     struct si_profile *prof = NULL;
+    struct si_placement *plc = NULL;
     char err[600];
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = n_ctx;
@@ -576,9 +580,6 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
             goto fail_err;
         ctx->ref->count_active = true; /* for the stats, as the engine counts */
     } else {
-        if ((rc = runtime_acquire(err, sizeof err)) != SI_OK)
-            goto fail_err;
-        ctx->holds_runtime = true;
         struct si_engine_params ep = si_engine_default_params();
         ep.ref = rp;
         ep.mode = p.sparsity == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
@@ -597,12 +598,44 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                 goto fail_err;
             ep.profile = prof;
         }
+        if (p.placement_path != NULL) {
+            if ((rc = si_placement_read(&plc, p.placement_path, m, err, sizeof err)) != SI_OK)
+                goto fail_err;
+            ep.placement = plc;
+        }
+        /* The budget against what the engine keeps on the GPU besides FFN
+         * neurons: arithmetic on the model, checked before any device is. */
+        if (ep.vram_budget > 0 || plc != NULL) {
+            struct si_gpu_reserve rs;
+            if ((rc = si_engine_gpu_reserve(m, &ep, &rs, err, sizeof err)) != SI_OK)
+                goto fail_err;
+            const int64_t vram = ep.vram_budget > 0 ? ep.vram_budget
+                                 : plc->vram_capacity <= INT64_MAX ? (int64_t)plc->vram_capacity
+                                                                   : 0;
+            if (vram < rs.total) {
+                rc = SI_E_BUDGET;
+                snprintf(err, sizeof err,
+                         "VRAM budget of %lld bytes (%.2f MiB) is below the %lld bytes "
+                         "(%.2f MiB) the engine keeps on the GPU besides FFN neurons",
+                         (long long)vram, mib(vram), (long long)rs.total, mib(rs.total));
+                goto fail_err;
+            }
+        }
+        if ((rc = runtime_acquire(err, sizeof err)) != SI_OK)
+            goto fail_err;
+        ctx->holds_runtime = true;
+        if ((ep.vram_budget > 0 || plc != NULL) && si_runtime_ncuda() == 0) {
+            rc = SI_E_NO_DEVICE;
+            snprintf(err, sizeof err,
+                     "%s needs a GPU, and StarPU has no CUDA worker (no CUDA device, "
+                     "STARPU_NCUDA=0, or StarPU built without CUDA); leave it out to run "
+                     "on the CPU",
+                     ep.vram_budget > 0 ? "a VRAM budget" : "a placement");
+            goto fail_err;
+        }
         if (prof != NULL && ep.mode == SI_SPARSITY_DENSE)
             note(&p, "engine: dense mode computes every neuron: the profile does not change the "
                      "placement");
-        if (ep.vram_budget > 0 && si_runtime_ncuda() == 0)
-            note(&p, "engine: no CUDA worker: the VRAM budget is ignored, every FFN neuron runs "
-                     "on the CPU workers");
         if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
             goto fail_err;
         if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
@@ -617,8 +650,10 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                  "over the layers",
                  (double)prof->target_sparsity, (double)lo, (double)hi);
         }
-        si_profile_free(prof); /* the engine needs it during init only */
+        si_profile_free(prof); /* the engine needs them during init only */
         prof = NULL;
+        si_placement_free(plc);
+        plc = NULL;
         ctx->ref = si_engine_ref(ctx->eng);
         ctx->base = si_engine_get_stats(ctx->eng);
     }
@@ -632,6 +667,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     return SI_OK;
 fail_err:
     si_profile_free(prof);
+    si_placement_free(plc);
     si_context_free(ctx);
     return fail(rc, "%s", err);
 }
@@ -1030,6 +1066,9 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.n_cuda_workers = si_runtime_ncuda();
         s.n_slices = si_engine_n_slices(ctx->eng);
         s.hot_bytes = si_engine_hot_bytes(ctx->eng);
+        s.gpu_budget = e.gpu_budget;
+        s.gpu_accounted = e.gpu_accounted;
+        s.gpu_allocated_peak = e.gpu_allocated_peak;
         s.step_tokens = e.tokens - b->tokens;
         s.step_seconds = e.seconds - b->seconds;
         s.step_tasks = e.tasks - b->tasks;

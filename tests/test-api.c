@@ -319,6 +319,52 @@ static void test_dram_budget(struct si_llm *llm, const struct si_hparams *hp)
     CHECK(si_context_init(llm, p, &ctx) == SI_E_BUDGET, "one byte short of the budget");
 }
 
+/*
+ * VRAM budgets: one below what the engine keeps on the GPU besides FFN
+ * neurons is SI_E_BUDGET before StarPU starts; a budget without a CUDA
+ * worker (STARPU_NCUDA=0 here, whatever the machine has) is SI_E_NO_DEVICE;
+ * a missing placement file is SI_E_NOT_FOUND.  None leaves StarPU running.
+ */
+static void test_vram_budget(struct si_llm *llm)
+{
+    struct si_context_params p = si_context_default_params();
+    p.n_ctx = 64;
+    p.sparsity = SI_SPARSE_GATE;
+    p.vram_budget = 100;
+    struct si_context *ctx = NULL;
+    int rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_E_BUDGET && ctx == NULL && contains(si_last_error(), "VRAM budget of 100 bytes") &&
+              contains(si_last_error(), "besides FFN neurons"),
+          "VRAM budget under the reserve: %d %s", rc, si_last_error());
+    CHECK(!starpu_is_initialized(), "a refused VRAM budget started StarPU");
+    const char *old = getenv("STARPU_NCUDA");
+    char *saved = old != NULL ? strdup(old) : NULL;
+    setenv("STARPU_NCUDA", "0", 1);
+    p.vram_budget = 1 << 20;
+    rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_E_NO_DEVICE && ctx == NULL && contains(si_last_error(), "no CUDA worker"),
+          "VRAM budget without a CUDA worker: %d %s", rc, si_last_error());
+    CHECK(!starpu_is_initialized(), "a context refused for want of a GPU left StarPU running");
+    if (saved != NULL)
+        setenv("STARPU_NCUDA", saved, 1);
+    else
+        unsetenv("STARPU_NCUDA");
+    free(saved);
+    p.vram_budget = 0;
+    char path[256];
+    path_in(path, sizeof path, "missing.gguf");
+    p.placement_path = path;
+    rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_E_NOT_FOUND && ctx == NULL && contains(si_last_error(), "missing.gguf"),
+          "missing placement file: %d %s", rc, si_last_error());
+    p.engine = SI_ENGINE_REF;
+    p.sparsity = SI_SPARSE_DENSE;
+    rc = si_context_init(llm, p, &ctx);
+    CHECK(rc == SI_E_INVALID && contains(si_last_error(), "placement_path"),
+          "a placement on the reference: %d %s", rc, si_last_error());
+    CHECK(!starpu_is_initialized(), "a refused placement left StarPU running");
+}
+
 /* Generate greedily through the API and compare with the reference's tokens. */
 static void test_generate(struct si_llm *llm, const char *model_path, enum si_engine_kind engine,
                           enum si_sparsity_mode mode, const char *prompt, bool exact)
@@ -579,6 +625,7 @@ int main(void)
         if (m != NULL)
             test_dram_budget(llm, &m->hp);
         si_model_free(m);
+        test_vram_budget(llm);
         test_rewind(llm);
         /* Short prompts: the engine's prefill of fewer than 8 tokens is the
          * reference's arithmetic; a longer one with exact_prefill. */

@@ -74,7 +74,7 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
-expect_error 1 "--sparsity, --vram-budget, --profile, --merge and --exact-prefill need --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "--sparsity, --vram-budget, --profile, --placement, --merge and --exact-prefill need --engine starpu" generate -m x.gguf -p a --sparsity gate
 expect_error 1 "need --engine starpu" generate -m x.gguf -p a --vram-budget 1G
 expect_error 1 "--sparsity: 'half' is not dense, gate or predictor" generate -m x.gguf -p a --sparsity half
 expect_error 1 "--vram-budget: '12Q' has an unknown unit" generate -m x.gguf -p a --vram-budget 12Q
@@ -135,13 +135,27 @@ expect_error 1 "profile: no output given" profile -m "$tmp/tiny.gguf" -f "$tmp/t
 expect_error 1 "-c: 0 is out of range" profile -m x.gguf -f y -o z -c 0
 expect_error 1 "/nonexistent.txt: No such file or directory" profile -m "$tmp/tiny.gguf" -f /nonexistent.txt -o "$tmp/p.gguf"
 
-# The engine with the profile: hottest neurons first, a VRAM budget that
-# cannot be used without a GPU (said once on stderr), predictor mode needs
-# predictor tensors, and a profile of another shape is refused.
+# The engine with the profile: hottest neurons first; a VRAM budget below
+# what the engine keeps on the GPU besides FFN neurons is refused (before any
+# device is looked for), and so is a VRAM budget without a CUDA worker;
+# predictor mode needs predictor tensors, and a profile of another shape is
+# refused.
 "$si" generate -m "$tmp/tiny.gguf" -p "one two" -n 4 --temp 0 --engine starpu --sparsity gate \
-    --profile "$tmp/prof.gguf" --vram-budget 1M >"$tmp/out" 2>"$tmp/err" ||
+    --profile "$tmp/prof.gguf" >"$tmp/out" 2>"$tmp/err" ||
     fail "generate with a profile: $(cat "$tmp/err")"
 grep -q 'gate mode' "$tmp/err" || fail "generate with a profile: no engine summary: $(cat "$tmp/err")"
+expect_error 1 "VRAM budget of 100 bytes (0.00 MiB) is below the" \
+    generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sparsity gate --vram-budget 100
+expect_error 1 "VRAM budget of 100 bytes (0.00 MiB) is below the" \
+    chat -m "$tmp/tiny.gguf" --engine starpu --vram-budget 100
+STARPU_NCUDA=0 "$si" generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sparsity gate \
+    --profile "$tmp/prof.gguf" --vram-budget 1M >"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+    grep -qF "a VRAM budget needs a GPU, and StarPU has no CUDA worker" "$tmp/err" ||
+    fail "generate --vram-budget without a CUDA worker: $(cat "$tmp/err")"
+STARPU_NCUDA=0 "$si" bench -m "$tmp/tiny.gguf" -p a -n 1 -r 1 --vram-budget 1M >"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] && grep -qF "bench: --vram-budget needs a GPU" "$tmp/err" ||
+    fail "bench --vram-budget without a CUDA worker: $(cat "$tmp/err")"
 expect_error 1 "predictor mode: the model has no predictor tensors" \
     generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sparsity predictor
 "$si" synth -o "$tmp/other.gguf" --preset tiny --n-ff 512 --measure 0 >/dev/null 2>&1 || fail "synth other"

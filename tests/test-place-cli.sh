@@ -94,12 +94,18 @@ for pol in hottest random; do
     grep -q 'cpu_bw .*(measured)' "$tmp/out" || fail "--policy $pol: the CPU bandwidth was not measured"
 done
 
-# generate with the placement: no CUDA worker here, so it is ignored (said once).
-"$si" generate -m "$tmp/m.gguf" -p "one two" -n 3 --temp 0 --engine starpu --sparsity gate \
-    --placement "$tmp/pl.gguf" >"$tmp/out" 2>"$tmp/err" || fail "generate --placement: $(cat "$tmp/err")"
-grep -q 'no CUDA worker: --vram-budget/--placement ignored' "$tmp/err" ||
-    fail "generate --placement: no note about the missing GPU: $(cat "$tmp/err")"
-expect_error "--placement needs --engine starpu" generate -m "$tmp/m.gguf" -p a --placement "$tmp/pl.gguf"
+# generate with the placement: it needs a CUDA worker (one line, exit 1
+# without); the engine holding exactly the placed neurons is test-placement's.
+if STARPU_NCUDA=0 "$si" generate -m "$tmp/m.gguf" -p "one two" -n 3 --temp 0 --engine starpu \
+    --sparsity gate --placement "$tmp/pl.gguf" >"$tmp/out" 2>"$tmp/err"; then
+    fail "generate --placement ran without a CUDA worker"
+fi
+[ "$(wc -l <"$tmp/err")" = 1 ] && grep -qF 'a placement needs a GPU, and StarPU has no CUDA worker' "$tmp/err" ||
+    fail "generate --placement without a CUDA worker: $(cat "$tmp/err")"
+expect_error "VRAM budget of 100 bytes (0.00 MiB) is below the" \
+    generate -m "$tmp/m.gguf" -p a -n 1 --engine starpu --sparsity gate --placement "$tmp/pl.gguf" \
+    --vram-budget 100
+expect_error "--placement, --merge and --exact-prefill need --engine starpu" generate -m "$tmp/m.gguf" -p a --placement "$tmp/pl.gguf"
 expect_error "placement of 2 layers x 512 neurons, but the model has 2 x 256" \
     generate -m "$tmp/other.gguf" -p a -n 1 --engine starpu --sparsity gate --placement "$tmp/pl.gguf"
 expect_error "not a GPU index file" \

@@ -137,6 +137,11 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
         return si_cli_error("%s", err);
     ep.profile = prof;
     double t0 = now();
+    if (ep.vram_budget > 0 && si_runtime_ncuda() == 0) {
+        si_cli_error("bench: --vram-budget needs a GPU, and StarPU has no CUDA worker (no CUDA "
+                     "device, STARPU_NCUDA=0, or StarPU built without CUDA)");
+        goto out;
+    }
     if (si_engine_init(&eng, m, ep, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;

@@ -122,6 +122,9 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--profile")) {
         VALUE();
         cp->profile_path = v;
+    } else if (!strcmp(a, "--placement")) {
+        VALUE();
+        cp->placement_path = v;
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
         VALUE();
         if (!si_cli_int(a, v, 1, 4096, &ll))
@@ -163,9 +166,9 @@ int si_run_check(const struct si_run_opts *o)
     const struct si_context_params *cp = &o->cp;
     if (cp->engine == SI_ENGINE_REF &&
         (cp->sparsity != SI_SPARSE_DENSE || cp->vram_budget > 0 || cp->redux ||
-         cp->profile_path != NULL || cp->exact_prefill))
-        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --merge and "
-                            "--exact-prefill need --engine starpu",
+         cp->profile_path != NULL || cp->placement_path != NULL || cp->exact_prefill))
+        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --placement, --merge "
+                            "and --exact-prefill need --engine starpu",
                             o->cmd);
     return 0;
 }
@@ -191,14 +194,17 @@ void si_run_usage(FILE *f, bool chat)
                "      --gate-threshold T  gate mode, SiLU/GELU models (default 0: the profile's\n"
                "                          per-layer thresholds when it has them)\n"
                "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
-               "      --vram-budget SIZE  bytes of FFN neurons for the GPU's hot slices, e.g.\n"
-               "                          512M (default 0: none; ignored without a CUDA worker)\n"
+               "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
+               "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
+               "                          an error without a CUDA worker)\n"
                "      --dram-budget SIZE  host memory the model may keep resident: tensor data\n"
                "                          and KV cache (default 0: unlimited; a smaller budget\n"
                "                          is refused: no flash tier yet)\n"
                "      --profile FILE      activation profile (starinfer profile): the hottest\n"
                "                          neurons go to the GPU, the rest are balanced over\n"
                "                          the CPU slices (gate and predictor modes)\n"
+               "      --placement FILE    the GPU's neurons (starinfer place, or PowerInfer's\n"
+               "                          GPU index); its budget unless --vram-budget\n"
                "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
                "                          (default 32; 1: token by token like generation)\n"
                "      --attn-split N      engine: attention's products in N row slices (0:\n"
@@ -232,6 +238,11 @@ void si_run_print_engine_stats(FILE *f, const struct si_stats *st)
             si_sparsity_mode_name(st->sparsity), (double)st->hot_bytes / 1048576.0,
             100.0 * (double)active / total, 100.0 * (double)st->neurons_gpu / total,
             100.0 * (double)st->neurons_cpu / total, 100.0 * st->gpu_share);
+    if (st->gpu_budget > 0)
+        fprintf(f, "engine: GPU bytes: budget %lld, engine handles %lld, allocated by StarPU "
+                   "(peak) %lld\n",
+                (long long)st->gpu_budget, (long long)st->gpu_accounted,
+                (long long)st->gpu_allocated_peak);
     /* Decoding, then prefill: time in tasks summed over workers, the wall
      * time, and how busy the workers were (the rest is scheduling,
      * submission and waiting). */
