@@ -163,6 +163,8 @@ int si_cmd_chat(int argc, char **argv)
         si_cli_error("%s: %s", o.model, si_last_error());
         goto out;
     }
+    if (si_run_trace_begin(&o) != 0)
+        goto out;
     if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
         si_cli_error("%s", si_last_error());
         goto out;
@@ -306,7 +308,8 @@ out:
     free(line.p);
     free(conv.p);
     free(toks);
-    si_context_free(ctx);
+    si_context_free(ctx); /* StarPU stops with the last context: the trace is written */
+    rc = si_run_trace_finish(&o, rc);
     si_llm_free(llm);
     return rc;
 }

@@ -202,6 +202,8 @@ int si_cmd_generate(int argc, char **argv)
                      (long long)n_prompt, o.n_predict, o.cp.n_ctx);
         goto out;
     }
+    if (si_run_trace_begin(&o) != 0)
+        goto out;
     if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
         si_cli_error("%s", si_last_error());
         goto out;
@@ -242,7 +244,8 @@ int si_cmd_generate(int argc, char **argv)
     si_run_print_engine_stats(stderr, &st);
     rc = 0;
 out:
-    si_context_free(ctx);
+    si_context_free(ctx); /* StarPU stops with the last context: the trace is written */
+    rc = si_run_trace_finish(&o, rc);
     si_llm_free(llm);
     free(toks);
     free(text);

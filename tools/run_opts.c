@@ -122,6 +122,9 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--profile")) {
         VALUE();
         cp->profile_path = v;
+    } else if (!strcmp(a, "--trace")) {
+        VALUE();
+        o->trace_dir = v;
     } else if (!strcmp(a, "--placement")) {
         VALUE();
         cp->placement_path = v;
@@ -170,7 +173,25 @@ int si_run_check(const struct si_run_opts *o)
         return si_cli_error("%s: --sparsity, --vram-budget, --profile, --placement, --merge "
                             "and --exact-prefill need --engine starpu",
                             o->cmd);
+    if (cp->engine == SI_ENGINE_REF && o->trace_dir != NULL)
+        return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu",
+                            o->cmd);
+    /* The trace's prerequisites before anything is loaded. */
+    if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
+        return 1;
     return 0;
+}
+
+int si_run_trace_begin(const struct si_run_opts *o)
+{
+    return o->trace_dir != NULL ? si_trace_begin(o->trace_dir) : 0;
+}
+
+int si_run_trace_finish(const struct si_run_opts *o, int rc)
+{
+    if (o->trace_dir == NULL || rc != 0)
+        return rc;
+    return si_trace_finish(o->trace_dir, false) != 0 ? 1 : rc;
 }
 
 void si_run_usage(FILE *f, bool chat)
@@ -214,7 +235,10 @@ void si_run_usage(FILE *f, bool chat)
                "                          for bit token by token; default: OpenBLAS sgemm on\n"
                "                          float activations, faster, rounded differently)\n"
                "      --merge M           task (default: a merge task adds the slices' partial\n"
-               "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n",
+               "                          outputs) or redux (StarPU's STARPU_REDUX; CPU only)\n"
+               "      --trace DIR         engine: record the run with StarPU's FxT into DIR,\n"
+               "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
+               "                          StarVZ) and draw DIR/trace.png, a Gantt chart\n",
             chat ? "the model's training context, at most 4096" : "prompt + n-predict");
 }
 

@@ -20,6 +20,7 @@ struct si_run_opts {
     long long n_predict_min; /* the smallest -n accepted (chat: -1, unlimited) */
     bool ignore_eos;
     bool use_mmap;
+    const char *trace_dir; /* --trace DIR, or NULL */
     struct si_context_params cp; /* the CLI's defaults: the reference engine */
 };
 
@@ -33,6 +34,12 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i);
 
 /* After parsing: options that need the StarPU engine; 0, or 1 after an error. */
 int si_run_check(const struct si_run_opts *o);
+
+/* --trace: arm FxT before the context starts StarPU (0, or 1 after an
+ * error); after the last context is freed, convert and draw the trace
+ * (rc as given, or 1 when the conversion failed).  Nothing without --trace. */
+int si_run_trace_begin(const struct si_run_opts *o);
+int si_run_trace_finish(const struct si_run_opts *o, int rc);
 
 /* The help text of the shared options. */
 void si_run_usage(FILE *f, bool chat);
