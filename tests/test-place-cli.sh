@@ -79,6 +79,18 @@ expect_error "placement of 2 layers x 512 neurons, but the model has 2 x 256" \
 grep -q 'blk.1.gpu_idx' "$tmp/info" && grep -q 'blk.1.gpu_bucket' "$tmp/info" ||
     fail "the placement lacks gpu_idx / gpu_bucket tensors: $(cat "$tmp/info")"
 
+# info MODEL --placement FILE: the summary, the same count as --show; errors
+# before anything is printed.
+"$si" info "$tmp/m.gguf" --placement "$tmp/pl.gguf" --no-workers >"$tmp/info" 2>&1 ||
+    fail "info --placement: $(cat "$tmp/info")"
+grep -q "^placement    : $tmp/pl.gguf: $n of 1024 FFN neurons on the GPU" "$tmp/info" ||
+    fail "info --placement: no summary with $n GPU neurons: $(cat "$tmp/info")"
+grep -q 'ilp placement (optimal), gate mode' "$tmp/info" || fail "info --placement: policy"
+expect_error "placement of 2 layers x 512 neurons, but the model has 2 x 256" \
+    info "$tmp/other.gguf" --placement "$tmp/pl.gguf" --no-workers
+[ -s "$tmp/out" ] && fail "info --placement printed before refusing the placement"
+expect_error "not a GPU index file" info "$tmp/m.gguf" --placement "$tmp/p.gguf" --no-workers
+
 # Budget 0: every neuron on the CPU; above the model: every neuron on the GPU.
 "$si" "${base[@]}" --vram-budget 0 -o "$tmp/zero.gguf" "${hw[@]}" >/dev/null 2>"$tmp/err" ||
     fail "budget 0: $(cat "$tmp/err")"

@@ -4,12 +4,15 @@
 #include "cli.h"
 #include "graph/runtime.h"
 #include "model/gguf.h"
+#include "model/model.h"
 #include "model/types.h"
+#include "placement/placement.h"
 #include "starinfer.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PROG SI_PROG
@@ -25,6 +28,8 @@ static void info_usage(FILE *f)
                "  -m, --model FILE  the model file (or give it as the only argument)\n"
                "      --kv          list every metadata key and value\n"
                "      --tensors     list every tensor (name, type, shape, bytes)\n"
+               "      --placement FILE  summarise a placement (starinfer place, or PowerInfer's\n"
+               "                    GPU index) checked against the model\n"
                "      --no-workers  do not start StarPU\n"
                "  -h, --help        show this help\n");
 }
@@ -105,9 +110,61 @@ static void print_key_line(FILE *f, const struct si_gguf *g, const char *label, 
     fputc('\n', f);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A placement file, its shape checked against the model; 0 or 1 after an error. */
+static int load_placement(const char *model, const char *path, struct si_placement **p)
+{
+    char err[600];
+    struct si_model *m = NULL;
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    int rc = si_placement_read(p, path, m, err, sizeof err);
+    si_model_free(m);
+    return rc != SI_OK ? si_cli_error("%s", err) : 0;
+}
+
+/* The placement's summary (frees it). */
+static int print_placement(FILE *f, const char *path, struct si_placement *p)
+{
+    int64_t *n = malloc((size_t)p->n_layer * sizeof *n);
+    if (n == NULL) {
+        si_placement_free(p);
+        return si_cli_error("out of memory");
+    }
+    const int64_t total = si_placement_gpu_neurons(p);
+    int32_t layers = 0;
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        n[l] = p->n_gpu[l];
+        layers += n[l] > 0;
+    }
+    qsort(n, (size_t)p->n_layer, sizeof *n, cmp_i64);
+    fprintf(f, "placement    : %s: %" PRId64 " of %" PRId64 " FFN neurons on the GPU (%.2f%%), in %" PRId32
+               " of %" PRId32 " layers\n",
+            path, total, (int64_t)p->n_layer * p->n_ff,
+            100.0 * (double)total / ((double)p->n_layer * (double)p->n_ff), layers, p->n_layer);
+    fprintf(f, "  GPU neurons per layer: min %" PRId64 ", median %" PRId64 ", max %" PRId64
+               "; VRAM capacity ",
+            n[0], n[p->n_layer / 2], n[p->n_layer - 1]);
+    print_size(f, (double)p->vram_capacity);
+    if (p->has_meta)
+        fprintf(f, "; %s placement (%s), %s mode, objective %.4g, gap %.3g", p->policy,
+                p->outcome, p->sparsity, p->objective, p->gap);
+    else
+        fprintf(f, "; a PowerInfer GPU index (no starinfer keys)");
+    fputc('\n', f);
+    free(n);
+    si_placement_free(p);
+    return 0;
+}
+
 int si_cmd_info(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *placement = NULL;
     bool show_kv = false, show_tensors = false, workers = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -124,6 +181,9 @@ int si_cmd_info(int argc, char **argv)
             show_kv = true;
         } else if (!strcmp(a, "--tensors")) {
             show_tensors = true;
+        } else if (!strcmp(a, "--placement")) {
+            if ((placement = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
         } else if (!strcmp(a, "--no-workers")) {
             workers = false;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -142,6 +202,12 @@ int si_cmd_info(int argc, char **argv)
     if (si_gguf_open(&g, model, err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
 
+    /* The placement is checked before anything is printed. */
+    struct si_placement *pl = NULL;
+    if (placement != NULL && load_placement(model, placement, &pl) != 0) {
+        si_gguf_free(g);
+        return 1;
+    }
     FILE *f = stdout;
     fprintf(f, "file         : %s (", model);
     print_size(f, (double)g->size);
@@ -210,6 +276,11 @@ int si_cmd_info(int argc, char **argv)
         fputc(')', f);
     }
     fputc('\n', f);
+
+    if (pl != NULL && print_placement(f, placement, pl) != 0) {
+        si_gguf_free(g);
+        return 1;
+    }
 
     if (show_kv) {
         fprintf(f, "\nmetadata:\n");
