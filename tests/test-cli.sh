@@ -92,6 +92,12 @@ cat "$tmp/out"
 grep -q '^profile: 300 tokens in 5 windows of 64 .* 2 layers x 256 neurons' "$tmp/out" || fail "profile summary: $(cat "$tmp/out")"
 grep -q '^layer   1: mean activation rate 0\.[01]' "$tmp/out" || fail "profile: layer 1 rate: $(cat "$tmp/out")"
 grep -q 'of the neurons carry 80% of the activations' "$tmp/out" || fail "profile: no skew line: $(cat "$tmp/out")"
+# No progress line when stderr is not a terminal; STARINFER_PROGRESS=1 forces it.
+[ -s "$tmp/err" ] && fail "profile drew progress into a file: $(cat "$tmp/err")"
+STARINFER_PROGRESS=1 "$si" profile -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -o "$tmp/prof1.gguf" -c 64 \
+    -n 300 >/dev/null 2>"$tmp/err" || fail "profile with progress: $(cat "$tmp/err")"
+tr '\r' '\n' <"$tmp/err" | grep -q '^profile counting *\[#*\] 300/300 tokens' ||
+    fail "STARINFER_PROGRESS=1: no finished progress line: $(cat -v "$tmp/err")"
 "$si" info --no-workers --kv "$tmp/prof.gguf" >"$tmp/out" 2>&1 || fail "info on a profile: $(cat "$tmp/out")"
 grep -q 'starinfer.profile.n_tokens *UINT64 *300$' "$tmp/out" || fail "profile file lacks n_tokens = 300: $(cat "$tmp/out")"
 "$si" profile --help | grep -q -- '--n-tokens' || fail "profile --help lacks --n-tokens"

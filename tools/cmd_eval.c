@@ -1,5 +1,6 @@
 /* cmd_eval.c - `starinfer eval`: predictor quality and perplexity per sparsity mode. */
 #include "cli.h"
+#include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -52,9 +53,13 @@ static bool tty;
 
 static void on_chunk(void *user, int64_t chunk, int64_t n_chunks)
 {
-    fprintf(stderr, "\reval %-9s chunk %" PRId64 "/%" PRId64 "  ", (const char *)user, chunk,
-            n_chunks);
-    fflush(stderr);
+    struct si_progress *pg = user;
+    if (pg->total != n_chunks) {
+        char label[48];
+        snprintf(label, sizeof label, "%s", pg->label);
+        si_progress_begin(pg, label, n_chunks, "chunks", 1);
+    }
+    si_progress_update(pg, chunk);
 }
 
 enum { M_DENSE, M_GATE, M_ORACLE, M_PRED, M_COUNT };
@@ -212,7 +217,7 @@ int si_cmd_eval(int argc, char **argv)
         goto out;
     }
     si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
-    tty = isatty(STDERR_FILENO);
+    tty = si_progress_wanted();
     const int32_t bos_tok = bos ? si_tokenizer_bos(tok) : -1;
 
     /* Gate mode needs CATS thresholds (the gate rule's); the oracle is gate
@@ -239,6 +244,10 @@ int si_cmd_eval(int argc, char **argv)
         rp.predictor = k == M_PRED;
         /* The predictors are compared with the truth on the first pass run
          * (the dense one unless left out). */
+        struct si_progress pg;
+        char label[48];
+        snprintf(label, sizeof label, "eval %s", mode_names[k]);
+        si_progress_begin(&pg, label, 0, "chunks", 1);
         struct si_eval_params ep = {.max_chunks = max_chunks,
                                     .bos = bos_tok,
                                     .rule = rule,
@@ -246,11 +255,10 @@ int si_cmd_eval(int argc, char **argv)
                                     .conf = compared ? NULL : conf,
                                     .oracle = k == M_ORACLE,
                                     .progress = tty ? on_chunk : NULL,
-                                    .progress_user = (void *)mode_names[k]};
+                                    .progress_user = &pg};
         compared = true;
         if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
-            if (tty)
-                fputc('\n', stderr);
+            si_progress_end(&pg);
             si_cli_error("%s: %s", mode_names[k], err);
             goto out;
         }

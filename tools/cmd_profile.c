@@ -1,5 +1,6 @@
 /* cmd_profile.c - `starinfer profile`: count FFN neuron activations over a text. */
 #include "cli.h"
+#include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -105,21 +106,6 @@ static int svg_to_png(const char *svg, const char *png)
     return 0;
 }
 
-/* The progress bar: pass `pass` of `passes`, `done` of `total` tokens. */
-static void progress(int pass, int passes, const char *what, int64_t done, int64_t total,
-                     double t0)
-{
-    const int width = 30;
-    const int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : width;
-    const double el = now() - t0, rate = el > 0 ? (double)done / el : 0;
-    const double eta = rate > 0 ? (double)(total - done) / rate : 0;
-    fprintf(stderr, "\rprofile %d/%d %-11s [%.*s%*s] %" PRId64 "/%" PRId64 " tokens, %.1f tok/s, "
-                    "%d:%02d left ",
-            pass, passes, what, fill, "##############################", width - fill, "", done,
-            total, rate, (int)eta / 60, (int)eta % 60);
-    fflush(stderr);
-}
-
 int si_cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
@@ -220,49 +206,48 @@ int si_cmd_profile(int argc, char **argv)
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)n_ctx;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
-    const bool tty = isatty(STDERR_FILENO);
     const bool relu = si_profile_relu_family(m);
     const int passes = relu ? 1 : 2;
+    struct si_progress pg;
     if (si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
     double t0 = now();
+    if (!relu)
+        si_progress_begin(&pg, "profile 1/2 thresholds", n, "tokens", 1);
     for (int64_t w = 0; w < n_windows && !relu; w++) {
         const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-        if (tty)
-            progress(1, passes, "thresholds", start, n, t0);
+        si_progress_update(&pg, start);
         if (si_profile_calib_collect(calib, m, rp, toks + start, len_w, err, sizeof err) !=
             SI_OK) {
-            if (tty)
-                fputc('\n', stderr);
+            si_progress_end(&pg);
             si_cli_error("%s", err);
             goto out;
         }
     }
-    if (tty && !relu)
-        progress(1, passes, "thresholds", n, n, t0);
+    if (!relu) {
+        si_progress_update(&pg, n);
+        si_progress_end(&pg);
+    }
     if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
-    const double t1 = now();
+    si_progress_begin(&pg, passes == 2 ? "profile 2/2 counting" : "profile counting", n, "tokens",
+                      1);
     for (int64_t w = 0; w < n_windows; w++) {
         const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-        if (tty)
-            progress(passes, passes, "counting", start, n, t1);
+        si_progress_update(&pg, start);
         if (si_profile_collect(prof, m, rp, toks + start, len_w, err, sizeof err) != SI_OK) {
-            if (tty)
-                fputc('\n', stderr);
+            si_progress_end(&pg);
             si_cli_error("%s", err);
             goto out;
         }
     }
     const double secs = now() - t0;
-    if (tty) {
-        progress(passes, passes, "counting", n, n, t1);
-        fputc('\n', stderr);
-    }
+    si_progress_update(&pg, n);
+    si_progress_end(&pg);
     if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;

@@ -1,5 +1,6 @@
 /* cmd_synth.c - `starinfer synth`: write a synthetic model with planted neuron activity. */
 #include "cli.h"
+#include "progress.h"
 
 #include "model/gguf.h"
 #include "model/synth.h"
@@ -45,13 +46,13 @@ static void synth_usage(FILE *f)
             "  -h, --help          show this help\n");
 }
 
-/* Progress on a terminal: one line, rewritten in place. */
+/* Progress on a terminal: bytes written, shown in GiB. */
 static void progress(void *user, uint64_t done, uint64_t total)
 {
-    (void)user;
-    fprintf(stderr, "\r" SI_PROG " synth: %.2f / %.2f GiB (%.0f%%)", (double)done / 1073741824.0,
-            (double)total / 1073741824.0, total ? 100.0 * (double)done / (double)total : 100.0);
-    fflush(stderr);
+    struct si_progress *pg = user;
+    if (pg->total != (int64_t)total)
+        si_progress_begin(pg, "synth", (int64_t)total, "GiB", 1073741824.0);
+    si_progress_update(pg, (int64_t)done);
 }
 
 static bool parse_type(const char *s, uint32_t *out)
@@ -250,14 +251,15 @@ int si_cmd_synth(int argc, char **argv)
     char err[512] = "";
     if (si_synth_check(&p, err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
-    const bool tty = isatty(STDERR_FILENO);
-    if (tty && si_synth_data_bytes(&p) >= ((uint64_t)64 << 20))
+    struct si_progress pg = {0};
+    if (si_progress_wanted() && si_synth_data_bytes(&p) >= ((uint64_t)64 << 20)) {
         p.progress = progress;
+        p.progress_user = &pg;
+    }
 
     double t0 = seconds();
     int rc = si_synth_write(&p, out, err, sizeof err);
-    if (p.progress != NULL)
-        fputc('\n', stderr);
+    si_progress_end(&pg);
     if (rc != SI_OK)
         return si_cli_error("%s", err);
     double dt = seconds() - t0;

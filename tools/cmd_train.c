@@ -1,5 +1,6 @@
 /* cmd_train.c - `starinfer train-predictor`: train PowerInfer predictors in C. */
 #include "cli.h"
+#include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -85,18 +86,7 @@ static void train_usage(FILE *f)
 
 static bool tty;
 static double bar_t0;
-
-static void bar(const char *what, int64_t done, int64_t total, const char *unit)
-{
-    const int width = 30;
-    const int fill = total > 0 ? (int)((double)width * (double)done / (double)total) : width;
-    const double el = now() - bar_t0, rate = el > 0 ? (double)done / el : 0;
-    const double eta = rate > 0 ? (double)(total - done) / rate : 0;
-    fprintf(stderr, "\r%-24s [%.*s%*s] %" PRId64 "/%" PRId64 " %s, %d:%02d left ", what, fill,
-            "##############################", width - fill, "", done, total, unit, (int)eta / 60,
-            (int)eta % 60);
-    fflush(stderr);
-}
+static struct si_progress pg;
 
 struct train_progress {
     int32_t n_layer;
@@ -105,11 +95,12 @@ struct train_progress {
 static void on_epoch(void *user, int32_t layer, int32_t rank, int32_t epoch, int32_t epochs)
 {
     const struct train_progress *tp = user;
-    char what[64];
+    char what[48];
     snprintf(what, sizeof what, "train layer %" PRId32 "/%" PRId32 " r %" PRId32, layer + 1,
              tp->n_layer, rank);
-    fprintf(stderr, "\r%-28s epoch %" PRId32 "/%" PRId32 "   ", what, epoch, epochs);
-    fflush(stderr);
+    if (strcmp(what, pg.label) != 0 || pg.total != epochs)
+        si_progress_begin(&pg, what, epochs, "epochs", 1);
+    si_progress_update(&pg, epoch);
 }
 
 static bool parse_type(const char *s, uint32_t *t, bool *aut)
@@ -331,7 +322,7 @@ int si_cmd_train(int argc, char **argv)
     rp.n_ctx = (int32_t)n_ctx;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
-    tty = isatty(STDERR_FILENO);
+    tty = si_progress_wanted();
     const double t_start = now();
 
     float *kept_thr = NULL;
@@ -377,22 +368,19 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             bar_t0 = now();
+            si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-                if (tty)
-                    bar("thresholds", start, n, "tokens");
+                si_progress_update(&pg, start);
                 if (si_active_calib_collect(ocalib, m, rp, toks + start, lw, err, sizeof err) !=
                     SI_OK) {
-                    if (tty)
-                        fputc('\n', stderr);
+                    si_progress_end(&pg);
                     si_cli_error("%s", err);
                     goto out;
                 }
             }
-            if (tty) {
-                bar("thresholds", n, n, "tokens");
-                fputc('\n', stderr);
-            }
+            si_progress_update(&pg, n);
+            si_progress_end(&pg);
             if (si_active_calib_thresholds(ocalib, target, own_thr, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
@@ -405,22 +393,19 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             bar_t0 = now();
+            si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-                if (tty)
-                    bar("thresholds", start, n, "tokens");
+                si_progress_update(&pg, start);
                 if (si_profile_calib_collect(calib, m, rp, toks + start, lw, err, sizeof err) !=
                     SI_OK) {
-                    if (tty)
-                        fputc('\n', stderr);
+                    si_progress_end(&pg);
                     si_cli_error("%s", err);
                     goto out;
                 }
             }
-            if (tty) {
-                bar("thresholds", n, n, "tokens");
-                fputc('\n', stderr);
-            }
+            si_progress_update(&pg, n);
+            si_progress_end(&pg);
             if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
@@ -436,22 +421,19 @@ int si_cmd_train(int argc, char **argv)
             goto out;
         }
         bar_t0 = now();
+        si_progress_begin(&pg, "train-predictor samples", n, "tokens", 1);
         for (int64_t w = 0; w < n_windows; w++) {
             const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-            if (tty)
-                bar("samples", start, n, "tokens");
+            si_progress_update(&pg, start);
             if (si_train_collect(samples, m, rp, rule, thresholds, toks + start, lw, err,
                                  sizeof err) != SI_OK) {
-                if (tty)
-                    fputc('\n', stderr);
+                si_progress_end(&pg);
                 si_cli_error("%s", err);
                 goto out;
             }
         }
-        if (tty) {
-            bar("samples", n, n, "tokens");
-            fputc('\n', stderr);
-        }
+        si_progress_update(&pg, n);
+        si_progress_end(&pg);
 
         t_collect = now() - bar_t0;
         if (samples_file != NULL &&
