@@ -25,13 +25,13 @@ static void info_usage(FILE *f)
                "hyperparameters, tokenizer, tensor types; then the StarPU workers.\n"
                "\n"
                "Options:\n"
-               "  -m, --model FILE  the model file (or give it as the only argument)\n"
-               "      --kv          list every metadata key and value\n"
-               "      --tensors     list every tensor (name, type, shape, bytes)\n"
+               "  -m, --model FILE      the model file (or give it as the only argument)\n"
+               "      --kv              list every metadata key and value\n"
+               "      --tensors         list every tensor (name, type, shape, bytes)\n"
                "      --placement FILE  summarise a placement (starinfer place, or PowerInfer's\n"
-               "                    GPU index) checked against the model\n"
-               "      --no-workers  do not start StarPU\n"
-               "  -h, --help        show this help\n");
+               "                        GPU index) checked against the model\n"
+               "      --no-workers      do not start StarPU\n"
+               "  -h, --help            show this help\n");
 }
 
 static void print_size(FILE *f, double bytes)

@@ -21,7 +21,7 @@ static void usage(FILE *f)
                "\n"
                "Commands:\n"
                "  info        summarise a GGUF model file and the StarPU workers\n"
-               "  generate    generate text from a prompt (reference CPU path)\n"
+               "  generate    generate text from a prompt (reference or StarPU engine)\n"
                "  chat        chat with a model, turns read from stdin\n"
                "  perplexity  perplexity of a model on a text file (reference CPU path)\n"
                "  synth       write a synthetic model with planted neuron activity\n"
