@@ -1,6 +1,10 @@
 /* cli.c - helpers shared by the starinfer commands. */
 #include "cli.h"
 
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "starinfer.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -134,4 +138,43 @@ char *si_cli_read_file(const char *path, size_t *len)
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, size_t len,
+                              const char *path, int64_t *n)
+{
+    const bool bos = si_tokenizer_add_bos(tok);
+    const int64_t k = si_tokenize(tok, text, len, bos, false, NULL, 0);
+    if (k < 0) {
+        si_cli_error("cannot tokenize %s: %s", path, si_status_str((int)k));
+        return NULL;
+    }
+    if (k == 0) {
+        si_cli_error("%s: no tokens in the text", path);
+        return NULL;
+    }
+    int32_t *toks = malloc((size_t)k * sizeof *toks);
+    if (toks == NULL) {
+        si_cli_error("out of memory");
+        return NULL;
+    }
+    si_tokenize(tok, text, len, bos, false, toks, (size_t)k);
+    *n = k;
+    return toks;
+}
+
+int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer **tok)
+{
+    char err[600];
+    *m = NULL;
+    if (tok != NULL)
+        *tok = NULL;
+    if (si_model_load(m, path, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if (tok != NULL && si_tokenizer_load(tok, (*m)->gguf, err, sizeof err) != SI_OK) {
+        si_model_free(*m);
+        *m = NULL;
+        return si_cli_error("%s: %s", path, err);
+    }
+    return 0;
 }

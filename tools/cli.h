@@ -35,6 +35,19 @@ bool si_cli_size(const char *flag, const char *s, int64_t *out);
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);
 
+struct si_model;
+struct si_tokenizer;
+
+/* Load the model at path and, when tok is not NULL, its tokenizer; 0, or 1
+ * after an error message (nothing then left to free). */
+int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer **tok);
+
+/* Tokenize text[0..len) read from `path` (named in messages), BOS first when
+ * the model adds one, parsing no special tokens (a corpus is plain text): a
+ * new array (free() it) of *n >= 1 tokens, or NULL after an error message. */
+int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, size_t len,
+                              const char *path, int64_t *n);
+
 /* --trace DIR: si_trace_begin() before StarPU starts (checks that StarPU has
  * FxT and that the converters are installed, creates DIR, sets StarPU's FxT
  * variables); si_trace_finish() after StarPU shut down (converts the trace,

@@ -314,14 +314,8 @@ int si_cmd_bench(int argc, char **argv)
     struct run *runs = NULL;
     int rc = 1;
     char err[600];
-    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
+    if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
-    }
-    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
-        si_cli_error("%s: %s", model, err);
-        goto out;
-    }
     if (profile_path != NULL &&
         si_profile_read(&prof, profile_path, m, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);

@@ -51,8 +51,9 @@ static void eval_usage(FILE *f)
 
 static bool tty;
 
-static void on_chunk(void *user, int64_t chunk, int64_t n_chunks)
+static void on_chunk(void *user, int64_t chunk, int64_t n_chunks, double ppl)
 {
+    (void)ppl;
     struct si_progress *pg = user;
     if (pg->total != n_chunks) {
         char label[48];
@@ -154,10 +155,8 @@ int si_cmd_eval(int argc, char **argv)
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
-    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
+    if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
-    }
     const struct si_hparams *hp = &m->hp;
     if (!m->has_predictor) {
         si_cli_error("%s: the model has no predictors (blk.N.fc1/fc2 tensors; make them with "
@@ -195,28 +194,20 @@ int si_cmd_eval(int argc, char **argv)
         }
         thresholds = stored;
     }
-    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
-        si_cli_error("%s: %s", model, err);
-        goto out;
-    }
     const bool bos = si_tokenizer_add_bos(tok);
-    int64_t n = si_tokenize(tok, text, len, bos, false, NULL, 0);
-    if (n < 0) {
-        si_cli_error("cannot tokenize %s: %s", file, si_status_str((int)n));
+    int64_t n = 0;
+    if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
         goto out;
-    }
     if (n < n_ctx) {
         si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)", file, n,
                      n_ctx);
         goto out;
     }
-    toks = malloc((size_t)n * sizeof *toks);
     conf = calloc((size_t)hp->n_layer, sizeof *conf);
-    if (toks == NULL || conf == NULL) {
+    if (conf == NULL) {
         si_cli_error("out of memory");
         goto out;
     }
-    si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
     tty = si_progress_wanted();
     const int32_t bos_tok = bos ? si_tokenizer_bos(tok) : -1;
 

@@ -170,30 +170,11 @@ int si_cmd_profile(int argc, char **argv)
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
-    if (si_model_load(&m, model, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
+    if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
-    }
-    if (si_tokenizer_load(&tok, m->gguf, err, sizeof err) != SI_OK) {
-        si_cli_error("%s: %s", model, err);
+    int64_t n = 0;
+    if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
         goto out;
-    }
-    const bool bos = si_tokenizer_add_bos(tok);
-    int64_t n = si_tokenize(tok, text, len, bos, false, NULL, 0);
-    if (n < 0) {
-        si_cli_error("cannot tokenize %s: %s", file, si_status_str((int)n));
-        goto out;
-    }
-    if (n == 0) {
-        si_cli_error("%s: no tokens to profile", file);
-        goto out;
-    }
-    toks = malloc((size_t)n * sizeof *toks);
-    if (toks == NULL) {
-        si_cli_error("out of memory");
-        goto out;
-    }
-    si_tokenize(tok, text, len, bos, false, toks, (size_t)n);
     if (max_tokens > 0 && max_tokens < n)
         n = max_tokens;
     if (si_profile_init(&prof, m->hp.n_layer, m->hp.n_ff, err, sizeof err) != SI_OK) {

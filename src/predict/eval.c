@@ -275,7 +275,7 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
             count++;
         }
         if (ep->progress != NULL)
-            ep->progress(ep->progress_user, ch + 1, n_chunks);
+            ep->progress(ep->progress_user, ch + 1, n_chunks, exp(nll / (double)count));
     }
     const double mean = nll / (double)count;
     const double var = count > 1 ? (nll2 / (double)count - mean * mean) / (double)(count - 1) : 0;

@@ -45,7 +45,8 @@ struct si_eval_ppl {
 };
 
 /* Called after each chunk. */
-typedef void (*si_eval_progress_fn)(void *user, int64_t chunk, int64_t n_chunks);
+/* After each chunk: chunks done, of n_chunks, and the perplexity so far. */
+typedef void (*si_eval_progress_fn)(void *user, int64_t chunk, int64_t n_chunks, double ppl);
 
 struct si_eval_params {
     int64_t max_chunks;          /* > 0: at most this many chunks */
