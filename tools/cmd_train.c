@@ -272,6 +272,7 @@ int si_cmd_train(int argc, char **argv)
     struct si_train_samples *samples = NULL;
     struct si_train_layer *layers = NULL;
     int32_t *toks = NULL;
+    float *kept_thr = NULL;
     int rc = 1;
     char err[600];
     if (si_cli_load_model(model, &m, &tok) != 0)
@@ -310,7 +311,6 @@ int si_cmd_train(int argc, char **argv)
     tty = si_progress_wanted();
     const double t_start = now();
 
-    float *kept_thr = NULL;
     const float *thresholds = NULL;
     double t_calib = 0, t_collect = 0;
     const bool reuse = samples_file != NULL && access(samples_file, F_OK) == 0;
