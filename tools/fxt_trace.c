@@ -1,6 +1,7 @@
 /*
- * trace.c - `--trace DIR`: record a run with StarPU's FxT tracing, then
- * convert it for ViTE and StarVZ and render a PNG Gantt chart.
+ * fxt_trace.c - `--trace DIR`: record a run with StarPU's FxT tracing, then
+ * convert it for ViTE and StarVZ and render a PNG Gantt chart (the C twin of
+ * the tools/trace script, hence the name).
  *
  * StarPU reads STARPU_FXT_TRACE and STARPU_FXT_PREFIX when it starts and
  * writes the raw trace (DIR/prof_file_<user>_<rank>) when it shuts down, so
