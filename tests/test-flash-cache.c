@@ -131,10 +131,16 @@ static int draw(int32_t *act)
 static void run(int32_t cap, int32_t window, int steps)
 {
     struct si_flash_cache c;
-    int rc = si_flash_cache_init(&c, N, cap, REC, 512, window);
+    /* the caller's matrix for one case, the cache's own for the others */
+    char *mat = cap == 40 ? aligned_alloc(512, (size_t)cap * REC) : NULL;
+    float *bias = cap == 40 ? malloc((size_t)cap * sizeof *bias) : NULL;
+    int rc = si_flash_cache_init(&c, N, cap, REC, 512, window, mat, bias);
     CHECK(rc == SI_OK, "init cap %d window %d: %d", cap, window, rc);
-    if (rc != SI_OK)
+    if (rc != SI_OK) {
+        free(mat);
+        free(bias);
         return;
+    }
     struct model m;
     memset(&m, 0, sizeof m);
     for (int i = 0; i < N; i++)
@@ -195,6 +201,8 @@ static void run(int32_t cap, int32_t window, int steps)
            window, steps, (long long)total_loads, (long long)total_hits,
            (long long)budget_fails);
     si_flash_cache_free(&c);
+    free(mat);
+    free(bias);
 }
 
 int main(void)
@@ -212,8 +220,9 @@ int main(void)
 
     /* Bad input. */
     struct si_flash_cache c;
-    CHECK(si_flash_cache_init(&c, N, 8, 100, 512, 1) == SI_E_INVALID, "rec_bytes not aligned");
-    CHECK(si_flash_cache_init(&c, N, 8, REC, 512, 1) == SI_OK, "init");
+    CHECK(si_flash_cache_init(&c, N, 8, 100, 512, 1, NULL, NULL) == SI_E_INVALID,
+          "rec_bytes not aligned");
+    CHECK(si_flash_cache_init(&c, N, 8, REC, 512, 1, NULL, NULL) == SI_OK, "init");
     int32_t act[3] = {1, 2, 1}, load[3], slot[3];
     int64_t nl;
     struct si_flash_step st;

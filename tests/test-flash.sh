@@ -80,12 +80,12 @@ same() {
 
 for mode in gate predictor; do
     same "$tmp/r.gguf" $mode --dram-budget 7M
-    same "$tmp/o.gguf" $mode --dram-budget 6M
+    same "$tmp/o.gguf" $mode --dram-budget 6.7M
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.split" --flash-window 1
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.gguf.flash" --flash-window 0 --slices 3
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.prof.flash" --profile "$tmp/r.prof"
 done
-same "$tmp/q.gguf" gate --flash-store "$tmp/q.gguf.flash" --dram-budget 1.5M
+same "$tmp/q.gguf" gate --flash-store "$tmp/q.gguf.flash" --dram-budget 3.2M
 
 # The window saves reads: window 5 reads less than window 0.
 gen "$tmp/r.gguf" --sparsity gate --flash-store "$tmp/r.gguf.flash" --flash-window 0
@@ -114,15 +114,10 @@ expect_error 1 "not a flash store" \
 expect_error 1 "--flash-window: 'x' is not" \
     generate -m "$tmp/r.gguf" -p hi --engine starpu --flash-window x
 expect_error 1 "need --engine starpu" generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
-# A token whose active neurons outnumber a layer's cache: a clear error (after
-# the flash tier's notice line).
-"$si" generate -m "$tmp/r.gguf" -p "The quick brown fox" --engine starpu --sparsity predictor \
-    --dram-budget 4.5M >"$tmp/out" 2>"$tmp/err"
-rc=$?
-[ $rc = 1 ] || fail "cache overflow: exit $rc"
-[ "$(grep -c 'error' "$tmp/err")" = 1 ] &&
-    grep -q "^starinfer: error: .*cold neurons are active for this token, its flash cache holds" "$tmp/err" ||
-    fail "cache overflow: $(cat "$tmp/err")"
+# Tokens whose active neurons outnumber a layer's cache: the excess is read
+# into the spill area for that token, and the output is still the same.
+same "$tmp/r.gguf" predictor --dram-budget 6.3M
+same "$tmp/r.gguf" gate --dram-budget 6.7M --flash-window 2
 
 [ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all flash tier checks passed"

@@ -9,7 +9,7 @@
 #define NEVER (INT64_MIN / 2) /* last_k_active of a neuron never active */
 
 int si_flash_cache_init(struct si_flash_cache *c, int32_t n, int32_t cap, size_t rec_bytes,
-                        size_t align, int32_t window)
+                        size_t align, int32_t window, char *mat, float *bias)
 {
     memset(c, 0, sizeof *c);
     if (n < 0 || cap < 0 || window < 0 || align == 0 || (align & (align - 1)) != 0 ||
@@ -20,8 +20,9 @@ int si_flash_cache_init(struct si_flash_cache *c, int32_t n, int32_t cap, size_t
     c->window = window;
     c->rec_bytes = rec_bytes;
     const size_t cells = cap > 0 ? (size_t)cap : 1;
-    c->mat = aligned_alloc(align, cells * rec_bytes);
-    c->bias = malloc(cells * sizeof *c->bias);
+    c->own = mat == NULL || bias == NULL;
+    c->mat = c->own ? aligned_alloc(align, cells * rec_bytes) : mat;
+    c->bias = c->own ? malloc(cells * sizeof *c->bias) : bias;
     c->ids = malloc(cells * sizeof *c->ids);
     c->order = malloc(cells * sizeof *c->order);
     c->slot_of = malloc((n > 0 ? (size_t)n : 1) * sizeof *c->slot_of);
@@ -38,8 +39,10 @@ void si_flash_cache_free(struct si_flash_cache *c)
 {
     if (c == NULL)
         return;
-    free(c->mat);
-    free(c->bias);
+    if (c->own) {
+        free(c->mat);
+        free(c->bias);
+    }
     free(c->ids);
     free(c->order);
     free(c->slot_of);

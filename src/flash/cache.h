@@ -27,6 +27,7 @@
 #ifndef SI_FLASH_CACHE_H
 #define SI_FLASH_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,12 +44,15 @@ struct si_flash_cache {
     int64_t *last;     /* (n) last_k_active: the token each neuron was last active in */
     int64_t tick;      /* tokens stepped */
     int32_t *order;    /* (cap) scratch for step 3 */
+    bool own;          /* mat and bias allocated here */
 };
 
-/* Allocate a cache of cap records of rec_bytes (a multiple of align, a power
- * of two) for neurons [0, n).  SI_OK, SI_E_INVALID or SI_E_NOMEM. */
+/* A cache of cap records of rec_bytes (a multiple of align, a power of two)
+ * for neurons [0, n), in mat (cap records, aligned) and bias (cap floats)
+ * when given (both, kept by the caller), else allocated.  SI_OK,
+ * SI_E_INVALID or SI_E_NOMEM. */
 int si_flash_cache_init(struct si_flash_cache *c, int32_t n, int32_t cap, size_t rec_bytes,
-                        size_t align, int32_t window);
+                        size_t align, int32_t window, char *mat, float *bias);
 void si_flash_cache_free(struct si_flash_cache *c);
 
 /* Forget every record (a new sequence). */

@@ -113,6 +113,7 @@ struct layer {
     int32_t *fl_load, *fl_slot, *fl_fid; /* (n_ff) the neurons to read */
     char **fl_dst;     /* (n_ff) where each goes */
     struct si_flash_req *fl_req; /* (3 n_ff) */
+    int64_t fc_off;    /* the cache's first record in the engine's region */
     int64_t fl_loads, fl_hits, fl_bytes, fl_reads; /* totals */
     double fl_io, fl_manage;
     starpu_data_handle_t h_cache;
@@ -177,6 +178,16 @@ struct si_engine {
     starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
 
     bool flash;        /* cold neurons from p.flash */
+    /* The flash records in one region: the spill area (records 0 ..
+     * spill_cap - 1), then each layer's cache; a record's index in the
+     * region (int32) is what the ffn_cold kernels take. */
+    char *region;
+    float *region_bias;
+    int32_t spill_cap;  /* records: the most cold neurons of a layer */
+    int32_t spill_n;    /* in use, by the layer loaded last */
+    int32_t *spill_of;  /* (n_ff) a position's spill record, or -1 */
+    int32_t *spill_pos; /* (spill_cap) the positions in the spill area */
+    starpu_data_handle_t h_spill;
     int flash_err;     /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
     char flash_msg[256];
 
@@ -564,7 +575,7 @@ static void flash_fail(struct si_engine *e, int rc, const char *msg)
  * A layer's load: its cold slices' active positions (idx children, R), in
  * store order; the cache's step (deletes, moves, appends); then the missing
  * records read into their slots in parallel, and their biases taken.
- * Buffers: idx of each cold slice (R), the cache (RW).
+ * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
  */
 static void load_cpu(void *buffers[], void *cl_arg)
 {
@@ -584,16 +595,36 @@ static void load_cpu(void *buffers[], void *cl_arg)
     }
     /* Neighbours in the store get neighbouring slots: one read for a run. */
     qsort_r(L->fl_act, (size_t)na, sizeof *L->fl_act, cmp_row, L->fl_row);
+    /* The previous layer's spilled neurons are done with (spill is RW here). */
+    for (int32_t k = 0; k < e->spill_n; k++)
+        e->spill_of[e->spill_pos[k]] = -1;
+    e->spill_n = 0;
+    /* More active neurons than the cache holds: the cached ones and the
+     * first missing ones (store order: hottest first with a profile) go
+     * through the cache, the others are read into the spill area for this
+     * token only. */
+    int64_t nk = na;
+    if (na > c->cap) {
+        int64_t cached = 0, room, w = 0;
+        for (int64_t k = 0; k < na; k++)
+            cached += c->slot_of[L->fl_act[k]] >= 0;
+        room = c->cap - cached;
+        for (int64_t k = 0; k < na; k++) {
+            const int32_t p = L->fl_act[k];
+            if (c->slot_of[p] >= 0 || room-- > 0) {
+                L->fl_act[w++] = p;
+            } else {
+                e->spill_of[p] = e->spill_n;
+                e->spill_pos[e->spill_n++] = p;
+            }
+        }
+        nk = w;
+    }
     int64_t nl = 0;
     struct si_flash_step st;
-    int rc = si_flash_cache_step(c, L->fl_act, na, L->fl_load, L->fl_slot, &nl, &st);
-    if (rc != SI_OK) {
-        char msg[200];
-        snprintf(msg, sizeof msg,
-                 "layer %d: %lld cold neurons are active for this token, its flash cache holds "
-                 "%d records: raise the DRAM budget",
-                 a->l, (long long)na, c->cap);
-        flash_fail(e, rc, msg);
+    int rc = si_flash_cache_step(c, L->fl_act, nk, L->fl_load, L->fl_slot, &nl, &st);
+    if (rc != SI_OK) { /* cannot happen: nk <= cap, the ids distinct */
+        flash_fail(e, rc, "flash cache bookkeeping failed");
         account(e, SI_TASK_LOAD, t0);
         return;
     }
@@ -601,7 +632,13 @@ static void load_cpu(void *buffers[], void *cl_arg)
         L->fl_fid[k] = L->perm[L->fl_load[k]];
         L->fl_dst[k] = si_flash_cache_rec(c, L->fl_slot[k]);
     }
-    const int64_t nr = si_flash_plan(e->p.flash, a->l, L->fl_fid, nl, L->fl_dst, L->fl_req);
+    for (int32_t k = 0; k < e->spill_n; k++) {
+        L->fl_fid[nl + k] = L->perm[e->spill_pos[k]];
+        L->fl_dst[nl + k] = e->region + (size_t)k * e->rec_bytes;
+    }
+    const int64_t nc = si_flash_plan(e->p.flash, a->l, L->fl_fid, nl, L->fl_dst, L->fl_req);
+    const int64_t nr = nc + si_flash_plan(e->p.flash, a->l, L->fl_fid + nl, e->spill_n,
+                                          L->fl_dst + nl, L->fl_req + nc);
     double t1 = now();
     rc = si_flash_read(e->p.flash, L->fl_req, nr);
     double t2 = now();
@@ -609,6 +646,9 @@ static void load_cpu(void *buffers[], void *cl_arg)
         flash_fail(e, rc, "reading the flash store failed");
     for (int64_t k = 0; k < nl; k++)
         memcpy(&c->bias[L->fl_slot[k]], L->fl_dst[k] + f->bias_off, sizeof(float));
+    for (int32_t k = 0; k < e->spill_n; k++)
+        memcpy(&e->region_bias[k], L->fl_dst[nl + k] + f->bias_off, sizeof(float));
+    nl += e->spill_n;
     for (int64_t r = 0; r < nr; r++)
         L->fl_bytes += (int64_t)L->fl_req[r].len;
     L->fl_reads += nr;
@@ -623,14 +663,19 @@ static void load_cpu(void *buffers[], void *cl_arg)
  * A cold slice from the flash cache: the active positions (idx) mapped to
  * their slots, then ffn_sparse_slice's arithmetic in the same order (the
  * partial output equals the all-in-DRAM one bit for bit).
- * Buffers: ffn_in, the cache, idx (R), out (W).
+ * Buffers: ffn_in, the cache, idx, the spill area (R), out (W).
  */
+static int32_t record_of(const struct si_engine *e, const struct layer *L, int64_t p)
+{
+    const int32_t s = L->fc.slot_of[p];
+    return s >= 0 ? (int32_t)(L->fc_off + s) : e->spill_of[p];
+}
+
 static void ffn_flash_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct layer *L = &e->L[a->l];
-    const struct si_flash_cache *c = &L->fc;
     const struct si_hparams *hp = &e->m->hp;
     struct scratch *sc = my_scratch(e);
     const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
@@ -638,18 +683,20 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const uint32_t t = e->gu_type;
     double t0 = now();
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    const char *mat = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    /* Records by their index in the region (the cache's and the spill
+     * area's buffers are parts of it, on the CPU: the same addresses). */
+    const char *mat = e->region;
     const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
     const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
-    const float *b = bias ? c->bias : NULL;
+    const float *b = bias ? e->region_bias : NULL;
     const void *xa = convert_input(e, t, xb, sc->xq);
     const char *gate = e->gate_off >= 0 ? mat + e->gate_off : NULL;
     const char *up = e->up_off >= 0 ? mat + e->up_off : NULL;
     int64_t k = 0;
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-            const int32_t s = c->slot_of[p0 + idx[q]];
+            const int32_t s = record_of(e, L, p0 + idx[q]);
             if (s >= 0) /* < 0 only after a failed load (reported by eval) */
                 sc->ix[k++] = s;
         }
@@ -665,7 +712,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
         }
     } else {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-            const int32_t s = c->slot_of[p0 + idx[q]];
+            const int32_t s = record_of(e, L, p0 + idx[q]);
             if (s < 0)
                 continue;
             float h = L->gact[p0 + idx[q]];
@@ -1337,8 +1384,8 @@ static struct starpu_codelet cl_load = {
 };
 static struct starpu_codelet cl_flash = {
     .cpu_funcs = {ffn_flash_cpu},
-    .nbuffers = 4,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
     .model = &flash_model,
     .name = "ffn_cold",
 };
@@ -1821,7 +1868,15 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     int64_t layers = 0;
     for (int l = 0; l < nl; l++)
         layers += flash_layer_bytes(e, l);
-    const int64_t resident = model + kv + layers;
+    /* The spill area: a layer's cold neurons that are active beyond its
+     * cache, read for one token (layers load one after another). */
+    int64_t max_cold = 1;
+    for (int l = 0; l < nl; l++)
+        max_cold = ff - e->L[l].n_hot > max_cold ? ff - e->L[l].n_hot : max_cold;
+    const int64_t spill = max_cold * ((int64_t)e->rec_bytes + (int64_t)(sizeof(float) +
+                                                                       sizeof(int32_t))) +
+                          ff * (int64_t)sizeof(int32_t);
+    const int64_t resident = model + kv + layers + spill;
     const int64_t per_rec = (int64_t)e->rec_bytes + (int64_t)(sizeof(float) + 2 * sizeof(int32_t));
     int64_t cap = ff;
     if (e->p.flash_cache > 0) {
@@ -1833,13 +1888,31 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
                             "DRAM budget of %.1f MiB is below what the flash tier keeps "
                             "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
                             "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
-                            "%.1f MiB) and one cached neuron per layer (%.2f MiB)",
+                            "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
+                            "one cached neuron per layer (%.2f MiB)",
                             mib(e->p.dram_budget), mib(resident), mib(model), mib(kv),
-                            mib(layers), mib(per_rec * nl));
+                            mib(layers), mib(spill), mib(per_rec * nl));
         cap = avail / per_rec / nl;
     }
     e->stats.dram_resident = resident;
     e->stats.flash_cache_records = -1;
+    int64_t total = max_cold;
+    for (int l = 0; l < nl; l++) {
+        const int64_t cold = ff - e->L[l].n_hot;
+        total += cap < cold ? cap : cold;
+    }
+    e->spill_cap = (int32_t)max_cold;
+    e->region = aligned_alloc(SI_FLASH_BLOCK, (size_t)total * e->rec_bytes);
+    e->region_bias = malloc((size_t)total * sizeof(float));
+    e->spill_of = malloc((size_t)ff * sizeof(int32_t));
+    e->spill_pos = malloc((size_t)max_cold * sizeof(int32_t));
+    if (!e->region || !e->region_bias || !e->spill_of || !e->spill_pos)
+        return si__errf(err, err_size, SI_E_NOMEM,
+                        "out of memory for the flash caches (%.1f MiB)",
+                        mib(total * (int64_t)e->rec_bytes));
+    for (int64_t p = 0; p < ff; p++)
+        e->spill_of[p] = -1;
+    int64_t off = max_cold;
     for (int l = 0; l < nl; l++) {
         struct layer *L = &e->L[l];
         const int64_t cold = ff - L->n_hot;
@@ -1847,13 +1920,16 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
         if (L->n_hot > 0 &&
             (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * e->rec_bytes)) == NULL)
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the hot neurons");
+        L->fc_off = off;
         if (si_flash_cache_init(&L->fc, (int32_t)ff, c, e->rec_bytes, SI_FLASH_BLOCK,
-                                e->p.flash_window) != SI_OK)
+                                e->p.flash_window, e->region + (size_t)off * e->rec_bytes,
+                                e->region_bias + off) != SI_OK)
             return si__errf(err, err_size, SI_E_NOMEM,
                             "out of memory for the flash cache of layer %d (%d records)", l, c);
         for (int64_t p = 0; p < ff; p++)
             L->fl_row[p] = fs->row_of[(size_t)l * (size_t)ff + (size_t)L->perm[p]];
         e->stats.flash_cache_bytes += (int64_t)c * per_rec;
+        off += c;
         if (e->stats.flash_cache_records < 0 || c < e->stats.flash_cache_records)
             e->stats.flash_cache_records = c;
     }
@@ -2532,6 +2608,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     starpu_data_set_name(e->h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
+    if (e->flash)
+        vec(&e->h_spill, e->region, (size_t)e->spill_cap, e->rec_bytes);
     e->stats.gpu_accounted = gpu_accounted(e);
     e->stats.gpu_allocated_peak = e->cuda_hot ? 0 : -1;
     if (e->stats.gpu_accounted > e->stats.gpu_budget) {
@@ -2595,6 +2673,8 @@ void si_engine_free(struct si_engine *e)
         starpu_data_unregister(e->h_out);
         starpu_data_unregister(e->h_iota);
         starpu_data_unregister(e->h_hscratch);
+        if (e->h_spill != NULL)
+            starpu_data_unregister(e->h_spill);
         if (e->h_att != NULL) {
             for (int32_t j = 0; j < e->na; j++) {
                 starpu_data_unregister(e->h_qkv[j]);
@@ -2654,6 +2734,10 @@ void si_engine_free(struct si_engine *e)
     free(e->zeros);
     free(e->gthr);
     free(e->iota);
+    free(e->region);
+    free(e->region_bias);
+    free(e->spill_of);
+    free(e->spill_pos);
     si_ref_free(e->ref);
     free(e);
 }
@@ -2735,6 +2819,7 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
         for (int32_t j = first_cold; j < L->nsl; j++)
             ADD(L->h_idx_c[j], STARPU_R);
         ADD(L->h_cache, STARPU_RW);
+        ADD(e->h_spill, STARPU_RW);
         if (rc == 0)
             rc = submit(e, &cl_load, L->name_load, l, -1, token, h, md, n, STARPU_CPU);
     }
@@ -2745,6 +2830,7 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             ADD(e->h_xb, STARPU_R);
             ADD(L->h_cache, STARPU_R);
             ADD(L->h_idx_c[j], STARPU_R);
+            ADD(e->h_spill, STARPU_R);
             ADD(L->h_part_c[j], STARPU_W);
             rc = submit(e, &cl_flash, L->name_ffn[j], l, j, token, h, md, n, STARPU_CPU);
             continue;
