@@ -174,10 +174,13 @@ int si_run_check(const struct si_run_opts *o)
     const struct si_context_params *cp = &o->cp;
     if (cp->engine == SI_ENGINE_REF &&
         (cp->sparsity != SI_SPARSE_DENSE || cp->vram_budget > 0 || cp->redux ||
-         cp->profile_path != NULL || cp->placement_path != NULL || cp->exact_prefill ||
-         cp->flash_store != NULL))
-        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --placement, --merge, "
-                            "--exact-prefill and --flash-store need --engine starpu",
+         cp->profile_path != NULL || cp->placement_path != NULL || cp->exact_prefill))
+        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --placement, --merge "
+                            "and --exact-prefill need --engine starpu",
+                            o->cmd);
+    if (cp->engine == SI_ENGINE_REF && (cp->flash_store != NULL || cp->flash_window != 0))
+        return si_cli_error("%s: --flash-store and --flash-window need --engine starpu "
+                            "(the flash tier)",
                             o->cmd);
     return 0;
 }
