@@ -189,7 +189,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-flash: the budget leaves no room for caches\n");
         return 1;
     }
-    const int32_t cap = (int32_t)(cache_bytes / per_rec / nl < ff ? cache_bytes / per_rec / nl : ff);
+    const int64_t share = cache_bytes / per_rec / nl;
+    const int32_t cap = (int32_t)(share < ff ? share : ff);
     const int64_t hybrid_resident = budget - other > 0 ? budget - other : 0;
     const int64_t hybrid_read = ffn - hybrid_resident > 0 ? ffn - hybrid_resident : 0;
     printf("model %s: %d layers x %d neurons, records of %zu bytes, FFN %.2f GiB as records, "

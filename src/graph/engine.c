@@ -63,7 +63,8 @@ const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
         "embed",       "attn",        "attn_proj",  "pred",      "ffn_hot",     "ffn_cold",  "merge",
-        "norm+lm_head", "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch"};
+        "norm+lm_head", "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch",
+        "head_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
