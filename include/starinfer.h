@@ -281,12 +281,26 @@ struct si_context_params {
                            * placement's); 0 (default): none, every neuron on the
                            * CPU.  Below the reserve: SI_E_BUDGET; without a CUDA
                            * worker: SI_E_NO_DEVICE */
-    int64_t dram_budget;  /* bytes of host memory the model may keep resident:
-                           * the file's tensor data plus the KV cache (the StarPU
-                           * engine's neuron-major copy in gate and predictor
-                           * modes is not counted yet); 0 (default): unlimited.
-                           * A smaller budget fails with SI_E_BUDGET: there is no
-                           * flash tier (cold neurons on SSD) yet */
+    int64_t dram_budget;  /* bytes of host memory the model may keep resident;
+                           * 0 (default): unlimited.  When the file's tensor data
+                           * plus the KV cache exceed it, the flash tier serves
+                           * the CPU's FFN neurons from the flash store
+                           * (flash_store): attention, embeddings, norms,
+                           * predictors, gating rows (gate mode), hot neurons and
+                           * the KV cache stay resident, and per layer a cache of
+                           * the neurons active in the last flash_window tokens
+                           * gets what the budget leaves.  It needs the StarPU
+                           * engine and the gate or predictor mode; SI_E_BUDGET
+                           * when even the resident part does not fit */
+    const char *flash_store; /* the flash store (`starinfer convert --bundle`);
+                              * NULL (default): the model's path + ".flash",
+                              * used when the budget asks for it.  When set,
+                              * the flash tier is used whatever the budget
+                              * (without one, the caches may grow to every
+                              * cold neuron); read during init only */
+    int32_t flash_window; /* tokens whose active neurons stay in the flash caches
+                           * (k); 0 (default): 5, the paper's; -1: none (every
+                           * active neuron is read for every token) */
     const char *profile_path; /* activation profile (`starinfer profile`): orders
                                * the neurons hottest first; NULL (default): none;
                                * read during si_context_init only */
@@ -505,6 +519,20 @@ struct si_stats {
     int64_t batch_tasks;
     int n_task_kinds;
     struct si_task_stat tasks[SI_MAX_TASK_KINDS];
+
+    /* The flash tier (zeros without one).  Neurons, bytes, requests and
+     * times are totals over the tokens evaluated one by one and their
+     * layers: neurons read from the store and found in the caches, bytes
+     * read and read requests, the wall time the load tasks waited for the
+     * reads (I/O latency) and spent in cache bookkeeping. */
+    bool flash;
+    bool flash_direct;        /* reads bypass the page cache (O_DIRECT) */
+    int32_t flash_window;
+    int64_t dram_resident;    /* host bytes resident besides the caches */
+    int64_t flash_cache_bytes;
+    int64_t flash_cache_records; /* records per layer cache (the smallest) */
+    int64_t flash_loads, flash_hits, flash_bytes, flash_reads;
+    double flash_io_seconds, flash_manage_seconds;
 };
 
 /* Fill *out; both non-NULL (else nothing happens). */

@@ -9,6 +9,7 @@
  */
 #include "starinfer.h"
 
+#include "flash/store.h"
 #include "graph/engine.h"
 #include "graph/runtime.h"
 #include "internal.h"
@@ -72,6 +73,7 @@ struct si_llm {
     struct si_tokenizer *tok;
     void *buf;  /* the file's bytes when not mapped (the model's tensors point here) */
     char *name; /* general.name, NUL-terminated ("" when absent) */
+    char *path; /* as given to si_llm_load (the flash store's default is next to it) */
 };
 
 struct si_llm_params si_llm_default_params(void)
@@ -160,7 +162,8 @@ int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **o
         struct si_gguf_str s = {0, ""};
         si_gguf_get_str(llm->m->gguf, "general.name", &s);
         llm->name = strndup(s.data, (size_t)s.len);
-        if (llm->name == NULL) {
+        llm->path = strdup(path);
+        if (llm->name == NULL || llm->path == NULL) {
             rc = SI_E_NOMEM;
             snprintf(err, sizeof err, "out of memory");
         }
@@ -181,6 +184,7 @@ void si_llm_free(struct si_llm *llm)
     si_model_free(llm->m);
     free(llm->buf); /* after the model: its tensors point into it */
     free(llm->name);
+    free(llm->path);
     free(llm);
 }
 
@@ -384,6 +388,7 @@ struct si_context {
     struct si_context_params p;
     struct si_ref *ref;     /* the reference state (the engine's own with the engine) */
     struct si_engine *eng;  /* NULL on the reference engine */
+    struct si_flash_store *fs; /* the flash tier's store, or NULL */
     bool holds_runtime;     /* counted in rt_users */
     struct si_sampler *smp;
     int32_t n_ctx;
@@ -497,6 +502,8 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "n_slices: %d is outside [0, 256]", p->n_slices);
     if (p->attn_split < 0 || p->attn_split > 256)
         return fail(SI_E_INVALID, "attn_split: %d is outside [0, 256]", p->attn_split);
+    if (p->flash_window < -1 || p->flash_window > 1000000)
+        return fail(SI_E_INVALID, "flash_window: %d is outside [-1, 1000000]", p->flash_window);
     if (p->engine == SI_ENGINE_REF) {
         const char *what = p->sparsity != SI_SPARSE_DENSE ? "sparsity gate or predictor"
                            : p->vram_budget > 0           ? "vram_budget"
@@ -504,6 +511,7 @@ static int check_params(const struct si_context_params *p)
                            : p->placement_path != NULL    ? "placement_path"
                            : p->exact_prefill             ? "exact_prefill"
                            : p->redux                     ? "redux"
+                           : p->flash_store != NULL       ? "flash_store"
                                                           : NULL;
         if (what != NULL)
             return fail(SI_E_INVALID, "%s needs the StarPU engine (engine SI_ENGINE_STARPU)",
@@ -526,11 +534,15 @@ __attribute__((format(printf, 2, 3))) static void note(const struct si_context_p
 }
 
 /*
- * What the model keeps in host memory without a flash tier: the file's
- * tensor data and the KV cache.  A DRAM budget below that cannot be met.
+ * Whether the flash tier serves the FFN: asked for (a store named), or
+ * needed, when the file's tensor data and the KV cache exceed the DRAM
+ * budget.  It runs in the StarPU engine's gate and predictor modes only.
+ * SI_OK with *flash set, or SI_E_BUDGET.
  */
-static int check_dram(const struct si_llm *llm, const struct si_context_params *p, int32_t n_ctx)
+static int check_dram(const struct si_llm *llm, const struct si_context_params *p, int32_t n_ctx,
+                      bool *flash)
 {
+    *flash = p->flash_store != NULL;
     if (p->dram_budget == 0)
         return SI_OK;
     const struct si_hparams *hp = &llm->m->hp;
@@ -539,11 +551,15 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
                        (p->kv_f32 ? 4 : 2);
     if (weights + kv <= p->dram_budget)
         return SI_OK;
-    return fail(SI_E_BUDGET,
-                "DRAM budget of %.1f MiB is below the %.1f MiB the model keeps resident "
-                "(tensor data %.1f MiB, KV cache %.1f MiB for %d tokens); the flash tier "
-                "that would leave cold neurons on SSD is not built yet",
-                mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx);
+    if (p->engine != SI_ENGINE_STARPU || p->sparsity == SI_SPARSE_DENSE)
+        return fail(SI_E_BUDGET,
+                    "DRAM budget of %.1f MiB is below the %.1f MiB the model keeps resident "
+                    "(tensor data %.1f MiB, KV cache %.1f MiB for %d tokens); the flash tier, "
+                    "which reads cold FFN neurons from disk, needs the StarPU engine in gate "
+                    "or predictor mode",
+                    mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx);
+    *flash = true;
+    return SI_OK;
 }
 
 int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_context **out)
@@ -558,7 +574,8 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     const struct si_model *m = llm->m;
     const int32_t n_ctx =
         p.n_ctx > 0 ? p.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-    if ((rc = check_dram(llm, &p, n_ctx)) != SI_OK)
+    bool flash;
+    if ((rc = check_dram(llm, &p, n_ctx, &flash)) != SI_OK)
         return rc;
 
     struct si_context *ctx = calloc(1, sizeof *ctx);
@@ -568,6 +585,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     ctx->p = p;
     ctx->p.profile_path = NULL; /* read here only; the caller's strings may go */
     ctx->p.placement_path = NULL;
+    ctx->p.flash_store = NULL;
     ctx->n_ctx = n_ctx;
     struct si_profile *prof = NULL;
     struct si_placement *plc = NULL;
@@ -593,6 +611,19 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         ep.attn_split = p.attn_split;
         if (p.n_batch > 0)
             ep.n_batch = p.n_batch;
+        if (flash) {
+            char path[4096];
+            if (p.flash_store != NULL)
+                snprintf(path, sizeof path, "%s", p.flash_store);
+            else
+                snprintf(path, sizeof path, "%s.flash", llm->path);
+            if ((rc = si_flash_store_open(&ctx->fs, path, m, 0, err, sizeof err)) != SI_OK)
+                goto fail_err;
+            ep.flash = ctx->fs;
+            ep.dram_budget = p.dram_budget;
+            ep.flash_window = p.flash_window == 0 ? 5 : p.flash_window < 0 ? 0 : p.flash_window;
+            ep.model_in_memory = llm->buf != NULL;
+        }
         if (p.profile_path != NULL) {
             if ((rc = si_profile_read(&prof, p.profile_path, m, err, sizeof err)) != SI_OK)
                 goto fail_err;
@@ -638,6 +669,16 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                      "placement");
         if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
             goto fail_err;
+        if (ctx->fs != NULL) {
+            const struct si_engine_stats es = si_engine_get_stats(ctx->eng);
+            note(&p,
+                 "flash tier: %s store, %s; resident %.1f MiB, caches %.1f MiB (%lld records "
+                 "per layer of %d), window %d tokens",
+                 si_flash_layout_name(ctx->fs->layout),
+                 ctx->fs->direct ? "direct I/O" : ctx->fs->why, mib(es.dram_resident),
+                 mib(es.flash_cache_bytes), (long long)es.flash_cache_records, m->hp.n_ff,
+                 ep.flash_window);
+        }
         if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
             prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {
             float lo = INFINITY, hi = 0.0f;
@@ -680,6 +721,7 @@ void si_context_free(struct si_context *ctx)
         si_engine_free(ctx->eng);
     else
         si_ref_free(ctx->ref);
+    si_flash_store_free(ctx->fs); /* after the engine, which reads it */
     if (ctx->holds_runtime)
         runtime_release();
     si_sampler_free(ctx->smp);
@@ -710,6 +752,8 @@ const int32_t *si_context_tokens(const struct si_context *ctx)
 /* A clear message for an evaluation's status. */
 static int eval_failed(const struct si_context *ctx, int rc, const char *what)
 {
+    if (ctx->eng != NULL && si_engine_flash_error(ctx->eng)[0] != '\0')
+        return fail(rc, "%s: %s", what, si_engine_flash_error(ctx->eng));
     if (rc == SI_E_BUDGET)
         return fail(rc, "%s: the context of %d tokens is full", what, ctx->n_ctx);
     return fail(rc, "%s failed: %s", what, si_status_str(rc));
@@ -1075,6 +1119,21 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.batch_tokens = e.batch_tokens - b->batch_tokens;
         s.batch_seconds = e.batch_seconds - b->batch_seconds;
         s.batch_tasks = e.batch_tasks - b->batch_tasks;
+        if (ctx->fs != NULL) {
+            s.flash = true;
+            s.flash_direct = ctx->fs->direct;
+            s.flash_window = ctx->p.flash_window == 0 ? 5 : ctx->p.flash_window < 0
+                                                                ? 0 : ctx->p.flash_window;
+            s.dram_resident = e.dram_resident;
+            s.flash_cache_bytes = e.flash_cache_bytes;
+            s.flash_cache_records = e.flash_cache_records;
+            s.flash_loads = e.flash_loads - b->flash_loads;
+            s.flash_hits = e.flash_hits - b->flash_hits;
+            s.flash_bytes = e.flash_bytes - b->flash_bytes;
+            s.flash_reads = e.flash_reads - b->flash_reads;
+            s.flash_io_seconds = e.flash_io_seconds - b->flash_io_seconds;
+            s.flash_manage_seconds = e.flash_manage_seconds - b->flash_manage_seconds;
+        }
         s.n_task_kinds = SI_TASK_KIND_COUNT;
         for (int k = 0; k < SI_TASK_KIND_COUNT; k++)
             s.tasks[k] = (struct si_task_stat){

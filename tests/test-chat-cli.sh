@@ -43,7 +43,7 @@ expect_error "--temp: 'hot' is not a number" chat -m "$tmp/tiny.gguf" --temp hot
 expect_error "-n: -2 is out of range" chat -m "$tmp/tiny.gguf" -n -2
 expect_error "chat: --sparsity, --vram-budget, --profile, --placement, --merge and --exact-prefill need --engine starpu" \
     chat -m "$tmp/tiny.gguf" --sparsity gate
-expect_error "the flash tier that would leave cold neurons on SSD is not built yet" \
+expect_error "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine" \
     chat -m "$tmp/tiny.gguf" --dram-budget 64K
 expect_error "/nonexistent.txt: No such file or directory" chat -m "$tmp/tiny.gguf" -f /nonexistent.txt
 # The conversation outgrows a small context on the second turn.

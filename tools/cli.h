@@ -69,5 +69,6 @@ int si_cmd_bench(int argc, char **argv);
 int si_cmd_train(int argc, char **argv);
 int si_cmd_eval(int argc, char **argv);
 int si_cmd_place(int argc, char **argv);
+int si_cmd_convert(int argc, char **argv);
 
 #endif /* SI_TOOLS_CLI_H */

@@ -119,6 +119,14 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         VALUE();
         if (!si_cli_size(a, v, &cp->dram_budget))
             return -1;
+    } else if (!strcmp(a, "--flash-store")) {
+        VALUE();
+        cp->flash_store = v;
+    } else if (!strcmp(a, "--flash-window")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, 1000000, &ll))
+            return -1;
+        cp->flash_window = ll == 0 ? -1 : (int32_t)ll; /* the API's 0 is "default" */
     } else if (!strcmp(a, "--profile")) {
         VALUE();
         cp->profile_path = v;
@@ -179,6 +187,10 @@ int si_run_check(const struct si_run_opts *o)
     /* The trace's prerequisites before anything is loaded. */
     if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
         return 1;
+    if (cp->engine == SI_ENGINE_REF && (cp->flash_store != NULL || cp->flash_window != 0))
+        return si_cli_error("%s: --flash-store and --flash-window need --engine starpu "
+                            "(the flash tier)",
+                            o->cmd);
     return 0;
 }
 
@@ -218,9 +230,15 @@ void si_run_usage(FILE *f, bool chat)
                "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
                "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
                "                          an error without a CUDA worker)\n"
-               "      --dram-budget SIZE  host memory the model may keep resident: tensor data\n"
-               "                          and KV cache (default 0: unlimited; a smaller budget\n"
-               "                          is refused: no flash tier yet)\n"
+               "      --dram-budget SIZE  host memory the model may keep resident (default 0:\n"
+               "                          unlimited).  Below its tensor data and KV cache the\n"
+               "                          flash tier reads cold FFN neurons from the flash\n"
+               "                          store (starinfer convert --bundle; --engine starpu,\n"
+               "                          gate or predictor mode)\n"
+               "      --flash-store FILE  the flash store (default: MODEL.flash); given, the\n"
+               "                          flash tier is used whatever the budget\n"
+               "      --flash-window K    keep the neurons active in the last K tokens cached\n"
+               "                          (default 5; 0: read every active neuron each token)\n"
                "      --profile FILE      activation profile (starinfer profile): the hottest\n"
                "                          neurons go to the GPU, the rest are balanced over\n"
                "                          the CPU slices (gate and predictor modes)\n"
@@ -288,5 +306,32 @@ void si_run_print_engine_stats(FILE *f, const struct si_stats *st)
         fprintf(f, " wall %.3f ms, %.1f tasks; workers busy %.0f%% of the wall time\n",
                 1e3 * wall / n, (double)(batch ? st->batch_tasks : st->step_tasks) / n,
                 wall > 0 ? 100.0 * busy / (wall * workers) : 0.0);
+    }
+    if (st->flash) {
+        /* "LLM in a flash", Table 3's breakdown: per token evaluated one by
+         * one (prefill runs token by token with the flash tier). */
+        const double n = (double)(st->step_tokens > 0 ? st->step_tokens : 1);
+        double compute = 0.0;
+        for (int k = 0; k < st->n_task_kinds; k++)
+            if (!st->tasks[k].batch && strcmp(st->tasks[k].name, "load") != 0)
+                compute += st->tasks[k].seconds;
+        const int64_t cold = st->flash_loads + st->flash_hits;
+        fprintf(f,
+                "flash: resident %.1f MiB + caches %.1f MiB (%lld neurons per layer), window "
+                "%d, %s\n",
+                (double)st->dram_resident / 1048576.0, (double)st->flash_cache_bytes / 1048576.0,
+                (long long)st->flash_cache_records, st->flash_window,
+                st->flash_direct ? "direct I/O (page cache bypassed)" : "buffered I/O");
+        fprintf(f,
+                "flash: per token: read %.3f MiB in %.1f requests (%.1f neurons; %.1f%% of the "
+                "active cold neurons were cached), I/O %.3f ms (%.1f MiB/s), cache management "
+                "%.3f ms, compute %.3f ms (tasks other than load)\n",
+                (double)st->flash_bytes / 1048576.0 / n, (double)st->flash_reads / n,
+                (double)st->flash_loads / n,
+                cold > 0 ? 100.0 * (double)st->flash_hits / (double)cold : 0.0,
+                1e3 * st->flash_io_seconds / n,
+                st->flash_io_seconds > 0
+                    ? (double)st->flash_bytes / 1048576.0 / st->flash_io_seconds : 0.0,
+                1e3 * st->flash_manage_seconds / n, 1e3 * compute / n);
     }
 }

@@ -30,6 +30,7 @@ static void usage(FILE *f)
                "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
                "  eval        predictor recall/precision and perplexity per sparsity mode\n"
                "  place       choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
+               "  convert     write a model's flash store (--bundle) for --dram-budget\n"
                "\n"
                "Options:\n"
                "  -h, --help     show this help (COMMAND --help: the command's help)\n"
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
         {"profile", si_cmd_profile},
         {"bench", si_cmd_bench},
         {"train-predictor", si_cmd_train},
+        {"convert", si_cmd_convert},
         {"eval", si_cmd_eval},
         {"place", si_cmd_place},
     };

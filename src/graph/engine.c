@@ -4,6 +4,8 @@
 #include "codelets/ffn_sparse.h"
 #include "codelets/ops.h"
 #include "config.h"
+#include "flash/cache.h"
+#include "flash/store.h"
 #include "internal.h"
 #include "model/act.h"
 #include "model/quants.h"
@@ -23,7 +25,9 @@
 #include <starpu.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has it */
@@ -59,7 +63,8 @@ const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
         "embed",       "attn",        "attn_proj",  "pred",      "ffn_hot",     "ffn_cold",  "merge",
-        "norm+lm_head", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch"};
+        "norm+lm_head", "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch",
+        "head_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -99,7 +104,23 @@ struct layer {
     starpu_data_handle_t h_upb, h_idx, h_part, h_fc1, h_fc2, h_y;
     starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
 
-    char name_attn[24], name_pred[24], name_merge[24];
+    /* The flash tier: the cold neurons' cache and the load task's arrays
+     * (one load per layer runs at a time: the cache handle orders them). */
+    struct si_flash_cache fc;
+    float *gact;       /* gate mode: (n_ff) act(gate) of each passing neuron
+                        * (the plain kind: its activation), by position */
+    int32_t *fl_row;   /* (n_ff) each position's row in the store */
+    int32_t *fl_act;   /* (n_ff) this token's active cold positions */
+    int32_t *fl_load, *fl_slot, *fl_fid; /* (n_ff) the neurons to read */
+    char **fl_dst;     /* (n_ff) where each goes */
+    struct si_flash_req *fl_req; /* (3 n_ff) */
+    int64_t fc_off;    /* the cache's first record in the engine's region */
+    int64_t fl_loads, fl_hits, fl_bytes, fl_reads; /* totals */
+    double fl_io, fl_manage;
+    starpu_data_handle_t h_cache;
+
+    char name_attn[24], name_pred[24], name_merge[24], name_load[24];
+    char (*name_gmask)[32]; /* (nsl) */
     char name_battn[24], name_bmerge[24], name_acore[24], name_aout[24];
     char (*name_aqkv)[32], (*name_ao)[32]; /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
@@ -157,6 +178,20 @@ struct si_engine {
     int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
     starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
 
+    bool flash;        /* cold neurons from p.flash */
+    /* The flash records in one region: the spill area (records 0 ..
+     * spill_cap - 1), then each layer's cache; a record's index in the
+     * region (int32) is what the ffn_cold kernels take. */
+    char *region;
+    float *region_bias;
+    int32_t spill_cap;  /* records: the most cold neurons of a layer */
+    int32_t spill_n;    /* in use, by the layer loaded last */
+    int32_t *spill_of;  /* (n_ff) a position's spill record, or -1 */
+    int32_t *spill_pos; /* (spill_cap) the positions in the spill area */
+    starpu_data_handle_t h_spill;
+    int flash_err;     /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
+    char flash_msg[256];
+
     struct si_engine_stats stats;
 };
 
@@ -179,7 +214,8 @@ struct si_engine_params si_engine_default_params(void)
                                      .redux = false,
                                      .n_batch = 0,
                                      .attn_split = 0,
-                                     .exact_prefill = false};
+                                     .exact_prefill = false,
+                                     .flash_window = 5};
 }
 
 static struct scratch *my_scratch(struct si_engine *e)
@@ -471,6 +507,237 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     account(e, SI_TASK_FFN_HOT, t0);
 }
 #endif
+
+/* ------------------------------------------------------------ flash tier */
+
+/*
+ * Gate mode's mask of a cold slice (flash): the gating dots of every neuron
+ * of the slice, as ffn_sparse_slice takes them, so that the load task knows
+ * which records to read.  The neurons that pass go to idx (local positions,
+ * then -1) and their act(gate) (the plain kind: the activation itself,
+ * dropping zeros as ffn_sparse_slice does) to gact.
+ * Buffers: ffn_in, gating rows, up_b (R), idx (W).
+ */
+static void gmask_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    struct scratch *sc = my_scratch(e);
+    const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
+    const uint32_t t = e->gu_type;
+    const float thr = e->gthr[a->l];
+    const bool relu = hp->act == SI_ACT_RELU;
+    double t0 = now();
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const char *pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
+    int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    const void *xa = convert_input(e, t, xb, sc->xq);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float g = dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+        float v;
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            v = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
+            if (v == 0.0f)
+                continue;
+        } else {
+            v = si_act_apply(hp->act, g);
+            if (relu ? v == 0.0f : !(fabsf(v) > thr))
+                continue;
+        }
+        L->gact[p0 + i] = v;
+        idx[k++] = (int32_t)i;
+    }
+    for (int64_t q = k; q < n; q++)
+        idx[q] = -1;
+    account(e, SI_TASK_PRED, t0);
+}
+
+static int cmp_row(const void *pa, const void *pb, void *user)
+{
+    const int32_t *row = user;
+    const int32_t a = row[*(const int32_t *)pa], b = row[*(const int32_t *)pb];
+    return (a > b) - (a < b);
+}
+
+static void flash_fail(struct si_engine *e, int rc, const char *msg)
+{
+    if (e->flash_err == SI_OK) {
+        e->flash_err = rc;
+        snprintf(e->flash_msg, sizeof e->flash_msg, "%s", msg);
+    }
+}
+
+/*
+ * A layer's load: its cold slices' active positions (idx children, R), in
+ * store order; the cache's step (deletes, moves, appends); then the missing
+ * records read into their slots in parallel, and their biases taken.
+ * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
+ */
+static void load_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    struct si_flash_cache *c = &L->fc;
+    const struct si_flash_format *f = &e->p.flash->f;
+    double t0 = now();
+    const int32_t first = L->hot ? 1 : 0;
+    int64_t na = 0;
+    for (int32_t j = first; j < L->nsl; j++) {
+        const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[j - first]);
+        const int64_t n = L->s0[j + 1] - L->s0[j];
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++)
+            L->fl_act[na++] = (int32_t)(L->s0[j] + idx[q]);
+    }
+    /* Neighbours in the store get neighbouring slots: one read for a run. */
+    qsort_r(L->fl_act, (size_t)na, sizeof *L->fl_act, cmp_row, L->fl_row);
+    /* The previous layer's spilled neurons are done with (spill is RW here). */
+    for (int32_t k = 0; k < e->spill_n; k++)
+        e->spill_of[e->spill_pos[k]] = -1;
+    e->spill_n = 0;
+    /* More active neurons than the cache holds: the cached ones and the
+     * first missing ones (store order: hottest first with a profile) go
+     * through the cache, the others are read into the spill area for this
+     * token only. */
+    int64_t nk = na;
+    if (na > c->cap) {
+        int64_t cached = 0, room, w = 0;
+        for (int64_t k = 0; k < na; k++)
+            cached += c->slot_of[L->fl_act[k]] >= 0;
+        room = c->cap - cached;
+        for (int64_t k = 0; k < na; k++) {
+            const int32_t p = L->fl_act[k];
+            if (c->slot_of[p] >= 0 || room-- > 0) {
+                L->fl_act[w++] = p;
+            } else {
+                e->spill_of[p] = e->spill_n;
+                e->spill_pos[e->spill_n++] = p;
+            }
+        }
+        nk = w;
+    }
+    int64_t nl = 0;
+    struct si_flash_step st;
+    int rc = si_flash_cache_step(c, L->fl_act, nk, L->fl_load, L->fl_slot, &nl, &st);
+    if (rc != SI_OK) { /* cannot happen: nk <= cap, the ids distinct */
+        flash_fail(e, rc, "flash cache bookkeeping failed");
+        account(e, SI_TASK_LOAD, t0);
+        return;
+    }
+    for (int64_t k = 0; k < nl; k++) {
+        L->fl_fid[k] = L->perm[L->fl_load[k]];
+        L->fl_dst[k] = si_flash_cache_rec(c, L->fl_slot[k]);
+    }
+    for (int32_t k = 0; k < e->spill_n; k++) {
+        L->fl_fid[nl + k] = L->perm[e->spill_pos[k]];
+        L->fl_dst[nl + k] = e->region + (size_t)k * e->rec_bytes;
+    }
+    const int64_t nc = si_flash_plan(e->p.flash, a->l, L->fl_fid, nl, L->fl_dst, L->fl_req);
+    const int64_t nr = nc + si_flash_plan(e->p.flash, a->l, L->fl_fid + nl, e->spill_n,
+                                          L->fl_dst + nl, L->fl_req + nc);
+    double t1 = now();
+    rc = si_flash_read(e->p.flash, L->fl_req, nr);
+    double t2 = now();
+    if (rc != SI_OK)
+        flash_fail(e, rc, "reading the flash store failed");
+    for (int64_t k = 0; k < nl; k++)
+        memcpy(&c->bias[L->fl_slot[k]], L->fl_dst[k] + f->bias_off, sizeof(float));
+    for (int32_t k = 0; k < e->spill_n; k++)
+        memcpy(&e->region_bias[k], L->fl_dst[nl + k] + f->bias_off, sizeof(float));
+    nl += e->spill_n;
+    for (int64_t r = 0; r < nr; r++)
+        L->fl_bytes += (int64_t)L->fl_req[r].len;
+    L->fl_reads += nr;
+    L->fl_loads += nl;
+    L->fl_hits += st.hits;
+    L->fl_io += t2 - t1;
+    L->fl_manage += (t1 - t0) + (now() - t2);
+    account(e, SI_TASK_LOAD, t0);
+}
+
+/*
+ * A cold slice from the flash cache: the active positions (idx) mapped to
+ * their slots, then ffn_sparse_slice's arithmetic in the same order (the
+ * partial output equals the all-in-DRAM one bit for bit).
+ * Buffers: ffn_in, the cache, idx, the spill area (R), out (W).
+ */
+static int32_t record_of(const struct si_engine *e, const struct layer *L, int64_t p)
+{
+    const int32_t s = L->fc.slot_of[p];
+    return s >= 0 ? (int32_t)(L->fc_off + s) : e->spill_of[p];
+}
+
+static void ffn_flash_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct layer *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    struct scratch *sc = my_scratch(e);
+    const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
+    const size_t rb = e->rec_bytes;
+    const uint32_t t = e->gu_type;
+    double t0 = now();
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    /* Records by their index in the region (the cache's and the spill
+     * area's buffers are parts of it, on the CPU: the same addresses). */
+    const char *mat = e->region;
+    const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const float *b = bias ? e->region_bias : NULL;
+    const void *xa = convert_input(e, t, xb, sc->xq);
+    const char *gate = e->gate_off >= 0 ? mat + e->gate_off : NULL;
+    const char *up = e->up_off >= 0 ? mat + e->up_off : NULL;
+    int64_t k = 0;
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+            const int32_t s = record_of(e, L, p0 + idx[q]);
+            if (s >= 0) /* < 0 only after a failed load (reported by eval) */
+                sc->ix[k++] = s;
+        }
+        if (xa != NULL) {
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
+                                sc->h);
+        } else {
+            for (int64_t q = 0; q < k; q++) {
+                const size_t o = (size_t)sc->ix[q] * rb;
+                sc->h[q] = neuron(e, gate != NULL ? gate + o : NULL, up + o,
+                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
+            }
+        }
+    } else {
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+            const int32_t s = record_of(e, L, p0 + idx[q]);
+            if (s < 0)
+                continue;
+            float h = L->gact[p0 + idx[q]];
+            if (hp->ffn_kind != SI_FFN_PLAIN) {
+                float u = dot(t, up + (size_t)s * rb, xa, xb, d);
+                if (b != NULL)
+                    u += b[s];
+                if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+                    u = si_act_apply(SI_ACT_RELU, u);
+                h = h * u;
+            }
+            if (h == 0.0f)
+                continue;
+            sc->h[k] = h;
+            sc->ix[k++] = s;
+        }
+    }
+    si_k_ffn_down_sparse(e->dt_type, mat + e->dt_off, rb, d, sc->h, sc->ix, k, y);
+    int64_t computed = 0;
+    for (int64_t q = 0; q < k; q++)
+        computed += sc->h[q] != 0.0f;
+    L->active[a->j] = computed;
+    account(e, SI_TASK_FFN_COLD, t0);
+}
 
 /* ------------------------------------------------------------ other tasks */
 
@@ -1100,6 +1367,29 @@ static struct starpu_codelet cl_cold = {
     .model = &cold_model,
     .name = "ffn_cold",
 };
+static struct starpu_perfmodel gmask_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_gmask"};
+static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_flash_load"};
+static struct starpu_perfmodel flash_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_flash"};
+static struct starpu_codelet cl_gmask = {
+    .cpu_funcs = {gmask_cpu},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &gmask_model,
+    .name = "gmask",
+};
+static struct starpu_codelet cl_load = {
+    .cpu_funcs = {load_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &load_model,
+    .name = "load",
+};
+static struct starpu_codelet cl_flash = {
+    .cpu_funcs = {ffn_flash_cpu},
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &flash_model,
+    .name = "ffn_cold",
+};
 static struct starpu_codelet cl_merge = {
     .cpu_funcs = {merge_cpu},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -1245,6 +1535,14 @@ static void layout_of(const struct si_model *m, enum si_sparsity mode, struct si
     }
     e->dt_off = off;
     e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
+    if (e->p.flash != NULL) {
+        /* the store's records, which the cache holds as they are on disk */
+        const struct si_flash_format *f = &e->p.flash->f;
+        e->gate_off = e->gate_off >= 0 ? (ptrdiff_t)f->gate_off : -1;
+        e->up_off = e->up_off >= 0 ? (ptrdiff_t)f->up_off : -1;
+        e->dt_off = f->dt_off;
+        e->rec_bytes = f->rec_bytes;
+    }
 }
 
 const char *si_gpu_item_name(enum si_gpu_item i)
@@ -1540,6 +1838,151 @@ static int build_records(struct si_engine *e, int l, float *col, char *err, size
     return SI_OK;
 }
 
+static int64_t flash_layer_bytes(const struct si_engine *e, int l);
+
+static double mib(int64_t b)
+{
+    return (double)b / 1048576.0;
+}
+
+/*
+ * The flash tier's DRAM: what stays resident (the model's tensors but the
+ * FFN's, unless the file was read whole; the KV cache; the per-layer arrays
+ * with the hot records), then the caches in what the budget leaves, the same
+ * number of records for every layer (at most its cold neurons).
+ */
+static int flash_setup(struct si_engine *e, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_flash_store *fs = e->p.flash;
+    const int64_t ff = hp->n_ff, nl = hp->n_layer;
+    int64_t model = (int64_t)e->m->gguf->data_size;
+    if (!e->p.model_in_memory)
+        for (int l = 0; l < nl; l++) {
+            const struct si_layer *W = &e->m->w.layers[l];
+            model -= (int64_t)(W->ffn_gate.nbytes + W->ffn_up.nbytes + W->ffn_down.nbytes +
+                               W->ffn_down_t.nbytes);
+        }
+    const struct si_ref *s = e->ref;
+    const int64_t kv = 2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim *
+                       (s->p.kv_f16 ? 2 : 4);
+    int64_t layers = 0;
+    for (int l = 0; l < nl; l++)
+        layers += flash_layer_bytes(e, l);
+    /* The spill area: a layer's cold neurons that are active beyond its
+     * cache, read for one token (layers load one after another). */
+    int64_t max_cold = 1;
+    for (int l = 0; l < nl; l++)
+        max_cold = ff - e->L[l].n_hot > max_cold ? ff - e->L[l].n_hot : max_cold;
+    const int64_t spill = max_cold * ((int64_t)e->rec_bytes + (int64_t)(sizeof(float) +
+                                                                       sizeof(int32_t))) +
+                          ff * (int64_t)sizeof(int32_t);
+    const int64_t resident = model + kv + layers + spill;
+    const int64_t per_rec = (int64_t)e->rec_bytes + (int64_t)(sizeof(float) + 2 * sizeof(int32_t));
+    int64_t cap = ff;
+    if (e->p.flash_cache > 0) {
+        cap = e->p.flash_cache;
+    } else if (e->p.dram_budget > 0) {
+        const int64_t avail = e->p.dram_budget - resident;
+        if (avail < per_rec * nl)
+            return si__errf(err, err_size, SI_E_BUDGET,
+                            "DRAM budget of %.1f MiB is below what the flash tier keeps "
+                            "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
+                            "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
+                            "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
+                            "one cached neuron per layer (%.2f MiB)",
+                            mib(e->p.dram_budget), mib(resident), mib(model), mib(kv),
+                            mib(layers), mib(spill), mib(per_rec * nl));
+        cap = avail / per_rec / nl;
+    }
+    e->stats.dram_resident = resident;
+    e->stats.flash_cache_records = -1;
+    int64_t total = max_cold;
+    for (int l = 0; l < nl; l++) {
+        const int64_t cold = ff - e->L[l].n_hot;
+        total += cap < cold ? cap : cold;
+    }
+    e->spill_cap = (int32_t)max_cold;
+    e->region = aligned_alloc(SI_FLASH_BLOCK, (size_t)total * e->rec_bytes);
+    e->region_bias = malloc((size_t)total * sizeof(float));
+    e->spill_of = malloc((size_t)ff * sizeof(int32_t));
+    e->spill_pos = malloc((size_t)max_cold * sizeof(int32_t));
+    if (!e->region || !e->region_bias || !e->spill_of || !e->spill_pos)
+        return si__errf(err, err_size, SI_E_NOMEM,
+                        "out of memory for the flash caches (%.1f MiB)",
+                        mib(total * (int64_t)e->rec_bytes));
+    for (int64_t p = 0; p < ff; p++)
+        e->spill_of[p] = -1;
+    int64_t off = max_cold;
+    for (int l = 0; l < nl; l++) {
+        struct layer *L = &e->L[l];
+        const int64_t cold = ff - L->n_hot;
+        const int32_t c = (int32_t)(cap < cold ? cap : cold);
+        if (L->n_hot > 0 &&
+            (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * e->rec_bytes)) == NULL)
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the hot neurons");
+        L->fc_off = off;
+        if (si_flash_cache_init(&L->fc, (int32_t)ff, c, e->rec_bytes, SI_FLASH_BLOCK,
+                                e->p.flash_window, e->region + (size_t)off * e->rec_bytes,
+                                e->region_bias + off) != SI_OK)
+            return si__errf(err, err_size, SI_E_NOMEM,
+                            "out of memory for the flash cache of layer %d (%d records)", l, c);
+        for (int64_t p = 0; p < ff; p++)
+            L->fl_row[p] = fs->row_of[(size_t)l * (size_t)ff + (size_t)L->perm[p]];
+        e->stats.flash_cache_bytes += (int64_t)c * per_rec;
+        off += c;
+        if (e->stats.flash_cache_records < 0 || c < e->stats.flash_cache_records)
+            e->stats.flash_cache_records = c;
+    }
+    return SI_OK;
+}
+
+/* Let the kernel drop the mapped pages of [p, p + n) (whole pages inside). */
+static void drop_pages(const void *p, size_t n)
+{
+    const uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, b = ((uintptr_t)p + n) / ps * ps;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/*
+ * Flash layout of layer l: the gating rows (gate mode) and biases from the
+ * model, the hot records from the store (the model's FFN matrices are not
+ * read otherwise), the predictor's fc2 in position order.
+ */
+static int build_flash(struct si_engine *e, int l, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct layer *L = &e->L[l];
+    const int64_t ff = hp->n_ff;
+    const struct si_tensor *g = e->has_gate ? &W->ffn_gate : &W->ffn_up;
+    for (int64_t p = 0; p < ff; p++) {
+        const int32_t i = L->perm[p];
+        if (e->pre_sep)
+            memcpy((char *)L->pre + (size_t)p * e->gu_row, row_of(g, i), e->gu_row);
+        L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
+    }
+    if (e->pre_sep && e->m->gguf->map != NULL)
+        drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
+    for (int64_t p = 0; p < L->n_hot; p++) {
+        L->fl_fid[p] = L->perm[p];
+        L->fl_dst[p] = (char *)L->rec + (size_t)p * e->rec_bytes;
+    }
+    const int64_t nr = si_flash_plan(e->p.flash, l, L->fl_fid, L->n_hot, L->fl_dst, L->fl_req);
+    if (si_flash_read(e->p.flash, L->fl_req, nr) != SI_OK)
+        return si__errf(err, err_size, SI_E_IO, "layer %d: reading the hot neurons from the "
+                        "flash store failed", l);
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        const struct si_tensor *fc2 = &W->fc2;
+        for (int64_t p = 0; p < ff; p++)
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+                   fc2->row_bytes);
+    }
+    return SI_OK;
+}
+
 static void vec(starpu_data_handle_t *h, const void *p, size_t n, size_t elem)
 {
     starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
@@ -1608,14 +2051,23 @@ static void register_layer(struct si_engine *e, int l)
             vec(&L->h_gate, L->pre, (size_t)ff, e->gu_row);
             split(L->h_gate, L, L->len_n, L->h_gate_c);
         }
-        vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
-        split(L->h_rec, L, L->len_n, L->h_rec_c);
+        if (e->flash) {
+            /* the hot records alone (slot 0), the cold ones in the cache */
+            if (L->hot)
+                vec(&L->h_rec_c[0], L->rec, (size_t)L->n_hot, e->rec_bytes);
+            vec(&L->h_cache, L->fc.mat, L->fc.cap > 0 ? (size_t)L->fc.cap : 1, e->rec_bytes);
+        } else {
+            vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
+            split(L->h_rec, L, L->len_n, L->h_rec_c);
+        }
         vec(&L->h_upb, L->up_b, (size_t)ff, sizeof(float));
     }
     split(L->h_upb, L, L->len_n, L->h_upb_c);
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         vec(&L->h_fc1, W->fc1.data, W->fc1.nbytes, 1);
         vec(&L->h_fc2, L->fc2p, W->fc2.nbytes, 1);
+    }
+    if (L->idx != NULL) { /* predictor mode, and gate mode's flash masks */
         vec(&L->h_idx, L->idx, (size_t)ff, sizeof(int32_t));
         split(L->h_idx, L, L->len_n, L->h_idx_c);
     }
@@ -1685,6 +2137,12 @@ static void unregister_layer(struct si_engine *e, int l)
     unsplit(L->h_gate, L, L->h_gate_c);
     unsplit(L->h_up, L, L->h_up_c);
     unsplit(L->h_down, L, L->h_down_c);
+    if (e->flash && L->h_rec_c != NULL && L->h_rec_c[0] != NULL) {
+        starpu_data_unregister(L->h_rec_c[0]); /* registered alone, not a child */
+        L->h_rec_c[0] = NULL;
+    }
+    if (L->h_cache != NULL)
+        starpu_data_unregister(L->h_cache);
     unsplit(L->h_rec, L, L->h_rec_c);
     unsplit(L->h_upb, L, L->h_upb_c);
     unsplit(L->h_idx, L, L->h_idx_c);
@@ -1762,6 +2220,21 @@ static int check(const struct si_model *m, const struct si_engine_params *p, uns
                             "have them): run without --vram-budget",
                             si_type_name(W->ffn_up.type), si_type_name(dt));
     }
+    if (p->flash != NULL) {
+        if (p->mode == SI_SPARSITY_DENSE)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "the flash tier needs the gate or predictor sparsity mode (dense "
+                            "mode computes every neuron of every layer)");
+        if (p->redux)
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "redux merging is not available with the flash tier");
+        if (p->flash_window < 0 || p->flash_cache < 0 || p->dram_budget < 0)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "negative flash window, cache size or DRAM budget");
+        if (p->flash->f.n_layer != hp->n_layer || p->flash->f.n_ff != hp->n_ff ||
+            p->flash->f.n_embd != hp->n_embd)
+            return si__errf(err, err_size, SI_E_INVALID, "the flash store is for another model");
+    }
     return SI_OK;
 }
 
@@ -1792,9 +2265,10 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
         !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
     if (e->sparse) {
-        L->rec = malloc(ff * e->rec_bytes);
+        /* flash: only the hot records, allocated once the plan is known */
+        L->rec = e->flash ? NULL : malloc(ff * e->rec_bytes);
         L->up_b = malloc(ff * sizeof(float));
-        if (!L->rec || !L->up_b)
+        if ((!e->flash && !L->rec) || !L->up_b)
             return SI_E_NOMEM;
         if (e->pre_sep && (L->pre = malloc(ff * e->gu_row)) == NULL)
             return SI_E_NOMEM;
@@ -1805,7 +2279,47 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
         if (!L->fc2p || !L->idx)
             return SI_E_NOMEM;
     }
+    if (e->flash) {
+        if (e->p.mode == SI_SPARSITY_GATE) {
+            L->idx = malloc(ff * sizeof(int32_t));
+            L->gact = malloc(ff * sizeof(float));
+            L->name_gmask = calloc(slots, sizeof *L->name_gmask);
+            if (!L->idx || !L->gact || !L->name_gmask)
+                return SI_E_NOMEM;
+        }
+        L->fl_row = malloc(ff * sizeof(int32_t));
+        L->fl_act = malloc(ff * sizeof(int32_t));
+        L->fl_load = malloc(ff * sizeof(int32_t));
+        L->fl_slot = malloc(ff * sizeof(int32_t));
+        L->fl_fid = malloc(ff * sizeof(int32_t));
+        L->fl_dst = malloc(ff * sizeof(char *));
+        L->fl_req = malloc(3 * ff * sizeof(struct si_flash_req));
+        if (!L->fl_row || !L->fl_act || !L->fl_load || !L->fl_slot || !L->fl_fid || !L->fl_dst ||
+            !L->fl_req)
+            return SI_E_NOMEM;
+    }
     return SI_OK;
+}
+
+/* Host bytes of layer l's per-layer arrays beside the flash cache. */
+static int64_t flash_layer_bytes(const struct si_engine *e, int l)
+{
+    const struct layer *L = &e->L[l];
+    const int64_t ff = e->m->hp.n_ff, d = e->m->hp.n_embd;
+    int64_t b = L->n_hot * (int64_t)e->rec_bytes;                 /* hot records */
+    b += ff * (int64_t)(sizeof(int32_t) * 6 + sizeof(char *) + 3 * sizeof(struct si_flash_req));
+    b += ff * (int64_t)(sizeof(float) + sizeof(int32_t));        /* up_b, perm */
+    b += ff * (int64_t)(sizeof(int32_t) + sizeof(int64_t));      /* slot_of, last */
+    if (e->pre_sep)
+        b += ff * (int64_t)e->gu_row;                               /* gating rows */
+    if (e->p.mode == SI_SPARSITY_PREDICTOR)
+        b += (int64_t)e->m->w.layers[l].fc2.nbytes;                 /* fc2 by position */
+    if (L->idx != NULL)
+        b += ff * (int64_t)sizeof(int32_t);
+    if (L->gact != NULL)
+        b += ff * (int64_t)sizeof(float);
+    b += (ff / e->chunk + e->n_slices + 2) * d * (int64_t)sizeof(float); /* partial outputs */
+    return b;
 }
 
 static void free_layer(struct layer *L)
@@ -1835,6 +2349,16 @@ static void free_layer(struct layer *L)
     free(L->up_b);
     free(L->fc2p);
     free(L->idx);
+    free(L->gact);
+    free(L->name_gmask);
+    free(L->fl_row);
+    free(L->fl_act);
+    free(L->fl_load);
+    free(L->fl_slot);
+    free(L->fl_fid);
+    free(L->fl_dst);
+    free(L->fl_req);
+    si_flash_cache_free(&L->fc);
 }
 
 int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_engine_params p,
@@ -1859,6 +2383,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     e->m = m;
     e->p = p;
+    e->flash = p.flash != NULL;
     layout_of(m, p.mode, e);
     e->cuda_node = -1;
     e->gpu_base = -1;
@@ -1873,6 +2398,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
+    if (e->flash)
+        e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
     {
         /* Attention's products split over the workers when they weigh enough
          * to repay the extra tasks (docs/measurements.md). */
@@ -1998,6 +2525,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         }
     }
     rc = plan(e, err, err_size);
+    if (rc == SI_OK && e->flash)
+        rc = flash_setup(e, err, err_size);
     if (rc != SI_OK) {
         si_engine_free(e);
         return rc;
@@ -2015,7 +2544,14 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                 goto oom;
         }
     }
-    if (e->sparse) {
+    if (e->flash) {
+        for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
+            rc = build_flash(e, l, err, err_size);
+        if (rc != SI_OK) {
+            si_engine_free(e);
+            return rc;
+        }
+    } else if (e->sparse) {
         float *col = NULL;
         if (W0->ffn_down_t.data == NULL &&
             (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
@@ -2035,6 +2571,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         snprintf(L->name_attn, sizeof L->name_attn, "attn_L%d", l);
         snprintf(L->name_pred, sizeof L->name_pred, "pred_L%d", l);
         snprintf(L->name_merge, sizeof L->name_merge, "merge_L%d", l);
+        snprintf(L->name_load, sizeof L->name_load, "load_L%d", l);
+        for (int32_t j = 0; L->name_gmask != NULL && j < L->nsl; j++)
+            snprintf(L->name_gmask[j], sizeof L->name_gmask[j], "gmask_L%d.%d", l,
+                     j - (L->hot ? 1 : 0));
         snprintf(L->name_battn, sizeof L->name_battn, "attn_batch_L%d", l);
         snprintf(L->name_acore, sizeof L->name_acore, "attn_core_L%d", l);
         snprintf(L->name_aout, sizeof L->name_aout, "attn_out_L%d", l);
@@ -2069,6 +2609,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     starpu_data_set_name(e->h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
+    if (e->flash)
+        vec(&e->h_spill, e->region, (size_t)e->spill_cap, e->rec_bytes);
     e->stats.gpu_accounted = gpu_accounted(e);
     e->stats.gpu_allocated_peak = e->cuda_hot ? 0 : -1;
     if (e->stats.gpu_accounted > e->stats.gpu_budget) {
@@ -2132,6 +2674,8 @@ void si_engine_free(struct si_engine *e)
         starpu_data_unregister(e->h_out);
         starpu_data_unregister(e->h_iota);
         starpu_data_unregister(e->h_hscratch);
+        if (e->h_spill != NULL)
+            starpu_data_unregister(e->h_spill);
         if (e->h_att != NULL) {
             for (int32_t j = 0; j < e->na; j++) {
                 starpu_data_unregister(e->h_qkv[j]);
@@ -2191,6 +2735,10 @@ void si_engine_free(struct si_engine *e)
     free(e->zeros);
     free(e->gthr);
     free(e->iota);
+    free(e->region);
+    free(e->region_bias);
+    free(e->spill_of);
+    free(e->spill_pos);
     si_ref_free(e->ref);
     free(e);
 }
@@ -2255,9 +2803,39 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             ADD(L->h_idx_c[j], STARPU_W);
         rc = submit(e, &cl_pred, L->name_pred, l, -1, token, h, md, n, 0);
     }
+    const int32_t first_cold = L->hot ? 1 : 0;
+    if (rc == 0 && e->flash && L->nsl > first_cold) {
+        /* The cold neurons' mask (gate mode: the resident gating rows), then
+         * the layer's load: cache update and reads, before any ffn_cold. */
+        for (int32_t j = first_cold; j < L->nsl && rc == 0 && e->p.mode == SI_SPARSITY_GATE;
+             j++) {
+            n = 0;
+            ADD(e->h_xb, STARPU_R);
+            ADD(L->h_gate_c[j], STARPU_R);
+            ADD(L->h_upb_c[j], STARPU_R);
+            ADD(L->h_idx_c[j], STARPU_W);
+            rc = submit(e, &cl_gmask, L->name_gmask[j], l, j, token, h, md, n, STARPU_CPU);
+        }
+        n = 0;
+        for (int32_t j = first_cold; j < L->nsl; j++)
+            ADD(L->h_idx_c[j], STARPU_R);
+        ADD(L->h_cache, STARPU_RW);
+        ADD(e->h_spill, STARPU_RW);
+        if (rc == 0)
+            rc = submit(e, &cl_load, L->name_load, l, -1, token, h, md, n, STARPU_CPU);
+    }
     for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
         const bool hot = is_hot(e, l, j), gpu = hot && e->cuda_hot;
         n = 0;
+        if (e->flash && !hot) {
+            ADD(e->h_xb, STARPU_R);
+            ADD(L->h_cache, STARPU_R);
+            ADD(L->h_idx_c[j], STARPU_R);
+            ADD(e->h_spill, STARPU_R);
+            ADD(L->h_part_c[j], STARPU_W);
+            rc = submit(e, &cl_flash, L->name_ffn[j], l, j, token, h, md, n, STARPU_CPU);
+            continue;
+        }
         ADD(e->h_xb, STARPU_R);
         if (!e->sparse) {
             if (e->has_gate)
@@ -2304,6 +2882,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     if (e->ref->n_past >= e->ref->p.n_ctx)
         return SI_E_BUDGET;
     const double t0 = now();
+    e->flash_msg[0] = '\0';
 
     starpu_data_handle_t h[4];
     enum starpu_data_access_mode md[4];
@@ -2346,6 +2925,11 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     if (rc != 0) {
         starpu_task_wait_for_all();
         return SI_E_RUNTIME;
+    }
+    if (e->flash_err != SI_OK) { /* a load failed: this token's output is wrong */
+        rc = e->flash_err;
+        e->flash_err = SI_OK;
+        return rc;
     }
     /* Activation counts are read after the merge, which read the slices'
      * outputs: every slice task of this token has finished. */
@@ -2495,9 +3079,23 @@ struct si_ref *si_engine_ref(struct si_engine *e)
     return e->ref;
 }
 
+const char *si_engine_flash_error(const struct si_engine *e)
+{
+    return e->flash_msg;
+}
+
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 {
     struct si_engine_stats st = e->stats;
+    for (int l = 0; e->flash && l < e->m->hp.n_layer; l++) {
+        const struct layer *L = &e->L[l];
+        st.flash_loads += L->fl_loads;
+        st.flash_hits += L->fl_hits;
+        st.flash_bytes += L->fl_bytes;
+        st.flash_reads += L->fl_reads;
+        st.flash_io_seconds += L->fl_io;
+        st.flash_manage_seconds += L->fl_manage;
+    }
     for (unsigned w = 0; w < e->n_workers; w++)
         for (int k = 0; k < SI_TASK_KIND_COUNT; k++) {
             st.task_seconds[k] += e->scratch[w].busy[k];

@@ -57,6 +57,19 @@
  * the budget.  Attention, the predictor and the merge run on CPU workers.
  * StarPU must be started (si_runtime_start) before si_engine_init.
  *
+ * Flash tier ("LLM in a flash").  With a store (params.flash), the cold
+ * neurons of the sparse layouts are not copied at init: each layer has a
+ * preallocated cache (flash/cache.h) of the records of the neurons active
+ * in the last flash_window tokens, and per token a load_L task, submitted
+ * after the layer's mask (pred_L, or gmask_L.j tasks computing gate mode's
+ * gating rows, which stay resident) and before its ffn_cold_L.j tasks,
+ * updates the cache and reads the missing records with the store's reader
+ * threads (parallel preads, O_DIRECT).  The ffn_cold tasks then compute
+ * from the cache's slots in the same order as the all-in-DRAM engine, so
+ * the outputs are equal bit for bit.  Hot records, gating rows, biases and
+ * predictors stay in DRAM; the model's FFN tensors are never read.  Prefill
+ * runs token by token (a dense batch would read every neuron).
+ *
  * The VRAM budget is honest: si_engine_gpu_reserve() itemizes what the
  * engine puts on the GPU besides the hot neurons (the same function tells
  * `starinfer place` what to leave free), init refuses with SI_E_BUDGET a
@@ -78,6 +91,7 @@
 
 struct si_profile;
 struct si_placement;
+struct si_flash_store;
 
 enum si_sparsity { SI_SPARSITY_DENSE, SI_SPARSITY_GATE, SI_SPARSITY_PREDICTOR };
 
@@ -113,6 +127,19 @@ struct si_engine_params {
                          * converted as llama.cpp does), bit for bit the
                          * token-by-token result, instead of OpenBLAS sgemm on
                          * float activations (about 10x faster: see README) */
+
+    /* The flash tier (gate and predictor modes; see "Flash tier" above). */
+    struct si_flash_store *flash; /* the cold neurons' store (may be NULL: every
+                                   * neuron in DRAM); must outlive the engine */
+    int64_t dram_budget;  /* flash: host bytes for everything resident (see
+                           * si_engine_stats.dram_resident); the caches get
+                           * what the resident part leaves */
+    int64_t flash_cache;  /* flash: records per layer cache, overriding the
+                           * budget's share (0: from dram_budget) */
+    int32_t flash_window; /* flash: tokens whose active neurons stay cached
+                           * (k; 0: none, every active neuron read each token) */
+    bool model_in_memory; /* the model file was read, not mapped: all of it
+                           * counts as resident */
 };
 
 struct si_engine_params si_engine_default_params(void);
@@ -127,6 +154,7 @@ enum si_task_kind {
     SI_TASK_FFN_COLD,
     SI_TASK_MERGE,
     SI_TASK_HEAD,
+    SI_TASK_LOAD, /* flash: a layer's cache update and reads */
     SI_TASK_PREFILL_EMBED, /* the batch tasks of si_engine_eval_batch */
     SI_TASK_PREFILL_ATTN,
     SI_TASK_PREFILL_FFN,
@@ -136,7 +164,7 @@ enum si_task_kind {
 };
 
 /* "embed", "attn", "attn_proj", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
- * "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch" */
+ * "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch" */
 const char *si_task_kind_name(enum si_task_kind k);
 
 /* Totals since init. */
@@ -163,6 +191,18 @@ struct si_engine_stats {
     int64_t gpu_budget;
     int64_t gpu_accounted;
     int64_t gpu_allocated_peak;
+    /* The flash tier (zeros without one): host bytes resident besides the
+     * caches (the model's tensors other than the FFN's, KV cache, hot
+     * records, gating rows, predictor copies, per-layer buffers), the
+     * caches' bytes and records per layer (the smallest), and, summed over
+     * tokens and layers: neurons read and found cached, bytes and read
+     * requests, the wall time the load tasks waited for reads, and their
+     * time in cache bookkeeping (deletes, moves, appends, lists). */
+    int64_t dram_resident;
+    int64_t flash_cache_bytes;
+    int64_t flash_cache_records;
+    int64_t flash_loads, flash_hits, flash_bytes, flash_reads;
+    double flash_io_seconds, flash_manage_seconds;
 };
 
 /* What the engine puts on the GPU besides the hot FFN neurons. */
@@ -233,6 +273,10 @@ void si_engine_reset(struct si_engine *e);
 struct si_ref *si_engine_ref(struct si_engine *e);
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e);
+
+/* The flash tier's message for the last evaluation that failed in a load
+ * (SI_E_BUDGET: a layer's active neurons exceed its cache; SI_E_IO), or "". */
+const char *si_engine_flash_error(const struct si_engine *e);
 
 /* Cold slices per layer actually used. */
 int32_t si_engine_n_slices(const struct si_engine *e);

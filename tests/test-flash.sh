@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# test-flash.sh - the flash tier (issue 9) on small synthetic models: convert
+# writes the store; generate with a DRAM budget below the model (or a named
+# store) decodes the same tokens as the all-in-DRAM engine, in gate and
+# predictor modes, on a gated ReLU model, an OPT model (plain FFN with bias)
+# and a Q4_0 model without ffn_down_t (down_t made by the store as the
+# engine makes it), for the bundled and split layouts, windows 0, 1 and 5,
+# profile order; the per-token flash figures are printed; and every kind of
+# bad input gets one clear line and a non-zero exit.
+set -u
+si=${STARINFER:?STARINFER must name the starinfer binary}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+export STARPU_NCPU=${STARPU_NCPU:-2}
+
+expect_error() {
+    local want=$1 needle=$2
+    shift 2
+    "$si" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ "$rc" = "$want" ] || fail "starinfer $*: exit $rc, expected $want"
+    [ "$(wc -l <"$tmp/err")" = 1 ] || fail "starinfer $*: $(wc -l <"$tmp/err") lines on stderr: $(cat "$tmp/err")"
+    grep -qF -- "$needle" "$tmp/err" || fail "starinfer $*: stderr lacks '$needle': $(cat "$tmp/err")"
+    echo "ok: starinfer $* -> $(cat "$tmp/err")"
+}
+
+dims=(--n-embd 256 --n-ff 1024 --n-head 4 --n-head-kv 4)
+"$si" synth -o "$tmp/r.gguf" --arch llama-relu --type f16 "${dims[@]}" --n-layer 3 --predictor 64 \
+    --seed 7 >/dev/null || fail "synth r"
+"$si" synth -o "$tmp/o.gguf" --arch opt --type f16 "${dims[@]}" --n-layer 3 --predictor 64 \
+    --seed 8 >/dev/null || fail "synth o"
+"$si" synth -o "$tmp/q.gguf" --arch llama-relu --type q4_0 "${dims[@]}" --n-layer 2 \
+    --seed 9 >/dev/null || fail "synth q"
+
+# convert
+for m in r o q; do
+    "$si" convert -m "$tmp/$m.gguf" --bundle >"$tmp/out" 2>&1 || fail "convert $m: $(cat "$tmp/out")"
+done
+grep -q "bundled layout, 2 layers x 1024 neurons" "$tmp/out" || fail "convert output: $(cat "$tmp/out")"
+[ -s "$tmp/q.gguf.flash" ] || fail "convert did not write MODEL.flash"
+"$si" info --no-workers "$tmp/r.gguf.flash" | grep -q 'starinfer.flash' || fail "info on a store"
+"$si" convert -m "$tmp/r.gguf" --split -o "$tmp/r.split" >/dev/null || fail "convert --split"
+printf 'The quick brown fox jumps over the lazy dog. ' >"$tmp/corpus.txt"
+for i in 1 2 3 4 5 6; do cat "$tmp/corpus.txt" "$tmp/corpus.txt" >"$tmp/c2"; mv "$tmp/c2" "$tmp/corpus.txt"; done
+"$si" profile -m "$tmp/r.gguf" -f "$tmp/corpus.txt" -o "$tmp/r.prof" -n 64 -c 64 >/dev/null 2>&1 ||
+    fail "profile"
+"$si" convert -m "$tmp/r.gguf" --bundle --profile "$tmp/r.prof" -o "$tmp/r.prof.flash" >"$tmp/out" ||
+    fail "convert --profile"
+grep -q "by profile" "$tmp/out" || fail "convert --profile output: $(cat "$tmp/out")"
+
+# gen MODEL ARGS...: the decoded text (temp 0, prefill token by token as the
+# flash tier does) into $tmp/gen, stderr into $tmp/gerr.
+gen() {
+    "$si" generate -m "$1" -p "The quick brown fox" -n 24 --temp 0 --ignore-eos --engine starpu \
+        -b 1 "${@:2}" >"$tmp/gen" 2>"$tmp/gerr"
+}
+
+# same MODEL MODE ARGS...: the flash run decodes what the all-in-DRAM run does.
+same() {
+    local m=$1 mode=$2
+    shift 2
+    gen "$m" --sparsity "$mode" || { fail "DRAM run $m $mode: $(cat "$tmp/gerr")"; return; }
+    cp "$tmp/gen" "$tmp/want"
+    gen "$m" --sparsity "$mode" "$@"
+    local rc=$?
+    if [ $rc != 0 ]; then
+        fail "flash run $m $mode $*: exit $rc: $(cat "$tmp/gerr")"
+        return
+    fi
+    grep -q '^flash tier: ' "$tmp/gerr" || fail "$m $mode $*: the flash tier was not used"
+    grep -q '^flash: per token: read ' "$tmp/gerr" || fail "$m $mode $*: no flash figures"
+    if cmp -s "$tmp/gen" "$tmp/want"; then
+        echo "ok: $(basename "$m") $mode $* decodes as in DRAM: $(grep '^flash: per token' "$tmp/gerr" | cut -c1-90)"
+    else
+        fail "$m $mode $*: '$(cat "$tmp/gen")' differs from the DRAM run's '$(cat "$tmp/want")'"
+    fi
+}
+
+for mode in gate predictor; do
+    same "$tmp/r.gguf" $mode --dram-budget 7M
+    same "$tmp/o.gguf" $mode --dram-budget 6.7M
+    same "$tmp/r.gguf" $mode --flash-store "$tmp/r.split" --flash-window 1
+    same "$tmp/r.gguf" $mode --flash-store "$tmp/r.gguf.flash" --flash-window 0 --slices 3
+    same "$tmp/r.gguf" $mode --flash-store "$tmp/r.prof.flash" --profile "$tmp/r.prof"
+done
+same "$tmp/q.gguf" gate --flash-store "$tmp/q.gguf.flash" --dram-budget 3.2M
+
+# The window saves reads: window 5 reads less than window 0.
+gen "$tmp/r.gguf" --sparsity gate --flash-store "$tmp/r.gguf.flash" --flash-window 0
+w0=$(sed -n 's/^flash: per token: read \([0-9.]*\) MiB.*/\1/p' "$tmp/gerr")
+gen "$tmp/r.gguf" --sparsity gate --flash-store "$tmp/r.gguf.flash" --flash-window 5
+w5=$(sed -n 's/^flash: per token: read \([0-9.]*\) MiB.*/\1/p' "$tmp/gerr")
+awk -v a="$w5" -v b="$w0" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    fail "window 5 read $w5 MiB per token, window 0 $w0"
+echo "ok: MiB read per token: window 0 $w0, window 5 $w5"
+
+# Bad input.
+expect_error 1 "convert: say --bundle" convert -m "$tmp/r.gguf"
+expect_error 1 "convert: no model" convert --bundle
+expect_error 1 "No such file or directory" convert -m "$tmp/none.gguf" --bundle
+expect_error 1 "exclude each other" convert -m "$tmp/r.gguf" --bundle --split
+expect_error 1 "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine in gate or predictor mode" \
+    generate -m "$tmp/r.gguf" -p hi --engine starpu --dram-budget 4M
+expect_error 1 "below what the flash tier keeps resident" \
+    generate -m "$tmp/r.gguf" -p hi --engine starpu --sparsity gate --dram-budget 1M
+expect_error 1 "no flash store (write it with \`starinfer convert --bundle\`)" \
+    generate -m "$tmp/r.gguf" -p hi --engine starpu --sparsity gate --flash-store "$tmp/none.flash"
+expect_error 1 "the flash store was written for another model" \
+    generate -m "$tmp/o.gguf" -p hi --engine starpu --sparsity gate --flash-store "$tmp/r.gguf.flash"
+expect_error 1 "not a flash store" \
+    generate -m "$tmp/r.gguf" -p hi --engine starpu --sparsity gate --flash-store "$tmp/q.gguf"
+expect_error 1 "--flash-window: 'x' is not" \
+    generate -m "$tmp/r.gguf" -p hi --engine starpu --flash-window x
+expect_error 1 "--flash-store and --flash-window need --engine starpu" generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
+# Tokens whose active neurons outnumber a layer's cache: the excess is read
+# into the spill area for that token, and the output is still the same.
+same "$tmp/r.gguf" predictor --dram-budget 6.3M
+same "$tmp/r.gguf" gate --dram-budget 6.7M --flash-window 2
+
+[ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "all flash tier checks passed"

@@ -1,0 +1,113 @@
+/* cmd_convert.c - `starinfer convert`: write a model's flash store (issue 9). */
+#include "cli.h"
+#include "flash/store.h"
+#include "model/model.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void convert_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " SI_PROG " convert -m MODEL --bundle [-o STORE] [--profile PROFILE]\n"
+            "\n"
+            "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
+            "(gate row, up row, down_t row and up bias, in the model's types, each part\n"
+            "aligned to 512 bytes so a record is read with O_DIRECT straight into a cache\n"
+            "slot), for `generate --dram-budget SIZE`, which keeps attention, embeddings,\n"
+            "norms, predictors and hot neurons in memory and reads the other neurons from\n"
+            "the store when they are predicted active.  With a profile, each layer's\n"
+            "records go hottest first: neurons that fire together sit together, and the\n"
+            "loader reads a run of adjacent records as one request.\n"
+            "\n"
+            "Options:\n"
+            "  -m, --model FILE     the model (GGUF)\n"
+            "  -o, --output FILE    the store to write (default: MODEL.flash, where\n"
+            "                       generate looks for it)\n"
+            "      --bundle         the bundled layout: a neuron's rows in one record, one\n"
+            "                       read per neuron (\"LLM in a flash\", section 3.2)\n"
+            "      --split          the layout without bundling, for comparisons: gate, up\n"
+            "                       and down_t rows in separate tensors, a read for each\n"
+            "      --profile FILE   activation profile (starinfer profile): record order\n"
+            "  -h, --help           show this help\n");
+}
+
+int si_cmd_convert(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *profile = NULL;
+    int layout = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            convert_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if ((out = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--bundle") || !strcmp(a, "--split")) {
+            const int l = !strcmp(a, "--bundle") ? SI_FLASH_BUNDLED : SI_FLASH_SPLIT;
+            if (layout >= 0 && layout != l)
+                return si_cli_error("convert: --bundle and --split exclude each other");
+            layout = l;
+        } else {
+            return si_cli_error("convert: unknown option '%s' (see " SI_PROG " convert --help)",
+                                a);
+        }
+    }
+    if (model == NULL)
+        return si_cli_error("convert: no model (-m FILE)");
+    if (layout < 0)
+        return si_cli_error("convert: say --bundle (the flash store) or --split (the layout "
+                            "without bundling)");
+    char err[600];
+    struct si_model *m = NULL;
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    struct si_profile *pr = NULL;
+    if (profile != NULL && si_profile_read(&pr, profile, m, err, sizeof err) != SI_OK) {
+        si_model_free(m);
+        return si_cli_error("%s", err);
+    }
+    char *def = NULL;
+    if (out == NULL) {
+        const size_t n = strlen(model) + 8;
+        if ((def = malloc(n)) == NULL) {
+            si_profile_free(pr);
+            si_model_free(m);
+            return si_cli_error("out of memory");
+        }
+        snprintf(def, n, "%s.flash", model);
+        out = def;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct si_flash_format f;
+    int rc = si_flash_format_of(m, &f, err, sizeof err);
+    if (rc == SI_OK)
+        rc = si_flash_store_write(m, pr, (enum si_flash_layout)layout, out, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == SI_OK) {
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double bytes = (double)f.rec_bytes * f.n_ff * f.n_layer;
+        printf("wrote %s: %s layout, %d layers x %d neurons, records of %zu bytes (gate %zu, "
+               "up %zu, down_t %zu, bias 4), %.2f GiB of records, order %s, in %.1f s\n",
+               out, si_flash_layout_name((enum si_flash_layout)layout), f.n_layer, f.n_ff,
+               f.rec_bytes, f.has_gate ? f.gu_row : (size_t)0, f.gu_row, f.dt_row,
+               bytes / 1073741824.0, pr != NULL ? "by profile (hottest first)" : "the model's",
+               s);
+    }
+    free(def);
+    si_profile_free(pr);
+    si_model_free(m);
+    return rc == SI_OK ? 0 : si_cli_error("%s", err);
+}
