@@ -42,7 +42,7 @@ static double time_it(si__attn_f16_fn fn, float *out, const float *q, const uint
     for (;;) {
         double t = now();
         for (int r = 0; r < reps; r++)
-            fn(out, q, k, v, 0, n_kv, n_head, n_head_kv, hd, 0.1f, scratch);
+            fn(out, q, k, v, 0, n_kv, 0, n_head, n_head, n_head_kv, hd, 0.1f, scratch);
         t = now() - t;
         if (t > 0.05)
             break;
@@ -51,7 +51,7 @@ static double time_it(si__attn_f16_fn fn, float *out, const float *q, const uint
     for (int run = 0; run < 5; run++) {
         double t = now();
         for (int r = 0; r < reps; r++)
-            fn(out, q, k, v, 0, n_kv, n_head, n_head_kv, hd, 0.1f, scratch);
+            fn(out, q, k, v, 0, n_kv, 0, n_head, n_head, n_head_kv, hd, 0.1f, scratch);
         t = (now() - t) / reps;
         best = t < best ? t : best;
     }

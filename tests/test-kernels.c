@@ -188,8 +188,10 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
     const float scale = 1.0f / sqrtf((float)head_dim) * (f == RISING ? 4.0f : 1.0f);
     memset(a, 0xa5, nq * sizeof *a);
     memset(b, 0x5a, nq * sizeof *b);
-    si__k_attn_f16_portable(a, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s1);
-    si__quants_avx2.attn_f16(b, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s2);
+    si__k_attn_f16_portable(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim,
+                            scale, s1);
+    si__quants_avx2.attn_f16(b, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim,
+                             scale, s2);
     int bad = 0;
     for (size_t i = 0; i < nq; i++) {
         if (float_bits(a[i]) != float_bits(b[i]) && bad++ < 3)
@@ -200,6 +202,29 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
     /* The public function runs the AVX2 code here. */
     si_k_attn_f16(a, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s1);
     CHECK(memcmp(a, b, nq * sizeof *a) == 0, "si_k_attn_f16 is not the AVX2 code");
+    /* Head ranges (one kv head's query heads at a time, as the engine's
+     * attention tasks split them): each head the same bits, the others
+     * untouched, in both implementations. */
+    const int group = n_head / n_head_kv;
+    for (int g = 0; g < n_head_kv; g++) {
+        const int h0 = g * group, h1 = h0 + group;
+        memset(a, 0x3c, nq * sizeof *a);
+        si_k_attn_f16_heads(a, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim, scale,
+                            s1);
+        memset(s2, 0, 2 * (size_t)head_dim * sizeof *s2);
+        float *c = malloc(nq * sizeof *c);
+        memset(c, 0x3c, nq * sizeof *c);
+        si__k_attn_f16_portable(c, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim,
+                                scale, s2);
+        for (size_t i = 0; i < nq; i++) {
+            const bool in = i >= (size_t)h0 * head_dim && i < (size_t)h1 * head_dim;
+            const uint32_t want = in ? float_bits(b[i]) : 0x3c3c3c3cu;
+            if ((float_bits(a[i]) != want || float_bits(c[i]) != want) && bad++ < 3)
+                fprintf(stderr, "attn heads [%d, %d) of %d: out[%zu] %08x / %08x, want %08x\n",
+                        h0, h1, n_head, i, float_bits(a[i]), float_bits(c[i]), want);
+        }
+        free(c);
+    }
     free(q);
     free(a);
     free(b);

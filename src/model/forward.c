@@ -120,6 +120,16 @@ static void add_bias(float *y, const struct si_tensor *b, int64_t n)
         y[i] += bv[i];
 }
 
+/* y += b[off .. off + n), when the bias exists (y: that part's values). */
+static void add_bias_at(float *y, const struct si_tensor *b, int64_t off, int64_t n)
+{
+    if (b->data == NULL)
+        return;
+    const float *bv = (const float *)b->data + off;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += bv[i];
+}
+
 /* A 1-D weight as floats (F32 in files; other types dequantized into tmp). */
 static const float *vec_f32(const struct si_tensor *t, float *tmp)
 {
@@ -233,17 +243,18 @@ void si_ref_reset(struct si_ref *s)
     s->n_past = 0;
 }
 
-/* Store row `pos` of layer l's K or V cache from src (kvd floats). */
+/* Store row `pos` of layer l's K or V cache from src (kvd floats): its
+ * elements [c0, c1). */
 static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,
-                      size_t kvd)
+                      size_t kvd, size_t c0, size_t c1)
 {
     size_t off = ((size_t)l * (size_t)s->p.n_ctx + (size_t)pos) * kvd;
     if (s->p.kv_f16) {
         uint16_t *dst = (uint16_t *)cache + off;
-        for (size_t i = 0; i < kvd; i++)
+        for (size_t i = c0; i < c1; i++)
             dst[i] = si_fp32_to_fp16(src[i]);
     } else {
-        memcpy((float *)cache + off, src, kvd * sizeof(float));
+        memcpy((float *)cache + off + c0, src + c0, (c1 - c0) * sizeof(float));
     }
 }
 
@@ -273,13 +284,14 @@ static int attention_start(const struct si_hparams *hp, int l, int pos)
  * for one query (si_k_attn_f16: fp16 query and value accumulator, online
  * softmax) over the positions the layer's window allows.
  */
-static void attention_f16(struct si_ref *s, int l, int pos)
+static void attention_f16(const struct si_ref *s, int l, int pos, int h0, int h1,
+                          const float *q, float *att, uint16_t *q16)
 {
     const struct si_hparams *hp = &s->m->hp;
     const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
-    si_k_attn_f16(s->att, s->q, (const uint16_t *)s->kcache + base,
-                  (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
-                  hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, s->q16);
+    si_k_attn_f16_heads(att, q, (const uint16_t *)s->kcache + base,
+                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
+                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, q16);
 }
 
 /* Row t of layer l's K or V cache as floats in dst (kvd of them). */
@@ -299,25 +311,25 @@ static void cache_row(const struct si_ref *s, const void *cache, int l, int t, f
  * the weighted sum of the values.  Cached rows are converted once for all
  * heads.
  */
-static void attention_f32(struct si_ref *s, int l, int pos)
+static void attention_f32(const struct si_ref *s, int l, int pos, int h0, int h1,
+                          const float *q_all, float *att, float *score, float *row)
 {
     const struct si_hparams *hp = &s->m->hp;
-    const int hd = hp->head_dim, nh = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const size_t kvd = (size_t)hp->n_head_kv * hd, n_ctx = (size_t)s->p.n_ctx;
     const int first = attention_start(hp, l, pos);
-    float *row = s->krow;
     for (int t = first; t <= pos; t++) {
         cache_row(s, s->kcache, l, t, row, kvd);
-        for (int h = 0; h < nh; h++) {
-            const float *q = s->q + (size_t)h * hd, *k = row + (size_t)(h / group) * hd;
+        for (int h = h0; h < h1; h++) {
+            const float *q = q_all + (size_t)h * hd, *k = row + (size_t)(h / group) * hd;
             float dot = 0.0f;
             for (int i = 0; i < hd; i++)
                 dot += q[i] * k[i];
-            s->score[(size_t)h * n_ctx + (size_t)t] = dot * hp->attn_scale;
+            score[(size_t)h * n_ctx + (size_t)t] = dot * hp->attn_scale;
         }
     }
-    for (int h = 0; h < nh; h++) {
-        float *sc = s->score + (size_t)h * n_ctx;
+    for (int h = h0; h < h1; h++) {
+        float *sc = score + (size_t)h * n_ctx;
         float maxv = -INFINITY;
         for (int t = first; t <= pos; t++)
             maxv = sc[t] > maxv ? sc[t] : maxv;
@@ -329,13 +341,13 @@ static void attention_f32(struct si_ref *s, int l, int pos)
         for (int t = first; t <= pos; t++)
             sc[t] = (float)(sc[t] / sum);
     }
-    memset(s->att, 0, (size_t)nh * hd * sizeof(float));
+    memset(att + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof(float));
     for (int t = first; t <= pos; t++) {
         cache_row(s, s->vcache, l, t, row, kvd);
-        for (int h = 0; h < nh; h++) {
-            const float a = s->score[(size_t)h * n_ctx + (size_t)t];
+        for (int h = h0; h < h1; h++) {
+            const float a = score[(size_t)h * n_ctx + (size_t)t];
             const float *v = row + (size_t)(h / group) * hd;
-            float *out = s->att + (size_t)h * hd;
+            float *out = att + (size_t)h * hd;
             for (int i = 0; i < hd; i++)
                 out[i] += a * v[i];
         }
@@ -425,81 +437,117 @@ int si_ref_begin(struct si_ref *s, int32_t token)
     return SI_OK;
 }
 
-void si_ref_attn_input(const struct si_ref *s, int l, float *y, float *tmp)
+void si_ref_attn_input(const struct si_ref *s, int l, const float *x, float *y, float *tmp)
 {
     const struct si_layer *L = &s->m->w.layers[l];
-    norm(&s->m->hp, y, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+    norm(&s->m->hp, y, x, &L->attn_norm, &L->attn_norm_b, tmp);
 }
 
-void si_ref_attn_core(struct si_ref *s, int l)
+size_t si_ref_attn_scratch_floats(const struct si_ref *s)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    return 2 * (d > hd ? d : hd) + (size_t)hp->n_head * (size_t)s->p.n_ctx +
+           (size_t)hp->n_head_kv * hd + hd;
+}
+
+/* si_ref_attn_group with its scratch in pieces (tmp: 2 max(n_embd,
+ * head_dim) floats; score: n_head n_ctx; krow: n_head_kv head_dim; q16:
+ * 2 head_dim). */
+static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
+                       float *v, float *att, float *tmp, float *score, float *krow,
+                       uint16_t *q16)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
     const struct si_layer *L = &m->w.layers[l];
-    const int pos = s->n_past;
-    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    float *tmp = s->tmp;
+    const int pos = s->n_past, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int h0 = g0 * group, h1 = g1 * group;
+    const size_t kvd = (size_t)hp->n_head_kv * hd;
+    float *qg = q + (size_t)h0 * hd, *kg = k + (size_t)g0 * hd, *vg = v + (size_t)g0 * hd;
 
-    /* Biases, QK norm, RoPE, cache, attend. */
-    add_bias(s->q, &L->bq, (int64_t)hp->n_head * hp->head_dim);
-    add_bias(s->k, &L->bk, (int64_t)kvd);
-    add_bias(s->v, &L->bv, (int64_t)kvd);
+    /* Biases, QK norm, RoPE, cache, attend: every step head by head. */
+    add_bias_at(qg, &L->bq, (int64_t)h0 * hd, (int64_t)(h1 - h0) * hd);
+    add_bias_at(kg, &L->bk, (int64_t)g0 * hd, (int64_t)(g1 - g0) * hd);
+    add_bias_at(vg, &L->bv, (int64_t)g0 * hd, (int64_t)(g1 - g0) * hd);
     if (L->q_norm.data != NULL) {
         const float *qn = vec_f32(&L->q_norm, tmp);
-        const float *kn = vec_f32(&L->k_norm, tmp + hp->head_dim);
-        for (int h = 0; h < hp->n_head; h++)
-            si_k_rmsnorm(s->q + (size_t)h * hp->head_dim, s->q + (size_t)h * hp->head_dim, qn,
-                    hp->head_dim, hp->norm_eps);
-        for (int h = 0; h < hp->n_head_kv; h++)
-            si_k_rmsnorm(s->k + (size_t)h * hp->head_dim, s->k + (size_t)h * hp->head_dim, kn,
-                    hp->head_dim, hp->norm_eps);
+        const float *kn = vec_f32(&L->k_norm, tmp + hd);
+        for (int h = h0; h < h1; h++)
+            si_k_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, qn, hd, hp->norm_eps);
+        for (int h = g0; h < g1; h++)
+            si_k_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, kn, hd, hp->norm_eps);
     }
     if (hp->rope_kind != SI_ROPE_NONE) {
         const bool local = si_hparams_is_swa(hp, l);
         const float base = local ? hp->rope_base_local : hp->rope_base;
         const float scale = local ? 1.0f : hp->rope_scale;
-        si_k_rope(s->q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
-        si_k_rope(s->k, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+        si_k_rope(qg, h1 - h0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
+        si_k_rope(kg, g1 - g0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
     }
-    cache_put(s, s->kcache, l, pos, s->k, kvd);
-    cache_put(s, s->vcache, l, pos, s->v, kvd);
+    cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     if (s->p.kv_f16 && !s->attn_f32)
-        attention_f16(s, l, pos);
+        attention_f16(s, l, pos, h0, h1, q, att, q16);
     else
-        attention_f32(s, l, pos);
+        attention_f32(s, l, pos, h0, h1, q, att, score, krow);
 }
 
-void si_ref_attn_finish(struct si_ref *s, int l)
+void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
+                       float *v, float *att, float *scratch)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    float *tmp = scratch, *score = tmp + 2 * (d > hd ? d : hd);
+    float *krow = score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
+    uint16_t *q16 = (uint16_t *)(krow + (size_t)hp->n_head_kv * hd);
+    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16);
+}
+
+void si_ref_attn_core(struct si_ref *s, int l)
+{
+    attn_group(s, l, 0, s->m->hp.n_head_kv, s->q, s->k, s->v, s->att, s->tmp, s->score, s->krow,
+               s->q16);
+}
+
+void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, float *o,
+                             float *x_out, float *xb, float *xb3, float *tmp)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
     const struct si_layer *L = &m->w.layers[l];
     const int64_t d = hp->n_embd;
-    float *tmp = s->tmp;
-    add_bias(s->xb2, &L->bo, d);
+    add_bias(o, &L->bo, d);
     if (L->attn_post_norm.data != NULL)
-        si_k_rmsnorm(s->xb2, s->xb2, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
+        si_k_rmsnorm(o, o, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
 
     if (hp->parallel_residual) {
         /* Falcon: the FFN reads the layer input too (its own norm if any);
          * the attention output waits in xb3 for the residual. */
-        memcpy(s->xb3, s->xb2, (size_t)d * sizeof(float));
+        memcpy(xb3, o, (size_t)d * sizeof(float));
+        if (x_out != x)
+            memcpy(x_out, x, (size_t)d * sizeof(float));
         if (L->attn_norm2.data != NULL)
-            norm(hp, s->xb, s->x, &L->attn_norm2, &L->attn_norm2_b, tmp);
+            norm(hp, xb, x, &L->attn_norm2, &L->attn_norm2_b, tmp);
         else
-            norm(hp, s->xb, s->x, &L->attn_norm, &L->attn_norm_b, tmp);
+            norm(hp, xb, x, &L->attn_norm, &L->attn_norm_b, tmp);
         return;
     }
     for (int64_t i = 0; i < d; i++)
-        s->x[i] += s->xb2[i];
-    norm(hp, s->xb, s->x, &L->ffn_norm, &L->ffn_norm_b, tmp);
+        x_out[i] = x[i] + o[i];
+    norm(hp, xb, x_out, &L->ffn_norm, &L->ffn_norm_b, tmp);
+}
+
+void si_ref_attn_finish(struct si_ref *s, int l)
+{
+    si_ref_attn_finish_into(s, l, s->x, s->xb2, s->x, s->xb, s->xb3, s->tmp);
 }
 
 void si_ref_attn(struct si_ref *s, int l)
 {
     const struct si_layer *L = &s->m->w.layers[l];
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
-    si_ref_attn_input(s, l, s->xb, s->tmp);
+    si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     matvec(s, s->q, &L->wq, s->xb);
     matvec(s, s->k, &L->wk, s->xb);
     matvec(s, s->v, &L->wv, s->xb);
@@ -513,26 +561,32 @@ void si_ref_ffn(struct si_ref *s, int l)
     ffn(s, &s->m->w.layers[l], l);
 }
 
-void si_ref_ffn_finish(struct si_ref *s, int l)
+void si_ref_ffn_finish_into(const struct si_ref *s, int l, const float *x, float *xb2,
+                            const float *xb3, float *x_out, float *tmp)
 {
     const struct si_hparams *hp = &s->m->hp;
     const struct si_layer *L = &s->m->w.layers[l];
     const int64_t d = hp->n_embd;
     if (L->ffn_post_norm.data != NULL)
-        si_k_rmsnorm(s->xb2, s->xb2, vec_f32(&L->ffn_post_norm, s->tmp), d, hp->norm_eps);
+        si_k_rmsnorm(xb2, xb2, vec_f32(&L->ffn_post_norm, tmp), d, hp->norm_eps);
     for (int64_t i = 0; i < d; i++)
-        s->x[i] += s->xb2[i] + (hp->parallel_residual ? s->xb3[i] : 0.0f);
+        x_out[i] = x[i] + (xb2[i] + (hp->parallel_residual ? xb3[i] : 0.0f));
 }
 
-void si_ref_head_input(const struct si_ref *s, float *y, float *tmp)
+void si_ref_ffn_finish(struct si_ref *s, int l)
+{
+    si_ref_ffn_finish_into(s, l, s->x, s->xb2, s->xb3, s->x, s->tmp);
+}
+
+void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *tmp)
 {
     const struct si_model *m = s->m;
-    norm(&m->hp, y, s->x, &m->w.output_norm, &m->w.output_norm_b, tmp);
+    norm(&m->hp, y, x, &m->w.output_norm, &m->w.output_norm_b, tmp);
 }
 
 void si_ref_end(struct si_ref *s)
 {
-    si_ref_head_input(s, s->xb, s->tmp);
+    si_ref_head_input(s, s->x, s->xb, s->tmp);
     matvec(s, s->logits, &s->m->w.output, s->xb);
     s->n_past++;
 }

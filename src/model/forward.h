@@ -134,8 +134,9 @@ void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool
 void si_ref_attn(struct si_ref *s, int l);
 /*
  * si_ref_attn in steps, for engines that split its products into tasks:
- *   si_ref_attn_input(s, l, y, tmp)  y = the normalised input of layer l's
- *                                    attention (x untouched; tmp: scratch of
+ *   si_ref_attn_input(s, l, x, y, tmp)  y = the normalised input of layer
+ *                                    l's attention for the residual x (s->x
+ *                                    in si_ref_attn; tmp: scratch of
  *                                    2 * max(n_embd, head_dim) floats)
  *   q, k, v = Wq y, Wk y, Wv y       (si_ref_matvec, any split of the rows)
  *   si_ref_attn_core(s, l)           biases, QK norm, RoPE, cache, attention
@@ -144,9 +145,33 @@ void si_ref_attn(struct si_ref *s, int l);
  *   si_ref_attn_finish(s, l)         bias, post-norm, residual, the FFN's
  *                                    normalised input in xb (as si_ref_attn)
  */
-void si_ref_attn_input(const struct si_ref *s, int l, float *y, float *tmp);
+void si_ref_attn_input(const struct si_ref *s, int l, const float *x, float *y, float *tmp);
 void si_ref_attn_core(struct si_ref *s, int l);
 void si_ref_attn_finish(struct si_ref *s, int l);
+/*
+ * si_ref_attn_core for the kv heads [g0, g1) and their query heads alone,
+ * for engines that split attention by heads: q (n_head * head_dim), k and v
+ * (n_head_kv * head_dim) are laid out whole, and only those heads' parts are
+ * read and changed: biases, QK norm and RoPE in place, the rows into the
+ * cache (those columns of position n_past), their attention into the same
+ * heads' part of att.  Every head gets the bits si_ref_attn_core gives it,
+ * so calls on disjoint ranges may run at the same time (with their own
+ * buffers and scratch: si_ref_attn_scratch_floats() floats).
+ */
+void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
+                       float *v, float *att, float *scratch);
+size_t si_ref_attn_scratch_floats(const struct si_ref *s);
+/* si_ref_attn_finish on given buffers: o (the attention's projection, Wo
+ * att) gets its bias and post-norm in place; x_out = the residual after
+ * attention (x + o, or x for Falcon's parallel residual, whose o goes to
+ * xb3); xb = the FFN's normalised input.  x_out may be x. */
+void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, float *o,
+                             float *x_out, float *xb, float *xb3, float *tmp);
+/* si_ref_ffn_finish on given buffers: xb2 (the FFN output) gets the post-FFN
+ * norm in place if any; x_out = x + (xb2 (+ xb3 with a parallel residual)).
+ * x_out may be x. */
+void si_ref_ffn_finish_into(const struct si_ref *s, int l, const float *x, float *xb2,
+                            const float *xb3, float *x_out, float *tmp);
 /* y = W x (W's rows of ne[0] elements), as every matrix-vector product of the
  * reference: with act_quant, x is converted into xq (room for
  * si_type_row_size(si_act_type(W type), ne[0]) bytes) first. */
@@ -161,8 +186,8 @@ int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2,
                        uint8_t *active);void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
-/* si_ref_end's first step: y = the output norm of x (tmp as for
+/* si_ref_end's first step: y = the output norm of x (s->x there; tmp as for
  * si_ref_attn_input); then logits = output . y, and n_past + 1. */
-void si_ref_head_input(const struct si_ref *s, float *y, float *tmp);
+void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *tmp);
 
 #endif /* SI_MODEL_FORWARD_H */

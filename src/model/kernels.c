@@ -73,24 +73,33 @@ void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t
                    int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
                    uint16_t *scratch)
 {
+    si_k_attn_f16_heads(out, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim, scale,
+                        scratch);
+}
+
+void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, uint16_t *scratch)
+{
     assert(n_head_kv > 0 && n_head % n_head_kv == 0);
+    assert(0 <= h0 && h0 <= h1 && h1 <= n_head);
     const si__attn_f16_fn fast = si__quants_attn_f16();
     if (fast != NULL)
-        fast(out, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, scratch);
+        fast(out, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim, scale, scratch);
     else
-        si__k_attn_f16_portable(out, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale,
-                                scratch);
+        si__k_attn_f16_portable(out, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim,
+                                scale, scratch);
 }
 
 void si__k_attn_f16_portable(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                             int first, int n_kv, int n_head, int n_head_kv, int head_dim,
-                             float scale, uint16_t *scratch)
+                             int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                             int head_dim, float scale, uint16_t *scratch)
 {
     assert(n_head_kv > 0 && n_head % n_head_kv == 0);
     const int hd = head_dim, group = n_head / n_head_kv;
     const size_t kvd = (size_t)n_head_kv * hd;
     uint16_t *q16 = scratch, *acc = scratch + hd;
-    for (int h = 0; h < n_head; h++) {
+    for (int h = h0; h < h1; h++) {
         const size_t koff = (size_t)(h / group) * hd;
         si_quantize_act(SI_TYPE_F16, q + (size_t)h * hd, q16, hd);
         memset(acc, 0, (size_t)hd * sizeof *acc);

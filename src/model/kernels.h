@@ -73,14 +73,21 @@ void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t
                    int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
                    uint16_t *scratch);
 
+/* The same for query heads [h0, h1) only (q, k, v, out laid out as above,
+ * whole): out of the other heads is left alone.  Each head's result is the
+ * bits si_k_attn_f16 gives it. */
+void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, uint16_t *scratch);
+
 /*
  * si_k_attn_f16's portable code, which it runs with the scalar kernels
  * (SI_NO_SIMD=1, or no AVX2); with the AVX2 ones it runs their twin instead,
  * equal bit for bit (tests/test-kernels.c checks that the two agree).
  */
 void si__k_attn_f16_portable(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                             int first, int n_kv, int n_head, int n_head_kv, int head_dim,
-                             float scale, uint16_t *scratch);
+                             int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                             int head_dim, float scale, uint16_t *scratch);
 
 #ifdef __cplusplus
 }

@@ -1530,15 +1530,15 @@ INLINE float mul_ab1(float a, float b)
     } while (0)
 
 static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
-                     int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
-                     uint16_t *scratch)
+                     int n_kv, int h0, int h1, int n_head, int n_head_kv, int head_dim,
+                     float scale, uint16_t *scratch)
 {
     const int hd = head_dim, group = n_head / n_head_kv;
     const size_t kvd = (size_t)n_head_kv * hd;
     uint16_t *q16 = scratch, *acc = scratch + hd;
     float ms[ATTN_BLOCK], vs[ATTN_BLOCK];
     bool up[ATTN_BLOCK];
-    for (int h = 0; h < n_head; h++) {
+    for (int h = h0; h < h1; h++) {
         const size_t koff = (size_t)(h / group) * hd;
         quantize_act_f16(q + (size_t)h * hd, q16, hd);
         memset(acc, 0, (size_t)hd * sizeof *acc);

@@ -69,13 +69,13 @@ struct si__quants_kernels {
 };
 
 /*
- * si_k_attn_f16 (model/kernels.h), same arguments, equal to its portable
+ * si_k_attn_f16_heads (model/kernels.h), same arguments, equal to its portable
  * code (si__k_attn_f16_portable) bit for bit when this table's F16 dot_act
  * and quantize_act are the ones in use.
  */
 typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                                int first, int n_kv, int n_head, int n_head_kv, int head_dim,
-                                float scale, uint16_t *scratch);
+                                int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                                int head_dim, float scale, uint16_t *scratch);
 
 struct si__quants_table {
     const char *name; /* "scalar" or "avx2" */
