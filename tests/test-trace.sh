@@ -20,10 +20,13 @@ STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/tr" -- "$si" generate -m "$t
 for f in paje.trace tasks.rec trace.svg trace.png; do
     [ -s "$tmp/tr/$f" ] || { echo "FAIL: $f missing or empty"; exit 1; }
 done
-for name in '"attn_qkv_L1.1"' '"attn_core_L1"' '"attn_o_L0.0"' '"attn_out_L1"' '"pred_L1"' \
-    '"ffn_cold_L1.0"' '"merge_L0"' '"embed"' '"lm_head.1"'; do
+for name in '"attn_L1.1"' '"attn_o_L0.0"' '"attn_out_L1"' '"pred_L1"' '"ffn_cold_L1.0"' \
+    '"embed"' '"lm_head.1"'; do
     grep -q "$name" "$tmp/tr/paje.trace" || { echo "FAIL: no task named $name in paje.trace"; exit 1; }
 done
+# Each layer's FFN is merged by the next layer's attention tasks (and the
+# head's): no merge task of its own.
+! grep -q '"merge_L' "$tmp/tr/paje.trace" || { echo "FAIL: a merge task in paje.trace"; exit 1; }
 file "$tmp/tr/trace.png" 2>/dev/null | grep -q 'PNG image' || head -c 8 "$tmp/tr/trace.png" | grep -q PNG ||
     { echo "FAIL: trace.png is not a PNG"; exit 1; }
 echo "tools/trace: trace, paje file and picture made; task names present"

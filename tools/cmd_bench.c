@@ -13,6 +13,7 @@
  */
 #include "cli.h"
 #include "graph/engine.h"
+#include "placement/hwmodel.h"
 #include "graph/runtime.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -24,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SCHEDS 32
 
@@ -56,6 +59,9 @@ static void bench_usage(FILE *f)
             "                          prints the policies this StarPU has\n"
             "  -p, --prompt TEXT       the prompt (default: a sentence of the GPL)\n"
             "  -f, --file FILE         read the prompt from a file\n"
+            "      --prompt-tokens N   make the prompt exactly N tokens: the text's tokens\n"
+            "                          (BOS once) repeated and cut, as tools/bench-llm's\n"
+            "                          llama.cpp driver does\n"
             "  -n, --n-predict N       tokens to decode (default 64)\n"
             "  -r, --repeat R          runs per policy (default 3)\n"
             "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
@@ -68,12 +74,21 @@ static void bench_usage(FILE *f)
             "      --attn-split N      attention's products in N row slices (0: automatic)\n"
             "      --trace DIR         trace the first run of each policy with FxT into\n"
             "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"
+            "      --roofline          measure the memory bandwidth first (a streaming read\n"
+            "                          with as many threads as CPU workers) and show each\n"
+            "                          row's effective bandwidth as a share of it\n"
+            "      --json              print JSON instead of the table: every run's timings\n"
+            "                          and per-token latencies, and the figures below\n"
             "  -h, --help              show this help\n"
             "\n"
-            "Columns: prefill and decode tokens/s; per-token decode latency p50 and p95;\n"
-            "tasks per decoded token; how busy the workers were while decoding (time in\n"
-            "tasks / (wall time x workers)); the engine's set-up time.  STARPU_NCPU,\n"
-            "STARPU_NCUDA and the other StarPU variables apply to every run.\n");
+            "Columns: prefill and decode tokens/s; per-token decode latency p50, p95 and\n"
+            "p99 (over the decoded tokens of all runs); tasks per decoded token; how busy\n"
+            "the workers were while decoding (time in tasks / (wall time x workers));\n"
+            "MB of weights read per decoded token (host + GPU memory: what the tasks\n"
+            "touched; a dense pass reads every weight but the embeddings) and the\n"
+            "effective bandwidth, bytes x tokens/s; the engine's set-up time.  Peak RSS\n"
+            "and GPU bytes follow the table.  STARPU_NCPU, STARPU_NCUDA and the other\n"
+            "StarPU variables apply to every run.\n");
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -98,8 +113,14 @@ static double quantile(double *v, int n, double q)
 
 struct run {
     double prefill_tps, decode_tps, p50_ms, p95_ms, tasks_per_tok, busy, init_s;
+    double prefill_s, decode_s;
+    double bytes_per_tok;      /* weights read per decoded token, host + GPU */
+    double gpu_bytes_per_tok;  /* ... of which from GPU memory */
+    double neurons_computed;   /* share of FFN neurons computed */
+    int64_t vram_peak;         /* -1 without a CUDA worker */
     uint64_t tokens_hash;
     unsigned ncpu, ncuda;
+    double *lat;               /* (n_predict) ms per decoded token */
 };
 
 static int print_policies(void)
@@ -177,8 +198,21 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
     out->init_s = t1 - t0;
     out->prefill_tps = (double)n_prompt / (t2 - t1);
     out->decode_tps = (double)n_predict / (t3 - t2);
+    out->prefill_s = t2 - t1;
+    out->decode_s = t3 - t2;
+    memcpy(out->lat, lat, (size_t)n_predict * sizeof *lat);
     out->p50_ms = quantile(lat, n_predict, 0.50);
     out->p95_ms = quantile(lat, n_predict, 0.95);
+    out->bytes_per_tok = st.tokens > 0 ? (double)(st.weight_bytes_cpu + st.weight_bytes_gpu) /
+                                             (double)st.tokens
+                                       : 0.0;
+    out->gpu_bytes_per_tok =
+        st.tokens > 0 ? (double)st.weight_bytes_gpu / (double)st.tokens : 0.0;
+    out->neurons_computed =
+        st.neurons_total > 0
+            ? (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total
+            : 0.0;
+    out->vram_peak = st.gpu_allocated_peak;
     out->tasks_per_tok = st.tokens > 0 ? (double)st.tasks / (double)st.tokens : 0.0;
     out->busy = st.seconds > 0 ? busy / (st.seconds * workers) : 0.0;
     out->tokens_hash = h;
@@ -199,11 +233,65 @@ static double median_of(const struct run *runs, int n, size_t field)
     return quantile(v, n, 0.5);
 }
 
+/* A JSON string: the characters JSON requires escaped, escaped. */
+static void json_str(const char *str)
+{
+    putchar('"');
+    for (const unsigned char *c = (const unsigned char *)str; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if (*c < 0x20)
+            printf("\\u%04x", *c);
+        else
+            putchar(*c);
+    }
+    putchar('"');
+}
+
+/* --json: one object with every run (grouped by policy). */
+static void print_json(const char *model, const struct si_engine_params *ep,
+                       const struct run *runs, int n_rows, int repeat, const char **scheds,
+                       int n_prompt, int n_predict, long rss_kib, int64_t dense_bytes,
+                       double membw)
+{
+    printf("{\"model\": ");
+    json_str(model);
+    printf(", \"mode\": \"%s\", \"n_prompt\": %d, \"n_predict\": %d, \"ncpu\": %u, "
+           "\"ncuda\": %u, \"peak_rss_kib\": %ld, \"vram_peak_bytes\": %lld, "
+           "\"weight_bytes_per_token\": %.0f, \"gpu_weight_bytes_per_token\": %.0f, "
+           "\"dense_weight_bytes_per_token\": %lld, \"neurons_computed\": %.6f",
+           si_sparsity_name(ep->mode), n_prompt, n_predict, runs[0].ncpu, runs[0].ncuda, rss_kib,
+           (long long)runs[0].vram_peak, runs[0].bytes_per_tok, runs[0].gpu_bytes_per_tok,
+           (long long)dense_bytes, runs[0].neurons_computed);
+    if (membw > 0)
+        printf(", \"membw_bytes_per_s\": %.0f", membw);
+    printf(", \"policies\": [");
+    for (int s = 0; s < n_rows; s++) {
+        printf("%s{\"sched\": ", s ? ", " : "");
+        json_str(scheds != NULL ? scheds[s] : "");
+        printf(", \"runs\": [");
+        for (int r = 0; r < repeat; r++) {
+            const struct run *x = &runs[s * repeat + r];
+            printf("%s{\"prefill_s\": %.6f, \"decode_s\": %.6f, \"init_s\": %.4f, "
+                   "\"tasks_per_token\": %.1f, \"busy\": %.4f, \"weight_bytes_per_token\": "
+                   "%.0f, \"tokens_hash\": \"%016llx\", \"lat_ms\": [",
+                   r ? ", " : "", x->prefill_s, x->decode_s, x->init_s, x->tasks_per_tok, x->busy,
+                   x->bytes_per_tok, (unsigned long long)x->tokens_hash);
+            for (int i = 0; i < n_predict; i++)
+                printf("%s%.4f", i ? ", " : "", x->lat[i]);
+            printf("]}");
+        }
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
 int si_cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *file = NULL, *profile_path = NULL, *v;
     const char *sched_list = NULL, *trace_dir = NULL;
-    long long n_predict = 64, repeat = 3, n_ctx = 0, ll;
+    long long n_predict = 64, repeat = 3, n_ctx = 0, prompt_tokens = 0, ll;
+    bool json = false, roofline = false;
     double d;
     struct si_engine_params ep = si_engine_default_params();
     for (int i = 1; i < argc; i++) {
@@ -213,6 +301,14 @@ int si_cmd_bench(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if ((model = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--roofline")) {
+            roofline = true;
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 1, 1 << 20, &prompt_tokens))
                 return 1;
         } else if (!strcmp(a, "--trace")) {
             if ((trace_dir = si_cli_value(argc, argv, &i)) == NULL)
@@ -310,7 +406,7 @@ int si_cmd_bench(int argc, char **argv)
     struct si_profile *prof = NULL;
     char *text = NULL;
     int32_t *toks = NULL;
-    double *lat = NULL;
+    double *lat = NULL, *all_lat = NULL;
     struct run *runs = NULL;
     int rc = 1;
     char err[600];
@@ -330,11 +426,12 @@ int si_cmd_bench(int argc, char **argv)
         len = text != NULL ? strlen(text) : 0;
     }
     const bool bos = si_tokenizer_add_bos(tok);
-    int64_t n_prompt = text != NULL ? si_tokenize(tok, text, len, bos, true, NULL, 0) : -1;
-    if (n_prompt <= 0) {
+    const int64_t n_text = text != NULL ? si_tokenize(tok, text, len, bos, true, NULL, 0) : -1;
+    if (n_text <= 0 || (prompt_tokens > 0 && n_text <= (bos ? 1 : 0))) {
         si_cli_error("bench: the prompt is empty or cannot be tokenized");
         goto out;
     }
+    const int64_t n_prompt = prompt_tokens > 0 ? prompt_tokens : n_text;
     ep.ref.n_ctx = n_ctx > 0 ? (int32_t)n_ctx : (int32_t)(n_prompt + n_predict);
     if (n_prompt + n_predict > ep.ref.n_ctx) {
         si_cli_error("bench: prompt (%lld tokens) + n-predict (%lld) exceed the context of %d",
@@ -344,14 +441,34 @@ int si_cmd_bench(int argc, char **argv)
     if (trace_dir != NULL && si_trace_check(trace_dir) != 0)
         goto out;
     const int n_rows = n_sched > 0 ? n_sched : 1;
-    toks = malloc((size_t)n_prompt * sizeof *toks);
-    lat = malloc((size_t)n_predict * sizeof *lat);
+    toks = malloc((size_t)(n_prompt > n_text ? n_prompt : n_text) * sizeof *toks);
+    lat = malloc((size_t)(n_predict * repeat * n_rows) * sizeof *lat);
     runs = calloc((size_t)(n_rows * repeat), sizeof *runs);
-    if (toks == NULL || lat == NULL || runs == NULL) {
+    all_lat = malloc((size_t)(n_predict * repeat * n_rows) * sizeof *all_lat);
+    if (toks == NULL || lat == NULL || runs == NULL || all_lat == NULL) {
         si_cli_error("out of memory");
         goto out;
     }
-    si_tokenize(tok, text, len, bos, true, toks, (size_t)n_prompt);
+    for (int i = 0; i < n_rows * repeat; i++)
+        runs[i].lat = all_lat + (size_t)i * (size_t)n_predict;
+    si_tokenize(tok, text, len, bos, true, toks, (size_t)n_text);
+    /* --prompt-tokens: the text's tokens after BOS repeated, cut at N. */
+    const int64_t head = bos ? 1 : 0;
+    for (int64_t i = n_text; i < n_prompt; i++)
+        toks[i] = toks[head + (i - n_text) % (n_text - head)];
+    double membw = 0.0;
+    if (roofline) {
+        const char *nc = getenv("STARPU_NCPU");
+        long threads = nc != NULL ? strtol(nc, NULL, 10) : 0;
+        if (threads <= 0)
+            threads = sysconf(_SC_NPROCESSORS_ONLN);
+        fprintf(stderr, "bench: measuring the memory bandwidth with %ld threads\n", threads);
+        membw = si_hwmodel_probe_cpu((int32_t)threads, 0, 0.5);
+        if (membw <= 0) {
+            si_cli_error("bench: out of memory for the bandwidth probe");
+            goto out;
+        }
+    }
 
     for (int r = 0; r < repeat; r++)
         for (int s = 0; s < n_rows; s++) {
@@ -377,30 +494,62 @@ int si_cmd_bench(int argc, char **argv)
                 goto out;
         }
 
-    printf("model: %s; %s mode; prompt %lld tokens, %lld decoded; median of %lld runs; "
-           "%u CPU + %u CUDA workers\n\n",
-           model, si_sparsity_name(ep.mode), (long long)n_prompt, n_predict, repeat,
-           runs[0].ncpu, runs[0].ncuda);
-    printf("| scheduler | prefill tok/s | decode tok/s | decode p50 ms | decode p95 ms | "
-           "tasks/token | workers busy | set-up s | same tokens |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
     const uint64_t h0 = runs[0].tokens_hash;
     bool all_same = true;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const int64_t dense_bytes = si_model_token_bytes(m, NULL);
+    if (json)
+        print_json(model, &ep, runs, n_rows, (int)repeat, n_sched > 0 ? scheds : NULL,
+                   (int)n_prompt, (int)n_predict, (long)ru.ru_maxrss, dense_bytes, membw);
+    else
+        printf("model: %s; %s mode; prompt %lld tokens, %lld decoded; median of %lld runs; "
+               "%u CPU + %u CUDA workers\n\n"
+               "| scheduler | prefill tok/s | decode tok/s | decode p50 ms | p95 ms | p99 ms | "
+               "tasks/token | workers busy | MB/token | GB/s%s | set-up s | same tokens |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               model, si_sparsity_name(ep.mode), (long long)n_prompt, n_predict, repeat,
+               runs[0].ncpu, runs[0].ncuda, roofline ? " (of roofline)" : "");
     for (int s = 0; s < n_rows; s++) {
         const struct run *rs = &runs[s * repeat];
         bool same = true;
         for (int r = 0; r < repeat; r++)
             same = same && rs[r].tokens_hash == h0;
         all_same = all_same && same;
-        printf("| %s | %.1f | %.1f | %.2f | %.2f | %.1f | %.0f%% | %.2f | %s |\n",
+        if (json)
+            continue;
+        /* Latency quantiles over every decoded token of the row's runs. */
+        int nl = 0;
+        for (int r = 0; r < repeat; r++)
+            for (int64_t i = 0; i < n_predict; i++)
+                lat[nl++] = rs[r].lat[i];
+        const double p50 = quantile(lat, nl, 0.50), p95 = quantile(lat, nl, 0.95),
+                     p99 = quantile(lat, nl, 0.99);
+        const double tps = median_of(rs, (int)repeat, offsetof(struct run, decode_tps));
+        const double bpt = median_of(rs, (int)repeat, offsetof(struct run, bytes_per_tok));
+        char share[32] = "";
+        if (roofline)
+            snprintf(share, sizeof share, " (%.0f%%)", 100.0 * bpt * tps / membw);
+        printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.2f%s | %.2f | "
+               "%s |\n",
                n_sched > 0 ? scheds[s] : "(default)",
-               median_of(rs, (int)repeat, offsetof(struct run, prefill_tps)),
-               median_of(rs, (int)repeat, offsetof(struct run, decode_tps)),
-               median_of(rs, (int)repeat, offsetof(struct run, p50_ms)),
-               median_of(rs, (int)repeat, offsetof(struct run, p95_ms)),
+               median_of(rs, (int)repeat, offsetof(struct run, prefill_tps)), tps, p50, p95, p99,
                median_of(rs, (int)repeat, offsetof(struct run, tasks_per_tok)),
-               100.0 * median_of(rs, (int)repeat, offsetof(struct run, busy)),
-               median_of(rs, (int)repeat, offsetof(struct run, init_s)), same ? "yes" : "NO");
+               100.0 * median_of(rs, (int)repeat, offsetof(struct run, busy)), bpt / 1e6,
+               bpt * tps / 1e9, share, median_of(rs, (int)repeat, offsetof(struct run, init_s)),
+               same ? "yes" : "NO");
+    }
+    if (!json) {
+        printf("\nweights read per decoded token: %.1f MB (a dense pass: %.1f MB); FFN neurons "
+               "computed: %.1f%%; peak RSS %.1f MiB",
+               runs[0].bytes_per_tok / 1e6, (double)dense_bytes / 1e6,
+               100.0 * runs[0].neurons_computed, (double)ru.ru_maxrss / 1024.0);
+        if (runs[0].vram_peak >= 0)
+            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token",
+                   (double)runs[0].vram_peak / 1048576.0, runs[0].gpu_bytes_per_tok / 1e6);
+        if (roofline)
+            printf("; memory bandwidth %.2f GB/s (streaming read)", membw / 1e9);
+        printf("\n");
     }
     if (!all_same) {
         si_cli_error("bench: the decoded tokens differ between runs: the engine's result "
@@ -416,6 +565,7 @@ out:
     free(saved);
     free(list);
     free(runs);
+    free(all_lat);
     free(lat);
     free(toks);
     free(text);

@@ -248,7 +248,7 @@ int si_trace_finish(const char *dir, bool another_run)
         return si_cli_error("--trace: rsvg-convert failed (see %s/rsvg.log)", dir);
     fprintf(stderr,
             "trace: %s/trace.png: Gantt chart of %s (tasks named by kind and layer, e.g. "
-            "attn_L3, ffn_cold_L3.1, merge_L3)\n"
+            "attn_L3.0, attn_out_L3, ffn_cold_L3.1)\n"
             "trace: ViTE: vite %s/paje.trace\n"
             "trace: StarVZ (R): library(starvz); starvz_phase1(\"%s\"); "
             "starvz_plot(starvz_read(\"%s\"))\n",

@@ -40,6 +40,10 @@ void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has
 
 /* Scratch and counters of one worker. */
 struct scratch {
+    /* Attention tasks: q, k, v and att laid out whole (each task fills its
+     * heads' parts), si_ref_attn_group's scratch, a residual, the FFN
+     * output being merged, a normalised input, norm scratch. */
+    float *aq, *ak, *av, *aatt, *ascr, *xl, *xf, *xn, *xo, *tmp;
     float *h;    /* (n_ff) the slice's neuron activations */
     int32_t *ix; /* (n_ff) the slice's active positions */
     float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
@@ -87,6 +91,7 @@ struct layer {
     int32_t *rows;    /* (nsl) partial-output rows of each slice */
     int32_t *perm;    /* (n_ff) position -> file neuron id */
     int64_t *active;  /* (nsl) neurons each slice computed for the last token */
+    int64_t *rd;      /* (nsl) bytes of weights each slice's task read for it */
     uint32_t *len_n;  /* (nsl) neurons per slice (filter lengths) */
     uint32_t *len_p;  /* (nsl) floats of partial output per slice */
     size_t *cols;     /* (nsl + 1) byte boundaries in a row of ffn_down (dense) */
@@ -100,6 +105,8 @@ struct layer {
     float *y;         /* (n_embd) redux mode: the layer's FFN output */
 
     starpu_data_handle_t h_w[4], h_k, h_v;           /* attention */
+    starpu_data_handle_t *h_k_c, *h_v_c; /* (ng) the caches' columns of each kv-head group */
+    size_t *kv_cols;                     /* (ng + 1) their byte boundaries in a cache row */
     starpu_data_handle_t h_gate, h_up, h_down, h_rec; /* FFN weights */
     starpu_data_handle_t h_upb, h_idx, h_part, h_fc1, h_fc2, h_y;
     starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
@@ -121,8 +128,9 @@ struct layer {
 
     char name_attn[24], name_pred[24], name_merge[24], name_load[24];
     char (*name_gmask)[32]; /* (nsl) */
-    char name_battn[24], name_bmerge[24], name_acore[24], name_aout[24];
-    char (*name_aqkv)[32], (*name_ao)[32]; /* (na) */
+    char name_battn[24], name_bmerge[24], name_aout[24];
+    char (*name_agrp)[32]; /* (ng) */
+    char (*name_ao)[32];   /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
 };
@@ -159,15 +167,21 @@ struct si_engine {
 
     starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
 
-    /* Attention in row slices (na > 1): slot j's rows of q, k, v and of Wo's
-     * output, [a_q[j], a_q[j+1]) and so on. */
-    int32_t na;
-    int64_t *a_q, *a_kv, *a_o, *a_h; /* (na + 1) row boundaries (a_h: of the LM head) */
+    /* Attention split over the workers (na > 1): ng tasks attn_L.j, each
+     * for the kv heads [a_g[j], a_g[j+1]) (ng <= n_head_kv), then na row
+     * slices of Wo's output [a_o[j], a_o[j+1]) and of the LM head's
+     * [a_h[j], a_h[j+1]). */
+    int32_t na, ng;
+    bool fuse_out;                   /* attn_out's work done by each FFN slice task */
+    int64_t *a_g;                    /* (ng + 1) kv-head boundaries */
+    int64_t *a_o, *a_h;              /* (na + 1) row boundaries */
     char (*name_head)[24];           /* (na) */
     uint32_t *head_len;              /* (na) rows of each head slice */
+    uint32_t *att_len;               /* (ng) floats of each group's attention output */
     starpu_data_handle_t *h_logits_c; /* (na) children of h_logits */
-    float **qkv, **o;          /* (na) slot outputs */
-    starpu_data_handle_t *h_qkv, *h_o, h_att;
+    float **o;                       /* (na) slot outputs */
+    float *x2;                       /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
+    starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
 
     /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
     int32_t n_batch;
@@ -193,6 +207,7 @@ struct si_engine {
     char flash_msg[256];
 
     struct si_engine_stats stats;
+    int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices' */
 };
 
 /* One task's arguments (freed by StarPU with the task). */
@@ -272,7 +287,8 @@ static float neuron(const struct si_engine *e, const void *gate, const void *up,
 /*
  * Dense layout, neurons [n0, n0 + n) in file order: their activations, then
  * the slice's columns of the down projection chunk by chunk as the reference
- * computes them (si_ref_down_chunk), chunk c's share into row c of y.
+ * computes them (si_ref_down_chunk), chunk c's share into row c of y.  Returns n:
+ * dense mode computes every neuron.
  */
 static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, const char *gate,
                                const char *up, const char *down, size_t down_ld, const float *b,
@@ -283,13 +299,9 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
     const int64_t d = hp->n_embd, chunk = e->chunk;
     const bool q = e->p.ref.act_quant;
     const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
-    int64_t computed = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float h = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
-                         up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
-        sc->h[i] = h;
-        computed += h != 0.0f;
-    }
+    for (int64_t i = 0; i < n; i++)
+        sc->h[i] = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
+                          up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
     const struct si_tensor view = {.data = down,
                                    .type = W->ffn_down.type,
                                    .ne = {n, d, 1, 1},
@@ -303,7 +315,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
                             : (const void *)(sc->h + c * chunk);
         si_ref_down_chunk(&view, chunk, c, q, h_c, y + c * d);
     }
-    return computed;
+    return n; /* every neuron, zero or not */
 }
 
 /*
@@ -316,7 +328,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
  */
 static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *pre,
                                 const char *rec, const float *b, const int32_t *idx, int64_t n,
-                                float thr, struct scratch *sc, float *y)
+                                float thr, struct scratch *sc, float *y, int64_t *rd)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
@@ -340,8 +352,10 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                                   b != NULL ? b + sc->ix[q] : NULL, xa, xb);
             }
         }
+        *rd = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
     } else {
         const bool relu = hp->act == SI_ACT_RELU;
+        *rd = n * (int64_t)e->gu_row; /* every gating row */
         for (int64_t i = 0; i < n; i++) {
             const float g = dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
             float h;
@@ -355,6 +369,7 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                 if (i + 1 < n) /* the next up row is a record away */
                     __builtin_prefetch(ur + rb);
                 float u = dot(t, ur, xa, xb, d);
+                *rd += (int64_t)e->gu_row;
                 if (b != NULL)
                     u += b[i];
                 if (hp->ffn_kind == SI_FFN_GATED_RELU2)
@@ -371,6 +386,7 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
     int64_t computed = 0;
     for (int64_t q = 0; q < k; q++)
         computed += sc->h[q] != 0.0f;
+    *rd += computed * (int64_t)e->dt_row; /* the kernel skips zeros */
     return computed;
 }
 
@@ -383,6 +399,9 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
  * partial output (rows x n_embd, W) or, in redux mode, the layer output
  * (n_embd, REDUX).
  */
+static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
+                              int owner_at, struct scratch *sc);
+
 static void ffn_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
@@ -392,13 +411,14 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     const int64_t d = e->m->hp.n_embd;
     double t0 = now();
     int i = 0;
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const int nbuf = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+    const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc);
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
     /* The up bias (zeros in the handle for files without one: not added) */
     const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
     float *out;
     float *y;
-    int64_t computed;
+    int64_t computed, rd = 0;
     if (!e->sparse) {
         const char *gate = e->has_gate ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -409,6 +429,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
         computed = ffn_dense_slice(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
+        rd = n * (int64_t)e->gu_row * (gate != NULL ? 2 : 1) +
+             (int64_t)(L->cols[a->j + 1] - L->cols[a->j]) * d;
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -419,13 +441,14 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
                                  : NULL;
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
-        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y);
+        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y, &rd);
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)
             for (int64_t o = 0; o < d; o++)
                 out[o] += y[(size_t)r * d + o];
     L->active[a->j] = computed;
+    L->rd[a->j] = rd;
     account(e, is_hot(e, a->l, a->j) ? SI_TASK_FFN_HOT : SI_TASK_FFN_COLD, t0);
 }
 
@@ -504,6 +527,11 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     if (rc != cudaSuccess)
         STARPU_CUDA_REPORT_ERROR(rc);
     L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
+    /* Bytes: the whole slice (an upper bound in predictor mode, whose mask
+     * stays on the GPU). */
+    L->rd[a->j] = !e->sparse ? n * (int64_t)e->gu_row * (e->has_gate ? 2 : 1) +
+                                   (int64_t)(L->cols[a->j + 1] - L->cols[a->j]) * d
+                             : n * (int64_t)(e->rec_bytes + (e->pre_sep ? e->gu_row : 0));
     account(e, SI_TASK_FFN_HOT, t0);
 }
 #endif
@@ -554,6 +582,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     }
     for (int64_t q = k; q < n; q++)
         idx[q] = -1;
+    L->rd[a->j] = n * (int64_t)e->gu_row; /* ffn_cold adds the records' rows */
     account(e, SI_TASK_PRED, t0);
 }
 
@@ -711,6 +740,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
                                   b != NULL ? b + sc->ix[q] : NULL, xa, xb);
             }
         }
+        L->rd[a->j] = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
     } else {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
             const int32_t s = record_of(e, L, p0 + idx[q]);
@@ -719,6 +749,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             float h = L->gact[p0 + idx[q]];
             if (hp->ffn_kind != SI_FFN_PLAIN) {
                 float u = dot(t, up + (size_t)s * rb, xa, xb, d);
+                L->rd[a->j] += (int64_t)e->gu_row; /* after gmask's gating rows */
                 if (b != NULL)
                     u += b[s];
                 if (hp->ffn_kind == SI_FFN_GATED_RELU2)
@@ -736,6 +767,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     for (int64_t q = 0; q < k; q++)
         computed += sc->h[q] != 0.0f;
     L->active[a->j] = computed;
+    L->rd[a->j] += computed * (int64_t)e->dt_row;
     account(e, SI_TASK_FFN_COLD, t0);
 }
 
@@ -750,13 +782,89 @@ static void embed_cpu(void *buffers[], void *cl_arg)
     account(a->e, SI_TASK_EMBED, t0);
 }
 
+/*
+ * The merge of layer l's FFN (l >= 0) into the residual: xb2 = the slices'
+ * partial outputs added in slice order (dense layout: the reference's chunk
+ * order) plus the down bias, then x_out = si_ref_ffn_finish_into(x, xb2,
+ * xb3).  The partial outputs are buffers[b0 ..]; the same bits wherever it
+ * runs.
+ */
+static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
+                       const float *xb3, float *xb2, float *x_out, float *tmp)
+{
+    const struct layer *L = &e->L[l];
+    const struct si_layer *W = &e->m->w.layers[l];
+    const int64_t d = e->m->hp.n_embd;
+    bool first = true;
+    for (int32_t j = 0; j < L->nsl; j++) {
+        const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + j]);
+        for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
+            for (int64_t i = 0; i < d; i++)
+                xb2[i] = first ? p[i] : xb2[i] + p[i];
+    }
+    if (W->ffn_down_b.data != NULL) {
+        const float *b = W->ffn_down_b.data;
+        for (int64_t i = 0; i < d; i++)
+            xb2[i] += b[i];
+    }
+    si_ref_ffn_finish_into(e->ref, l, x, xb2, xb3, x_out, tmp);
+}
+
+/* Buffers that carry layer l - 1's FFN output to layer l's first tasks
+ * (attn, or the LM head for l = n_layer): its slices' partial outputs, then
+ * its attention output xb3 with a parallel residual.  None at l = 0 and in
+ * redux mode, where a merge task adds them into x. */
+static int n_carried(const struct si_engine *e, int l)
+{
+    if (l == 0 || e->p.redux)
+        return 0;
+    return e->L[l - 1].nsl + (e->m->hp.parallel_residual ? 1 : 0);
+}
+
+/* x_out = layer l's input residual: x, plus layer l - 1's FFN when carried
+ * in buffers[b0 ..] (see n_carried).  Returns the time spent merging. */
+static double residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
+                          float *x_out, struct scratch *sc)
+{
+    const int64_t d = e->m->hp.n_embd;
+    if (n_carried(e, l) == 0) {
+        if (x_out != x)
+            memcpy(x_out, x, (size_t)d * sizeof(float));
+        return 0.0;
+    }
+    const double t0 = now();
+    const float *xb3 = e->m->hp.parallel_residual
+                           ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + e->L[l - 1].nsl])
+                           : NULL;
+    merge_into(e, l - 1, buffers, b0, x, xb3, sc->xf, x_out, sc->tmp);
+    return now() - t0;
+}
+
+/* Charge `seconds` to this worker's counter of kind k (one task). */
+static void charge(struct si_engine *e, enum si_task_kind k, double seconds)
+{
+    struct scratch *sc = my_scratch(e);
+    sc->busy[k] += seconds;
+    sc->count[k]++;
+}
+
+/*
+ * attn_L (attention in one task, when its products are not split): layer
+ * l - 1's FFN added into x, then the reference's whole attention step on
+ * it (x += attention; xb = the FFN's input).
+ * Buffers: x (RW), the carried ones (R), xb (W), [xb3 (W)], K, V (RW),
+ * Wq, Wk, Wv, Wo (R).
+ */
 static void attn_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers; /* x, xb, the cache and weights: the reference's own arrays */
     struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si_ref *s = e->ref;
     double t0 = now();
-    si_ref_attn(a->e->ref, a->l);
-    account(a->e, SI_TASK_ATTN, t0);
+    const double tm = residual_in(e, a->l, buffers, 1, s->x, s->x, my_scratch(e));
+    si_ref_attn(s, a->l);
+    charge(e, SI_TASK_MERGE, tm);
+    charge(e, SI_TASK_ATTN, now() - t0 - tm);
 }
 
 /* Rows [r0, r1) of w as a tensor of their own (si_ref_matvec on a slice). */
@@ -769,89 +877,123 @@ static struct si_tensor rows_of(const struct si_tensor *w, int64_t r0, int64_t r
     return v;
 }
 
-/* Buffers: x, Wq, Wk, Wv (R), qkv_j (W).  The normalised input is the
- * reference's, computed by every slice (it is n_embd long). */
-static void aqkv_cpu(void *buffers[], void *cl_arg)
+/*
+ * attn_L.j (attention split by kv heads): layer l's input residual (layer
+ * l - 1's FFN added into x, by every group alike; group 0 keeps it in x2
+ * for attn_out), its normalised input, then for kv heads [a_g[j],
+ * a_g[j+1]) and their query heads: their rows of q, k and v, biases, QK
+ * norm, RoPE, the cache's columns, their attention (si_ref_attn_group).
+ * Buffers: x (R), the carried ones (R), Wq, Wk, Wv (R), K_j, V_j (RW),
+ * att_j (W: those query heads' outputs), [j = 0: x2 (W)].
+ */
+static void attn_grp_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->m->w.layers[a->l];
     struct scratch *sc = my_scratch(e);
     double t0 = now();
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    float *in = sc->h, *tmp = sc->y;
-    si_ref_attn_input(e->ref, a->l, in, tmp);
-    const int j = a->j;
-    struct si_tensor q = rows_of(&W->wq, e->a_q[j], e->a_q[j + 1]);
-    struct si_tensor k = rows_of(&W->wk, e->a_kv[j], e->a_kv[j + 1]);
-    struct si_tensor v = rows_of(&W->wv, e->a_kv[j], e->a_kv[j + 1]);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &q, in);
-    y += q.ne[1];
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &k, in);
-    y += k.ne[1];
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &v, in);
-    account(e, SI_TASK_ATTN_PROJ, t0);
+    const int j = a->j, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int nc = n_carried(e, a->l);
+    const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *att = (float *)STARPU_VECTOR_GET_PTR(buffers[1 + nc + 5]);
+    float *xl = j == 0 ? (float *)STARPU_VECTOR_GET_PTR(buffers[1 + nc + 6]) : sc->xl;
+    const double tm = residual_in(e, a->l, buffers, 1, x, xl, sc);
+    si_ref_attn_input(e->ref, a->l, xl, sc->xn, sc->tmp);
+    const int64_t g0 = e->a_g[j], g1 = e->a_g[j + 1];
+    const int64_t q0 = g0 * group * hd, q1 = g1 * group * hd, k0 = g0 * hd, k1 = g1 * hd;
+    struct si_tensor wq = rows_of(&W->wq, q0, q1), wk = rows_of(&W->wk, k0, k1),
+                     wv = rows_of(&W->wv, k0, k1);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->aq + q0, &wq, sc->xn);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->ak + k0, &wk, sc->xn);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
+    si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt,
+                      sc->ascr);
+    memcpy(att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
+    charge(e, SI_TASK_MERGE, tm);
+    charge(e, SI_TASK_ATTN, now() - t0 - tm);
 }
 
-/* Buffers: qkv_* (R), K, V (RW), att (W). */
-static void acore_cpu(void *buffers[], void *cl_arg)
-{
-    struct task_arg *a = cl_arg;
-    struct si_engine *e = a->e;
-    struct si_ref *s = e->ref;
-    double t0 = now();
-    for (int32_t j = 0; j < e->na; j++) {
-        const float *y = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
-        const int64_t nq = e->a_q[j + 1] - e->a_q[j], nkv = e->a_kv[j + 1] - e->a_kv[j];
-        memcpy(s->q + e->a_q[j], y, (size_t)nq * sizeof(float));
-        memcpy(s->k + e->a_kv[j], y + nq, (size_t)nkv * sizeof(float));
-        memcpy(s->v + e->a_kv[j], y + nq + nkv, (size_t)nkv * sizeof(float));
-    }
-    si_ref_attn_core(s, a->l);
-    account(e, SI_TASK_ATTN, t0);
-}
-
-/* Buffers: att, Wo (R), o_j (W). */
+/* Buffers: att_* (R: the whole attention output, the groups' children in
+ * order), Wo (R), o_j (W). */
 static void ao_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct scratch *sc = my_scratch(e);
     double t0 = now();
+    /* The children are consecutive parts of one array in main memory. */
     const float *att = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[e->ng + 1]);
     struct si_tensor wo = rows_of(&e->m->w.layers[a->l].wo, e->a_o[a->j], e->a_o[a->j + 1]);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &wo, att);
     account(e, SI_TASK_ATTN_PROJ, t0);
 }
 
-/* Buffers: x (RW), ffn_in (W), o_* (R). */
+/* Buffers: x2 (R: the layer's input residual), o_* (R), x (W: the residual
+ * after attention), xb (W: the FFN's input), [xb3 (W)]. */
 static void aout_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si_ref *s = e->ref;
+    struct scratch *sc = my_scratch(e);
     double t0 = now();
+    const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     for (int32_t j = 0; j < e->na; j++)
-        memcpy(s->xb2 + e->a_o[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[2 + j]),
+        memcpy(sc->xf + e->a_o[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]),
                (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
-    si_ref_attn_finish(s, a->l);
+    si_ref_attn_finish_into(s, a->l, x2, sc->xf, s->x, s->xb, s->xb3, sc->tmp);
     account(e, SI_TASK_ATTN, t0);
 }
 
-/* Buffers: x, output (R), logits child j (W): rows [a_h[j], a_h[j+1]) of
- * the LM head, each slice normalising x itself (it is n_embd long). */
+/*
+ * The FFN's input of slice j in buffers[*i ..] (advancing *i past it): the
+ * ffn_in handle, or, with fuse_out, attn_out's work done by each slice
+ * alike: x2 and o_* (R) give the residual after attention and its
+ * normalised input, in scratch; slice 0 also writes the residual into x
+ * and, with a parallel residual, the attention output into xb3, its last
+ * buffers (from owner_at - 1 or - 2 on: the task's buffer count).
+ */
+static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
+                              int owner_at, struct scratch *sc)
+{
+    if (!e->fuse_out)
+        return (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    for (int32_t k = 0; k < e->na; k++)
+        memcpy(sc->xf + e->a_o[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]),
+               (size_t)(e->a_o[k + 1] - e->a_o[k]) * sizeof(float));
+    float *x_out = sc->xl, *xb3 = sc->xo;
+    if (j == 0) {
+        const int par = e->h_xb3 != NULL;
+        x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1 - par]);
+        if (par)
+            xb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1]);
+    }
+    si_ref_attn_finish_into(e->ref, l, x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
+    return sc->xn;
+}
+
+/* lm_head.j: the last layer's FFN added into x (every slice alike), the
+ * output norm, then rows [a_h[j], a_h[j+1]) of the LM head.
+ * Buffers: x (R), the carried ones (R), output (R), logits child j (W). */
 static void head_rows_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct scratch *sc = my_scratch(e);
     double t0 = now();
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    si_ref_head_input(e->ref, sc->h, sc->y);
+    const int nc = n_carried(e, e->m->hp.n_layer);
+    const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[nc + 2]);
+    const double tm = residual_in(e, e->m->hp.n_layer, buffers, 1, x, sc->xl, sc);
+    si_ref_head_input(e->ref, sc->xl, sc->xn, sc->tmp);
     struct si_tensor w = rows_of(&e->m->w.output, e->a_h[a->j], e->a_h[a->j + 1]);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &w, sc->h);
-    account(e, SI_TASK_HEAD, t0);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &w, sc->xn);
+    charge(e, SI_TASK_MERGE, tm);
+    charge(e, SI_TASK_HEAD, now() - t0 - tm);
 }
 
 /* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
@@ -884,33 +1026,19 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     account(e, SI_TASK_PRED, t0);
 }
 
-/* Buffers: x (RW), then the slices' partial outputs (R), or the layer's
- * output in redux mode (RW). */
+/* Redux mode: x += the layer's FFN output, the sum StarPU reduced into
+ * y, which is left at zero for the next token.  Buffers: x (RW), y (RW). */
 static void merge_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    struct layer *L = &e->L[a->l];
     struct si_ref *s = e->ref;
     const struct si_layer *W = &e->m->w.layers[a->l];
     const int64_t d = e->m->hp.n_embd;
     double t0 = now();
-    if (e->p.redux) {
-        /* StarPU reduces the workers' shares into the handle's own value:
-         * take the sum and leave zero for the next token. */
-        float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-        memcpy(s->xb2, y, (size_t)d * sizeof(float));
-        memset(y, 0, (size_t)d * sizeof(float));
-    } else {
-        /* xb2 = the rows in slice order (dense: the reference's chunk order). */
-        bool first = true;
-        for (int32_t j = 0; j < L->nsl; j++) {
-            const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]);
-            for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
-                for (int64_t i = 0; i < d; i++)
-                    s->xb2[i] = first ? p[i] : s->xb2[i] + p[i];
-        }
-    }
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    memcpy(s->xb2, y, (size_t)d * sizeof(float));
+    memset(y, 0, (size_t)d * sizeof(float));
     if (W->ffn_down_b.data != NULL) {
         const float *b = W->ffn_down_b.data;
         for (int64_t i = 0; i < d; i++)
@@ -920,13 +1048,19 @@ static void merge_cpu(void *buffers[], void *cl_arg)
     account(e, SI_TASK_MERGE, t0);
 }
 
+/* norm+lm_head (one task): the last layer's FFN added into x, then the
+ * reference's head.  Buffers: x (RW), the carried ones (R), xb (RW),
+ * logits (W), output (R). */
 static void head_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers;
     struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si_ref *s = e->ref;
     double t0 = now();
-    si_ref_end(a->e->ref);
-    account(a->e, SI_TASK_HEAD, t0);
+    const double tm = residual_in(e, e->m->hp.n_layer, buffers, 1, s->x, s->x, my_scratch(e));
+    si_ref_end(s);
+    charge(e, SI_TASK_MERGE, tm);
+    charge(e, SI_TASK_HEAD, now() - t0 - tm);
 }
 
 /* Redux mode: the layer output starts at zero and workers' shares add up. */
@@ -1287,27 +1421,18 @@ static struct starpu_codelet cl_bhead = {
 
 static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
-static struct starpu_perfmodel aqkv_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_qkv"};
-static struct starpu_perfmodel acore_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_core"};
+static struct starpu_perfmodel agrp_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_group"};
 static struct starpu_perfmodel ao_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_o"};
 static struct starpu_perfmodel aout_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_out"};
-static struct starpu_codelet cl_aqkv = {
-    .cpu_funcs = {aqkv_cpu},
-    .nbuffers = 5,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
-    .model = &aqkv_model,
-    .name = "attn_qkv",
-};
-static struct starpu_codelet cl_acore = {
-    .cpu_funcs = {acore_cpu},
+static struct starpu_codelet cl_agrp = {
+    .cpu_funcs = {attn_grp_cpu},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &acore_model,
-    .name = "attn_core",
+    .model = &agrp_model,
+    .name = "attn",
 };
 static struct starpu_codelet cl_ao = {
     .cpu_funcs = {ao_cpu},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &ao_model,
     .name = "attn_o",
 };
@@ -1321,8 +1446,7 @@ static struct starpu_perfmodel head_rows_model = {.type = STARPU_HISTORY_BASED,
                                                   .symbol = "si_lm_head_rows"};
 static struct starpu_codelet cl_head_rows = {
     .cpu_funcs = {head_rows_cpu},
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &head_rows_model,
     .name = "lm_head",
 };
@@ -1398,8 +1522,7 @@ static struct starpu_codelet cl_merge = {
 };
 static struct starpu_codelet cl_head = {
     .cpu_funcs = {head_cpu},
-    .nbuffers = 4,
-    .modes = {STARPU_R, STARPU_RW, STARPU_W, STARPU_R},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &head_model,
     .name = "norm+lm_head",
 };
@@ -2022,8 +2145,29 @@ static void register_layer(struct si_engine *e, int l)
     const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
     for (int i = 0; i < 4; i++)
         vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
-    vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
-    vec(&L->h_v, (char *)s->vcache + (size_t)l * kv_bytes, kv_bytes, 1);
+    if (e->na > 1 && e->ng > 1) {
+        /* Each attention task writes its kv heads' columns of the cache: the
+         * layer's cache as a matrix (a row per position, in bytes), a child
+         * per group of columns. */
+        const size_t row = kvd * esz;
+        for (int32_t g = 0; g <= e->ng; g++)
+            L->kv_cols[g] = (size_t)e->a_g[g] * (size_t)hp->head_dim * esz;
+        struct starpu_data_filter f = {.filter_func = filter_cols,
+                                       .nchildren = (unsigned)e->ng,
+                                       .filter_arg_ptr = L->kv_cols};
+        starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};
+        const char *base[2] = {s->kcache, s->vcache};
+        for (int i = 0; i < 2; i++) {
+            starpu_matrix_data_register(hc[i], STARPU_MAIN_RAM,
+                                        (uintptr_t)(base[i] + (size_t)l * kv_bytes),
+                                        (uint32_t)row, (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
+            starpu_data_partition_plan(*hc[i], &f, cc[i]);
+            starpu_data_partition_submit(*hc[i], (unsigned)e->ng, cc[i]);
+        }
+    } else {
+        vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
+        vec(&L->h_v, (char *)s->vcache + (size_t)l * kv_bytes, kv_bytes, 1);
+    }
 
     const int64_t ff = hp->n_ff;
     if (!e->sparse) {
@@ -2130,10 +2274,16 @@ static void unregister_layer(struct si_engine *e, int l)
     for (int i = 0; i < 4; i++)
         if (L->h_w[i] != NULL)
             starpu_data_unregister(L->h_w[i]);
-    if (L->h_k != NULL)
-        starpu_data_unregister(L->h_k);
-    if (L->h_v != NULL)
-        starpu_data_unregister(L->h_v);
+    starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
+    for (int i = 0; i < 2; i++) {
+        if (*kv[i] == NULL)
+            continue;
+        if (kv_c[i] != NULL && kv_c[i][0] != NULL) {
+            starpu_data_unpartition_submit(*kv[i], (unsigned)e->ng, kv_c[i], STARPU_MAIN_RAM);
+            starpu_data_partition_clean(*kv[i], (unsigned)e->ng, kv_c[i]);
+        }
+        starpu_data_unregister(*kv[i]);
+    }
     unsplit(L->h_gate, L, L->h_gate_c);
     unsplit(L->h_up, L, L->h_up_c);
     unsplit(L->h_down, L, L->h_down_c);
@@ -2246,6 +2396,7 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->rows = calloc(slots, sizeof *L->rows);
     L->perm = calloc(ff, sizeof *L->perm);
     L->active = calloc(slots, sizeof *L->active);
+    L->rd = calloc(slots, sizeof *L->rd);
     L->len_n = calloc(slots, sizeof *L->len_n);
     L->len_p = calloc(slots, sizeof *L->len_p);
     L->cols = calloc(slots, sizeof *L->cols);
@@ -2260,7 +2411,7 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->h_part_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->part = calloc((ff / (size_t)e->chunk + slots) * (size_t)hp->n_embd, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
-    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->len_n || !L->len_p || !L->cols ||
+    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p || !L->cols ||
         !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
         !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
@@ -2328,12 +2479,16 @@ static void free_layer(struct layer *L)
     free(L->rows);
     free(L->perm);
     free(L->active);
+    free(L->rd);
     free(L->len_n);
     free(L->len_p);
     free(L->cols);
     free(L->name_ffn);
     free(L->name_bffn);
-    free(L->name_aqkv);
+    free(L->name_agrp);
+    free(L->h_k_c);
+    free(L->h_v_c);
+    free(L->kv_cols);
     free(L->name_ao);
     free(L->h_gate_c);
     free(L->h_up_c);
@@ -2385,6 +2540,12 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->p = p;
     e->flash = p.flash != NULL;
     layout_of(m, p.mode, e);
+    int64_t ffn_bytes;
+    e->token_bytes_fixed = si_model_token_bytes(m, &ffn_bytes) - ffn_bytes;
+    if (p.mode == SI_SPARSITY_PREDICTOR)
+        for (int32_t l = 0; l < hp->n_layer; l++)
+            e->token_bytes_fixed +=
+                (int64_t)(m->w.layers[l].fc1.nbytes + m->w.layers[l].fc2.nbytes);
     e->cuda_node = -1;
     e->gpu_base = -1;
 #ifdef SI_USE_CUDA
@@ -2408,12 +2569,18 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         int32_t na = p.attn_split > 0 ? p.attn_split
                      : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
                                                      : 1;
-        const int32_t kvd = hp->n_head_kv * hp->head_dim;
-        if (na > kvd)
-            na = kvd;
+        if (na > hp->n_embd)
+            na = hp->n_embd;
         if (na > MAX_SLICES)
             na = MAX_SLICES;
         e->na = na > 1 ? na : 1;
+        /* attn_L.j tasks: whole kv heads each (their query heads with them) */
+        e->ng = e->na < hp->n_head_kv ? e->na : hp->n_head_kv;
+        /* With only CPU FFN tasks that take the FFN input first hand, each
+         * computes it (attn_out's residual and norm: n_embd values) instead
+         * of waiting for an attn_out task: one dependency less per layer. */
+        e->fuse_out = e->na > 1 && !e->cuda_hot && !e->flash && !p.redux &&
+                      p.mode != SI_SPARSITY_PREDICTOR;
     }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
@@ -2449,8 +2616,25 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             goto oom;
     const size_t widest = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) +
                           (m->has_predictor ? (size_t)W0->fc1.ne[1] : 0);
+    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim,
+                 kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim, d = (size_t)hp->n_embd,
+                 tmpn = 2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim);
+    const size_t ascr = si_ref_attn_scratch_floats(e->ref);
     for (unsigned w = 0; w < e->n_workers; w++) {
         struct scratch *sc = &e->scratch[w];
+        /* aq, ak, av, aatt, ascr, xl, xf, xn, xo, tmp in one allocation */
+        sc->aq = malloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
+        if (sc->aq == NULL)
+            goto oom;
+        sc->ak = sc->aq + qd;
+        sc->av = sc->ak + kvd;
+        sc->aatt = sc->av + kvd;
+        sc->ascr = sc->aatt + qd;
+        sc->xl = sc->ascr + ascr;
+        sc->xf = sc->xl + d;
+        sc->xn = sc->xf + d;
+        sc->xo = sc->xn + d;
+        sc->tmp = sc->xo + d;
         sc->h = malloc(widest * sizeof(float));
         sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
         sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
@@ -2487,40 +2671,41 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             goto oom;
     }
     if (e->na > 1) {
-        const int64_t qd = (int64_t)hp->n_head * hp->head_dim,
-                      kvd = (int64_t)hp->n_head_kv * hp->head_dim, na = e->na;
-        e->a_q = calloc((size_t)na + 1, sizeof *e->a_q);
-        e->a_kv = calloc((size_t)na + 1, sizeof *e->a_kv);
+        const int64_t na = e->na, ng = e->ng, group = hp->n_head / hp->n_head_kv;
+        e->a_g = calloc((size_t)ng + 1, sizeof *e->a_g);
+        e->att_len = calloc((size_t)ng, sizeof *e->att_len);
         e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
         e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
         e->name_head = calloc((size_t)na, sizeof *e->name_head);
         e->h_logits_c = calloc((size_t)na, sizeof *e->h_logits_c);
-        e->qkv = calloc((size_t)na, sizeof *e->qkv);
         e->o = calloc((size_t)na, sizeof *e->o);
-        e->h_qkv = calloc((size_t)na, sizeof *e->h_qkv);
         e->h_o = calloc((size_t)na, sizeof *e->h_o);
-        if (!e->a_q || !e->a_kv || !e->a_o || !e->a_h || !e->name_head || !e->h_logits_c ||
-            !e->qkv || !e->o || !e->h_qkv || !e->h_o)
+        e->h_att_c = calloc((size_t)ng, sizeof *e->h_att_c);
+        e->x2 = calloc((size_t)hp->n_embd, sizeof(float));
+        if (!e->a_g || !e->att_len || !e->a_o || !e->a_h || !e->name_head || !e->h_logits_c ||
+            !e->o || !e->h_o || !e->h_att_c || !e->x2)
             goto oom;
+        for (int64_t j = 0; j <= ng; j++)
+            e->a_g[j] = j * hp->n_head_kv / ng;
+        for (int64_t j = 0; j < ng; j++)
+            e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
         for (int64_t j = 0; j <= na; j++) {
-            e->a_q[j] = j * qd / na;
-            e->a_kv[j] = j * kvd / na;
             e->a_o[j] = j * hp->n_embd / na;
             e->a_h[j] = j * hp->n_vocab / na;
         }
         for (int64_t j = 0; j < na; j++)
             snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
-        for (int64_t j = 0; j < na; j++) {
-            e->qkv[j] = malloc((size_t)(e->a_q[j + 1] - e->a_q[j] +
-                                        2 * (e->a_kv[j + 1] - e->a_kv[j])) * sizeof(float));
-            e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
-            if (!e->qkv[j] || !e->o[j])
+        for (int64_t j = 0; j < na; j++)
+            if ((e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float))) == NULL)
                 goto oom;
-        }
         for (int l = 0; l < hp->n_layer; l++) {
-            e->L[l].name_aqkv = calloc((size_t)na, sizeof *e->L[l].name_aqkv);
-            e->L[l].name_ao = calloc((size_t)na, sizeof *e->L[l].name_ao);
-            if (!e->L[l].name_aqkv || !e->L[l].name_ao)
+            struct layer *L = &e->L[l];
+            L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
+            L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
+            L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
+            L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
+            L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
+            if (!L->name_agrp || !L->name_ao || !L->h_k_c || !L->h_v_c || !L->kv_cols)
                 goto oom;
         }
     }
@@ -2576,12 +2761,11 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             snprintf(L->name_gmask[j], sizeof L->name_gmask[j], "gmask_L%d.%d", l,
                      j - (L->hot ? 1 : 0));
         snprintf(L->name_battn, sizeof L->name_battn, "attn_batch_L%d", l);
-        snprintf(L->name_acore, sizeof L->name_acore, "attn_core_L%d", l);
         snprintf(L->name_aout, sizeof L->name_aout, "attn_out_L%d", l);
-        for (int32_t j = 0; j < e->na && e->na > 1; j++) {
-            snprintf(L->name_aqkv[j], sizeof L->name_aqkv[j], "attn_qkv_L%d.%d", l, j);
+        for (int32_t j = 0; j < e->ng && e->na > 1; j++)
+            snprintf(L->name_agrp[j], sizeof L->name_agrp[j], "attn_L%d.%d", l, j);
+        for (int32_t j = 0; j < e->na && e->na > 1; j++)
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
-        }
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
         for (int32_t j = 0; j < L->nsl; j++) {
             if (is_hot(e, l, j)) {
@@ -2597,9 +2781,13 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     }
 
     struct si_ref *s = e->ref;
-    const size_t d = (size_t)hp->n_embd;
+    /* d: n_embd (above) */
     vec(&e->h_x, s->x, d, sizeof(float));
     vec(&e->h_xb, s->xb, d, sizeof(float));
+    if (hp->parallel_residual) { /* the attention output beside the FFN's */
+        vec(&e->h_xb3, s->xb3, d, sizeof(float));
+        starpu_data_set_name(e->h_xb3, "attn_out");
+    }
     vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
     vec(&e->h_out, m->w.output.data, m->w.output.nbytes, 1);
     vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
@@ -2622,13 +2810,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                         "of %" PRId64, a, b);
     }
     if (e->na > 1) {
-        for (int32_t j = 0; j < e->na; j++) {
-            vec(&e->h_qkv[j], e->qkv[j],
-                (size_t)(e->a_q[j + 1] - e->a_q[j] + 2 * (e->a_kv[j + 1] - e->a_kv[j])),
-                sizeof(float));
+        for (int32_t j = 0; j < e->na; j++)
             vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));
-        }
+        vec(&e->h_x2, e->x2, d, sizeof(float));
         vec(&e->h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
+        if (e->ng > 1) {
+            struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                           .nchildren = (unsigned)e->ng,
+                                           .filter_arg_ptr = e->att_len};
+            starpu_data_partition_plan(e->h_att, &f, e->h_att_c);
+            starpu_data_partition_submit(e->h_att, (unsigned)e->ng, e->h_att_c);
+        }
         /* The LM head's row slices write children of the logits; the
          * partition is undone before anyone reads them (see eval). */
         e->head_len = calloc((size_t)e->na, sizeof *e->head_len);
@@ -2676,12 +2868,18 @@ void si_engine_free(struct si_engine *e)
         starpu_data_unregister(e->h_hscratch);
         if (e->h_spill != NULL)
             starpu_data_unregister(e->h_spill);
+        if (e->h_xb3 != NULL)
+            starpu_data_unregister(e->h_xb3);
         if (e->h_att != NULL) {
-            for (int32_t j = 0; j < e->na; j++) {
-                starpu_data_unregister(e->h_qkv[j]);
+            for (int32_t j = 0; j < e->na; j++)
                 starpu_data_unregister(e->h_o[j]);
+            if (e->ng > 1) {
+                starpu_data_unpartition_submit(e->h_att, (unsigned)e->ng, e->h_att_c,
+                                               STARPU_MAIN_RAM);
+                starpu_data_partition_clean(e->h_att, (unsigned)e->ng, e->h_att_c);
             }
             starpu_data_unregister(e->h_att);
+            starpu_data_unregister(e->h_x2);
         }
         if (e->h_bx != NULL) {
             starpu_data_unregister(e->h_bx);
@@ -2691,16 +2889,14 @@ void si_engine_free(struct si_engine *e)
                 starpu_data_unregister(e->h_bpart[j]);
         }
     }
-    for (int32_t j = 0; e->qkv != NULL && j < e->na; j++)
-        free(e->qkv[j]);
     for (int32_t j = 0; e->o != NULL && j < e->na; j++)
         free(e->o[j]);
-    free(e->qkv);
     free(e->o);
-    free(e->h_qkv);
     free(e->h_o);
-    free(e->a_q);
-    free(e->a_kv);
+    free(e->h_att_c);
+    free(e->x2);
+    free(e->a_g);
+    free(e->att_len);
     free(e->a_o);
     free(e->a_h);
     free(e->name_head);
@@ -2717,6 +2913,7 @@ void si_engine_free(struct si_engine *e)
     free(e->bxb3);
     if (e->scratch != NULL)
         for (unsigned w = 0; w < e->n_workers; w++) {
+            free(e->scratch[w].aq); /* one allocation for the attention buffers */
             free(e->scratch[w].h);
             free(e->scratch[w].ix);
             free(e->scratch[w].y);
@@ -2744,6 +2941,25 @@ void si_engine_free(struct si_engine *e)
 }
 
 /* Submit layer l's tasks. */
+/* Append the handles n_carried() counts for layer l (R) to h/md at n;
+ * returns the new count. */
+static int add_carried(const struct si_engine *e, int l, starpu_data_handle_t *h,
+                       enum starpu_data_access_mode *md, int n)
+{
+    if (n_carried(e, l) == 0)
+        return n;
+    const struct layer *P = &e->L[l - 1];
+    for (int32_t j = 0; j < P->nsl; j++, n++) {
+        h[n] = P->h_part_c[j];
+        md[n] = STARPU_R;
+    }
+    if (e->m->hp.parallel_residual) {
+        h[n] = e->h_xb3;
+        md[n++] = STARPU_R;
+    }
+    return n;
+}
+
 static int submit_layer(struct si_engine *e, int l, int32_t token)
 {
     struct layer *L = &e->L[l];
@@ -2753,7 +2969,10 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
 #define ADD(handle, mode) (h[n] = (handle), md[n++] = (mode))
     if (e->na <= 1) {
         ADD(e->h_x, STARPU_RW);
+        n = add_carried(e, l, h, md, n);
         ADD(e->h_xb, STARPU_W);
+        if (e->h_xb3 != NULL)
+            ADD(e->h_xb3, STARPU_W);
         ADD(L->h_k, STARPU_RW);
         ADD(L->h_v, STARPU_RW);
         for (int i = 0; i < 4; i++)
@@ -2761,36 +2980,36 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
         rc = submit(e, &cl_attn, L->name_attn, l, -1, token, h, md, n, 0);
     } else {
         rc = 0;
-        for (int32_t j = 0; j < e->na && rc == 0; j++) {
+        for (int32_t j = 0; j < e->ng && rc == 0; j++) {
             n = 0;
             ADD(e->h_x, STARPU_R);
+            n = add_carried(e, l, h, md, n);
             for (int i = 0; i < 3; i++)
                 ADD(L->h_w[i], STARPU_R);
-            ADD(e->h_qkv[j], STARPU_W);
-            rc = submit(e, &cl_aqkv, L->name_aqkv[j], l, j, token, h, md, n, 0);
-        }
-        if (rc == 0) {
-            n = 0;
-            for (int32_t j = 0; j < e->na; j++)
-                ADD(e->h_qkv[j], STARPU_R);
-            ADD(L->h_k, STARPU_RW);
-            ADD(L->h_v, STARPU_RW);
-            ADD(e->h_att, STARPU_W);
-            rc = submit(e, &cl_acore, L->name_acore, l, -1, token, h, md, n, 0);
+            ADD(e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
+            ADD(e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
+            ADD(e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
+            if (j == 0)
+                ADD(e->h_x2, STARPU_W);
+            rc = submit(e, &cl_agrp, L->name_agrp[j], l, j, token, h, md, n, 0);
         }
         for (int32_t j = 0; j < e->na && rc == 0; j++) {
             n = 0;
-            ADD(e->h_att, STARPU_R);
+            for (int32_t g = 0; g < e->ng; g++)
+                ADD(e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
             ADD(L->h_w[3], STARPU_R);
             ADD(e->h_o[j], STARPU_W);
             rc = submit(e, &cl_ao, L->name_ao[j], l, j, token, h, md, n, 0);
         }
-        if (rc == 0) {
+        if (rc == 0 && !e->fuse_out) {
             n = 0;
-            ADD(e->h_x, STARPU_RW);
-            ADD(e->h_xb, STARPU_W);
+            ADD(e->h_x2, STARPU_R);
             for (int32_t j = 0; j < e->na; j++)
                 ADD(e->h_o[j], STARPU_R);
+            ADD(e->h_x, STARPU_W);
+            ADD(e->h_xb, STARPU_W);
+            if (e->h_xb3 != NULL)
+                ADD(e->h_xb3, STARPU_W);
             rc = submit(e, &cl_aout, L->name_aout, l, -1, token, h, md, n, 0);
         }
     }
@@ -2836,7 +3055,13 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             rc = submit(e, &cl_flash, L->name_ffn[j], l, j, token, h, md, n, STARPU_CPU);
             continue;
         }
-        ADD(e->h_xb, STARPU_R);
+        if (e->fuse_out) { /* see ffn_input */
+            ADD(e->h_x2, STARPU_R);
+            for (int32_t k = 0; k < e->na; k++)
+                ADD(e->h_o[k], STARPU_R);
+        } else {
+            ADD(e->h_xb, STARPU_R);
+        }
         if (!e->sparse) {
             if (e->has_gate)
                 ADD(L->h_gate_c[j], STARPU_R);
@@ -2858,18 +3083,19 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             ADD(e->h_iota, STARPU_R);
             ADD(e->h_hscratch, STARPU_SCRATCH);
         }
+        if (e->fuse_out && j == 0) { /* the residual for the next layer */
+            ADD(e->h_x, STARPU_W);
+            if (e->h_xb3 != NULL)
+                ADD(e->h_xb3, STARPU_W);
+        }
         rc = submit(e, hot ? &cl_hot : &cl_cold, L->name_ffn[j], l, j, token, h, md, n,
                     gpu ? STARPU_CUDA : STARPU_CPU);
     }
-    if (rc != 0)
-        return rc;
+    if (rc != 0 || !e->p.redux)
+        return rc; /* the next layer's attention (or the head) merges */
     n = 0;
     ADD(e->h_x, STARPU_RW);
-    if (e->p.redux)
-        ADD(L->h_y, STARPU_RW);
-    else
-        for (int32_t j = 0; j < L->nsl; j++)
-            ADD(L->h_part_c[j], STARPU_R);
+    ADD(L->h_y, STARPU_RW);
     return submit(e, &cl_merge, L->name_merge, l, -1, token, h, md, n, 0);
 #undef ADD
 }
@@ -2884,8 +3110,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     const double t0 = now();
     e->flash_msg[0] = '\0';
 
-    starpu_data_handle_t h[4];
-    enum starpu_data_access_mode md[4];
+    starpu_data_handle_t h[MAX_SLICES + 16];
+    enum starpu_data_access_mode md[MAX_SLICES + 16];
     h[0] = e->h_x;
     md[0] = STARPU_W;
     int rc = submit(e, &cl_embed, "embed", -1, -1, token, h, md, 1, 0);
@@ -2896,26 +3122,30 @@ int si_engine_eval(struct si_engine *e, int32_t token)
          * moves on here, as si_ref_end would. */
         starpu_data_partition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c);
         for (int32_t j = 0; j < e->na && rc == 0; j++) {
-            h[0] = e->h_x;
-            h[1] = e->h_out;
-            h[2] = e->h_logits_c[j];
-            md[0] = STARPU_R;
-            md[1] = STARPU_R;
-            md[2] = STARPU_W;
-            rc = submit(e, &cl_head_rows, e->name_head[j], -1, j, token, h, md, 3, 0);
+            int n = 0;
+            h[n] = e->h_x;
+            md[n++] = STARPU_R;
+            n = add_carried(e, hp->n_layer, h, md, n);
+            h[n] = e->h_out;
+            md[n++] = STARPU_R;
+            h[n] = e->h_logits_c[j];
+            md[n++] = STARPU_W;
+            rc = submit(e, &cl_head_rows, e->name_head[j], -1, j, token, h, md, n, 0);
         }
         starpu_data_unpartition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c,
                                        STARPU_MAIN_RAM);
     } else if (rc == 0) {
-        h[0] = e->h_x;
-        h[1] = e->h_xb;
-        h[2] = e->h_logits;
-        h[3] = e->h_out;
-        md[0] = STARPU_R;
-        md[1] = STARPU_RW;
-        md[2] = STARPU_W;
-        md[3] = STARPU_R;
-        rc = submit(e, &cl_head, "norm+lm_head", -1, -1, token, h, md, 4, 0);
+        int n = 0;
+        h[n] = e->h_x;
+        md[n++] = STARPU_RW;
+        n = add_carried(e, hp->n_layer, h, md, n);
+        h[n] = e->h_xb;
+        md[n++] = STARPU_RW;
+        h[n] = e->h_logits;
+        md[n++] = STARPU_W;
+        h[n] = e->h_out;
+        md[n++] = STARPU_R;
+        rc = submit(e, &cl_head, "norm+lm_head", -1, -1, token, h, md, n, 0);
     }
     /* Wait for this token's tasks: the logits are ready when readable. */
     starpu_data_acquire(e->h_logits, STARPU_R);
@@ -2945,9 +3175,14 @@ int si_engine_eval(struct si_engine *e, int32_t token)
                 e->stats.neurons_hot += a;
             else
                 e->stats.neurons_cold += a;
+            if (is_hot(e, l, j) && e->cuda_hot)
+                e->stats.weight_bytes_gpu += L->rd[j];
+            else
+                e->stats.weight_bytes_cpu += L->rd[j];
         }
     }
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
+    e->stats.weight_bytes_cpu += e->token_bytes_fixed;
     if (e->cuda_hot && e->cuda_node >= 0) {
         /* What StarPU really allocated on the GPU (its hot slices stay; the
          * activations it moved may stay cached): never above the budget. */
@@ -2980,8 +3215,10 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
         ADD(e->h_bx, STARPU_RW);
         ADD(e->h_bxb, STARPU_W);
         ADD(e->h_bxb3, STARPU_W);
-        ADD(L->h_k, STARPU_RW);
-        ADD(L->h_v, STARPU_RW);
+        for (int32_t g = 0; g < e->ng; g++) { /* the cache, in its groups' parts */
+            ADD(e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
+            ADD(e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+        }
         for (int i = 0; i < 4; i++)
             ADD(L->h_w[i], STARPU_R);
         rc = submit(e, &cl_battn, L->name_battn, l, -1, 0, h, md, k, 0);

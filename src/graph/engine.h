@@ -5,20 +5,29 @@
  *
  *   embed                  x (W)
  *   per layer L:
- *     attn_L               x (RW), ffn_in (W), K_L V_L (RW), Wq Wk Wv Wo (R)
- *                          attention, residual, the FFN's normalised input;
+ *     attn_L               x (RW), [part_L-1.* (R)], ffn_in (W), K_L V_L (RW),
+ *                          Wq Wk Wv Wo (R): the previous layer's FFN added into
+ *                          x, attention, residual, the FFN's normalised input;
  *                          or, split over the CPU workers (attn_split):
- *       attn_qkv_L.j       x, Wq Wk Wv (R) -> qkv_j (W): row slice j of q, k, v
- *       attn_core_L        qkv_* (R), K_L V_L (RW) -> att (W): RoPE, cache, softmax
- *       attn_o_L.j         att, Wo (R) -> o_j (W): row slice j of the projection
- *       attn_out_L         o_* (R), x (RW), ffn_in (W): residual, FFN input
+ *       attn_L.j           x, [part_L-1.* (R)], Wq Wk Wv (R), K_L.j V_L.j (RW)
+ *                          -> att_j (W): the previous layer's FFN added into x
+ *                          (by each task alike; attn_L.0 keeps it in x2), then
+ *                          kv-head group j: its rows of q, k, v, RoPE, its
+ *                          columns of the cache, its heads' attention
+ *       attn_o_L.j         att_*, Wo (R) -> o_j (W): row slice j of the projection
+ *       attn_out_L         x2, o_* (R) -> x, ffn_in (W): residual, FFN input
  *     pred_L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
  *                          each slice's list of predicted-active positions
  *     ffn_hot_L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
  *     ffn_cold_L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
- *     merge_L              part_L.* (R), x (RW): the slices' partial outputs
- *                          added in slice order, post-norm, residual
- *   norm+lm_head           x (R), logits (W)
+ *   norm+lm_head           x (RW), part_last.* (R) -> logits (W); or, split,
+ *   lm_head.j              x, part_last.* (R) -> rows j of the logits (W)
+ *
+ * A layer's FFN output is merged by whoever reads it next: the slices'
+ * partial outputs added in slice order, post-norm, residual, by the next
+ * layer's attention tasks (each computes the same bits) or the head.  There
+ * is no merge task per layer, which saves a serial step and a dependency per
+ * layer; with --merge redux (STARPU_REDUX) a merge_L task remains.
  *
  * The FFN neurons of a layer sit in slices: an optional hot slice (the GPU's,
  * positions [0, n_hot)) then cold slices for the CPU workers.  Each slice is
@@ -118,8 +127,9 @@ struct si_engine_params {
                       * partial outputs (see docs/measurements.md) */
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
                       * (0: 32; 1: no batches, token by token) */
-    int32_t attn_split; /* decoding: attention's products in this many row
-                         * slices (attn_qkv_L.j, attn_o_L.j tasks); 0: one
+    int32_t attn_split; /* decoding: attention in this many tasks (attn_L.j:
+                         * whole kv heads each, so at most n_head_kv of
+                         * them; attn_o_L.j: row slices of Wo); 0: one
                          * per CPU worker when the layer's attention weights
                          * are worth it (see docs/measurements.md), 1: one
                          * attn task per layer */
@@ -148,7 +158,7 @@ struct si_engine_params si_engine_default_params(void);
 enum si_task_kind {
     SI_TASK_EMBED,
     SI_TASK_ATTN,
-    SI_TASK_ATTN_PROJ, /* attn_qkv and attn_o */
+    SI_TASK_ATTN_PROJ, /* attn_o */
     SI_TASK_PRED,
     SI_TASK_FFN_HOT,
     SI_TASK_FFN_COLD,
@@ -174,7 +184,8 @@ struct si_engine_stats {
     double batch_seconds;   /* wall time inside si_engine_eval_batch */
     int64_t tasks;          /* submitted for single tokens */
     int64_t batch_tasks;    /* submitted for batches */
-    int64_t neurons_hot;    /* active FFN neurons computed in hot slices */
+    int64_t neurons_hot;    /* FFN neurons computed in hot slices (dense mode: all;
+                             * sparse modes: those with a non-zero activation) */
     int64_t neurons_cold;   /* ... in cold slices */
     int64_t neurons_total;  /* FFN neurons that exist, summed over layers and tokens */
     double seconds;         /* wall time inside si_engine_eval */
@@ -203,6 +214,12 @@ struct si_engine_stats {
     int64_t flash_cache_records;
     int64_t flash_loads, flash_hits, flash_bytes, flash_reads;
     double flash_io_seconds, flash_manage_seconds;
+    /* Bytes of weights the single-token evaluations read, summed over them:
+     * from host memory (attention, norms, the LM head, one embedding row,
+     * predictors, gating rows and the rows of the neurons each CPU slice
+     * computed) and from GPU memory (hot slices, whole).  A dense pass reads
+     * si_model_token_bytes() per token. */
+    int64_t weight_bytes_cpu, weight_bytes_gpu;
 };
 
 /* What the engine puts on the GPU besides the hot FFN neurons. */

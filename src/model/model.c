@@ -441,3 +441,30 @@ void si_model_free(struct si_model *m)
     si_gguf_free(m->gguf);
     free(m);
 }
+
+int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn)
+{
+    int64_t total = 0, f = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct si_layer *L = &m->w.layers[l];
+        const struct si_tensor *other[] = {
+            &L->attn_norm, &L->attn_norm_b, &L->attn_norm2, &L->attn_norm2_b, &L->wq, &L->wk,
+            &L->wv,        &L->wo,          &L->bq,         &L->bk,           &L->bv, &L->bo,
+            &L->q_norm,    &L->k_norm,      &L->attn_post_norm, &L->ffn_norm, &L->ffn_norm_b,
+            &L->ffn_post_norm};
+        const struct si_tensor *ffn_t[] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->ffn_up_b,
+                                           &L->ffn_down_b};
+        for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+            total += other[i]->data != NULL ? (int64_t)other[i]->nbytes : 0;
+        for (size_t i = 0; i < sizeof ffn_t / sizeof *ffn_t; i++)
+            f += ffn_t[i]->data != NULL ? (int64_t)ffn_t[i]->nbytes : 0;
+    }
+    const struct si_weights *w = &m->w;
+    total += (int64_t)w->output.nbytes + (int64_t)w->token_embd.row_bytes;
+    total += w->output_norm.data != NULL ? (int64_t)w->output_norm.nbytes : 0;
+    total += w->output_norm_b.data != NULL ? (int64_t)w->output_norm_b.nbytes : 0;
+    total += w->pos_embd.data != NULL ? (int64_t)w->pos_embd.row_bytes : 0;
+    if (ffn != NULL)
+        *ffn = f;
+    return total + f;
+}

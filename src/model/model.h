@@ -130,6 +130,16 @@ int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size
 
 void si_model_free(struct si_model *m);
 
+/*
+ * Bytes of weights a dense forward pass reads for one decoded token: every
+ * tensor of every layer but the predictor (fc1, fc2) and ffn_down_t, the
+ * output norm and matrix, and one row of the token (and position)
+ * embeddings.  *ffn (when not NULL) gets the FFN's part of it: ffn_gate,
+ * ffn_up, ffn_down and their biases.  KV cache reads are not weights and
+ * are not counted.
+ */
+int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn);
+
 /* Name of an architecture ("llama", ...) */
 const char *si_arch_name(enum si_arch arch);
 
