@@ -631,7 +631,10 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
         }
         set_verbose(lp, NEUTRAL);
         warm_start(lp, p, &B, xg);
-        set_timeout(lp, (long)ceil(p->time_limit));
+        /* The limit covers the whole solve: lp_solve gets what the set-up
+         * left of it, in whole seconds (its unit), at least one. */
+        const double left = p->time_limit - (now() - t0);
+        set_timeout(lp, left >= 1.0 ? (long)floor(left) : 1);
         set_mip_gap(lp, FALSE, p->mip_gap);
         set_mip_gap(lp, TRUE, 1e-11);
         set_bb_floorfirst(lp, BRANCH_CEILING);

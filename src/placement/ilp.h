@@ -64,7 +64,8 @@ struct si_ilp_problem {
     int64_t capacity;            /* GPU bytes for neurons, >= 0 */
     int64_t cpu_capacity;        /* CPU bytes for neurons; < 0: no limit */
     int32_t batch;               /* neurons per batch, >= 1 (the paper: 64) */
-    double time_limit;           /* seconds, > 0 */
+    double time_limit;           /* seconds, > 0, for the whole solve (lp_solve gets what
+                                  * the set-up leaves, in whole seconds, at least 1) */
     double mip_gap;              /* relative gap at which lp_solve may stop, >= 0 */
     bool chain_cuts;             /* add x_{b+1} <= x_b (see above) */
 };
