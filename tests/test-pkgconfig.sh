@@ -20,6 +20,16 @@ for f in bin/starinfer include/starinfer.h lib/pkgconfig/starinfer.pc lib/libsta
     [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 
+# The shared library exports the API (si_*) and nothing else: not lp_solve's
+# static library, not the internal si__ functions.
+exported=$(nm -D --defined-only "$libdir/libstarinfer.so" | awk '{ print $3 }')
+others=$(printf '%s\n' "$exported" | grep -v '^si_[a-z]' || true)
+[ -z "$others" ] ||
+    { echo "libstarinfer.so exports non-API symbols:"; printf '%s\n' "$others" | head; exit 1; }
+printf '%s\n' "$exported" | grep -qx si_version ||
+    { echo "libstarinfer.so does not export si_version"; exit 1; }
+echo "libstarinfer.so exports $(printf '%s\n' "$exported" | wc -l) symbols, all si_*"
+
 cat >"$tmp/embed.c" <<'C'
 #include <starinfer.h>
 #include <stdio.h>
