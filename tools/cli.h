@@ -2,8 +2,8 @@
  * cli.h - what the starinfer commands share: error reporting and option values.
  *
  * Every command is `int si_cmd_<name>(int argc, char **argv)` with argv[0] the
- * command's name; it returns the process exit status (0, 1 for errors, 2 for
- * usage errors is not used: every error is 1).
+ * command's name; it returns the process exit status: 0, or 1 after an error
+ * (the program itself exits 2 only when it is given no command).
  */
 #ifndef SI_TOOLS_CLI_H
 #define SI_TOOLS_CLI_H
