@@ -319,6 +319,17 @@ struct si_context_params {
                          * token by token) instead of OpenBLAS sgemm (default false) */
     bool redux;         /* add the FFN slices' outputs with STARPU_REDUX instead of
                          * a merge task (default false; not deterministic) */
+    bool caller_worker; /* when this context starts StarPU (the first StarPU
+                         * context, StarPU not started by the host): the
+                         * calling thread becomes StarPU's CPU worker 0 and
+                         * runs tasks while it waits for an evaluation,
+                         * instead of StarPU starting a thread of its own
+                         * beside it, so that the process keeps one busy
+                         * thread per CPU worker.  Every evaluation and the
+                         * last si_context_free must then come from this
+                         * thread (evaluations on another thread fail with
+                         * SI_E_RUNTIME).  Default false; the CLI sets it
+                         * (README: STARINFER_CALLER_WORKER) */
     struct si_sampling_params sampling;
     /* Notices that are not errors ("no CUDA worker: vram_budget ignored",
      * the profile's thresholds, ...), one line each without a newline; NULL

@@ -361,12 +361,12 @@ static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct si_runtime rt;
 static int rt_users;
 
-static int runtime_acquire(char *err, size_t err_size)
+static int runtime_acquire(bool caller_worker, char *err, size_t err_size)
 {
     pthread_mutex_lock(&rt_lock);
     int rc = SI_OK;
     if (rt_users == 0)
-        rc = si_runtime_start(&rt, err, err_size);
+        rc = si_runtime_start(&rt, caller_worker, err, err_size);
     if (rc == SI_OK)
         rt_users++;
     pthread_mutex_unlock(&rt_lock);
@@ -652,7 +652,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                 goto fail_err;
             }
         }
-        if ((rc = runtime_acquire(err, sizeof err)) != SI_OK)
+        if ((rc = runtime_acquire(p.caller_worker, err, sizeof err)) != SI_OK)
             goto fail_err;
         ctx->holds_runtime = true;
         if ((ep.vram_budget > 0 || plc != NULL) && si_runtime_ncuda() == 0) {
@@ -756,6 +756,10 @@ static int eval_failed(const struct si_context *ctx, int rc, const char *what)
         return fail(rc, "%s: %s", what, si_engine_flash_error(ctx->eng));
     if (rc == SI_E_BUDGET)
         return fail(rc, "%s: the context of %d tokens is full", what, ctx->n_ctx);
+    if (ctx->eng != NULL && si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
+        return fail(rc, "%s: StarPU runs a CPU worker on the thread that created the first "
+                        "context (caller_worker): evaluate on that thread",
+                    what);
     return fail(rc, "%s failed: %s", what, si_status_str(rc));
 }
 

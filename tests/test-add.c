@@ -134,7 +134,7 @@ int main(void)
     setenv("STARPU_PROFILING", "1", 1);
     struct si_runtime rt;
     char err[256];
-    if (si_runtime_start(&rt, err, sizeof err) != SI_OK) {
+    if (si_runtime_start(&rt, false, err, sizeof err) != SI_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

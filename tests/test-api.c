@@ -18,6 +18,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <starpu.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -591,6 +592,58 @@ static void test_runtime_lifecycle(struct si_llm *llm)
     CHECK(!starpu_is_initialized(), "StarPU still running after the last context");
 }
 
+struct eval_arg {
+    struct si_context *ctx;
+    int rc;
+    char msg[512]; /* si_last_error() is per thread */
+};
+
+static void *eval_elsewhere(void *v)
+{
+    struct eval_arg *a = v;
+    a->rc = si_context_eval(a->ctx, 66);
+    snprintf(a->msg, sizeof a->msg, "%s", si_last_error());
+    return NULL;
+}
+
+/* caller_worker: the creating thread is StarPU's CPU worker 0; it evaluates
+ * (the same logits as without it), another thread is refused. */
+static void test_caller_worker(struct si_llm *llm)
+{
+    struct si_context_params p = si_context_default_params();
+    p.n_ctx = 32;
+    struct si_context *plain = NULL, *cw = NULL;
+    int32_t t[] = {1, 65, 66, 67};
+    CHECK(si_context_init(llm, p, &plain) == SI_OK, "plain: %s", si_last_error());
+    CHECK(plain != NULL && si_context_eval_batch(plain, t, 4) == SI_OK, "plain eval");
+    float *want = NULL;
+    const int32_t nv = si_llm_n_vocab(llm);
+    if (plain != NULL && (want = malloc((size_t)nv * sizeof *want)) != NULL)
+        memcpy(want, si_context_logits(plain), (size_t)nv * sizeof *want);
+    si_context_free(plain);
+    CHECK(!starpu_is_initialized(), "StarPU still running");
+
+    p.caller_worker = true;
+    CHECK(si_context_init(llm, p, &cw) == SI_OK, "caller_worker: %s", si_last_error());
+    if (cw == NULL) {
+        free(want);
+        return;
+    }
+    CHECK(si_context_eval_batch(cw, t, 4) == SI_OK, "caller_worker eval: %s", si_last_error());
+    CHECK(want != NULL && memcmp(want, si_context_logits(cw), (size_t)nv * sizeof *want) == 0,
+          "caller_worker: other logits");
+    struct eval_arg a = {cw, SI_OK, ""};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, eval_elsewhere, &a) == 0, "thread");
+    pthread_join(th, NULL);
+    CHECK(a.rc == SI_E_RUNTIME, "eval on another thread: %d", a.rc);
+    CHECK(strstr(a.msg, "evaluate on that thread") != NULL, "message: %s", a.msg);
+    CHECK(si_context_eval(cw, 67) == SI_OK, "eval after the refusal: %s", si_last_error());
+    si_context_free(cw);
+    CHECK(!starpu_is_initialized(), "StarPU still running after caller_worker");
+    free(want);
+}
+
 int main(void)
 {
     if (mkdtemp(dir) == NULL) {
@@ -638,6 +691,7 @@ int main(void)
         test_reuse_logits(llm, SI_ENGINE_REF);
         test_reuse_logits(llm, SI_ENGINE_STARPU);
         test_runtime_lifecycle(llm);
+        test_caller_worker(llm);
         si_llm_free(llm);
         /* The model read into memory instead of mapped: the same tokens. */
         struct si_llm_params lp = si_llm_default_params();

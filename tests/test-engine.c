@@ -399,12 +399,17 @@ int main(void)
 {
     struct si_runtime rt;
     char err[256];
-    if (si_runtime_start(&rt, err, sizeof err) != SI_OK) {
+    /* SI_TEST_CALLER_WORKER=1: this thread is StarPU's CPU worker 0. */
+    const char *cw = getenv("SI_TEST_CALLER_WORKER");
+    const bool caller = cw != NULL && !strcmp(cw, "1");
+    if (si_runtime_start(&rt, caller, err, sizeof err) != SI_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    printf("StarPU: %u CPU workers, scheduler %s\n", si_runtime_ncpu(),
+    printf("StarPU: %u CPU workers%s, scheduler %s\n", si_runtime_ncpu(),
+           si_runtime_is_caller_worker() ? " (worker 0 is this thread)" : "",
            getenv("STARPU_SCHED") != NULL ? getenv("STARPU_SCHED") : "(default)");
+    CHECK(si_runtime_is_caller_worker() == caller, "caller worker %d", caller);
     /* Float weights: the slices' partial sums only reorder additions. */
     synthetic("llama-relu", SI_TYPE_F32, 1024, 0, 1e-4);
     synthetic("bamboo", SI_TYPE_F16, 1024, 0, 1e-4);

@@ -675,7 +675,7 @@ int main(void)
         test_files(m);
         test_place(m);
         struct si_runtime rt;
-        if (si_runtime_start(&rt, err, sizeof err) == SI_OK) {
+        if (si_runtime_start(&rt, false, err, sizeof err) == SI_OK) {
             test_engine(m);
             si_runtime_stop(&rt);
         } else {

@@ -178,3 +178,9 @@ int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer
     }
     return 0;
 }
+
+bool si_cli_caller_worker(void)
+{
+    const char *v = getenv("STARINFER_CALLER_WORKER");
+    return v == NULL || strcmp(v, "0") != 0;
+}

@@ -31,6 +31,10 @@ bool si_cli_float(const char *flag, const char *s, double min, double max, doubl
  * bytes, e.g. 512M, 1.5G, 4096; false after an error message. */
 bool si_cli_size(const char *flag, const char *s, int64_t *out);
 
+/* Whether the CLI's thread runs one of StarPU's CPU workers while it waits
+ * (si_context_params.caller_worker): yes unless STARINFER_CALLER_WORKER=0. */
+bool si_cli_caller_worker(void);
+
 /* Read a whole file into a NUL-terminated buffer (free() it); NULL after an
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);

@@ -156,7 +156,7 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
     struct si_runtime rt = {0};
     struct si_engine *eng = NULL;
     int rc = 1;
-    if (si_runtime_start(&rt, err, sizeof err) != SI_OK)
+    if (si_runtime_start(&rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
     ep.profile = prof;
     double t0 = now();

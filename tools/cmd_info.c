@@ -306,7 +306,7 @@ int si_cmd_info(int argc, char **argv)
 
     if (workers) {
         struct si_runtime rt;
-        if (si_runtime_start(&rt, err, sizeof err) != SI_OK)
+        if (si_runtime_start(&rt, false, err, sizeof err) != SI_OK)
             return si_cli_error("%s", err);
         si_runtime_describe(f);
         si_runtime_stop(&rt);

@@ -18,6 +18,7 @@ void si_run_opts_init(struct si_run_opts *o, const char *cmd, long long n_predic
     /* The CLI keeps the reference as its default engine (see the README);
      * the library's default is the StarPU engine. */
     o->cp.engine = SI_ENGINE_REF;
+    o->cp.caller_worker = si_cli_caller_worker();
     o->cp.log = si_run_log;
 }
 

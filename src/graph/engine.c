@@ -6,6 +6,7 @@
 #include "config.h"
 #include "flash/cache.h"
 #include "flash/store.h"
+#include "graph/runtime.h"
 #include "internal.h"
 #include "model/act.h"
 #include "model/quants.h"
@@ -2876,7 +2877,7 @@ void si_engine_free(struct si_engine *e)
     if (e == NULL)
         return;
     if (e->h_x != NULL) {
-        starpu_task_wait_for_all();
+        si_runtime_wait_all();
         for (int l = 0; l < e->m->hp.n_layer; l++)
             unregister_layer(e, l);
         starpu_data_unregister(e->h_x);
@@ -3128,6 +3129,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         return SI_E_INVALID;
     if (e->ref->n_past >= e->ref->p.n_ctx)
         return SI_E_BUDGET;
+    if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
+        return SI_E_RUNTIME; /* its worker would not run: see si_runtime_start */
     const double t0 = now();
     e->flash_msg[0] = '\0';
 
@@ -3168,13 +3171,14 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         md[n++] = STARPU_R;
         rc = submit(e, &cl_head, "norm+lm_head", -1, -1, token, h, md, n, 0);
     }
-    /* Wait for this token's tasks: the logits are ready when readable. */
-    starpu_data_acquire(e->h_logits, STARPU_R);
+    /* Wait for this token's tasks: the logits are ready when readable (the
+     * caller's worker, if it has one, runs tasks meanwhile). */
+    si_runtime_acquire(e->h_logits, STARPU_R);
     starpu_data_release(e->h_logits);
     if (rc == 0 && e->na > 1)
         e->ref->n_past++;
     if (rc != 0) {
-        starpu_task_wait_for_all();
+        si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
     if (e->flash_err != SI_OK) { /* a load failed: this token's output is wrong */
@@ -3280,10 +3284,10 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
         rc = submit(e, &cl_bhead, "norm+lm_head", -1, -1, 0, h, md, k, 0);
     }
 #undef ADD
-    starpu_data_acquire(e->h_logits, STARPU_R);
+    si_runtime_acquire(e->h_logits, STARPU_R);
     starpu_data_release(e->h_logits);
     if (rc != 0) {
-        starpu_task_wait_for_all();
+        si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
     return SI_OK;
@@ -3297,6 +3301,8 @@ int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return SI_E_INVALID;
+    if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
+        return SI_E_RUNTIME;
     if ((int64_t)e->ref->n_past + n > e->ref->p.n_ctx)
         return SI_E_BUDGET;
     if (e->n_batch <= 1 || n == 1) {

@@ -4,10 +4,22 @@
 #include "starinfer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <starpu.h>
 #include <string.h>
 
-int si_runtime_start(struct si_runtime *rt, char *err, size_t err_size)
+/* The caller's worker (caller_worker): the driver of CPU worker 0, run by
+ * the thread that started StarPU, and that thread's CPU mask before
+ * StarPU bound it to the worker's core (restored at the end, or a later
+ * start would find only that core). */
+static struct starpu_driver caller_driver = {.type = STARPU_CPU_WORKER, .id.cpu_id = 0};
+static bool caller_active;
+static pthread_t caller_thread;
+static cpu_set_t caller_mask;
+static bool caller_mask_saved;
+
+int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size)
 {
     rt->owned = false;
     rt->started = false;
@@ -15,7 +27,15 @@ int si_runtime_start(struct si_runtime *rt, char *err, size_t err_size)
         rt->started = true;
         return SI_OK;
     }
-    int ret = starpu_init(NULL);
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    if (caller_worker) {
+        conf.not_launched_drivers = &caller_driver;
+        conf.n_not_launched_drivers = 1;
+        caller_mask_saved =
+            pthread_getaffinity_np(pthread_self(), sizeof caller_mask, &caller_mask) == 0;
+    }
+    int ret = starpu_init(&conf);
     if (ret == -ENODEV) {
         snprintf(err, err_size, "StarPU found no worker (check STARPU_NCPU and STARPU_NCUDA)");
         return SI_E_NO_DEVICE;
@@ -26,13 +46,69 @@ int si_runtime_start(struct si_runtime *rt, char *err, size_t err_size)
     }
     rt->owned = true;
     rt->started = true;
+    if (caller_worker && starpu_worker_get_count_by_type(STARPU_CPU_WORKER) > 0 &&
+        starpu_driver_init(&caller_driver) == 0) {
+        caller_active = true;
+        caller_thread = pthread_self();
+    }
+    return SI_OK;
+}
+
+bool si_runtime_has_caller_worker(void)
+{
+    return caller_active;
+}
+
+bool si_runtime_is_caller_worker(void)
+{
+    return caller_active && pthread_equal(pthread_self(), caller_thread);
+}
+
+static void acquired(void *arg)
+{
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+int si_runtime_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    if (!caller_active) {
+        starpu_data_acquire(h, mode);
+        return SI_OK;
+    }
+    if (!si_runtime_is_caller_worker())
+        return SI_E_RUNTIME;
+    int done = 0;
+    if (starpu_data_acquire_cb(h, mode, acquired, &done) != 0)
+        return SI_E_RUNTIME;
+    while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        starpu_driver_run_once(&caller_driver);
+    return SI_OK;
+}
+
+int si_runtime_wait_all(void)
+{
+    if (caller_active) {
+        if (!si_runtime_is_caller_worker())
+            return SI_E_RUNTIME;
+        while (starpu_task_nsubmitted() > 0)
+            starpu_driver_run_once(&caller_driver);
+    }
+    starpu_task_wait_for_all();
     return SI_OK;
 }
 
 void si_runtime_stop(struct si_runtime *rt)
 {
-    if (rt->started && rt->owned)
+    if (rt->started && rt->owned) {
+        if (caller_active) {
+            si_runtime_wait_all();
+            starpu_driver_deinit(&caller_driver);
+            caller_active = false;
+            if (caller_mask_saved)
+                pthread_setaffinity_np(caller_thread, sizeof caller_mask, &caller_mask);
+        }
         starpu_shutdown();
+    }
     rt->started = false;
     rt->owned = false;
 }

@@ -12,17 +12,45 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <starpu.h>
+
 struct si_runtime {
     bool owned; /* we called starpu_init() and will call starpu_shutdown() */
     bool started;
 };
 
-/* Start StarPU (or adopt a running instance).  SI_OK, SI_E_NO_DEVICE when
- * StarPU finds no worker, SI_E_RUNTIME otherwise; `err` gets one line. */
-int si_runtime_start(struct si_runtime *rt, char *err, size_t err_size);
+/*
+ * Start StarPU (or adopt a running instance).  SI_OK, SI_E_NO_DEVICE when
+ * StarPU finds no worker, SI_E_RUNTIME otherwise; `err` gets one line.
+ *
+ * caller_worker: when this call starts StarPU, the calling thread becomes
+ * CPU worker 0 instead of a thread of StarPU's own (StarPU's "not launched"
+ * driver): it runs tasks whenever it waits in si_runtime_acquire() and
+ * si_runtime_wait_all(), so a process has as many busy threads as StarPU
+ * has CPU workers, not one more that competes with them for the cores.
+ * That thread must then do every evaluation and stop the runtime (the
+ * waits of other threads fail with SI_E_RUNTIME).  Ignored when StarPU is
+ * adopted or has no CPU worker.
+ */
+int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size);
 
-/* Stop StarPU if si_runtime_start() started it. */
+/* Stop StarPU if si_runtime_start() started it (running the caller's
+ * worker until no task is left, when it has one). */
 void si_runtime_stop(struct si_runtime *rt);
+
+/* Whether a thread of the process runs a CPU worker (caller_worker), and
+ * whether it is the calling one. */
+bool si_runtime_has_caller_worker(void);
+bool si_runtime_is_caller_worker(void);
+
+/* starpu_data_acquire(h, mode), running the caller's worker while it waits
+ * when it has one.  SI_OK, or SI_E_RUNTIME (nothing acquired) when another
+ * thread runs the caller's worker: it could wait for tasks queued on a
+ * worker that nobody runs. */
+int si_runtime_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode);
+
+/* starpu_task_wait_for_all() likewise: SI_OK or SI_E_RUNTIME. */
+int si_runtime_wait_all(void);
 
 /* Worker counts by kind. */
 unsigned si_runtime_ncpu(void);
