@@ -46,6 +46,7 @@ struct scratch {
      * output being merged, a normalised input, norm scratch. */
     float *aq, *ak, *av, *aatt, *ascr, *xl, *xf, *xn, *xo, *tmp;
     float *h;    /* (n_ff) the slice's neuron activations */
+    float *g;    /* (n_ff) gate mode: the slice's gating dots */
     int32_t *ix; /* (n_ff) the slice's active positions */
     float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
     void *xq;    /* the FFN input converted for the up and gate dots */
@@ -378,30 +379,61 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
     } else {
         const bool relu = hp->act == SI_ACT_RELU;
         *rd = n * (int64_t)e->gu_row; /* every gating row */
-        for (int64_t i = 0; i < n; i++) {
-            const float g = dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
-            float h;
-            if (hp->ffn_kind == SI_FFN_PLAIN) {
-                h = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
-            } else {
-                const float a = si_act_apply(hp->act, g);
+        /* Every gating dot first, four rows at a time (the rows are dense). */
+        float *g = sc->g;
+        if (xa != NULL)
+            si_vec_dot_act_rows(t, pre, e->gu_row, n, xa, d, g);
+        else
+            for (int64_t i = 0; i < n; i++)
+                g[i] = si_vec_dot(t, pre + (size_t)i * e->gu_row, xb, d);
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            for (int64_t i = 0; i < n; i++) {
+                const float h = si_act_apply(hp->act, b != NULL ? g[i] + b[i] : g[i]);
+                if (h != 0.0f) {
+                    sc->h[k] = h;
+                    sc->ix[k++] = (int32_t)i;
+                }
+            }
+        } else {
+            /* The neurons the gate lets through, in order, with act(gate)... */
+            int64_t m = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const float a = si_act_apply(hp->act, g[i]);
                 if (relu ? a == 0.0f : !(fabsf(a) > thr))
                     continue;
-                const char *ur = up + (size_t)i * rb;
-                if (i + 1 < n) /* the next up row is a record away */
-                    __builtin_prefetch(ur + rb);
-                float u = dot(t, ur, xa, xb, d);
-                *rd += (int64_t)e->gu_row;
-                if (b != NULL)
-                    u += b[i];
-                if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-                    u = si_act_apply(SI_ACT_RELU, u);
-                h = a * u;
+                sc->h[m] = a;
+                sc->ix[m++] = (int32_t)i;
             }
-            if (h == 0.0f)
-                continue;
-            sc->h[k] = h;
-            sc->ix[k++] = (int32_t)i;
+            *rd += m * (int64_t)e->gu_row;
+            /* ...then their up dots two at a time, the next pair's rows
+             * prefetched while these are read (they are scattered records). */
+            float u[2];
+            for (int64_t q = 0; q < m; q += 2) {
+                const int two = q + 1 < m ? 2 : 1;
+                const void *rows[2] = {up + (size_t)sc->ix[q] * rb,
+                                       up + (size_t)sc->ix[q + two - 1] * rb};
+                const void *ahead[2] = {q + 2 < m ? up + (size_t)sc->ix[q + 2] * rb : NULL,
+                                        q + 3 < m ? up + (size_t)sc->ix[q + 3] * rb : NULL};
+                if (xa != NULL && two == 2) {
+                    si_vec_dot_act2(t, rows, xa, d, u, ahead);
+                } else {
+                    for (int r = 0; r < two; r++)
+                        u[r] = dot(t, rows[r], xa, xb, d);
+                }
+                for (int r = 0; r < two; r++) {
+                    const int32_t i = sc->ix[q + r];
+                    float v = b != NULL ? u[r] + b[i] : u[r];
+                    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+                        v = si_act_apply(SI_ACT_RELU, v);
+                    sc->h[q + r] *= v;
+                }
+            }
+            /* The zeros out, the order kept (the down sums' order). */
+            for (int64_t q = 0; q < m; q++)
+                if (sc->h[q] != 0.0f) {
+                    sc->h[k] = sc->h[q];
+                    sc->ix[k++] = sc->ix[q];
+                }
         }
     }
     si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, d, sc->h, sc->ix, k, y);
@@ -2658,12 +2690,13 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         sc->xo = sc->xn + d;
         sc->tmp = sc->xo + d;
         sc->h = malloc(widest * sizeof(float));
+        sc->g = malloc((size_t)hp->n_ff * sizeof(float));
         sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
         sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
                        (size_t)hp->n_ff * sizeof(float));
         sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
         sc->hq = malloc(4 * widest + 512);
-        if (!sc->h || !sc->ix || !sc->y || !sc->xq || !sc->hq)
+        if (!sc->h || !sc->g || !sc->ix || !sc->y || !sc->xq || !sc->hq)
             goto oom;
         if (e->n_batch > 1) {
             const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
@@ -2937,6 +2970,7 @@ void si_engine_free(struct si_engine *e)
         for (unsigned w = 0; w < e->n_workers; w++) {
             free(e->scratch[w].aq); /* one allocation for the attention buffers */
             free(e->scratch[w].h);
+            free(e->scratch[w].g);
             free(e->scratch[w].ix);
             free(e->scratch[w].y);
             free(e->scratch[w].xq);
