@@ -275,6 +275,11 @@ static void test_corrupt(void)
 
     CASE(SI_E_FORMAT, "not a GGUF file (magic 'GGML')", "bad magic", memcpy(b.p, "GGML", 4));
     CASE(SI_E_FORMAT, "\\x00", "binary magic", memset(b.p, 0, 4));
+    /* Names from the file are shown escaped: no raw control bytes in a message. */
+    CASE(SI_E_FORMAT, "metadata key 'gen\\x1bral.architecture' has unknown value type 13",
+         "escaped key", (b.p[lo.first_kv_type - 17] = 0x1b, set_u32(&b, lo.first_kv_type, 13)));
+    CASE(SI_E_FORMAT, "tensor 'a\\x0aweight' has 0 dimensions", "escaped tensor name",
+         (memcpy(memmem(b.p, b.n, "a.weight", 8), "a\nweight", 8), set_u32(&b, lo.ti_ndims, 0)));
     CASE(SI_E_UNSUPPORTED, "version 1", "version 1", set_u32(&b, lo.version, 1));
     CASE(SI_E_UNSUPPORTED, "version 4", "version 4", set_u32(&b, lo.version, 4));
     CASE(SI_E_UNSUPPORTED, "big-endian", "big-endian", set_u32(&b, lo.version, 3u << 24));
@@ -312,6 +317,21 @@ static void test_corrupt(void)
     CASE(SI_E_FORMAT, "bool value 2", "bool 2",
          (b.p[(uint8_t *)memmem(b.p, b.n, "t.bool", 6) - b.p + 6 + 4] = 2));
 #undef CASE
+
+    /* A long key of control bytes: escaped and cut short with "...". */
+    char key[201];
+    memset(key, 1, 200);
+    key[200] = '\0';
+    b = (struct buf){0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 1);
+    put_key(&b, key, 13);
+    put_u64(&b, 0);
+    expect_error(&b, SI_E_FORMAT, "metadata key '\\x01\\x01", "long key");
+    expect_error(&b, SI_E_FORMAT, "\\x01...' has unknown value type 13", "long key cut");
+    free(b.p);
 
     /* Nested arrays deeper than the limit. */
     b = (struct buf){0};

@@ -44,6 +44,36 @@ static int fail(struct reader *r, int status, const char *fmt, ...)
     return status;
 }
 
+/* Room for a name from the file in a message: a whole printable tensor name
+ * (255 bytes), the first 290 or so of anything else. */
+#define SHOWN_SIZE 300
+
+/*
+ * s[0..len) for a message: printable ASCII as is, other bytes and quotes as
+ * \xNN (a name read from a corrupt file may hold anything, a terminal's
+ * escape sequences included), cut with "..." when it does not fit out[cap]
+ * (cap >= 4).  Returns out.
+ */
+static const char *shown(char *out, size_t cap, const char *s, uint64_t len)
+{
+    uint64_t width = 0;
+    for (uint64_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        width += c >= 0x20 && c < 0x7f && c != '\'' ? 1 : 4;
+    }
+    const size_t room = width < cap ? cap - 1 : cap - 4; /* "..." when cut */
+    size_t n = 0;
+    for (uint64_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        const bool plain = c >= 0x20 && c < 0x7f && c != '\'';
+        if (n + (plain ? 1 : 4) > room)
+            break;
+        n += (size_t)snprintf(out + n, cap - n, plain ? "%c" : "\\x%02x", c);
+    }
+    strcpy(out + n, width < cap ? "" : "...");
+    return out;
+}
+
 static int need(struct reader *r, uint64_t n, const char *what)
 {
     if (n > r->size - r->pos)
@@ -234,9 +264,11 @@ static int read_kv(struct reader *r, struct si_gguf_kv *kv, uint64_t index)
                     kv->key.len);
     if ((rc = read_u32(r, &type, "metadata value type")) != SI_OK)
         return rc;
+    char key[SHOWN_SIZE];
+    shown(key, sizeof key, kv->key.data, kv->key.len);
     if (type >= SI_GGUF_TYPE_COUNT)
-        return fail(r, SI_E_FORMAT, "metadata key '%.*s' has unknown value type %" PRIu32,
-                    (int)kv->key.len, kv->key.data, type);
+        return fail(r, SI_E_FORMAT, "metadata key '%s' has unknown value type %" PRIu32, key,
+                    type);
     kv->type = (enum si_gguf_type)type;
 
     size_t esz = si_gguf_type_size(type);
@@ -246,8 +278,8 @@ static int read_kv(struct reader *r, struct si_gguf_kv *kv, uint64_t index)
         decode_scalar(kv, r->p + r->pos);
         r->pos += esz;
         if (type == SI_GGUF_BOOL && kv->v.u64 > 1)
-            return fail(r, SI_E_FORMAT, "metadata key '%.*s': bool value %" PRIu64,
-                        (int)kv->key.len, kv->key.data, kv->v.u64);
+            return fail(r, SI_E_FORMAT, "metadata key '%s': bool value %" PRIu64, key,
+                        kv->v.u64);
         return SI_OK;
     }
     if (type == SI_GGUF_STRING)
@@ -259,8 +291,8 @@ static int read_kv(struct reader *r, struct si_gguf_kv *kv, uint64_t index)
         (rc = read_u64(r, &kv->arr_n, "array count")) != SI_OK)
         return rc;
     if (etype >= SI_GGUF_TYPE_COUNT)
-        return fail(r, SI_E_FORMAT, "metadata key '%.*s': array of unknown type %" PRIu32,
-                    (int)kv->key.len, kv->key.data, etype);
+        return fail(r, SI_E_FORMAT, "metadata key '%s': array of unknown type %" PRIu32, key,
+                    etype);
     kv->arr_type = (enum si_gguf_type)etype;
     kv->arr_data = r->p + r->pos;
     if (etype == SI_GGUF_STRING) {
@@ -268,12 +300,11 @@ static int read_kv(struct reader *r, struct si_gguf_kv *kv, uint64_t index)
          * what is left before allocating. */
         if (kv->arr_n > (r->size - r->pos) / 8)
             return fail(r, SI_E_FORMAT,
-                        "truncated file: metadata key '%.*s' claims %" PRIu64 " strings",
-                        (int)kv->key.len, kv->key.data, kv->arr_n);
+                        "truncated file: metadata key '%s' claims %" PRIu64 " strings", key,
+                        kv->arr_n);
         kv->strs = calloc(kv->arr_n ? (size_t)kv->arr_n : 1, sizeof *kv->strs);
         if (kv->strs == NULL)
-            return fail(r, SI_E_NOMEM, "out of memory reading '%.*s'", (int)kv->key.len,
-                        kv->key.data);
+            return fail(r, SI_E_NOMEM, "out of memory reading '%s'", key);
     }
     return skip_array(r, etype, kv->arr_n, kv->strs, 1);
 }
@@ -286,20 +317,20 @@ static int read_tensor_info(struct reader *r, struct si_gguf_tensor *t, uint64_t
     if (t->name.len == 0 || t->name.len > MAX_TENSOR_NAME_LEN)
         return fail(r, SI_E_FORMAT, "tensor #%" PRIu64 " has a name of invalid length %" PRIu64,
                     index, t->name.len);
-    const int nl = (int)t->name.len;
-    const char *nm = t->name.data;
+    char nm[SHOWN_SIZE];
+    shown(nm, sizeof nm, t->name.data, t->name.len);
     if ((rc = read_u32(r, &t->n_dims, "tensor dimension count")) != SI_OK)
         return rc;
     if (t->n_dims == 0 || t->n_dims > SI_GGUF_MAX_DIMS)
-        return fail(r, SI_E_FORMAT, "tensor '%.*s' has %" PRIu32 " dimensions (1 to %d allowed)",
-                    nl, nm, t->n_dims, SI_GGUF_MAX_DIMS);
+        return fail(r, SI_E_FORMAT, "tensor '%s' has %" PRIu32 " dimensions (1 to %d allowed)",
+                    nm, t->n_dims, SI_GGUF_MAX_DIMS);
     int64_t nelem = 1;
     for (uint32_t d = 0; d < SI_GGUF_MAX_DIMS; d++) {
         uint64_t ne = 1;
         if (d < t->n_dims && (rc = read_u64(r, &ne, "tensor dimension")) != SI_OK)
             return rc;
         if (ne > (uint64_t)INT64_MAX || __builtin_mul_overflow(nelem, (int64_t)ne, &nelem))
-            return fail(r, SI_E_FORMAT, "tensor '%.*s' has too many elements", nl, nm);
+            return fail(r, SI_E_FORMAT, "tensor '%s' has too many elements", nm);
         t->ne[d] = (int64_t)ne;
     }
     if ((rc = read_u32(r, &t->type, "tensor type")) != SI_OK ||
@@ -307,21 +338,21 @@ static int read_tensor_info(struct reader *r, struct si_gguf_tensor *t, uint64_t
         return rc;
     const struct si_type_traits *tr = si_type_get(t->type);
     if (tr == NULL)
-        return fail(r, SI_E_FORMAT, "tensor '%.*s' has unknown type %" PRIu32, nl, nm, t->type);
+        return fail(r, SI_E_FORMAT, "tensor '%s' has unknown type %" PRIu32, nm, t->type);
     size_t row;
     if (!si_type_row_size(t->type, t->ne[0], &row))
         return fail(r, SI_E_FORMAT,
-                    "tensor '%.*s': row of %" PRId64 " elements is not a whole number of %s "
+                    "tensor '%s': row of %" PRId64 " elements is not a whole number of %s "
                     "blocks of %" PRId64,
-                    nl, nm, t->ne[0], tr->name, tr->block);
+                    nm, t->ne[0], tr->name, tr->block);
     /* Rows on their own: with ne[0] == 0 the element count above is 0 and
      * says nothing about the product of the other dimensions. */
     int64_t rows = 1;
     for (uint32_t d = 1; d < SI_GGUF_MAX_DIMS; d++)
         if (__builtin_mul_overflow(rows, t->ne[d], &rows))
-            return fail(r, SI_E_FORMAT, "tensor '%.*s' has too many rows", nl, nm);
+            return fail(r, SI_E_FORMAT, "tensor '%s' has too many rows", nm);
     if (row != 0 && (uint64_t)rows > SIZE_MAX / row)
-        return fail(r, SI_E_FORMAT, "tensor '%.*s' is too large", nl, nm);
+        return fail(r, SI_E_FORMAT, "tensor '%s' is too large", nm);
     t->nbytes = row * (size_t)rows;
     return SI_OK;
 }
@@ -386,14 +417,8 @@ static int parse(struct si_gguf *g, struct reader *r)
     } else if (memcmp(magic, "PWRI", 4) == 0) {
         g->powerinfer = true;
     } else {
-        char shown[17] = "";
-        size_t len = 0;
-        for (int i = 0; i < 4; i++) {
-            unsigned char c = (unsigned char)magic[i];
-            len += (size_t)snprintf(shown + len, sizeof shown - len,
-                                    (c >= 0x20 && c < 0x7f && c != '\'') ? "%c" : "\\x%02x", c);
-        }
-        return fail(r, SI_E_FORMAT, "not a GGUF file (magic '%s')", shown);
+        char m[20];
+        return fail(r, SI_E_FORMAT, "not a GGUF file (magic '%s')", shown(m, sizeof m, magic, 4));
     }
     memcpy(g->magic, magic, 4);
     g->magic[4] = '\0';
@@ -435,9 +460,10 @@ static int parse(struct si_gguf *g, struct reader *r)
     int64_t dup = find_duplicate(g->kv, sizeof *g->kv, offsetof(struct si_gguf_kv, key), g->n_kv);
     if (dup == -2)
         return fail(r, SI_E_NOMEM, "out of memory checking metadata keys");
+    char name[SHOWN_SIZE];
     if (dup >= 0)
-        return fail(r, SI_E_FORMAT, "duplicate metadata key '%.*s'", (int)g->kv[dup].key.len,
-                    g->kv[dup].key.data);
+        return fail(r, SI_E_FORMAT, "duplicate metadata key '%s'",
+                    shown(name, sizeof name, g->kv[dup].key.data, g->kv[dup].key.len));
 
     g->alignment = SI_GGUF_DEFAULT_ALIGNMENT;
     int64_t ia = si_gguf_find_key(g, "general.alignment");
@@ -460,8 +486,8 @@ static int parse(struct si_gguf *g, struct reader *r)
     if (dup == -2)
         return fail(r, SI_E_NOMEM, "out of memory checking tensor names");
     if (dup >= 0)
-        return fail(r, SI_E_FORMAT, "duplicate tensor '%.*s'", (int)g->tensors[dup].name.len,
-                    g->tensors[dup].name.data);
+        return fail(r, SI_E_FORMAT, "duplicate tensor '%s'",
+                    shown(name, sizeof name, g->tensors[dup].name.data, g->tensors[dup].name.len));
 
     /* The data section starts at the next multiple of the alignment. */
     uint64_t pad = (g->alignment - r->pos % g->alignment) % g->alignment;
@@ -474,13 +500,16 @@ static int parse(struct si_gguf *g, struct reader *r)
         struct si_gguf_tensor *t = &g->tensors[i];
         if (t->offset % g->alignment != 0)
             return fail(r, SI_E_FORMAT,
-                        "tensor '%.*s' offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
-                        (int)t->name.len, t->name.data, t->offset, g->alignment);
+                        "tensor '%s' offset %" PRIu64
+                        " is not a multiple of the alignment %" PRIu64,
+                        shown(name, sizeof name, t->name.data, t->name.len), t->offset,
+                        g->alignment);
         if (t->offset > avail || t->nbytes > avail - t->offset)
             return fail(r, SI_E_FORMAT,
-                        "truncated file: tensor '%.*s' (%zu bytes at data offset %" PRIu64
+                        "truncated file: tensor '%s' (%zu bytes at data offset %" PRIu64
                         ") ends past the end of the file (data section has %zu bytes)",
-                        (int)t->name.len, t->name.data, t->nbytes, t->offset, avail);
+                        shown(name, sizeof name, t->name.data, t->name.len), t->nbytes,
+                        t->offset, avail);
         t->data = r->p + g->data_offset + t->offset;
         if (t->offset + t->nbytes > g->data_size)
             g->data_size = (size_t)(t->offset + t->nbytes);
