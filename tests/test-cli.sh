@@ -100,6 +100,8 @@ tr '\r' '\n' <"$tmp/err" | grep -q '^profile counting *\[#*\] 300/300 tokens' ||
     fail "STARINFER_PROGRESS=1: no finished progress line: $(cat -v "$tmp/err")"
 "$si" info --no-workers --kv "$tmp/prof.gguf" >"$tmp/out" 2>&1 || fail "info on a profile: $(cat "$tmp/out")"
 grep -q 'starinfer.profile.n_tokens *UINT64 *300$' "$tmp/out" || fail "profile file lacks n_tokens = 300: $(cat "$tmp/out")"
+expect_error 1 "prof.gguf: a starinfer activation profile (starinfer profile), not a model" \
+    generate -m "$tmp/prof.gguf" -p a
 "$si" profile --help | grep -q -- '--n-tokens' || fail "profile --help lacks --n-tokens"
 "$si" profile --help | grep -q -- '--target-sparsity' || fail "profile --help lacks --target-sparsity"
 # A ReLU model: thresholds 0, --target-sparsity does not apply; the picture as SVG

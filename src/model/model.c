@@ -345,12 +345,32 @@ static int read_activation(struct loader *ld, struct si_model *m)
     return SI_OK;
 }
 
+/* What g holds when it is one of the other GGUF files that starinfer (or
+ * PowerInfer) writes, for a message when one is given as a model; NULL when
+ * it is none of them.  arch: its general.architecture, or NULL. */
+static const char *not_a_model(const struct si_gguf *g, const struct si_gguf_str *arch)
+{
+    if (arch != NULL && si_gguf_str_eq(*arch, "starinfer.flash"))
+        return "a starinfer flash store (starinfer convert)";
+    if (arch != NULL && si_gguf_str_eq(*arch, "generic.gpu_index"))
+        return "a GPU placement (starinfer place, or PowerInfer's GPU index)";
+    if (si_gguf_find_key(g, "starinfer.profile.n_layer") >= 0)
+        return "a starinfer activation profile (starinfer profile)";
+    if (si_gguf_find_key(g, "starinfer.samples.n") >= 0)
+        return "starinfer's predictor training samples (train-predictor --samples)";
+    return NULL;
+}
+
 int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size_t err_size)
 {
     *out = NULL;
     struct loader ld = {.g = g, .err = err, .err_size = err_size};
     struct si_gguf_str arch;
-    if (si_gguf_get_str(g, "general.architecture", &arch) != SI_OK)
+    const bool has_arch = si_gguf_get_str(g, "general.architecture", &arch) == SI_OK;
+    const char *other = not_a_model(g, has_arch ? &arch : NULL);
+    if (other != NULL)
+        return fail(&ld, SI_E_FORMAT, "%s, not a model", other);
+    if (!has_arch)
         return fail(&ld, SI_E_FORMAT, "missing or non-string metadata key general.architecture");
     int a = -1;
     for (int i = 0; i < SI_ARCH_COUNT; i++)
