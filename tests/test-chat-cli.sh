@@ -41,7 +41,7 @@ expect_error "/nonexistent.gguf: No such file or directory" chat -m /nonexistent
 expect_error "not a GGUF file (magic 'hell')" chat -m "$tmp/text.gguf"
 expect_error "--temp: 'hot' is not a number" chat -m "$tmp/tiny.gguf" --temp hot
 expect_error "-n: -2 is out of range" chat -m "$tmp/tiny.gguf" -n -2
-expect_error "chat: --sparsity, --vram-budget, --profile, --placement, --merge and --exact-prefill need --engine starpu" \
+expect_error "chat: --sparsity needs --engine starpu" \
     chat -m "$tmp/tiny.gguf" --sparsity gate
 expect_error "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine" \
     chat -m "$tmp/tiny.gguf" --dram-budget 64K

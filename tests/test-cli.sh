@@ -74,8 +74,15 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
-expect_error 1 "--sparsity, --vram-budget, --profile, --placement, --merge and --exact-prefill need --engine starpu" generate -m x.gguf -p a --sparsity gate
-expect_error 1 "need --engine starpu" generate -m x.gguf -p a --vram-budget 1G
+expect_error 1 "generate: --sparsity needs --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "generate: --vram-budget needs --engine starpu" \
+    generate -m x.gguf -p a --vram-budget 1G
+expect_error 1 "generate: --merge redux needs --engine starpu" generate -m x.gguf -p a --merge redux
+expect_error 1 "-n: 99999999999999999999 is out of range" \
+    generate -m x.gguf -p a -n 99999999999999999999
+expect_error 1 "--temp: 1e999 is out of range" generate -m x.gguf -p a --temp 1e999
+expect_error 1 "unknown option '--bogus' (see starinfer --help)" --bogus
+expect_error 1 "synth: no output file" synth
 expect_error 1 "--sparsity: 'half' is not dense, gate or predictor" generate -m x.gguf -p a --sparsity half
 expect_error 1 "--vram-budget: '12Q' has an unknown unit" generate -m x.gguf -p a --vram-budget 12Q
 expect_error 1 "--vram-budget: 'lots' is not a size" generate -m x.gguf -p a --vram-budget lots

@@ -113,7 +113,10 @@ expect_error 1 "not a flash store" \
     generate -m "$tmp/r.gguf" -p hi --engine starpu --sparsity gate --flash-store "$tmp/q.gguf"
 expect_error 1 "--flash-window: 'x' is not" \
     generate -m "$tmp/r.gguf" -p hi --engine starpu --flash-window x
-expect_error 1 "--flash-store and --flash-window need --engine starpu" generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
+expect_error 1 "generate: --flash-store needs --engine starpu (the flash tier)" \
+    generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
+expect_error 1 "generate: --flash-window needs --engine starpu (the flash tier)" \
+    generate -m "$tmp/r.gguf" -p hi --flash-window 3
 # Tokens whose active neurons outnumber a layer's cache: the excess is read
 # into the spill area for that token, and the output is still the same.
 same "$tmp/r.gguf" predictor --dram-budget 6.3M

@@ -38,8 +38,12 @@ bool si_cli_int(const char *flag, const char *s, long long min, long long max, l
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0') {
+    if (end == s || *end != '\0') {
         si_cli_error("%s: '%s' is not a whole number", flag, s);
+        return false;
+    }
+    if (errno == ERANGE) {
+        si_cli_error("%s: %s is out of range [%lld, %lld]", flag, s, min, max);
         return false;
     }
     if (v < min || v > max) {
@@ -55,8 +59,12 @@ bool si_cli_float(const char *flag, const char *s, double min, double max, doubl
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) {
+    if (end == s || *end != '\0' || isnan(v)) {
         si_cli_error("%s: '%s' is not a number", flag, s);
+        return false;
+    }
+    if (isinf(v) || (errno == ERANGE && v != 0)) {
+        si_cli_error("%s: %s is out of range [%g, %g]", flag, s, min, max);
         return false;
     }
     if (v < min || v > max) {

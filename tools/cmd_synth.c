@@ -234,7 +234,7 @@ int si_cmd_synth(int argc, char **argv)
         }
     }
     if (out == NULL)
-        return si_cli_error("no output file (use -o FILE)");
+        return si_cli_error("synth: no output file (use -o FILE)");
     /* The preset first, then the dimensions given one by one. */
     if (preset != NULL) {
         si_synth_preset(preset, &p);

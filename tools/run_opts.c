@@ -176,12 +176,16 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
 int si_run_check(const struct si_run_opts *o)
 {
     const struct si_context_params *cp = &o->cp;
-    if (cp->engine == SI_ENGINE_REF &&
-        (cp->sparsity != SI_SPARSE_DENSE || cp->vram_budget > 0 || cp->redux ||
-         cp->profile_path != NULL || cp->placement_path != NULL || cp->exact_prefill))
-        return si_cli_error("%s: --sparsity, --vram-budget, --profile, --placement, --merge "
-                            "and --exact-prefill need --engine starpu",
-                            o->cmd);
+    /* The reference has none of the engine's options: name the first given. */
+    const char *engine_only = cp->sparsity != SI_SPARSE_DENSE ? "--sparsity"
+                              : cp->vram_budget > 0           ? "--vram-budget"
+                              : cp->profile_path != NULL      ? "--profile"
+                              : cp->placement_path != NULL    ? "--placement"
+                              : cp->exact_prefill             ? "--exact-prefill"
+                              : cp->redux                     ? "--merge redux"
+                                                              : NULL;
+    if (cp->engine == SI_ENGINE_REF && engine_only != NULL)
+        return si_cli_error("%s: %s needs --engine starpu", o->cmd, engine_only);
     if (cp->engine == SI_ENGINE_REF && o->trace_dir != NULL)
         return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu",
                             o->cmd);
@@ -189,9 +193,8 @@ int si_run_check(const struct si_run_opts *o)
     if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
         return 1;
     if (cp->engine == SI_ENGINE_REF && (cp->flash_store != NULL || cp->flash_window != 0))
-        return si_cli_error("%s: --flash-store and --flash-window need --engine starpu "
-                            "(the flash tier)",
-                            o->cmd);
+        return si_cli_error("%s: %s needs --engine starpu (the flash tier)", o->cmd,
+                            cp->flash_store != NULL ? "--flash-store" : "--flash-window");
     return 0;
 }
 

@@ -86,5 +86,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    return si_cli_error("unknown command '%s' (see starinfer --help)", cmd);
+    if (cmd[0] == '-')
+        return si_cli_error("unknown option '%s' (see " PROG " --help)", cmd);
+    return si_cli_error("unknown command '%s' (see " PROG " --help)", cmd);
 }
