@@ -1177,62 +1177,6 @@ static void check_dot_act2(uint32_t t, int64_t n, size_t skew,
     free(x);
 }
 
-/* dot_act4 of each table (where it has one), si_vec_dot_act4 and
- * si_vec_dot_act_rows must equal dot_act row by row, bit for bit. */
-static void check_dot_act4(uint32_t t, int64_t n, size_t skew,
-                           const struct si__quants_table *const *tables, int n_tables)
-{
-    const char *name = si_type_name(t);
-    const uint32_t at = si_act_type(t);
-    size_t rb = 0, ab = 0;
-    si_type_row_size(t, n, &rb);
-    si_type_row_size(at, n, &ab);
-    enum { NR = 7 }; /* one group of four and a tail of three */
-    uint8_t *buf = malloc(NR * rb + skew), *xa = malloc(ab + skew);
-    float *x = malloc((size_t)n * sizeof *x);
-    for (int k = 0; k < NR; k++) {
-        uint8_t *row = buf + skew + (size_t)k * rb;
-        if (si_type_quantizable(t)) {
-            for (int64_t i = 0; i < n; i++)
-                x[i] = (float)uniform(-1, 1);
-            si_quantize_row(t, x, row, n);
-        } else {
-            random_row(t, row, n);
-        }
-    }
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (float)uniform(-2, 2);
-    si_quantize_act(at, x, xa + skew, n);
-    const void *rows[4];
-    for (int r = 0; r < 4; r++)
-        rows[r] = buf + skew + (size_t)r * rb;
-    for (int k = 0; k < n_tables; k++) {
-        const struct si__quants_kernels *kern = &tables[k]->type[t];
-        if (kern->dot_act4 == NULL)
-            continue;
-        float want[4], got[4] = {0, 0, 0, 0};
-        for (int r = 0; r < 4; r++)
-            want[r] = kern->dot_act(rows[r], xa + skew, n);
-        kern->dot_act4(rows, xa + skew, n, got);
-        CHECK(memcmp(got, want, sizeof got) == 0,
-              "%s %s n=%lld: dot_act4 %.9g %.9g %.9g %.9g, dot_act %.9g %.9g %.9g %.9g",
-              tables[k]->name, name, (long long)n, got[0], got[1], got[2], got[3], want[0],
-              want[1], want[2], want[3]);
-    }
-    float want[NR], got[NR];
-    for (int r = 0; r < NR; r++)
-        want[r] = si_vec_dot_act(t, buf + skew + (size_t)r * rb, xa + skew, n);
-    si_vec_dot_act4(t, rows, xa + skew, n, got);
-    CHECK(memcmp(got, want, 4 * sizeof *got) == 0, "%s n=%lld: si_vec_dot_act4 differs", name,
-          (long long)n);
-    si_vec_dot_act_rows(t, buf + skew, rb, NR, xa + skew, n, got);
-    CHECK(memcmp(got, want, sizeof got) == 0, "%s n=%lld: si_vec_dot_act_rows differs", name,
-          (long long)n);
-    free(buf);
-    free(xa);
-    free(x);
-}
-
 static void test_dot_act2(void)
 {
     const struct si__quants_table *tables[2] = {&si__quants_scalar, &si__quants_avx2};
@@ -1243,10 +1187,8 @@ static void test_dot_act2(void)
         if (block < si_type_get(t)->block)
             block = si_type_get(t)->block;
         const int64_t lens[] = {block, 3 * block, 4096, 4096 + block, 4096 + 8 * block};
-        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
             check_dot_act2(t, lens[j], j % 2, tables, n_tables);
-            check_dot_act4(t, lens[j], j % 2, tables, n_tables);
-        }
     }
 }
 

@@ -269,17 +269,6 @@ static float dot(uint32_t t, const void *row, const void *xa, const float *x, in
     return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
 }
 
-/* A gated neuron's activation from its gate and up dots g, u (b: its up
- * bias or NULL), as the reference computes it. */
-static float gated(const struct si_hparams *hp, float g, float u, const float *b)
-{
-    const float a = si_act_apply(hp->act, g);
-    u = b != NULL ? u + *b : u;
-    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-        u = si_act_apply(SI_ACT_RELU, u);
-    return a * u;
-}
-
 /* The activation of one neuron from its rows (gate may be NULL for the
  * plain kind, b NULL without an up bias), as the reference computes it. */
 static float neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
@@ -290,7 +279,11 @@ static float neuron(const struct si_engine *e, const void *gate, const void *up,
     const uint32_t t = e->gu_type;
     if (hp->ffn_kind == SI_FFN_PLAIN)
         return si_act_apply(hp->act, b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d));
-    return gated(hp, dot(t, gate, xa, xb, d), dot(t, up, xa, xb, d), b);
+    float a = si_act_apply(hp->act, dot(t, gate, xa, xb, d));
+    float u = b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d);
+    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+        u = si_act_apply(SI_ACT_RELU, u);
+    return a * u;
 }
 
 /*
@@ -308,21 +301,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, cons
     const int64_t d = hp->n_embd, chunk = e->chunk;
     const bool q = e->p.ref.act_quant;
     const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
-    int64_t i = 0;
-    if (xa != NULL && gate != NULL) {
-        /* Two neurons' gate and up dots at a time: four independent chains,
-         * each row's dot the bits si_vec_dot_act gives. */
-        const size_t r = e->gu_row;
-        for (; i + 2 <= n; i += 2) {
-            const void *const rows[4] = {gate + i * r, up + i * r, gate + (i + 1) * r,
-                                         up + (i + 1) * r};
-            float o[4];
-            si_vec_dot_act4(e->gu_type, rows, xa, hp->n_embd, o);
-            sc->h[i] = gated(hp, o[0], o[1], b != NULL ? b + i : NULL);
-            sc->h[i + 1] = gated(hp, o[2], o[3], b != NULL ? b + i + 1 : NULL);
-        }
-    }
-    for (; i < n; i++)
+    for (int64_t i = 0; i < n; i++)
         sc->h[i] = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
                           up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
     const struct si_tensor view = {.data = down,
@@ -379,13 +358,13 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
     } else {
         const bool relu = hp->act == SI_ACT_RELU;
         *rd = n * (int64_t)e->gu_row; /* every gating row */
-        /* Every gating dot first, four rows at a time (the rows are dense). */
+        /* Every gating dot first, row after row: the rows are dense, and
+         * one sequential stream is what this machine reads fastest
+         * (interleaving 2 or 4 rows read half as fast from DRAM:
+         * docs/measurements.md). */
         float *g = sc->g;
-        if (xa != NULL)
-            si_vec_dot_act_rows(t, pre, e->gu_row, n, xa, d, g);
-        else
-            for (int64_t i = 0; i < n; i++)
-                g[i] = si_vec_dot(t, pre + (size_t)i * e->gu_row, xb, d);
+        for (int64_t i = 0; i < n; i++)
+            g[i] = dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             for (int64_t i = 0; i < n; i++) {
                 const float h = si_act_apply(hp->act, b != NULL ? g[i] + b[i] : g[i]);

@@ -29,7 +29,8 @@ void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w
     const char *row = w->data;
     if (act_quant) {
         si_quantize_act(si_act_type(w->type), x, xq, w->ne[0]);
-        si_vec_dot_act_rows(w->type, row, w->row_bytes, w->ne[1], xq, w->ne[0], y);
+        for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+            y[r] = si_vec_dot_act(w->type, row, xq, w->ne[0]);
         return;
     }
     for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
@@ -76,12 +77,9 @@ void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool
     size_t chunk_bytes = 0;
     si_type_row_size(w->type, chunk, &chunk_bytes);
     const char *row = (const char *)w->data + (size_t)c * chunk_bytes;
-    if (act_quant) {
-        si_vec_dot_act_rows(w->type, row, w->row_bytes, w->ne[1], h_c, chunk, y);
-        return;
-    }
     for (int64_t o = 0; o < w->ne[1]; o++, row += w->row_bytes)
-        y[o] = si_vec_dot(w->type, row, h_c, chunk);
+        y[o] = act_quant ? si_vec_dot_act(w->type, row, h_c, chunk)
+                         : si_vec_dot(w->type, row, h_c, chunk);
 }
 
 /*

@@ -1080,8 +1080,6 @@ static void choose_kernels(void)
             active.type[t].mad4 = si__quants_avx2.type[t].mad4;
         if (si__quants_avx2.type[t].dot_act2 != NULL)
             active.type[t].dot_act2 = si__quants_avx2.type[t].dot_act2;
-        if (si__quants_avx2.type[t].dot_act4 != NULL)
-            active.type[t].dot_act4 = si__quants_avx2.type[t].dot_act4;
     }
     if (si__quants_avx2.attn_f16 != NULL)
         active.attn_f16 = si__quants_avx2.attn_f16;
@@ -1153,35 +1151,6 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n)
         return 0.0f;
     }
     return kernels(t, n)->dot_act(row, xa, n);
-}
-
-void si_vec_dot_act4(uint32_t t, const void *const rows[4], const void *xa, int64_t n, float out[4])
-{
-    if (!si_type_supported(t)) {
-        assert(!"unsupported tensor type");
-        out[0] = out[1] = out[2] = out[3] = 0.0f;
-        return;
-    }
-    const struct si__quants_kernels *k = kernels(t, n);
-    if (k->dot_act4 != NULL) {
-        k->dot_act4(rows, xa, n, out);
-        return;
-    }
-    si_vec_dot_act2(t, rows, xa, n, out, NULL);
-    si_vec_dot_act2(t, rows + 2, xa, n, out + 2, NULL);
-}
-
-void si_vec_dot_act_rows(uint32_t t, const void *rows, size_t row_bytes, int64_t n_rows,
-                         const void *xa, int64_t n, float *out)
-{
-    const char *r = rows;
-    int64_t i = 0;
-    for (; i + 4 <= n_rows; i += 4, r += 4 * row_bytes) {
-        const void *const four[4] = {r, r + row_bytes, r + 2 * row_bytes, r + 3 * row_bytes};
-        si_vec_dot_act4(t, four, xa, n, out + i);
-    }
-    for (; i < n_rows; i++, r += row_bytes)
-        out[i] = si_vec_dot_act(t, r, xa, n);
 }
 
 void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],

@@ -88,16 +88,6 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n);
 void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],
                      const void *const ahead[2]);
 
-/* out[r] = si_vec_dot_act(t, rows[r], xa, n) for r = 0 .. 3, bit for bit, in
- * one pass over xa with four independent chains where the type has a
- * kernel for it (AVX2: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1). */
-void si_vec_dot_act4(uint32_t t, const void *const rows[4], const void *xa, int64_t n, float out[4]);
-
-/* out[i] = si_vec_dot_act(t, rows + i * row_bytes, xa, n) for i < n_rows,
- * bit for bit, four rows at a time (a matrix-vector product). */
-void si_vec_dot_act_rows(uint32_t t, const void *rows, size_t row_bytes, int64_t n_rows,
-                         const void *xa, int64_t n, float *out);
-
 /*
  * y[0..n) += a * row[0..n) for a row of type t (F32, F16, BF16, Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the "axpy" that adds one neuron's

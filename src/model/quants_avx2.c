@@ -1238,37 +1238,6 @@ INLINE __m256i bit_bytes(const uint8_t *qh)
         out[1] = hsum(acc1);                                                                       \
     }
 
-/*
- * dot_act4_<name>: four rows, each block's activations loaded once, each
- * row's chain of FMAs and its reduction exactly its dot_act's; the four
- * chains are independent, so the loop is not bound by one FMA's latency
- * per block as dot_act is.
- */
-#define Q8_0_DOT4(name, size, QUANTS)                                                              \
-    static void dot_act4_##name(const void *const rows[4], const void *xa, int64_t n,             \
-                                float out[4])                                                      \
-    {                                                                                              \
-        const uint8_t *w0 = rows[0], *w1 = rows[1], *w2 = rows[2], *w3 = rows[3], *a = xa;         \
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;                                \
-        for (int64_t i = 0; i < n;                                                                 \
-             i += 32, w0 += (size), w1 += (size), w2 += (size), w3 += (size), a += 34) {           \
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
-            const float da = half_at(a);                                                           \
-            c0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w0) * da),                                 \
-                                 _mm256_cvtepi32_ps(dot_i8(QUANTS(w0), x)), c0);                   \
-            c1 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w1) * da),                                 \
-                                 _mm256_cvtepi32_ps(dot_i8(QUANTS(w1), x)), c1);                   \
-            c2 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w2) * da),                                 \
-                                 _mm256_cvtepi32_ps(dot_i8(QUANTS(w2), x)), c2);                   \
-            c3 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w3) * da),                                 \
-                                 _mm256_cvtepi32_ps(dot_i8(QUANTS(w3), x)), c3);                   \
-        }                                                                                          \
-        out[0] = hsum(c0);                                                                         \
-        out[1] = hsum(c1);                                                                         \
-        out[2] = hsum(c2);                                                                         \
-        out[3] = hsum(c3);                                                                         \
-    }
-
 /* Q4_0: q - 8; Q5_0: the nibble with bit 4 set, minus 16 (0xf0 where the bit is clear). */
 #define Q8_0_QUANTS(w) _mm256_loadu_si256((const __m256i *)((w) + 2))
 #define Q4_0_QUANTS(w) _mm256_sub_epi8(nibble_bytes((w) + 2), _mm256_set1_epi8(8))
@@ -1282,9 +1251,6 @@ Q8_0_DOT(q5_0, 22, Q5_0_QUANTS)
 Q8_0_DOT2(q8_0, 34, Q8_0_QUANTS)
 Q8_0_DOT2(q4_0, 18, Q4_0_QUANTS)
 Q8_0_DOT2(q5_0, 22, Q5_0_QUANTS)
-Q8_0_DOT4(q8_0, 34, Q8_0_QUANTS)
-Q8_0_DOT4(q4_0, 18, Q4_0_QUANTS)
-Q8_0_DOT4(q5_0, 22, Q5_0_QUANTS)
 
 /*
  * dot_act_<name> for a block type with a min, dotted with Q8_1: the m * s
@@ -1306,35 +1272,6 @@ Q8_0_DOT4(q5_0, 22, Q5_0_QUANTS)
         return hsum(acc) + summs;                                                                  \
     }
 
-/* dot_act4_<name> of a type with a min: each row as its dot_act above. */
-#define Q8_1_ROW(w, c, m, QUANTS)                                                                  \
-    do {                                                                                           \
-        m = fmaf(half_at((w) + 2), sa, m);                                                         \
-        c = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * da),                                       \
-                            _mm256_cvtepi32_ps(dot_u8(QUANTS(w), x)), c);                          \
-    } while (0)
-#define Q8_1_DOT4(name, size, QUANTS)                                                              \
-    static void dot_act4_##name(const void *const rows[4], const void *xa, int64_t n,             \
-                                float out[4])                                                      \
-    {                                                                                              \
-        const uint8_t *w0 = rows[0], *w1 = rows[1], *w2 = rows[2], *w3 = rows[3], *a = xa;         \
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;                                \
-        float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;                                          \
-        for (int64_t i = 0; i < n;                                                                 \
-             i += 32, w0 += (size), w1 += (size), w2 += (size), w3 += (size), a += 36) {           \
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(a + 4));                        \
-            const float da = half_at(a), sa = half_at(a + 2);                                      \
-            Q8_1_ROW(w0, c0, m0, QUANTS);                                                          \
-            Q8_1_ROW(w1, c1, m1, QUANTS);                                                          \
-            Q8_1_ROW(w2, c2, m2, QUANTS);                                                          \
-            Q8_1_ROW(w3, c3, m3, QUANTS);                                                          \
-        }                                                                                          \
-        out[0] = hsum(c0) + m0;                                                                    \
-        out[1] = hsum(c1) + m1;                                                                    \
-        out[2] = hsum(c2) + m2;                                                                    \
-        out[3] = hsum(c3) + m3;                                                                    \
-    }
-
 #define Q4_1_QUANTS(w) nibble_bytes((w) + 4)
 #define Q5_1_QUANTS(w)                                                                             \
     _mm256_or_si256(nibble_bytes((w) + 8),                                                         \
@@ -1342,8 +1279,6 @@ Q8_0_DOT4(q5_0, 22, Q5_0_QUANTS)
 
 Q8_1_DOT(q4_1, 20, Q4_1_QUANTS)
 Q8_1_DOT(q5_1, 24, Q5_1_QUANTS)
-Q8_1_DOT4(q4_1, 20, Q4_1_QUANTS)
-Q8_1_DOT4(q5_1, 24, Q5_1_QUANTS)
 
 /*
  * The 8 scales then the 8 mins (6 bits each) of a Q4_K / Q5_K super-block
@@ -1663,24 +1598,16 @@ const struct si__quants_table si__quants_avx2 = {
     .compiled = true,
     .type =
         {
-            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32,
-                             mad4_f32},
-            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16,
-                             mad4_f16, dot_act2_f16},
-            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16,
-                              mad4_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0,
-                              mad4_q8_0, dot_act2_q8_0, dot_act4_q8_0},
+            [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32, mad4_f32},
+            [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16, mad4_f16, dot_act2_f16},
+            [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16, mad4_bf16},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0, mad4_q8_0, dot_act2_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0, mad4_q4_0,
-                              dot_act2_q4_0, dot_act4_q4_0},
-            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1, mad4_q4_1,
-                              NULL, dot_act4_q4_1},
-            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0, NULL,
-                              dot_act2_q5_0, dot_act4_q5_0},
-            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1, NULL, NULL,
-                              dot_act4_q5_1},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0, mad4_q4_0, dot_act2_q4_0},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1, mad4_q4_1},
+            [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0, NULL, dot_act2_q5_0},
+            [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
             [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},

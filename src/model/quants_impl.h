@@ -57,14 +57,6 @@ typedef void (*si__mad4_fn)(const void *const rows[4], const float a[4], float *
 typedef void (*si__dot_act2_fn)(const void *const rows[2], const void *xa, int64_t n, float out[2],
                                 const void *const ahead[2]);
 
-/*
- * out[r] = the table's dot_act(rows[r], xa, n), bit for bit, r = 0 .. 3, in
- * one pass over xa: four independent accumulation chains, where dot_act
- * alone waits on one.
- */
-typedef void (*si__dot_act4_fn)(const void *const rows[4], const void *xa, int64_t n,
-                                float out[4]);
-
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -74,7 +66,6 @@ struct si__quants_kernels {
     si__mad_fn mad;         /* NULL when the type is not supported */
     si__mad4_fn mad4;       /* NULL: mad four times */
     si__dot_act2_fn dot_act2; /* NULL: dot_act twice */
-    si__dot_act4_fn dot_act4; /* NULL: dot_act2 twice */
 };
 
 /*
