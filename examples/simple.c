@@ -42,6 +42,9 @@ int main(int argc, char **argv)
            "active FFN neurons on the GPU: %.1f%%\n",
            st.prefill_tokens_per_s, st.decode_tokens_per_s, st.n_cpu_workers, st.n_cuda_workers,
            100.0 * st.gpu_share);
+    /* Time in each kind of StarPU task.  "merge" (adding up a layer's FFN
+     * slices) is work done inside the next layer's attention tasks and the
+     * head, so its count is theirs: no merge task of its own. */
     for (int k = 0; k < st.n_task_kinds; k++)
         if (st.tasks[k].count > 0)
             printf("  %-14s %6lld tasks %8.3f ms\n", st.tasks[k].name,

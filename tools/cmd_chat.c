@@ -297,7 +297,7 @@ int si_cmd_chat(int argc, char **argv)
                                              : "");
         struct si_stats st;
         si_context_get_stats(ctx, &st);
-        si_run_print_engine_stats(stderr, &st);
+        si_run_print_engine_stats(stderr, &o, &st);
     }
     rc = 0;
 out:

@@ -176,7 +176,7 @@ int si_cmd_generate(int argc, char **argv)
             res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0);
     struct si_stats st;
     si_context_get_stats(ctx, &st);
-    si_run_print_engine_stats(stderr, &st);
+    si_run_print_engine_stats(stderr, &o, &st);
     rc = 0;
 out:
     si_context_free(ctx); /* StarPU stops with the last context: the trace is written */

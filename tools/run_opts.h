@@ -48,7 +48,8 @@ void si_run_usage(FILE *f, bool chat);
 void si_run_log(void *user, const char *line);
 
 /* The StarPU engine's lines (placement, neurons, time per task kind); nothing
- * for the reference. */
-void si_run_print_engine_stats(FILE *f, const struct si_stats *st);
+ * for the reference.  The kind "merge" of decoding is shown as work inside
+ * the attention and head tasks unless o asked for --merge redux. */
+void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struct si_stats *st);
 
 #endif /* SI_TOOLS_RUN_OPTS_H */
