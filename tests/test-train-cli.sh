@@ -70,8 +70,10 @@ cat "$tmp/out"
 grep -q '^eval: .* chunks of 128' "$tmp/out" || fail "eval summary"
 grep -q '^  all  *0\.[0-9]*' "$tmp/out" || fail "eval: no 'all' line"
 grep -q '^predictors: [0-9]* parameters, [0-9.]*% of the model' "$tmp/out" || fail "eval: size line"
-grep -q '^dense  *[0-9.]* +/- .* +0\.00%' "$tmp/out" || fail "eval: dense line"
-grep -q '^gate  *[0-9.]* +/- .* +0\.00%' "$tmp/out" || fail "eval: gate on ReLU is exact: $(grep ^gate "$tmp/out")"
+grep -q '^dense  *[0-9.]* +/- .* +0\.00%  *1\.0000  ' "$tmp/out" ||
+    fail "eval: dense line (every neuron computed): $(grep ^dense "$tmp/out")"
+grep -q '^gate  *[0-9.]* +/- .* +0\.00%  *0\.[0-9]*  ' "$tmp/out" ||
+    fail "eval: gate on ReLU is exact and computes the active neurons only: $(grep ^gate "$tmp/out")"
 grep -q '^predictor  *[0-9.]* +/- ' "$tmp/out" || fail "eval: predictor line"
 # Dense perplexity is `starinfer perplexity`'s.
 ppl=$("$si" perplexity -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')

@@ -255,6 +255,10 @@ int si_cmd_eval(int argc, char **argv)
         }
         if (tty)
             fputs("\r\033[K", stderr);
+        /* The pass counts the neurons with a non-zero activation: what the
+         * sparse modes compute, but dense computes every neuron. */
+        if (k == M_DENSE)
+            res[k].ffn_computed = 1.0;
     }
 
     const int64_t pp = si_eval_predictor_params(m), mp = si_eval_model_params(m);
