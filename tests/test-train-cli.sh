@@ -119,6 +119,11 @@ expect_error "--predictor-type: unknown type 'q3_k'" train-predictor -m "$tmp/re
 expect_error "--rank-step 16 is not a multiple" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf -t q4_0 --rank-step 16
 expect_error "give --profile or --target-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p -s 0.5
 expect_error "train-predictor: unknown option '--bogus'" train-predictor --bogus
+printf 'Two words' >"$tmp/short.txt"
+expect_error "short.txt: 9 tokens, too few to train predictors on (at least 64)" \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/short.txt" -o "$tmp/x.gguf"
+expect_error "-n: 10 is out of range [64, " \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" -n 10
 expect_error "--active: 'all' is neither gate nor output" train-predictor --active all
 expect_error "--profile holds gate thresholds" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p --active output
 expect_error "not a samples file" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/pred.gguf"

@@ -58,7 +58,8 @@ static void train_usage(FILE *f)
             "                            (|act(gate . x)|, CATS, as the profile and the gate\n"
             "                            mode; default) or output (|act(gate . x) * up . x|,\n"
             "                            the neuron's output)\n"
-            "  -n, --max-tokens N        samples (tokens) to collect (default 16384)\n"
+            "  -n, --max-tokens N        samples (tokens) to collect (default 16384; the\n"
+            "                            corpus and N must give at least 64)\n"
             "  -c, --ctx-size N          window length (default 512)\n"
             "  -r, --target-recall R     held-out recall to reach, (0, 1] (default 0.95)\n"
             "      --rank R              a fixed width for every layer (no search)\n"
@@ -83,6 +84,11 @@ static void train_usage(FILE *f)
             "                            it exists, else collect them and keep them there\n"
             "  -h, --help                show this help\n");
 }
+
+/* The fewest tokens (samples per layer) worth training on: with the default
+ * 10% held out, 6 samples judge each width; fewer would write predictors
+ * trained on next to nothing. */
+#define MIN_TOKENS 64
 
 static bool tty;
 static double bar_t0;
@@ -160,7 +166,7 @@ int si_cmd_train(int argc, char **argv)
             target_given = true;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             VALUE();
-            if (!si_cli_int(a, v, 2, 1 << 24, &max_tokens))
+            if (!si_cli_int(a, v, MIN_TOKENS, 1 << 24, &max_tokens))
                 return 1;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             VALUE();
@@ -297,8 +303,9 @@ int si_cmd_train(int argc, char **argv)
     int64_t n = 0;
     if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
         goto out;
-    if (n < 2) {
-        si_cli_error("%s: %" PRId64 " tokens, too few to train on (2 or more)", file, n);
+    if (n < MIN_TOKENS) {
+        si_cli_error("%s: %" PRId64 " tokens, too few to train predictors on (at least %d)",
+                     file, n, MIN_TOKENS);
         goto out;
     }
     if (n > max_tokens)
