@@ -52,6 +52,7 @@ done
 STARPU_SCHED=prio "$si" bench -m "$tmp/tiny.gguf" -r 1 -n 2 >"$tmp/out" 2>"$tmp/err" ||
     fail "bench with STARPU_SCHED: $(tail -n 3 "$tmp/err")"
 grep -q '^| prio |' "$tmp/out" || fail "bench did not take STARPU_SCHED: $(cat "$tmp/out")"
+grep -q '; 1 run; ' "$tmp/out" || fail "bench -r 1: no '1 run' in $(head -n 1 "$tmp/out")"
 
 # --trace: one FxT trace per policy, each kept (FxT moves its file when StarPU
 # restarts), each converted and drawn.

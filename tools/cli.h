@@ -14,6 +14,12 @@
 
 #define SI_PROG "starinfer"
 
+/* The plural ending for n things: printf("%lld token%s", n, si_cli_s(n)). */
+static inline const char *si_cli_s(long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
 /* Print "starinfer: error: <message>" on one line of stderr; returns 1. */
 int si_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -505,12 +505,13 @@ int si_cmd_bench(int argc, char **argv)
         print_json(model, &ep, runs, n_rows, (int)repeat, n_sched > 0 ? scheds : NULL,
                    (int)n_prompt, (int)n_predict, (long)ru.ru_maxrss, dense_bytes, membw);
     else
-        printf("model: %s; %s mode; prompt %lld tokens, %lld decoded; median of %lld runs; "
+        printf("model: %s; %s mode; prompt %lld token%s, %lld decoded; %s%lld run%s; "
                "%u CPU + %u CUDA workers\n\n"
                "| scheduler | prefill tok/s | decode tok/s | decode p50 ms | p95 ms | p99 ms | "
                "tasks/token | workers busy | MB/token | GB/s%s | set-up s | same tokens |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-               model, si_sparsity_name(ep.mode), (long long)n_prompt, n_predict, repeat,
+               model, si_sparsity_name(ep.mode), (long long)n_prompt, si_cli_s(n_prompt),
+               n_predict, repeat > 1 ? "median of " : "", repeat, si_cli_s(repeat),
                runs[0].ncpu, runs[0].ncuda, roofline ? " (of roofline)" : "");
     for (int s = 0; s < n_rows; s++) {
         const struct run *rs = &runs[s * repeat];

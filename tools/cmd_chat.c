@@ -286,10 +286,10 @@ int si_cmd_chat(int argc, char **argv)
             goto out;
         }
         fprintf(stderr,
-                "chat: turn %d: %d tokens reused from the cache, %d evaluated in %.2f s; "
-                "answer: %d tokens in %.2f s (%.2f tokens/s)%s\n",
-                turn, reused, res.n_prompt, res.prompt_seconds, res.n_generated,
-                res.generate_seconds,
+                "chat: turn %d: %d token%s reused from the cache, %d evaluated in %.2f s; "
+                "answer: %d token%s in %.2f s (%.2f tokens/s)%s\n",
+                turn, reused, si_cli_s(reused), res.n_prompt, res.prompt_seconds,
+                res.n_generated, si_cli_s(res.n_generated), res.generate_seconds,
                 res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0,
                 res.stop == SI_STOP_CONTEXT || (res.stop == SI_STOP_LENGTH && gp.n_predict == room)
                     ? "; the context is full"

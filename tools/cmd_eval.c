@@ -265,9 +265,9 @@ int si_cmd_eval(int argc, char **argv)
     const struct si_eval_ppl *first = &res[0];
     for (int k = M_COUNT - 1; k >= 0; k--)
         first = res[k].n_scored ? &res[k] : first;
-    printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunks of %lld (%" PRId64
+    printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunk%s of %lld (%" PRId64
            " tokens scored)\n",
-           model, file, n, first->n_chunks, n_ctx, first->n_scored);
+           model, file, n, first->n_chunks, si_cli_s(first->n_chunks), n_ctx, first->n_scored);
     if (relu)
         printf("active: activation != 0 (ReLU)\n");
     else

@@ -168,11 +168,11 @@ int si_cmd_generate(int argc, char **argv)
     printf("\n");
     fflush(stdout);
     fprintf(stderr,
-            "prompt: %lld tokens in %.2f s (%.2f tokens/s); generated: %lld tokens in %.2f s (%.2f "
-            "tokens/s)\n",
-            (long long)res.n_prompt, res.prompt_seconds,
+            "prompt: %lld token%s in %.2f s (%.2f tokens/s); generated: %lld token%s in %.2f s "
+            "(%.2f tokens/s)\n",
+            (long long)res.n_prompt, si_cli_s(res.n_prompt), res.prompt_seconds,
             res.prompt_seconds > 0 ? (double)res.n_prompt / res.prompt_seconds : 0.0,
-            (long long)res.n_generated, res.generate_seconds,
+            (long long)res.n_generated, si_cli_s(res.n_generated), res.generate_seconds,
             res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0);
     struct si_stats st;
     si_context_get_stats(ctx, &st);

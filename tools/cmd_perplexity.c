@@ -105,8 +105,8 @@ int si_cmd_perplexity(int argc, char **argv)
     }
     if (max_chunks > 0 && max_chunks < n_chunks)
         n_chunks = max_chunks;
-    fprintf(stderr, "%s: %" PRId64 " tokens, %" PRId64 " chunks of %lld\n", file, n, n_chunks,
-            n_ctx);
+    fprintf(stderr, "%s: %" PRId64 " tokens, %" PRId64 " chunk%s of %lld\n", file, n, n_chunks,
+            si_cli_s(n_chunks), n_ctx);
 
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)n_ctx;

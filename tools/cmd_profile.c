@@ -234,9 +234,10 @@ int si_cmd_profile(int argc, char **argv)
         goto out;
     }
 
-    printf("profile: %" PRId64 " tokens in %lld windows of %lld (%d pass%s, %.1f s, %.1f "
+    printf("profile: %" PRId64 " token%s in %lld window%s of %lld (%d pass%s, %.1f s, %.1f "
            "tokens/s a pass), %" PRId32 " layers x %" PRId32 " neurons -> %s\n",
-           prof->n_tokens, (long long)n_windows, n_ctx, passes, passes > 1 ? "es" : "", secs,
+           prof->n_tokens, si_cli_s(prof->n_tokens), (long long)n_windows,
+           si_cli_s(n_windows), n_ctx, passes, passes > 1 ? "es" : "", secs,
            secs > 0 ? (double)passes * (double)prof->n_tokens / secs : 0.0, prof->n_layer,
            prof->n_ff, output);
     if (relu)

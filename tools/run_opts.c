@@ -278,10 +278,10 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
     const double total = (double)(st->neurons_total ? st->neurons_total : 1);
     const int64_t active = st->neurons_gpu + st->neurons_cpu;
     fprintf(f,
-            "engine: StarPU, %u CPU + %u CUDA workers, %d cold FFN slices per layer, %s "
+            "engine: StarPU, %u CPU + %u CUDA workers, %d cold FFN slice%s per layer, %s "
             "mode, %.1f MiB of FFN neurons hot: %.1f%% of FFN neurons computed (GPU %.1f%%, "
             "CPU %.1f%%; neuron load on the GPU %.1f%%)\n",
-            st->n_cpu_workers, st->n_cuda_workers, st->n_slices,
+            st->n_cpu_workers, st->n_cuda_workers, st->n_slices, si_cli_s(st->n_slices),
             si_sparsity_mode_name(st->sparsity), (double)st->hot_bytes / 1048576.0,
             100.0 * (double)active / total, 100.0 * (double)st->neurons_gpu / total,
             100.0 * (double)st->neurons_cpu / total, 100.0 * st->gpu_share);
