@@ -70,7 +70,8 @@ grep -q 'gap' "$tmp/out" || fail "place: no gap reported"
 cat "$tmp/show"
 grep -q 'vram capacity: 307200 bytes' "$tmp/show" || fail "--show: vram capacity"
 grep -q 'policy: ilp (optimal), sparsity gate' "$tmp/show" || fail "--show: policy"
-grep -q 'hw t_sync   5e-07 (given)' "$tmp/show" || fail "--show: the given T_sync"
+grep -q 'hw t_sync        0.500 us   (given)' "$tmp/show" || fail "--show: the given T_sync"
+grep -Eq 'hw cpu_bw +[0-9]+\.[0-9]{3} GB/s \(' "$tmp/show" || fail "--show: cpu_bw in GB/s"
 n=$(sed -n 's/^gpu neurons: \([0-9]*\) .*/\1/p' "$tmp/show")
 [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 1024 ] || fail "--show: $n GPU neurons (some, not all, expected)"
 expect_error "placement of 2 layers x 512 neurons, but the model has 2 x 256" \

@@ -65,6 +65,18 @@ static void place_usage(FILE *f)
             "  -h, --help             show this help\n");
 }
 
+/* The hardware model, a line per field after `prefix`: bandwidths in GB/s,
+ * latencies in us, and where each value came from. */
+static void print_hw(const char *prefix, const struct si_hwmodel *hw)
+{
+    for (int f = 0; f < SI_HW_FIELD_COUNT; f++) {
+        const bool time = f == SI_HW_H2D_LAT || f == SI_HW_T_SYNC;
+        printf("%s%-8s %10.3f %s (%s)\n", prefix, si_hw_field_name((enum si_hw_field)f),
+               time ? hw->value[f] * 1e6 : hw->value[f] / 1e9, time ? "us  " : "GB/s",
+               si_hw_source_name(hw->source[f]));
+    }
+}
+
 static int show(const char *path, const char *model)
 {
     char err[600];
@@ -93,9 +105,7 @@ static int show(const char *path, const char *model)
                p->bound, p->gap, p->solve_seconds);
         printf("reserve: %" PRId64 " bytes; neuron: %" PRId64 " bytes\n", p->reserve_bytes,
                p->neuron_bytes);
-        for (int f = 0; f < SI_HW_FIELD_COUNT; f++)
-            printf("hw %-8s %.6g (%s)\n", si_hw_field_name((enum si_hw_field)f), p->hw.value[f],
-                   si_hw_source_name(p->hw.source[f]));
+        print_hw("hw ", &p->hw);
     }
     si_placement_free(p);
     return 0;
@@ -255,12 +265,7 @@ int si_cmd_place(int argc, char **argv)
     }
     pp.hw = hw;
     printf("hardware model (%lld CPU threads%s%s):\n", threads, note[0] ? "; " : "", note);
-    for (int f = 0; f < SI_HW_FIELD_COUNT; f++) {
-        const bool time = f == SI_HW_H2D_LAT || f == SI_HW_T_SYNC;
-        printf("  %-8s %10.3f %s (%s)\n", si_hw_field_name((enum si_hw_field)f),
-               time ? hw.value[f] * 1e6 : hw.value[f] / 1e9, time ? "us  " : "GB/s",
-               si_hw_source_name(hw.source[f]));
-    }
+    print_hw("  ", &hw);
     printf("GPU bytes besides FFN neurons (%s mode, context %d):\n", sparsity,
            ep.ref.n_ctx > 0 ? ep.ref.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096));
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++) {
