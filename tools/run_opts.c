@@ -262,7 +262,8 @@ void si_run_usage(FILE *f, bool chat)
                "      --trace DIR         engine: record the run with StarPU's FxT into DIR,\n"
                "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
                "                          StarVZ) and draw DIR/trace.png, a Gantt chart\n",
-            chat ? "the model's training context, at most 4096" : "prompt + n-predict");
+            chat ? "the model's\n                          training context, at most 4096"
+                 : "prompt + n-predict");
 }
 
 void si_run_log(void *user, const char *line)
