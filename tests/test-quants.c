@@ -11,7 +11,8 @@
  *   - the quantized-activation path: si_quantize_act's bytes against a
  *     converter written here from llama.cpp's rules (ties to even included),
  *     and si_vec_dot_act against the float64 dot of the dequantized row and
- *     activations, scalar and AVX2 kernels both.
+ *     activations, scalar and AVX2 kernels both (for Q4_K also the same bits
+ *     from both: exact integer sums, then the same fused float steps).
  *
  * Tolerances: dequantize within 1e-6 of the magnitude of the terms that make
  * the value (|d*q| + |m|; the kernels round once, so this is loose); dot
@@ -1023,6 +1024,11 @@ static void check_dot_act(uint32_t t, int64_t n, size_t skew,
     if (n_tables == 2)
         CHECK(fabs(got[0] - got[1]) <= DOT_TOL * abs_sum + 1e-30,
               "%s n=%lld: scalar %.9g and avx2 %.9g differ", name, (long long)n, got[0], got[1]);
+    /* Q4_K: exact integers and the same fused float steps in both. */
+    if (n_tables == 2 && t == SI_TYPE_Q4_K)
+        CHECK(memcmp(&got[0], &got[1], sizeof got[0]) == 0,
+              "Q4_K n=%lld: scalar %a and avx2 %a not the same bits", (long long)n,
+              (double)got[0], (double)got[1]);
     free(rbuf);
     free(abuf);
     free(x);

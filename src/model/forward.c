@@ -485,6 +485,9 @@ static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
         si_k_rope(qg, h1 - h0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
         si_k_rope(kg, g1 - g0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
     }
+    if (hp->q_scale != 1.0f)
+        for (int64_t i = 0; i < (int64_t)(h1 - h0) * hd; i++)
+            qg[i] *= hp->q_scale;
     cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     if (s->p.kv_f16 && !s->attn_f32)

@@ -51,14 +51,15 @@ void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
-        float theta = (float)pos * scale;
+        float theta = (float)pos;
         for (int i = 0; i < n_rot / 2; i++) {
-            const float c = cosf(theta), s = sinf(theta);
+            const float angle = scale * theta;
+            const float c = cosf(angle), s = sinf(angle);
             const int a = kind == SI_ROPE_NEOX ? i : 2 * i;
             const int b = kind == SI_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
             const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
+            v[a] = fmaf(x0, c, -(x1 * s));
+            v[b] = fmaf(x0, s, x1 * c);
             theta *= theta_scale;
         }
     }
@@ -119,7 +120,7 @@ void si__k_attn_f16_portable(float *out, const float *q, const uint16_t *k, cons
             }
             for (int i = 0; i < hd; i++)
                 acc[i] = si_fp32_to_fp16(fmaf(si_fp16_to_fp32(vt[i]), vs, si_fp16_to_fp32(acc[i])));
-            S = S * ms + vs;
+            S = fmaf(S, ms, vs);
         }
         float *o = out + (size_t)h * hd;
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;

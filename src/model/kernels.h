@@ -39,10 +39,14 @@ void si_k_layernorm(float *y, const float *x, const float *w, const float *b, in
  * Rotate, in place, the first n_rot dimensions of each of the n_heads heads
  * of x (heads of head_dim floats, one after the other) to position pos:
  * the pairs (2i, 2i+1) for SI_ROPE_NORM, (i, i + n_rot/2) for SI_ROPE_NEOX,
- * i < n_rot/2, by the angle theta_i = pos * scale * base^(-2i/n_rot).  theta_i
- * is formed by repeated multiplication in float, theta_0 = (float)pos * scale
- * and theta_{i+1} = theta_i * powf(base, -2.0f / n_rot), so that a twin which
- * forms it the same way gets the same angles.  SI_ROPE_NONE changes nothing.
+ * i < n_rot/2, by the angle theta_i = scale * pos * base^(-2i/n_rot), as
+ * llama.cpp's CPU backend rounds it: pos * base^(-2i/n_rot) is formed by
+ * repeated multiplication in float, t_0 = (float)pos and t_{i+1} = t_i *
+ * powf(base, -2.0f / n_rot), then theta_i = scale * t_i; the pair (x0, x1)
+ * becomes (fmaf(x0, c, -(x1 s)), fmaf(x0, s, x1 c)) with c = cosf(theta_i),
+ * s = sinf(theta_i) (the multiply-adds its compiler fuses).  A twin that
+ * forms the angles the same way gets the same angles.  SI_ROPE_NONE changes
+ * nothing.
  */
 void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind kind, int pos,
                float base, float scale);

@@ -784,9 +784,47 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
     return sum;
 }
 
+/*
+ * Q4_K, per super-block: the exact integers isum_c = sum over sub-blocks j
+ * in group c of scale_j * (q_w . q_a) and msum_c = sum of min_j * sum(q_a),
+ * then two float sums acc += isum_c * (d * d_a) and accm += msum_c * (dmin
+ * * d_a), each a fused multiply-add, and the row is acc - accm.  With
+ * `group` 8 sub-blocks (one group per super-block) this is how llama.cpp's
+ * AVX2 build multiplies a matrix by one vector (its Q4_K matrices repacked 8
+ * rows at a time).  The integers are exact, so every implementation gets
+ * the same bits.
+ */
+static float dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
+{
+    const uint8_t *w = row, *a = xa;
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t i = 0; i < n; i += QK_K, w += 144, a += 292) {
+        int16_t bsums[QK_K / 16];
+        const float da = q8_k_header(a, bsums);
+        const int8_t *qa = (const int8_t *)(a + 4);
+        int q[QK_K];
+        k_quants(NULL, w + 16, q);
+        const float dd = half_at(w) * da, dm = half_at(w + 2) * da;
+        for (int j0 = 0; j0 < 8; j0 += group) {
+            int isum = 0, msum = 0;
+            for (int j = j0; j < j0 + group; j++) {
+                int scale, min, s = 0;
+                si__k_scale_min(w + 4, j, &scale, &min);
+                for (int l = 32 * j; l < 32 * j + 32; l++)
+                    s += q[l] * qa[l];
+                isum += scale * s;
+                msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
+            }
+            acc = fmaf((float)isum, dd, acc);
+            accm = fmaf((float)msum, dm, accm);
+        }
+    }
+    return acc - accm;
+}
+
 static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 {
-    return dot_act_k(row, xa, n, false);
+    return dot_act_q4_k_groups(row, xa, n, 8);
 }
 
 static float dot_act_q5_k(const void *row, const void *xa, int64_t n)

@@ -1340,26 +1340,28 @@ INLINE __m256i k_sums(const uint8_t *qs, const uint8_t *qh, const int8_t *qa, co
 }
 
 /*
- * Q4_K: the min terms in 4 float lanes, FMA'd per super-block with
- * -d_a * dmin and summed at the end as (m0 + m2) + (m1 + m3).
+ * Q4_K as llama.cpp's AVX2 build computes Q4_K matrices whose row count is a
+ * multiple of 8, which it repacks 8 rows at a time: per super-block the
+ * exact integers isum = sum_j(scale_j * q_w . q_a) and msum = sum_j(min_j *
+ * sum(q_a)), then two float sums, acc = fma(isum, d * d_a, acc) and accm =
+ * fma(msum, dmin * d_a, accm), and the row is acc - accm.
  */
 static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t i = 0; i < n; i += 256, w += 144, a += 292) {
-        float da = f32_at(a);
+        const float da = f32_at(a);
         uint8_t sm[16];
         k_scales_mins(w + 4, sm);
         __m128i mp = k_min_products(sm, a + 260);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(-da * half_at(w + 2)), _mm_cvtepi32_ps(mp), acc_m);
-        __m256i sumi = k_sums(w + 16, NULL, (const int8_t *)(a + 4), sm);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(da * half_at(w)), _mm256_cvtepi32_ps(sumi), acc);
+        mp = _mm_add_epi32(mp, _mm_unpackhi_epi64(mp, mp));
+        mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, 1));
+        const int isum = hsum_i32(k_sums(w + 16, NULL, (const int8_t *)(a + 4), sm));
+        acc = fmaf((float)isum, half_at(w) * da, acc);
+        accm = fmaf((float)_mm_cvtsi128_si32(mp), half_at(w + 2) * da, accm);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    return hsum(acc) + _mm_cvtss_f32(acc_m);
+    return acc - accm;
 }
 
 /* Q5_K: the min terms as one integer per super-block, FMA'd into a float sum. */
@@ -1383,18 +1385,23 @@ static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 }
 
 /*
- * Q6_K: per 32-element chunk, maddubs(q, a) - maddubs(32, a) gives the
- * (q - 32) * a pairs, multiplied by the chunk's two scales (16 elements
- * each) and summed in int32 lanes.
+ * Q6_K, with llama.cpp's AVX2 lanes: per 32-element chunk, maddubs(q, a)
+ * with q unsigned (0 ... 63), multiplied by the chunk's two scales (16
+ * elements each) and summed in int32 lanes (lane m: elements 4m ... 4m+3 of
+ * each chunk); the offset 32 comes off afterwards, lane m losing
+ * 32 * (bsum_2m * scale_2m + bsum_2m+1 * scale_2m+1).  The lanes are then
+ * converted, FMA'd with d_a * d per super-block, and summed.
  */
 static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
 {
     const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
-    const __m256i m32 = _mm256_set1_epi8(32);
     const uint8_t *w = row, *a = xa;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 256, w += 210, a += 292) {
         const int8_t *sc = (const int8_t *)(w + 192), *qa = (const int8_t *)(a + 4);
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)(a + 260));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
@@ -1412,14 +1419,14 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
             };
             for (int k = 0; k < 4; k++) {
                 __m256i y = _mm256_loadu_si256((const __m256i *)(qa + 128 * h + 32 * k));
-                __m256i p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(m32, y));
+                __m256i p = _mm256_maddubs_epi16(q[k], y);
                 const int8_t *s = sc + 8 * h + 2 * k;
                 __m256i scale = _mm256_inserti128_si256(
                     _mm256_castsi128_si256(_mm_set1_epi16(s[0])), _mm_set1_epi16(s[1]), 1);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
             }
         }
+        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f32_at(a) * half_at(w + 208)),
                               _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -1450,8 +1457,8 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
  * VMULPS with acc first, as GCC compiles the portable code's product (acc's
  * NaN wins over inv's, which is NaN whenever acc is).  The other products
  * and sums meet at most one NaN, but for scale * a NaN score when scale is
- * itself a NaN.  The sums S = S * ms + vs are two roundings, as in the
- * portable code.
+ * itself a NaN.  The sums S = fmaf(S, ms, vs) are one fused rounding, as in
+ * the portable code (and llama.cpp, whose compiler contracts them).
  */
 
 #define ATTN_BLOCK 64 /* positions whose scores are formed before the value pass */
@@ -1557,8 +1564,7 @@ static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16
                 } else {
                     vs[j] = expf(sc - M);
                 }
-                const float Sm = S * ms[j];
-                S = Sm + vs[j];
+                S = fmaf(S, ms[j], vs[j]);
             }
             const uint16_t *vb = v + (size_t)t0 * kvd + koff;
             int i = 0;
