@@ -58,58 +58,6 @@ int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2,
     return n;
 }
 
-int64_t si_ref_ffn_chunk(const struct si_model *m)
-{
-    const struct si_tensor *w = &m->w.layers[0].ffn_down;
-    const struct si_type_traits *tw = si_type_get(w->type);
-    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
-    int64_t chunk = 256;
-    if (chunk % tw->block != 0 || chunk % ta->block != 0 || m->hp.n_ff % chunk != 0)
-        chunk = tw->block > ta->block ? tw->block : ta->block;
-    if (m->hp.n_ff % chunk != 0)
-        chunk = m->hp.n_ff; /* a single chunk */
-    return chunk;
-}
-
-void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
-                       const void *h_c, float *y)
-{
-    size_t chunk_bytes = 0;
-    si_type_row_size(w->type, chunk, &chunk_bytes);
-    const char *row = (const char *)w->data + (size_t)c * chunk_bytes;
-    for (int64_t o = 0; o < w->ne[1]; o++, row += w->row_bytes)
-        y[o] = act_quant ? si_vec_dot_act(w->type, row, h_c, chunk)
-                         : si_vec_dot(w->type, row, h_c, chunk);
-}
-
-/*
- * The FFN's down projection y = W h, summed chunk by chunk: each row's dot
- * product is taken over chunks of si_ref_ffn_chunk() neurons
- * (si_ref_down_chunk), and the chunk results are added in order.  An engine
- * that computes chunks in separate tasks with the same function and adds
- * them in the same order gets the same bits.
- */
-static void down_proj(const struct si_ref *s, float *y, const struct si_tensor *w, const float *h)
-{
-    const int64_t chunk = si_ref_ffn_chunk(s->m), n = w->ne[0], d = w->ne[1];
-    const bool q = s->p.act_quant;
-    size_t xa_chunk = 0;
-    si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
-    if (q)
-        si_quantize_act(si_act_type(w->type), h, s->xq, n);
-    for (int64_t c = 0; c < n / chunk; c++) {
-        const void *h_c = q ? (const void *)((const char *)s->xq + (size_t)c * xa_chunk)
-                            : (const void *)(h + c * chunk);
-        if (c == 0) {
-            si_ref_down_chunk(w, chunk, c, q, h_c, y);
-            continue;
-        }
-        si_ref_down_chunk(w, chunk, c, q, h_c, s->tmp);
-        for (int64_t o = 0; o < d; o++)
-            y[o] += s->tmp[o];
-    }
-}
-
 /* y += b, when the bias exists. */
 static void add_bias(float *y, const struct si_tensor *b, int64_t n)
 {
@@ -408,7 +356,9 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
         return;
     }
-    down_proj(s, s->xb2, &L->ffn_down, s->hu);
+    /* The down projection: one dot per output over all the neurons, as
+     * llama.cpp computes it (the order of its sum is part of the result). */
+    matvec(s, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
 }
 

@@ -116,21 +116,13 @@ int si_ref_eval(struct si_ref *s, int32_t token);
  *   per layer l:
  *     si_ref_attn(s, l)      attention; x += its output (Falcon: kept in xb3);
  *                            xb = the FFN's normalised input
- *     si_ref_ffn(s, l)       xb2 = FFN(xb), dense, the down projection summed
- *                            chunk by chunk in order (or an engine's own sum)
+ *     si_ref_ffn(s, l)       xb2 = FFN(xb), dense: each output of the down
+ *                            projection one dot over all the neurons (or an
+ *                            engine's own sum)
  *     si_ref_ffn_finish(s, l) post-FFN norm if any; x += xb2 (+ xb3)
  *   si_ref_end(s)            logits; the token joins the cache (n_past + 1)
  */
 int si_ref_begin(struct si_ref *s, int32_t token);
-/* Neurons per chunk of the FFN down projection (see si_ref_ffn): a multiple
- * of the quantization blocks, 256 where the FFN width allows. */
-int64_t si_ref_ffn_chunk(const struct si_model *m);
-/* Chunk c of the down projection w ({n_ff, n_embd}): y[o] = row o's neurons
- * [c * chunk, (c + 1) * chunk) dotted with h_c, the chunk's activations as
- * floats, or converted by si_quantize_act(si_act_type(w->type)) when
- * act_quant.  The reference adds these in chunk order. */
-void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
-                       const void *h_c, float *y);
 void si_ref_attn(struct si_ref *s, int l);
 /*
  * si_ref_attn in steps, for engines that split its products into tasks:
