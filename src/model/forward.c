@@ -37,9 +37,24 @@ void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w
         y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
 }
 
+/* y = W x as si_ref_matvec, or as llama.cpp multiplies a token of a batch of
+ * n_tok (group4: in a full group of 4) when n_tok > 1. */
+static void matvec_as(const struct si_ref *s, int32_t n_tok, bool group4, float *y,
+                      const struct si_tensor *w, const float *x)
+{
+    if (n_tok <= 1 || !s->p.act_quant) {
+        si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
+        return;
+    }
+    si_quantize_act(si_act_type(w->type), x, s->xq, w->ne[0]);
+    const char *row = w->data;
+    for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+        y[r] = si_vec_dot_act_batch(w->type, row, s->xq, w->ne[0], n_tok, group4);
+}
+
 static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
 {
-    si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
+    matvec_as(s, s->batch_n, s->batch_g4, y, w, x);
 }
 
 int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
@@ -307,13 +322,17 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
 {
     const struct si_hparams *hp = &s->m->hp;
     const int64_t ff = hp->n_ff;
-    matvec(s, s->hu, &L->ffn_up, s->xb);
+    /* the batch's products, but for the last layer's without outputs */
+    const bool batch = l < hp->n_layer - 1 || s->batch_outputs;
+    const int32_t n_tok = batch ? s->batch_n : 1;
+    const bool g4 = batch && s->batch_g4;
+    matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
         for (int64_t i = 0; i < ff; i++)
             s->hu[i] = si_act_apply(hp->act, s->hu[i]);
     } else {
-        matvec(s, s->hg, &L->ffn_gate, s->xb);
+        matvec_as(s, n_tok, g4, s->hg, &L->ffn_gate, s->xb);
         for (int64_t i = 0; i < ff; i++) {
             float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, s->hu[i]) : s->hu[i];
             s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
@@ -358,7 +377,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     }
     /* The down projection: one dot per output over all the neurons, as
      * llama.cpp computes it (the order of its sum is part of the result). */
-    matvec(s, s->xb2, &L->ffn_down, s->hu);
+    matvec_as(s, n_tok, g4, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
 }
 
@@ -540,7 +559,8 @@ void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *
 void si_ref_end(struct si_ref *s)
 {
     si_ref_head_input(s, s->x, s->xb, s->tmp);
-    matvec(s, s->logits, &s->m->w.output, s->xb);
+    const bool batch = s->batch_outputs;
+    matvec_as(s, batch ? s->batch_n : 1, batch && s->batch_g4, s->logits, &s->m->w.output, s->xb);
     s->n_past++;
 }
 
@@ -556,4 +576,19 @@ int si_ref_eval(struct si_ref *s, int32_t token)
     }
     si_ref_end(s);
     return SI_OK;
+}
+
+int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n)
+{
+    int rc = SI_OK;
+    s->attn_f32 = n >= 64;
+    s->batch_n = n;
+    s->batch_outputs = false;
+    for (int32_t i = 0; i < n && rc == SI_OK; i++) {
+        s->batch_g4 = i < n - n % 4;
+        rc = si_ref_eval(s, tokens[i]);
+    }
+    s->attn_f32 = s->batch_g4 = false;
+    s->batch_n = 0;
+    return rc;
 }

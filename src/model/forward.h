@@ -77,6 +77,17 @@ struct si_ref {
      * fp16-rounded cache).  Without kv_f16 attention is always f32. */
     bool attn_f32;
 
+    /* Matrix products for the next evaluations, as llama.cpp multiplies
+     * the token: one of batch_n tokens multiplied at once (0 or 1: alone),
+     * in a full group of 4 of them when batch_g4 (si_vec_dot_act_batch: on
+     * AVX2 that changes Q4_K's and Q6_K's sums).  The last layer's FFN and
+     * the LM head count as a batch only with batch_outputs: llama.cpp runs
+     * them on the tokens whose logits it returns, which for a prompt is the
+     * last one alone, for perplexity all of them.  si_ref_eval_batch sets
+     * these. */
+    int32_t batch_n;
+    bool batch_g4, batch_outputs;
+
     /* Per layer, the FFN neurons active for the last token (activation != 0),
      * counted when count_active is set: (n_layer). */
     bool count_active;
@@ -108,6 +119,18 @@ void si_ref_reset(struct si_ref *s);
 /* Evaluate `token` at position n_past; logits in s->logits.  SI_E_INVALID
  * for a token outside the vocabulary, SI_E_BUDGET when the cache is full. */
 int si_ref_eval(struct si_ref *s, int32_t token);
+
+/*
+ * Evaluate tokens[0..n) at the next positions with the arithmetic of
+ * llama.cpp's CPU backend decoding them in one batch (one llama_decode of n
+ * tokens, n at most its n_ubatch) that returns the last token's logits:
+ * attn_f32 when n >= 64, batch_n = n, batch_g4 for the tokens in full
+ * groups of 4 (i < n - n % 4), batch_outputs off.  The fields are cleared
+ * afterwards.  Logits of
+ * the last token in s->logits; errors as si_ref_eval's (the tokens before
+ * the failing one stay in the cache).
+ */
+int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n);
 
 /*
  * The steps of si_ref_eval, for engines that run them as tasks and replace

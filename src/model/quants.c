@@ -791,7 +791,8 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
  * * d_a), each a fused multiply-add, and the row is acc - accm.  With
  * `group` 8 sub-blocks (one group per super-block) this is how llama.cpp's
  * AVX2 build multiplies a matrix by one vector (its Q4_K matrices repacked 8
- * rows at a time).  The integers are exact, so every implementation gets
+ * rows at a time); with `group` 2 how its GEMM multiplies them by the
+ * tokens of a batch.  The integers are exact, so every implementation gets
  * the same bits.
  */
 static float dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
@@ -827,6 +828,7 @@ static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
     return dot_act_q4_k_groups(row, xa, n, 8);
 }
 
+
 static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 {
     return dot_act_k(row, xa, n, true);
@@ -852,6 +854,42 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
         sum += da * half_at(w + 208) * (float)isum;
     }
     return sum;
+}
+
+/*
+ * Q6_K as llama.cpp's tiled GEMM computes it (batches of 8 tokens or more):
+ * per super-block the exact integer isum = sum_j scale_j * (q_w . q_a) over
+ * its 16 sub-blocks, then acc = fma(d * isum, d_a, acc), d * isum rounded.
+ */
+static float dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
+        int16_t bsums[QK_K / 16];
+        const float da = q8_k_header(a, bsums);
+        const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
+        int q[QK_K], isum = 0;
+        q6_k_values(w, q);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 16 * j; l < 16 * j + 16; l++)
+                s += q[l] * qa[l];
+            isum += sc[j] * s;
+        }
+        acc = fmaf(half_at(w + 208) * (float)isum, da, acc);
+    }
+    return acc;
+}
+
+float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t n, int32_t n_tok,
+                           bool group4)
+{
+    if (t == SI_TYPE_Q4_K && group4)
+        return dot_act_q4_k_groups(row, xa, n, 2);
+    if (t == SI_TYPE_Q6_K && n_tok >= 8)
+        return dot_act_q6_k_tiled(row, xa, n);
+    return si_vec_dot_act(t, row, xa, n);
 }
 
 /* ------------------------------------------------------ mad (y += a * row) */

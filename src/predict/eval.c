@@ -247,10 +247,14 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const int32_t *chunk = tokens + ch * ctx;
         si_ref_reset(s);
-        /* llama.cpp evaluates a chunk as one batch: f32 attention (its tiled path). */
+        /* llama.cpp evaluates a chunk as one batch with every token's logits:
+         * f32 attention (its tiled path), its batch products throughout. */
         s->attn_f32 = ctx >= 64;
+        s->batch_n = (int32_t)ctx;
+        s->batch_outputs = true;
         for (int64_t j = 0; j < ctx - 1; j++) {
             const int32_t t = j == 0 && bos >= 0 ? bos : chunk[j];
+            s->batch_g4 = j < ctx - ctx % 4;
             if ((rc = si_ref_eval(s, t)) != SI_OK) {
                 rc = si__errf(err, err_size, rc, "evaluation failed in chunk %" PRId64 ": %s", ch,
                               si_status_str(rc));
