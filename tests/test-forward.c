@@ -6,13 +6,16 @@
  * (si_ref_eval_batch: llama.cpp's arithmetic for a batch), then llama.cpp's
  * tokens are fed back one at a time (teacher forcing).
  *
- * At every step our argmax must be llama.cpp's token: the reference
- * computes as llama.cpp's AVX2 CPU build does, op for op (activation
- * conversion, dots and their summation order, SiLU's vectorised exp, GELU's
- * fp16 table, RoPE, flash attention, Q4_K's repacked matrix-vector and GEMM
- * sums), so the logits are the same bits and the greedy tokens the same
- * even where llama.cpp's own top-2 margin is a few hundredths (the data
- * files list the margins).  On a mismatch the margins are printed.
+ * With the AVX2 kernels, at every step our argmax must be llama.cpp's
+ * token: the reference computes as llama.cpp's AVX2 CPU build does, op for
+ * op (activation conversion, dots and their summation order, SiLU's
+ * vectorised exp, GELU's fp16 table, RoPE, flash attention, the batch
+ * kernels of a prompt), so the logits are the same bits and the greedy
+ * tokens the same even where llama.cpp's own top-2 margin is a few
+ * hundredths (the data files list the margins).  The scalar kernels
+ * (SI_NO_SIMD=1, or a CPU without AVX2) sum the dots in another order: with
+ * them a differing step is accepted at a near-tie, where llama.cpp's own
+ * top-2 margin is below NEAR_TIE.
  *
  * Usage: test-forward [DATA-FILE MODEL-ENV-VARIABLE]
  * (default: tests/data/smollm2-greedy.txt and STARINFER_TEST_MODEL)
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #define MAX_IDS 512
+#define NEAR_TIE 0.4f
 
 /* Parse "key: v v v" (ids, or margins when `f` is set) after `key`;
  * returns the count or -1 when the line is not that key's. */
@@ -99,7 +103,9 @@ int main(int argc, char **argv)
     p.n_ctx = MAX_IDS;
     rc = si_ref_init(&ref, m, p, err, sizeof err);
     CHECK(rc == SI_OK, "%s", err);
-    printf("kernels: %s\n", si_quants_impl());
+    const bool strict = strcmp(si_quants_impl(), "avx2") == 0;
+    printf("kernels: %s (%s)\n", si_quants_impl(),
+           strict ? "every step must be llama.cpp's" : "near-ties may differ");
 
     char line[16384];
     int32_t prompt[MAX_IDS], want[MAX_IDS];
@@ -140,9 +146,11 @@ int main(int argc, char **argv)
                 printf("(llama.cpp %d: its margin %.3f, ours %.3f behind)", want[i], ref_m, behind);
                 diffs++;
             }
-            CHECK(got == want[i],
-                  "prompt %d step %d: %d instead of llama.cpp's %d (llama.cpp's margin %.3f)",
-                  prompts, i, got, want[i], i < n_margin ? margin_ref[i] : 0.0f);
+            const float ref_m = i < n_margin ? margin_ref[i] : 0.0f;
+            CHECK(got == want[i] || (!strict && ref_m < NEAR_TIE),
+                  "prompt %d step %d: %d instead of llama.cpp's %d (llama.cpp's margin %.3f, "
+                  "ours %.3f behind)",
+                  prompts, i, got, want[i], ref_m, ref->logits[got] - ref->logits[want[i]]);
             rc = si_ref_eval(ref, want[i]);
         }
         printf("\n");

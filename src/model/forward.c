@@ -157,13 +157,14 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->n_active = calloc((size_t)hp->n_layer, sizeof(int64_t));
     s->xb3 = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
+    s->attn_tile = malloc(si_k_attn_tiled_scratch(hp->head_dim, hp->n_head) * sizeof(float));
     const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
     s->kcache = calloc(cache, esz);
     s->vcache = calloc(cache, esz);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
         !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits || !s->n_active ||
-        !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
+        !s->xb3 || !s->tmp || !s->attn_tile || !s->kcache || !s->vcache)
         goto oom;
     *out = s;
     return SI_OK;
@@ -196,6 +197,7 @@ void si_ref_free(struct si_ref *s)
     free(s->n_active);
     free(s->xb3);
     free(s->tmp);
+    free(s->attn_tile);
     free(s->kcache);
     free(s->vcache);
     free(s);
@@ -257,6 +259,18 @@ static void attention_f16(const struct si_ref *s, int l, int pos, int h0, int h1
                         h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, q16);
 }
 
+/* The same attention in llama.cpp's tiled flash-attention arithmetic, the
+ * path it takes for batches of 64 queries or more (si_k_attn_f16_tiled). */
+static void attention_tiled(const struct si_ref *s, int l, int pos, int h0, int h1,
+                            const float *q, float *att, float *tile)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
+    si_k_attn_f16_tiled(att, q, (const uint16_t *)s->kcache + base,
+                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
+                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
+}
+
 /* Row t of layer l's K or V cache as floats in dst (kvd of them). */
 static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
                       size_t kvd)
@@ -269,7 +283,7 @@ static void cache_row(const struct si_ref *s, const void *cache, int l, int t, f
 }
 
 /*
- * Attention in f32 (over an f32 cache, or the fp16 one converted): scores of
+ * Attention in f32 over an f32 cache (kv_f16 off): scores of
  * every head against each cached position, an exact softmax per head, then
  * the weighted sum of the values.  Cached rows are converted once for all
  * heads.
@@ -322,10 +336,10 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
 {
     const struct si_hparams *hp = &s->m->hp;
     const int64_t ff = hp->n_ff;
-    /* the batch's products, but for the last layer's without outputs */
-    const bool batch = l < hp->n_layer - 1 || s->batch_outputs;
-    const int32_t n_tok = batch ? s->batch_n : 1;
-    const bool g4 = batch && s->batch_g4;
+    /* the batch's products; the last layer's, on the tokens with outputs */
+    const bool last = l == hp->n_layer - 1;
+    const int32_t n_tok = last ? s->batch_out_n : s->batch_n;
+    const bool g4 = last ? s->batch_out_g4 : s->batch_g4;
     matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
@@ -417,15 +431,15 @@ size_t si_ref_attn_scratch_floats(const struct si_ref *s)
     const struct si_hparams *hp = &s->m->hp;
     const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     return 2 * (d > hd ? d : hd) + (size_t)hp->n_head * (size_t)s->p.n_ctx +
-           (size_t)hp->n_head_kv * hd + hd;
+           (size_t)hp->n_head_kv * hd + hd + si_k_attn_tiled_scratch(hp->head_dim, hp->n_head);
 }
 
 /* si_ref_attn_group with its scratch in pieces (tmp: 2 max(n_embd,
  * head_dim) floats; score: n_head n_ctx; krow: n_head_kv head_dim; q16:
- * 2 head_dim). */
+ * 2 head_dim; tile: si_k_attn_tiled_scratch). */
 static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *tmp, float *score, float *krow,
-                       uint16_t *q16)
+                       uint16_t *q16, float *tile)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
@@ -461,6 +475,8 @@ static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
     cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     if (s->p.kv_f16 && !s->attn_f32)
         attention_f16(s, l, pos, h0, h1, q, att, q16);
+    else if (s->p.kv_f16)
+        attention_tiled(s, l, pos, h0, h1, q, att, tile);
     else
         attention_f32(s, l, pos, h0, h1, q, att, score, krow);
 }
@@ -473,13 +489,14 @@ void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
     float *tmp = scratch, *score = tmp + 2 * (d > hd ? d : hd);
     float *krow = score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
     uint16_t *q16 = (uint16_t *)(krow + (size_t)hp->n_head_kv * hd);
-    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16);
+    float *tile = krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
+    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16, tile);
 }
 
 void si_ref_attn_core(struct si_ref *s, int l)
 {
     attn_group(s, l, 0, s->m->hp.n_head_kv, s->q, s->k, s->v, s->att, s->tmp, s->score, s->krow,
-               s->q16);
+               s->q16, s->attn_tile);
 }
 
 void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, float *o,
@@ -559,8 +576,7 @@ void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *
 void si_ref_end(struct si_ref *s)
 {
     si_ref_head_input(s, s->x, s->xb, s->tmp);
-    const bool batch = s->batch_outputs;
-    matvec_as(s, batch ? s->batch_n : 1, batch && s->batch_g4, s->logits, &s->m->w.output, s->xb);
+    matvec_as(s, s->batch_out_n, s->batch_out_g4, s->logits, &s->m->w.output, s->xb);
     s->n_past++;
 }
 
@@ -583,12 +599,13 @@ int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n)
     int rc = SI_OK;
     s->attn_f32 = n >= 64;
     s->batch_n = n;
-    s->batch_outputs = false;
+    s->batch_out_n = 1;
+    s->batch_out_g4 = false;
     for (int32_t i = 0; i < n && rc == SI_OK; i++) {
         s->batch_g4 = i < n - n % 4;
         rc = si_ref_eval(s, tokens[i]);
     }
     s->attn_f32 = s->batch_g4 = false;
-    s->batch_n = 0;
+    s->batch_n = s->batch_out_n = 0;
     return rc;
 }

@@ -67,26 +67,28 @@ struct si_ref {
     float *logits;         /* (n_vocab) */
     float *xb3;            /* (n_embd) falcon: the attention output beside the FFN's */
     float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
+    float *attn_tile;      /* si_k_attn_f16_tiled's scratch (attn_f32 with kv_f16) */
 
     /* KV cache: (n_layer, n_ctx, n_head_kv * head_dim), fp16 or f32. */
     void *kcache, *vcache;
 
     /* Attention arithmetic for the next evaluations: false is llama.cpp's
      * flash attention for one query (fp16 query, fp16 value accumulator);
-     * true is its tiled path for batches of 64 queries or more (f32 over the
-     * fp16-rounded cache).  Without kv_f16 attention is always f32. */
+     * true is its tiled path for batches of 64 queries or more (f32 query
+     * and accumulator over the fp16 cache, si_k_attn_f16_tiled).  Without
+     * kv_f16 attention is always f32 with an exact softmax. */
     bool attn_f32;
 
     /* Matrix products for the next evaluations, as llama.cpp multiplies
      * the token: one of batch_n tokens multiplied at once (0 or 1: alone),
      * in a full group of 4 of them when batch_g4 (si_vec_dot_act_batch: on
      * AVX2 that changes Q4_K's and Q6_K's sums).  The last layer's FFN and
-     * the LM head count as a batch only with batch_outputs: llama.cpp runs
-     * them on the tokens whose logits it returns, which for a prompt is the
-     * last one alone, for perplexity all of them.  si_ref_eval_batch sets
-     * these. */
-    int32_t batch_n;
-    bool batch_g4, batch_outputs;
+     * the LM head: llama.cpp runs them on the tokens whose logits it returns
+     * only, the token one of batch_out_n of those (0 or 1: alone; for a
+     * prompt, the last token alone), batch_out_g4 as batch_g4 among them.
+     * si_ref_eval_batch sets these. */
+    int32_t batch_n, batch_out_n;
+    bool batch_g4, batch_out_g4;
 
     /* Per layer, the FFN neurons active for the last token (activation != 0),
      * counted when count_active is set: (n_layer). */
@@ -125,7 +127,7 @@ int si_ref_eval(struct si_ref *s, int32_t token);
  * llama.cpp's CPU backend decoding them in one batch (one llama_decode of n
  * tokens, n at most its n_ubatch) that returns the last token's logits:
  * attn_f32 when n >= 64, batch_n = n, batch_g4 for the tokens in full
- * groups of 4 (i < n - n % 4), batch_outputs off.  The fields are cleared
+ * groups of 4 (i < n - n % 4), batch_out_n 1.  The fields are cleared
  * afterwards.  Logits of
  * the last token in s->logits; errors as si_ref_eval's (the tokens before
  * the failing one stay in the cache).

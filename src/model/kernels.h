@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile). */
+#define SI_ATTN_TILE 64
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -83,6 +86,39 @@ void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t
 void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                          int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                          int head_dim, float scale, uint16_t *scratch);
+
+/*
+ * The same attention as llama.cpp's tiled flash attention computes it (its
+ * path for batches of 64 queries or more: prompts, perplexity chunks), query
+ * heads [h0, h1) only (out's other heads untouched), the other arguments as
+ * si_k_attn_f16's but for scratch, si_k_attn_tiled_scratch() floats.  Positions go in tiles of 64 from position 0; per head, for each
+ * tile holding a position of [first, n_kv):
+ *
+ *   s_t = (q . k_t) * scale, the dot a chain of fmaf over the head's
+ *         elements in order from 0, q in float, k_t converted from fp16
+ *         (-inf for the tile's other positions);
+ *   m = the tile's largest s_t; when it raises the running maximum M, the
+ *         accumulator and the sum S are first multiplied by expf(M_old - M);
+ *   p_t = e^(s_t - M) by si_act_exp (model/act.h); S = (float)((double)S +
+ *         the tile's sum), the sum in double over groups of 8 positions, each
+ *         group in float as ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7));
+ *   acc_i = fmaf(v_t,i, p_t, acc_i) over the tile's positions in order;
+ *
+ * out = acc * (1 / S) (0 when S is 0).  Positions outside [first, n_kv) are
+ * never read.
+ */
+void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch);
+
+/* Floats of scratch si_k_attn_f16_tiled needs. */
+size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
+
+/* si_k_attn_f16_tiled's portable code; its AVX2 twin gives the same bits. */
+void si__k_attn_f16_tiled_portable(float *out, const float *q, const uint16_t *k,
+                                   const uint16_t *v, int first, int n_kv, int h0, int h1,
+                                   int n_head, int n_head_kv, int head_dim, float scale,
+                                   float *scratch);
 
 /*
  * si_k_attn_f16's portable code, which it runs with the scalar kernels

@@ -1161,6 +1161,15 @@ static void choose_kernels(void)
         active.attn_f16 = si__quants_avx2.attn_f16;
 }
 
+si__attn_tiled_fn si__quants_attn_tiled(void)
+{
+    /* Not tied to the table in use: both codes give the same bits. */
+    static int usable = -1;
+    if (usable < 0)
+        usable = si__quants_avx2_usable();
+    return usable ? si__quants_avx2.attn_tiled : NULL;
+}
+
 /* The kernels of type t, after checking (in debug builds) the row length. */
 static const struct si__quants_kernels *kernels(uint32_t t, int64_t n)
 {

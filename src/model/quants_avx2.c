@@ -11,6 +11,9 @@
  */
 #include "model/quants_impl.h"
 
+#include "model/act.h"
+#include "model/kernels.h"
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -1599,6 +1602,118 @@ static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16
     }
 }
 
+/* ------------------------------------------------------ tiled attention */
+
+/*
+ * si__k_attn_f16_tiled_portable (model/kernels.c) with the same operations
+ * per element and in the same order, vectorised: the scores of 8 positions
+ * at a time, one lane per position, from the tile's keys transposed into
+ * floats (kt[i * tile + j]), each lane a chain of FMAs over the head in
+ * order; the values' FMAs 8 elements of the head at a time, position after
+ * position.  The heads of a kv head share its transposed keys.
+ */
+static void attn_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                       int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                       int head_dim, float scale, float *scratch)
+{
+    enum { T = SI_ATTN_TILE };
+    const int hd = head_dim, group = n_head / n_head_kv;
+    const size_t kvd = (size_t)n_head_kv * hd;
+    float *kt = scratch, *sc = scratch + (size_t)T * hd, *M = sc + T, *S = M + n_head;
+    for (int h = h0; h < h1; h++) {
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    memset(out + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof *out);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int t0 = 0; t0 < n_kv; t0 += T) {
+        const int lo = first > t0 ? first : t0, hi = n_kv < t0 + T ? n_kv : t0 + T;
+        if (lo >= hi)
+            continue;
+        const int g0 = (lo - t0) / 8, g1 = (hi - t0 + 7) / 8; /* groups of 8 with positions */
+        for (int g = h0 / group; g < n_head_kv && g * group < h1; g++) {
+            for (int t = lo; t < hi; t++) {
+                const uint16_t *kr = k + (size_t)t * kvd + (size_t)g * hd;
+                for (int i = 0; i < hd; i++)
+                    kt[(size_t)i * T + (t - t0)] = _cvtsh_ss(kr[i]);
+            }
+            const int ha = g * group > h0 ? g * group : h0;
+            const int hb = (g + 1) * group < h1 ? (g + 1) * group : h1;
+            for (int h = ha; h < hb; h++) {
+                const float *qh = q + (size_t)h * hd;
+                float *acc = out + (size_t)h * hd;
+                __m256 d[T / 8];
+                for (int j = g0; j < g1; j++)
+                    d[j] = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i++) {
+                    const __m256 qi = _mm256_set1_ps(qh[i]);
+                    const float *row = kt + (size_t)i * T;
+                    for (int j = g0; j < g1; j++)
+                        d[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), qi, d[j]);
+                }
+                for (int j = 0; j < T / 8; j++) {
+                    if (j >= g0 && j < g1)
+                        _mm256_storeu_ps(sc + 8 * j, mul_ab(d[j], vscale));
+                    else
+                        _mm256_storeu_ps(sc + 8 * j, _mm256_set1_ps(-INFINITY));
+                }
+                for (int j = 0; j < T; j++)
+                    if (t0 + j < lo || t0 + j >= hi)
+                        sc[j] = -INFINITY;
+                float m = -INFINITY;
+                for (int j = 0; j < T; j++)
+                    m = m > sc[j] ? m : sc[j];
+                if (m == -INFINITY)
+                    continue;
+                const float Mnew = fmaxf(M[h], m);
+                if (Mnew > M[h]) {
+                    const float ms = expf(M[h] - Mnew);
+                    int i = 0;
+                    for (; i + 8 <= hd; i += 8)
+                        _mm256_storeu_ps(acc + i,
+                                         mul_ab(_mm256_loadu_ps(acc + i), _mm256_set1_ps(ms)));
+                    for (; i < hd; i++)
+                        acc[i] = mul_ab1(acc[i], ms);
+                    S[h] *= ms;
+                }
+                M[h] = Mnew;
+                double sum = 0.0;
+                for (int j = 0; j < T; j += 8) {
+                    float p[8];
+                    for (int u = 0; u < 8; u++)
+                        p[u] = sc[j + u] = si_act_exp(sc[j + u] - Mnew);
+                    sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) +
+                                    ((p[5] + p[1]) + (p[7] + p[3])));
+                }
+                S[h] = (float)((double)S[h] + sum);
+                int i = 0;
+                for (; i + 8 <= hd; i += 8) {
+                    __m256 a = _mm256_loadu_ps(acc + i);
+                    for (int t = lo; t < hi; t++) {
+                        const uint16_t *vt = v + (size_t)t * kvd + (size_t)g * hd + i;
+                        a = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vt)),
+                                            _mm256_set1_ps(sc[t - t0]), a);
+                    }
+                    _mm256_storeu_ps(acc + i, a);
+                }
+                for (; i < hd; i++)
+                    for (int t = lo; t < hi; t++)
+                        acc[i] = fmaf(_cvtsh_ss(v[(size_t)t * kvd + (size_t)g * hd + i]),
+                                      sc[t - t0], acc[i]);
+            }
+        }
+    }
+    for (int h = h0; h < h1; h++) {
+        const float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
+        float *o = out + (size_t)h * hd;
+        int i = 0;
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(o + i, mul_ab(_mm256_loadu_ps(o + i), _mm256_set1_ps(inv)));
+        for (; i < hd; i++)
+            o[i] = mul_ab1(o[i], inv);
+    }
+}
+
 const struct si__quants_table si__quants_avx2 = {
     .name = "avx2",
     .compiled = true,
@@ -1619,6 +1734,7 @@ const struct si__quants_table si__quants_avx2 = {
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
     .attn_f16 = attn_f16,
+    .attn_tiled = attn_tiled,
 };
 
 #else /* no AVX2, FMA and F16C at compile time */
