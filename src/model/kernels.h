@@ -91,8 +91,9 @@ void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const ui
  * The same attention as llama.cpp's tiled flash attention computes it (its
  * path for batches of 64 queries or more: prompts, perplexity chunks), query
  * heads [h0, h1) only (out's other heads untouched), the other arguments as
- * si_k_attn_f16's but for scratch, si_k_attn_tiled_scratch() floats.  Positions go in tiles of 64 from position 0; per head, for each
- * tile holding a position of [first, n_kv):
+ * si_k_attn_f16's but for scratch, si_k_attn_tiled_scratch() floats.
+ * Positions go in tiles of 64 from position 0; per head, for each tile
+ * holding a position of [first, n_kv):
  *
  *   s_t = (q . k_t) * scale, the dot a chain of fmaf over the head's
  *         elements in order from 0, q in float, k_t converted from fp16
