@@ -830,8 +830,15 @@ int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t
         int32_t done = ctx->ref->n_past - start;
         memcpy(ctx->hist + start, tokens, (size_t)(done > 0 ? done : 0) * sizeof *tokens);
     } else {
-        for (int32_t i = 0; i < n && rc == SI_OK; i++)
+        /* The reference: llama.cpp's arithmetic for a batch of n tokens
+         * with the last one's logits (as si_ref_eval_batch). */
+        ctx->ref->batch_n = n;
+        for (int32_t i = 0; i < n && rc == SI_OK; i++) {
+            ctx->ref->batch_g4 = i < n - n % 4;
             rc = eval_one(ctx, tokens[i]);
+        }
+        ctx->ref->batch_n = 0;
+        ctx->ref->batch_g4 = false;
     }
     ctx->ref->attn_f32 = false;
     ctx->have_logits = rc == SI_OK;

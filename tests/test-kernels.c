@@ -1,6 +1,7 @@
 /*
- * test-kernels.c - si_k_attn_f16's AVX2 twin against its portable code, bit
- * for bit, and the F16C conversions it relies on against the software ones.
+ * test-kernels.c - si_k_attn_f16's and si_k_attn_f16_tiled's AVX2 twins
+ * against their portable code, bit for bit, and the F16C conversions they
+ * rely on against the software ones.
  *
  * The conversions: every fp16 value to fp32 (the signalling NaN halves,
  * which F16C quiets, apart: both sides must give a NaN of the same sign and
@@ -8,11 +9,12 @@
  * byte is one of a few patterns (all exponents, all rounding cases: ties,
  * the subnormal range, overflow to infinity, NaN payloads) plus random ones.
  *
- * The attention: random heads (GQA groups included), head sizes, lengths and
+ * The attention, and the tiled attention (llama.cpp's path for long batches)
+ * likewise: random heads (GQA groups included), head sizes, lengths and
  * windows, with plain values, values that overflow the fp16 accumulator,
  * scores that keep raising the maximum, and infinities, NaNs and subnormals
  * in the query and the cache.  Every output must have the same bits, NaNs
- * included.
+ * included (the tiled one's NaNs may differ in sign and payload).
  */
 #include "model/kernels.h"
 #include "model/quants.h"
@@ -225,6 +227,49 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
         }
         free(c);
     }
+    /* The tiled attention: portable code and AVX2 twin. */
+    float *t1 = malloc(si_k_attn_tiled_scratch(head_dim, n_head) * sizeof *t1);
+    float *t2 = malloc(si_k_attn_tiled_scratch(head_dim, n_head) * sizeof *t2);
+    memset(a, 0xa5, nq * sizeof *a);
+    memset(b, 0x5a, nq * sizeof *b);
+    si__k_attn_f16_tiled_portable(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv,
+                                  head_dim, scale, t1);
+    si__quants_avx2.attn_tiled(b, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim,
+                               scale, t2);
+    /* NaNs may differ in sign and payload: which operand of a fused
+     * multiply-add a NaN comes from depends on the instruction's form. */
+    for (size_t i = 0; i < nq; i++) {
+        if (float_bits(a[i]) != float_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])) && bad++ < 3)
+            fprintf(stderr, "tiled attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs "
+                    "%08x (%.9g)\n", n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i,
+                    float_bits(a[i]), a[i], float_bits(b[i]), b[i]);
+    }
+    si_k_attn_f16_tiled(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim, scale,
+                        t1);
+    CHECK(memcmp(a, b, nq * sizeof *a) == 0, "si_k_attn_f16_tiled is not the AVX2 code");
+    /* Head ranges of the tiled one, as for the other. */
+    for (int g = 0; g < n_head_kv; g++) {
+        const int h0 = g * group, h1 = h0 + group;
+        memset(a, 0x3c, nq * sizeof *a);
+        si__k_attn_f16_tiled_portable(a, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv,
+                                      head_dim, scale, t1);
+        float *c = malloc(nq * sizeof *c);
+        memset(c, 0x3c, nq * sizeof *c);
+        si__quants_avx2.attn_tiled(c, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim,
+                                   scale, t2);
+        for (size_t i = 0; i < nq; i++) {
+            const bool in = i >= (size_t)h0 * head_dim && i < (size_t)h1 * head_dim;
+            const uint32_t want = in ? float_bits(b[i]) : 0x3c3c3c3cu;
+            const bool nan_ok = in && isnan(b[i]);
+            if (((float_bits(a[i]) != want && !(nan_ok && isnan(a[i]))) ||
+                 (float_bits(c[i]) != want && !(nan_ok && isnan(c[i])))) && bad++ < 3)
+                fprintf(stderr, "tiled attn heads [%d, %d) of %d: out[%zu] %08x / %08x, want "
+                        "%08x\n", h0, h1, n_head, i, float_bits(a[i]), float_bits(c[i]), want);
+        }
+        free(c);
+    }
+    free(t1);
+    free(t2);
     free(q);
     free(a);
     free(b);

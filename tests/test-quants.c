@@ -11,7 +11,9 @@
  *   - the quantized-activation path: si_quantize_act's bytes against a
  *     converter written here from llama.cpp's rules (ties to even included),
  *     and si_vec_dot_act against the float64 dot of the dequantized row and
- *     activations, scalar and AVX2 kernels both.
+ *     activations, scalar and AVX2 kernels both (for Q4_K also the same bits
+ *     from both: exact integer sums, then the same fused float steps), and
+ *     si_vec_dot_act_batch (llama.cpp's batch kernels) likewise.
  *
  * Tolerances: dequantize within 1e-6 of the magnitude of the terms that make
  * the value (|d*q| + |m|; the kernels round once, so this is loose); dot
@@ -1023,6 +1025,22 @@ static void check_dot_act(uint32_t t, int64_t n, size_t skew,
     if (n_tables == 2)
         CHECK(fabs(got[0] - got[1]) <= DOT_TOL * abs_sum + 1e-30,
               "%s n=%lld: scalar %.9g and avx2 %.9g differ", name, (long long)n, got[0], got[1]);
+    /* llama.cpp's batch kernels: within the same bound; alone, the plain dot. */
+    for (int g = 0; g < 2; g++) {
+        const float b = si_vec_dot_act_batch(t, row, xa, n, 8, g == 1);
+        CHECK(fabs(b - want) <= DOT_TOL * abs_sum + 1e-30,
+              "%s n=%lld: batch dot (group %d) %.9g, want %.9g", name, (long long)n, g,
+              (double)b, want);
+    }
+    const float alone = si_vec_dot_act_batch(t, row, xa, n, 1, false),
+                plain = si_vec_dot_act(t, row, xa, n);
+    CHECK(memcmp(&alone, &plain, sizeof alone) == 0, "%s: a batch of one is not the plain dot",
+          name);
+    /* Q4_K: exact integers and the same fused float steps in both. */
+    if (n_tables == 2 && t == SI_TYPE_Q4_K)
+        CHECK(memcmp(&got[0], &got[1], sizeof got[0]) == 0,
+              "Q4_K n=%lld: scalar %a and avx2 %a not the same bits", (long long)n,
+              (double)got[0], (double)got[1]);
     free(rbuf);
     free(abuf);
     free(x);

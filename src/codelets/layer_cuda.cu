@@ -80,9 +80,9 @@ extern "C" cudaError_t si_cuda_layernorm(float *y, const float *x, const float *
 /*
  * Block blockIdx.x = head + n_heads * token; thread i rotates pair i (and
  * i + blockDim.x, ...).  The angle is formed as the CPU twin forms it:
- * (float)pos * scale, then i multiplications by theta_scale (computed once
- * on the host with the same powf), so both rotate by the same float angle
- * and differ only in the last bits of cosf and sinf.
+ * (float)pos, then i multiplications by theta_scale (computed once on the
+ * host with the same powf), times scale, so both rotate by the same float
+ * angle and differ only in the last bits of cosf and sinf.
  */
 static __global__ void rope_kernel(float *x, int n_heads, int head_dim, int n_rot, int neox,
                                    int pos0, float theta_scale, float scale)
@@ -91,17 +91,17 @@ static __global__ void rope_kernel(float *x, int n_heads, int head_dim, int n_ro
     float *v = x + ((size_t)tok * n_heads + h) * (size_t)head_dim;
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)(pos0 + tok) * scale;
+        float theta = (float)(pos0 + tok);
         for (int j = 0; j < i; j++)
             theta *= theta_scale;
         float s, c;
-        sincosf(theta, &s, &c);
+        sincosf(__fmul_rn(scale, theta), &s, &c);
         const int a = neox ? i : 2 * i;
         const int b = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
-        /* Rounded as the twin rounds (no fused multiply-add). */
-        v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        /* Rounded as the twin rounds (the same fused multiply-adds). */
+        v[a] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+        v[b] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
     }
 }
 

@@ -69,8 +69,8 @@ const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
         "embed",       "attn",        "attn_proj",  "pred",      "ffn_hot",     "ffn_cold",  "merge",
-        "norm+lm_head", "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch",
-        "head_batch"};
+        "norm+lm_head", "load", "ffn_down", "embed_batch", "attn_batch", "ffn_batch",
+        "merge_batch", "head_batch", "ffn_down_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -90,20 +90,21 @@ struct layer {
     bool hot;         /* slot 0 is the hot slice */
     int32_t nsl;      /* non-empty slices */
     int64_t *s0;      /* (nsl + 1) slice boundaries, in neuron positions */
-    int32_t *rows;    /* (nsl) partial-output rows of each slice */
+    int32_t *rows;    /* (nsl) partial-output rows of each slice (sparse) */
     int32_t *perm;    /* (n_ff) position -> file neuron id */
     int64_t *active;  /* (nsl) neurons each slice computed for the last token */
     int64_t *rd;      /* (nsl) bytes of weights each slice's task read for it */
     uint32_t *len_n;  /* (nsl) neurons per slice (filter lengths) */
-    uint32_t *len_p;  /* (nsl) floats of partial output per slice */
-    size_t *cols;     /* (nsl + 1) byte boundaries in a row of ffn_down (dense) */
+    uint32_t *len_p;  /* (nsl) floats of partial output per slice (dense: its
+                       * neurons' activations) */
 
     void *rec;        /* sparse layouts: (n_ff, rec_bytes) neuron records */
     void *pre;        /* gate mode: (n_ff, gu_row) the gating rows, position order */
     float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
     void *fc2p;       /* predictor fc2 rows in position order */
     int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
-    float *part;      /* (sum of rows, n_embd) the slices' partial outputs */
+    float *part;      /* the slices' partial outputs: (sum of rows, n_embd), or
+                       * dense, the n_ff activations */
     float *y;         /* (n_embd) redux mode: the layer's FFN output */
 
     starpu_data_handle_t h_w[4], h_k, h_v;           /* attention */
@@ -111,7 +112,8 @@ struct layer {
     size_t *kv_cols;                     /* (ng + 1) their byte boundaries in a cache row */
     starpu_data_handle_t h_gate, h_up, h_down, h_rec; /* FFN weights */
     starpu_data_handle_t h_upb, h_idx, h_part, h_fc1, h_fc2, h_y;
-    starpu_data_handle_t *h_gate_c, *h_up_c, *h_down_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
+    starpu_data_handle_t *h_gate_c, *h_up_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
+    starpu_data_handle_t *h_down_c; /* (nd) dense: ffn_down's row blocks */
 
     /* The flash tier: the cold neurons' cache and the load task's arrays
      * (one load per layer runs at a time: the cache handle orders them). */
@@ -135,6 +137,7 @@ struct layer {
     char (*name_ao)[32];   /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
+    char (*name_down)[32], (*name_bdown)[40]; /* (nd) dense */
 };
 
 struct si_engine {
@@ -144,7 +147,7 @@ struct si_engine {
     bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
     bool cuda_hot;      /* hot slices run on CUDA workers */
     int32_t n_slices;   /* cold slices per layer */
-    int64_t chunk;      /* dense: neurons per chunk of the down projection */
+    int64_t chunk;      /* dense: slices are whole units of this many neurons */
     uint32_t gu_type;   /* type of the gate and up rows */
     uint32_t dt_type;   /* sparse: type of the down_t rows */
     size_t gu_row;      /* bytes of a gate or up row */
@@ -185,13 +188,23 @@ struct si_engine {
     float *x2;                       /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
 
+    /* Dense mode's down projection in nd blocks of output rows, block k
+     * [dn[k], dn[k+1]) into dout[k] (one token) or bdout[k] (n_batch tokens,
+     * token-major), shared by the layers. */
+    int32_t nd;
+    int64_t *dn;
+    float **dout, **bdout;
+    starpu_data_handle_t *h_dout, *h_bdout;
+
     /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
     int32_t n_batch;
     const int32_t *btok;
     int32_t bn, bp0;
     float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
-    float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs */
+    float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
+                             * (dense: (n_batch, bwidth[j]) activations) */
     int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
+    int64_t *bwidth;        /* (n_slices + 1) dense: the widest slice of each slot */
     starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
 
     bool flash;        /* cold neurons from p.flash */
@@ -287,36 +300,19 @@ static float neuron(const struct si_engine *e, const void *gate, const void *up,
 }
 
 /*
- * Dense layout, neurons [n0, n0 + n) in file order: their activations, then
- * the slice's columns of the down projection chunk by chunk as the reference
- * computes them (si_ref_down_chunk), chunk c's share into row c of y.  Returns n:
- * dense mode computes every neuron.
+ * Dense layout, neurons [n0, n0 + n) in file order: their activations into
+ * h, as the reference computes them; the down projection runs afterwards
+ * over all the neurons (down_cpu).  Returns n: dense mode computes every
+ * neuron.
  */
-static int64_t ffn_dense_slice(struct si_engine *e, int l, const float *xb, const char *gate,
-                               const char *up, const char *down, size_t down_ld, const float *b,
-                               int64_t n, struct scratch *sc, float *y)
+static int64_t ffn_dense_slice(struct si_engine *e, const float *xb, const char *gate,
+                               const char *up, const float *b, int64_t n, struct scratch *sc,
+                               float *h)
 {
-    const struct si_hparams *hp = &e->m->hp;
-    const struct si_layer *W = &e->m->w.layers[l];
-    const int64_t d = hp->n_embd, chunk = e->chunk;
-    const bool q = e->p.ref.act_quant;
     const void *xa = convert_input(e, e->gu_type, xb, sc->xq);
     for (int64_t i = 0; i < n; i++)
-        sc->h[i] = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
-                          up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
-    const struct si_tensor view = {.data = down,
-                                   .type = W->ffn_down.type,
-                                   .ne = {n, d, 1, 1},
-                                   .row_bytes = down_ld};
-    size_t xa_chunk = 0;
-    si_type_row_size(si_act_type(view.type), chunk, &xa_chunk);
-    if (q)
-        si_quantize_act(si_act_type(view.type), sc->h, sc->hq, n);
-    for (int64_t c = 0; c < n / chunk; c++) {
-        const void *h_c = q ? (const void *)((const char *)sc->hq + (size_t)c * xa_chunk)
-                            : (const void *)(sc->h + c * chunk);
-        si_ref_down_chunk(&view, chunk, c, q, h_c, y + c * d);
-    }
+        h[i] = neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
+                      up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
     return n; /* every neuron, zero or not */
 }
 
@@ -425,12 +421,12 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
 
 /*
  * Buffers of an FFN slice task, in order:
- *   dense:  ffn_in, gate (absent for the plain kind), up, down, up_b, out
+ *   dense:  ffn_in, gate (absent for the plain kind), up, up_b, out
  *   sparse: ffn_in, [gating rows (gate mode)], records, up_b, [idx (predictor
  *           mode)], out
  * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
- * partial output (rows x n_embd, W) or, in redux mode, the layer output
- * (n_embd, REDUX).
+ * partial output (rows x n_embd, W; dense: its n activations) or, in redux
+ * mode, the layer output (n_embd, REDUX).
  */
 static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
                               int owner_at, struct scratch *sc);
@@ -455,15 +451,11 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     if (!e->sparse) {
         const char *gate = e->has_gate ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        const char *down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
-        size_t ld = STARPU_MATRIX_GET_LD(buffers[i++]);
         const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
         i++;
-        out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        y = e->p.redux ? sc->y : out;
-        computed = ffn_dense_slice(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
-        rd = n * (int64_t)e->gu_row * (gate != NULL ? 2 : 1) +
-             (int64_t)(L->cols[a->j + 1] - L->cols[a->j]) * d;
+        out = y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        computed = ffn_dense_slice(e, xb, gate, up, b, n, sc, y);
+        rd = n * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -489,7 +481,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
 /*
  * The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
  * a scratch of 2 n_ff floats.  Dots take the input in float (no act_quant),
- * so results differ from the CPU's by that rounding.  Gate mode on the GPU
+ * so results differ from the CPU's by that rounding.  Dense mode writes the
+ * activations (the down projection runs on CPU workers).  Gate mode on the GPU
  * computes every hot neuron (they are the ones that fire most) and the down
  * kernel skips the zeros; its threshold applies on CPU workers only.
  */
@@ -506,15 +499,12 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     double t0 = now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const char *gate = NULL, *up = NULL, *rec = NULL, *down = NULL, *pre = NULL;
-    size_t ld = 0;
+    const char *gate = NULL, *up = NULL, *rec = NULL, *pre = NULL;
     const int32_t *idx = NULL;
     if (!e->sparse) {
         if (e->has_gate)
             gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
-        ld = STARPU_MATRIX_GET_LD(buffers[i++]);
     } else {
         if (e->pre_sep)
             pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -547,13 +537,9 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     } else {
         rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, e->sparse ? e->rec_bytes : e->gu_row, n, d,
                                  b, xb, idx != NULL ? idx : iota, n, (int)hp->ffn_kind,
-                                 (int)hp->act, h, st);
+                                 (int)hp->act, e->sparse ? h : out, st);
     }
-    if (rc == cudaSuccess && !e->sparse) {
-        rc = si_cuda_matvec(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, h, out, st);
-        if (rc == cudaSuccess && L->rows[a->j] > 1) /* the other chunk rows add nothing */
-            rc = cudaMemsetAsync(out + d, 0, (size_t)(L->rows[a->j] - 1) * d * sizeof(float), st);
-    } else if (rc == cudaSuccess) {
+    if (rc == cudaSuccess && e->sparse) {
         rc = si_cuda_ffn_down(e->dt_type, rec + e->dt_off, e->rec_bytes, n, d, h,
                               idx != NULL ? idx : iota, n, out, st);
     }
@@ -562,8 +548,7 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
     /* Bytes: the whole slice (an upper bound in predictor mode, whose mask
      * stays on the GPU). */
-    L->rd[a->j] = !e->sparse ? n * (int64_t)e->gu_row * (e->has_gate ? 2 : 1) +
-                                   (int64_t)(L->cols[a->j + 1] - L->cols[a->j]) * d
+    L->rd[a->j] = !e->sparse ? n * (int64_t)e->gu_row * (e->has_gate ? 2 : 1)
                              : n * (int64_t)(e->rec_bytes + (e->pre_sep ? e->gu_row : 0));
     account(e, SI_TASK_FFN_HOT, t0);
 }
@@ -817,10 +802,10 @@ static void embed_cpu(void *buffers[], void *cl_arg)
 
 /*
  * The merge of layer l's FFN (l >= 0) into the residual: xb2 = the slices'
- * partial outputs added in slice order (dense layout: the reference's chunk
- * order) plus the down bias, then x_out = si_ref_ffn_finish_into(x, xb2,
- * xb3).  The partial outputs are buffers[b0 ..]; the same bits wherever it
- * runs.
+ * partial outputs added in slice order (dense layout: the down projection's
+ * blocks side by side) plus the down bias, then x_out =
+ * si_ref_ffn_finish_into(x, xb2, xb3).  The partial outputs (blocks) are
+ * buffers[b0 ..]; the same bits wherever it runs.
  */
 static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
                        const float *xb3, float *xb2, float *x_out, float *tmp)
@@ -829,7 +814,10 @@ static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, cons
     const struct si_layer *W = &e->m->w.layers[l];
     const int64_t d = e->m->hp.n_embd;
     bool first = true;
-    for (int32_t j = 0; j < L->nsl; j++) {
+    for (int32_t k = 0; !e->sparse && k < e->nd; k++)
+        memcpy(xb2 + e->dn[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + k]),
+               (size_t)(e->dn[k + 1] - e->dn[k]) * sizeof(float));
+    for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
         const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + j]);
         for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
             for (int64_t i = 0; i < d; i++)
@@ -844,14 +832,15 @@ static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, cons
 }
 
 /* Buffers that carry layer l - 1's FFN output to layer l's first tasks
- * (attn, or the LM head for l = n_layer): its slices' partial outputs, then
- * its attention output xb3 with a parallel residual.  None at l = 0 and in
- * redux mode, where a merge task adds them into x. */
+ * (attn, or the LM head for l = n_layer): its slices' partial outputs (dense
+ * mode: the down projection's blocks), then its attention output xb3 with a
+ * parallel residual.  None at l = 0 and in redux mode, where a merge task
+ * adds them into x. */
 static int n_carried(const struct si_engine *e, int l)
 {
     if (l == 0 || e->p.redux)
         return 0;
-    return e->L[l - 1].nsl + (e->m->hp.parallel_residual ? 1 : 0);
+    return (e->sparse ? e->L[l - 1].nsl : e->nd) + (e->m->hp.parallel_residual ? 1 : 0);
 }
 
 /* x_out = layer l's input residual: x, plus layer l - 1's FFN when carried
@@ -866,9 +855,9 @@ static double residual_in(struct si_engine *e, int l, void *buffers[], int b0, c
         return 0.0;
     }
     const double t0 = now();
-    const float *xb3 = e->m->hp.parallel_residual
-                           ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + e->L[l - 1].nsl])
-                           : NULL;
+    const int np = e->sparse ? e->L[l - 1].nsl : e->nd;
+    const float *xb3 =
+        e->m->hp.parallel_residual ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + np]) : NULL;
     merge_into(e, l - 1, buffers, b0, x, xb3, sc->xf, x_out, sc->tmp);
     return now() - t0;
 }
@@ -1059,6 +1048,44 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     account(e, SI_TASK_PRED, t0);
 }
 
+/*
+ * Dense mode: the activations of layer l's slices, in order, gathered from
+ * their outputs (buffers[0 .. nsl)) into h (n_ff floats), for token t of a
+ * batch (each slice's output token-major, as many floats per token as the
+ * slice has neurons; t = 0 for one token).
+ */
+static void gather(const struct layer *L, void *buffers[], int64_t t, float *h)
+{
+    for (int32_t j = 0; j < L->nsl; j++) {
+        const int64_t n = L->s0[j + 1] - L->s0[j];
+        memcpy(h + L->s0[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[j]) + t * n,
+               (size_t)n * sizeof(float));
+    }
+}
+
+/*
+ * Dense mode: block k = a->j of layer l's down projection, outputs [dn[k],
+ * dn[k+1]): each one dot over all the layer's neurons, the reference's own
+ * matrix-vector product on those rows (si_ref_matvec), so the same bits.
+ * Buffers: the slices' outputs (R), the block's rows of ffn_down (R), the
+ * block's output (W).
+ */
+static void down_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct layer *L = &e->L[a->l];
+    struct scratch *sc = my_scratch(e);
+    double t0 = now();
+    gather(L, buffers, 0, sc->h);
+    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
+    rows.ne[1] = e->dn[a->j + 1] - e->dn[a->j];
+    rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
+    si_ref_matvec(e->p.ref.act_quant, sc->hq, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]),
+                  &rows, sc->h);
+    account(e, SI_TASK_FFN_DOWN, t0);
+}
+
 /* Redux mode: x += the layer's FFN output, the sum StarPU reduced into
  * y, which is left at zero for the next token.  Buffers: x (RW), y (RW). */
 static void merge_cpu(void *buffers[], void *cl_arg)
@@ -1211,63 +1238,14 @@ static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_r
 }
 
 /*
- * The dense layout with converted activations (act_quant): G and U by
- * gemm_act, H, then each token's activations converted per chunk and the
- * down columns dotted chunk by chunk into the token's chunk rows, as the
- * reference computes them: bit for bit the token-by-token results.
- */
-static void bffn_dense_act(struct si_engine *e, int l, const float *xb, const char *gate,
-                           const char *up, const char *down, size_t ld, const float *b, int64_t n,
-                           struct scratch *sc, float *y)
-{
-    const struct si_hparams *hp = &e->m->hp;
-    const int64_t d = hp->n_embd, bn = e->bn, chunk = e->chunk, nc = n / chunk;
-    const uint32_t at = si_act_type(e->gu_type), dt = e->m->w.layers[l].ffn_down.type;
-    size_t xa_row = 0, ha_chunk = 0;
-    si_type_row_size(at, d, &xa_row);
-    si_type_row_size(si_act_type(dt), chunk, &ha_chunk);
-    char *xa = sc->gemm; /* room for n_batch converted inputs (see init) */
-    for (int64_t t = 0; t < bn; t++)
-        si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
-    if (e->has_gate)
-        gemm_act(e->gu_type, gate, e->gu_row, n, d, xa, xa_row, bn, sc->bg, n);
-    gemm_act(e->gu_type, up, e->gu_row, n, d, xa, xa_row, bn, sc->bu, n);
-    if (b != NULL)
-        for (int64_t t = 0; t < bn; t++)
-            for (int64_t k = 0; k < n; k++)
-                sc->bu[t * n + k] += b[k];
-    batch_act(e, l, sc->bg, sc->bu, bn * n);
-    /* each token's h converted chunk by chunk, as the reference converts
-     * all n_ff at once (the conversion is block-local) */
-    char *ha = (char *)sc->bg; /* the gate products are spent */
-    const size_t ha_row = (size_t)nc * ha_chunk;
-    for (int64_t t = 0; t < bn; t++)
-        si_quantize_act(si_act_type(dt), sc->bu + t * n, ha + (size_t)t * ha_row, n);
-    size_t w_chunk = 0;
-    si_type_row_size(dt, chunk, &w_chunk);
-    for (int64_t c = 0; c < nc; c++) {
-        enum { TILE = 16 };
-        for (int64_t o0 = 0; o0 < d; o0 += TILE) {
-            const int64_t o1 = o0 + TILE < d ? o0 + TILE : d;
-            for (int64_t t = 0; t < bn; t++) {
-                float *yt = y + ((size_t)t * (size_t)nc + (size_t)c) * (size_t)d;
-                const char *h_c = ha + (size_t)t * ha_row + (size_t)c * ha_chunk;
-                for (int64_t o = o0; o < o1; o++)
-                    yt[o] = si_vec_dot_act(dt, down + (size_t)o * ld + (size_t)c * w_chunk, h_c,
-                                           chunk);
-            }
-        }
-    }
-}
-
-/*
  * A slice for the whole batch, every neuron: G = gate X and U = up X, H,
- * then Y = down H.  With converted activations (act_quant) the products are
- * the reference's own dots over row tiles (gemm_act) and, for neuron
- * records, each token's non-zero activations go through the sparse down
- * kernel, as in decoding; with float activations, OpenBLAS: si_k_gemm, and
- * for records the down_t rows dequantized DT_TILE at a time for sgemm.
- * Buffers as ffn_cpu's without idx; the output (n_batch, rows, n_embd) last.
+ * then (sparse layouts) Y = down H.  With converted activations (act_quant)
+ * the products are the reference's own dots over row tiles (gemm_act) and,
+ * for neuron records, each token's non-zero activations go through the
+ * sparse down kernel, as in decoding; with float activations, OpenBLAS:
+ * si_k_gemm, and for records the down_t rows dequantized DT_TILE at a time
+ * for sgemm.  Buffers as ffn_cpu's without idx; the output last: (n_batch,
+ * rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
  */
 static void bffn_cpu(void *buffers[], void *cl_arg)
 {
@@ -1281,14 +1259,12 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     double t0 = now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const char *gate = NULL, *up = NULL, *down = NULL, *rec = NULL;
-    size_t gs = e->gu_row, us = e->gu_row, ld = 0;
+    const char *gate = NULL, *up = NULL, *rec = NULL;
+    size_t gs = e->gu_row, us = e->gu_row;
     if (!e->sparse) {
         if (e->has_gate)
             gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        down = (const char *)STARPU_MATRIX_GET_PTR(buffers[i]);
-        ld = STARPU_MATRIX_GET_LD(buffers[i++]);
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -1305,11 +1281,6 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     /* The reference's dots where exactness is asked for, or the batch is too
      * small for sgemm to repay the dequantization; else OpenBLAS. */
     const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < BLAS_MIN_BATCH);
-    if (!e->sparse && q) {
-        bffn_dense_act(e, a->l, xb, gate, up, down, ld, b, n, sc, y);
-        account(e, SI_TASK_PREFILL_FFN, t0);
-        return;
-    }
     if (q) {
         size_t xa_row = 0;
         const uint32_t at = si_act_type(e->gu_type);
@@ -1334,13 +1305,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
                 sc->bu[t * n + k] += b[k];
     batch_act(e, a->l, sc->bg, sc->bu, bn * n);
     if (!e->sparse) {
-        /* one row per token and chunk: the sum in the first, zeros after */
-        const int64_t rows = L->rows[a->j];
-        int rc = si_k_gemm(e->m->w.layers[a->l].ffn_down.type, down, ld, d, n, sc->bu, n, bn, y,
-                           rows * d, sc->gemm);
-        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
-        for (int64_t t = 0; t < bn && rows > 1; t++)
-            memset(y + (t * rows + 1) * d, 0, (size_t)((rows - 1) * d) * sizeof(float));
+        memcpy(y, sc->bu, (size_t)(bn * n) * sizeof(float));
     } else if (q) {
         for (int64_t t = 0; t < bn; t++) {
             const float *h = sc->bu + t * n;
@@ -1369,6 +1334,39 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     account(e, SI_TASK_PREFILL_FFN, t0);
 }
 
+/*
+ * down_cpu for a batch: each token's activations gathered from the slices'
+ * outputs; with converted activations (act_quant) the reference's product
+ * per token, as in decoding; with float activations (act_quant off, or a
+ * batch of BLAS_MIN_BATCH tokens or more without exact_prefill, as bffn_cpu
+ * decides), OpenBLAS on H.  Output: (n_batch, block rows), token-major.
+ */
+static void bdown_cpu(void *buffers[], void *cl_arg)
+{
+    struct task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct layer *L = &e->L[a->l];
+    struct scratch *sc = my_scratch(e);
+    const int64_t ff = e->m->hp.n_ff, bn = e->bn, no = e->dn[a->j + 1] - e->dn[a->j];
+    double t0 = now();
+    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
+    rows.ne[1] = no;
+    rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]);
+    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < BLAS_MIN_BATCH);
+    for (int64_t t = 0; t < bn; t++)
+        gather(L, buffers, t, sc->bu + t * ff);
+    if (q) {
+        for (int64_t t = 0; t < bn; t++)
+            si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
+    } else {
+        int rc = si_k_gemm(rows.type, rows.data, rows.row_bytes, no, ff, sc->bu, ff, bn, y, no,
+                           sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
+}
+
 static void bmerge_cpu(void *buffers[], void *cl_arg)
 {
     struct task_arg *a = cl_arg;
@@ -1379,8 +1377,14 @@ static void bmerge_cpu(void *buffers[], void *cl_arg)
     const int64_t d = e->m->hp.n_embd;
     double t0 = now();
     for (int32_t t = 0; t < e->bn; t++) {
+        for (int32_t k = 0; !e->sparse && k < e->nd; k++) {
+            const int64_t no = e->dn[k + 1] - e->dn[k];
+            memcpy(s->xb2 + e->dn[k],
+                   (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + k]) + (size_t)t * (size_t)no,
+                   (size_t)no * sizeof(float));
+        }
         bool first = true;
-        for (int32_t j = 0; j < L->nsl; j++) {
+        for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
             const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]) +
                              (size_t)t * (size_t)L->rows[j] * (size_t)d;
             for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
@@ -1443,6 +1447,14 @@ static struct starpu_codelet cl_bmerge = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bmerge_model,
     .name = "merge_batch",
+};
+static struct starpu_perfmodel bdown_model = {.type = STARPU_HISTORY_BASED,
+                                             .symbol = "si_ffn_down_batch"};
+static struct starpu_codelet cl_bdown = {
+    .cpu_funcs = {bdown_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bdown_model,
+    .name = "ffn_down_batch",
 };
 static struct starpu_codelet cl_bhead = {
     .cpu_funcs = {bhead_cpu},
@@ -1547,6 +1559,14 @@ static struct starpu_codelet cl_flash = {
     .model = &flash_model,
     .name = "ffn_cold",
 };
+static struct starpu_perfmodel down_model = {.type = STARPU_HISTORY_BASED,
+                                            .symbol = "si_ffn_down"};
+static struct starpu_codelet cl_down = {
+    .cpu_funcs = {down_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &down_model,
+    .name = "ffn_down",
+};
 static struct starpu_codelet cl_merge = {
     .cpu_funcs = {merge_cpu},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -1629,7 +1649,7 @@ static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *na
 
 /* ------------------------------------------------------------ placement */
 
-/* Column byte ranges of a row of ffn_down (dense layout): a child per slice. */
+/* Column byte ranges of a matrix's rows: a child per range (the KV cache's kv-head groups). */
 static void filter_cols(void *father, void *child, struct starpu_data_filter *f, unsigned id,
                         unsigned nparts)
 {
@@ -1654,6 +1674,49 @@ static void filter_cols(void *father, void *child, struct starpu_data_filter *f,
     }
 }
 
+/* Row blocks of ffn_down (dense layout): child k holds rows [dn[k], dn[k+1]). */
+static void filter_rows(void *father, void *child, struct starpu_data_filter *f, unsigned id,
+                        unsigned nparts)
+{
+    (void)nparts;
+    const struct starpu_matrix_interface *F = father;
+    struct starpu_matrix_interface *C = child;
+    const int64_t *dn = f->filter_arg_ptr;
+    const size_t off = (size_t)dn[id] * F->ld * F->elemsize;
+    C->id = F->id;
+    C->nx = F->nx;
+    C->ny = (uint32_t)(dn[id + 1] - dn[id]);
+    C->elemsize = F->elemsize;
+    if (F->dev_handle) {
+        if (F->ptr)
+            C->ptr = F->ptr + off;
+        C->ld = F->ld;
+        C->dev_handle = F->dev_handle;
+        C->offset = F->offset + off;
+        C->allocsize = (size_t)C->ld * C->ny * C->elemsize;
+    } else {
+        C->allocsize = (size_t)C->nx * C->ny * C->elemsize;
+    }
+}
+
+/*
+ * Neurons per unit of dense mode's slices: 256 where the FFN width is a
+ * multiple of it (and of the weights' and activations' blocks), else a
+ * block, else the whole width.
+ */
+static int64_t dense_unit(const struct si_model *m)
+{
+    const struct si_tensor *w = &m->w.layers[0].ffn_down;
+    const struct si_type_traits *tw = si_type_get(w->type);
+    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
+    int64_t unit = 256;
+    if (unit % tw->block != 0 || unit % ta->block != 0 || m->hp.n_ff % unit != 0)
+        unit = tw->block > ta->block ? tw->block : ta->block;
+    if (m->hp.n_ff % unit != 0)
+        unit = m->hp.n_ff;
+    return unit;
+}
+
 /* The FFN layout of mode on m: the fields of e from sparse to rec_bytes. */
 static void layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e)
 {
@@ -1663,7 +1726,7 @@ static void layout_of(const struct si_model *m, enum si_sparsity mode, struct si
     e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
     e->gu_type = W0->ffn_up.type;
     e->gu_row = W0->ffn_up.row_bytes;
-    e->chunk = si_ref_ffn_chunk(m);
+    e->chunk = dense_unit(m);
     if (!e->sparse)
         return;
     /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
@@ -1708,8 +1771,9 @@ const char *si_gpu_item_name(enum si_gpu_item i)
     return (unsigned)i < SI_GPU_ITEM_COUNT ? names[i] : "?";
 }
 
-/* Bytes the GPU holds per hot neuron (sparse) or per hot chunk (dense): the
- * handles' children of the hot slice (register_layer, ffn_cuda). */
+/* Bytes the GPU holds per hot neuron (sparse) or per hot unit of neurons
+ * (dense): the handles' children of the hot slice (register_layer,
+ * ffn_cuda), in dense mode its output (the activations) too. */
 static int64_t hot_unit_bytes(const struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
@@ -1717,19 +1781,17 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
         return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
                (int64_t)sizeof(float) + /* record, gating row, bias, */
                (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0); /* index */
-    size_t down = 0;
-    si_type_row_size(e->m->w.layers[0].ffn_down.type, e->chunk, &down);
-    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + (int64_t)sizeof(float)) +
-           hp->n_embd * (int64_t)down;
+    (void)hp;
+    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + 2 * (int64_t)sizeof(float));
 }
 
 /*
  * The reserve, from what ffn_cuda reads and writes (the only CUDA task):
  * the FFN input (ffn_in), the "every neuron" index list (iota, n_ff int32,
- * registered whole), each layer's hot partial output (one row of n_embd
- * floats in sparse modes; up to n_ff / chunk rows in dense mode: reserved
- * for every layer, as any may get a hot slice), and the task's scratch (2
- * n_ff floats).  Attention, the predictor, the KV cache and the LM head
+ * registered whole), each layer's hot partial output in sparse modes (one
+ * row of n_embd floats, reserved for every layer, as any may get a hot
+ * slice; dense mode's, the hot activations, count with the hot units), and
+ * the task's scratch (2 n_ff floats).  Attention, the predictor, the KV cache and the LM head
  * stay on the CPU in this engine: their bytes go to cpu_bytes.
  */
 static void reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
@@ -1752,7 +1814,7 @@ static void reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     r->cpu_bytes[SI_GPU_KV_CACHE] = 2 * L * n_ctx * hp->n_head_kv * hp->head_dim *
                                     (e->p.ref.kv_f16 ? 2 : 4);
     r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
-    const int64_t rows = e->sparse ? 1 : ff / e->chunk;
+    const int64_t rows = e->sparse ? 1 : 0;
     r->bytes[SI_GPU_BUFFERS] = (int64_t)sizeof(float) * (d + L * rows * d) +
                                (int64_t)sizeof(int32_t) * ff;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
@@ -1927,9 +1989,9 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
             L->nsl += (int32_t)nsl;
         }
         for (int32_t j = 0; j < L->nsl; j++) {
-            L->rows[j] = e->sparse ? 1 : (int32_t)((L->s0[j + 1] - L->s0[j]) / e->chunk);
+            L->rows[j] = 1;
             L->len_n[j] = (uint32_t)(L->s0[j + 1] - L->s0[j]);
-            L->len_p[j] = (uint32_t)((int64_t)L->rows[j] * hp->n_embd);
+            L->len_p[j] = e->sparse ? (uint32_t)hp->n_embd : L->len_n[j];
         }
     }
     free(r);
@@ -2155,15 +2217,21 @@ static void split(starpu_data_handle_t h, struct layer *L, uint32_t *lengths,
     starpu_data_partition_submit(h, (unsigned)L->nsl, children);
 }
 
-static void unsplit(starpu_data_handle_t h, struct layer *L, starpu_data_handle_t *children)
+/* Undo a partition of h into n children (if any), then unregister h. */
+static void unsplit_n(starpu_data_handle_t h, unsigned n, starpu_data_handle_t *children)
 {
     if (h == NULL)
         return;
     if (children != NULL && children[0] != NULL) {
-        starpu_data_unpartition_submit(h, (unsigned)L->nsl, children, STARPU_MAIN_RAM);
-        starpu_data_partition_clean(h, (unsigned)L->nsl, children);
+        starpu_data_unpartition_submit(h, n, children, STARPU_MAIN_RAM);
+        starpu_data_partition_clean(h, n, children);
     }
     starpu_data_unregister(h);
+}
+
+static void unsplit(starpu_data_handle_t h, struct layer *L, starpu_data_handle_t *children)
+{
+    unsplit_n(h, (unsigned)L->nsl, children);
 }
 
 /* Register layer l's handles and partition them into its slices. */
@@ -2214,13 +2282,11 @@ static void register_layer(struct si_engine *e, int l)
         starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
                                     (uint32_t)dn->row_bytes, (uint32_t)dn->row_bytes,
                                     (uint32_t)hp->n_embd, 1);
-        for (int32_t j = 0; j <= L->nsl; j++)
-            si_type_row_size(dn->type, L->s0[j], &L->cols[j]);
-        struct starpu_data_filter f = {.filter_func = filter_cols,
-                                       .nchildren = (unsigned)L->nsl,
-                                       .filter_arg_ptr = L->cols};
+        struct starpu_data_filter f = {.filter_func = filter_rows,
+                                       .nchildren = (unsigned)e->nd,
+                                       .filter_arg_ptr = e->dn};
         starpu_data_partition_plan(L->h_down, &f, L->h_down_c);
-        starpu_data_partition_submit(L->h_down, (unsigned)L->nsl, L->h_down_c);
+        starpu_data_partition_submit(L->h_down, (unsigned)e->nd, L->h_down_c);
         vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
             sizeof(float));
     } else {
@@ -2248,10 +2314,10 @@ static void register_layer(struct si_engine *e, int l)
         vec(&L->h_idx, L->idx, (size_t)ff, sizeof(int32_t));
         split(L->h_idx, L, L->len_n, L->h_idx_c);
     }
-    size_t rows = 0;
+    size_t part = 0;
     for (int32_t j = 0; j < L->nsl; j++)
-        rows += (size_t)L->rows[j];
-    vec(&L->h_part, L->part, rows * (size_t)hp->n_embd, sizeof(float));
+        part += L->len_p[j];
+    vec(&L->h_part, L->part, part, sizeof(float));
     split(L->h_part, L, L->len_p, L->h_part_c);
     if (e->p.redux) {
         vec(&L->h_y, L->y, (size_t)hp->n_embd, sizeof(float));
@@ -2260,10 +2326,9 @@ static void register_layer(struct si_engine *e, int l)
 
     /* The hot slice's weights go to the GPU once and stay there. */
     if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
-        starpu_data_handle_t hot[4] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
-                                       e->sparse ? NULL : L->h_down_c[0],
+        starpu_data_handle_t hot[3] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
                                        L->h_gate != NULL ? L->h_gate_c[0] : NULL};
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 3; i++)
             if (hot[i] != NULL)
                 starpu_data_prefetch_on_node(hot[i], (unsigned)e->cuda_node, 1);
     }
@@ -2286,7 +2351,6 @@ static int64_t gpu_accounted(const struct si_engine *e)
         const starpu_data_handle_t h[] = {
             L->h_gate_c[0] != NULL && L->h_gate != NULL ? L->h_gate_c[0] : NULL,
             !e->sparse ? L->h_up_c[0] : NULL,
-            !e->sparse ? L->h_down_c[0] : NULL,
             e->sparse ? L->h_rec_c[0] : NULL,
             L->h_upb_c[0],
             e->p.mode == SI_SPARSITY_PREDICTOR ? L->h_idx_c[0] : NULL,
@@ -2319,7 +2383,7 @@ static void unregister_layer(struct si_engine *e, int l)
     }
     unsplit(L->h_gate, L, L->h_gate_c);
     unsplit(L->h_up, L, L->h_up_c);
-    unsplit(L->h_down, L, L->h_down_c);
+    unsplit_n(L->h_down, (unsigned)e->nd, L->h_down_c);
     if (e->flash && L->h_rec_c != NULL && L->h_rec_c[0] != NULL) {
         starpu_data_unregister(L->h_rec_c[0]); /* registered alone, not a child */
         L->h_rec_c[0] = NULL;
@@ -2432,7 +2496,6 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->rd = calloc(slots, sizeof *L->rd);
     L->len_n = calloc(slots, sizeof *L->len_n);
     L->len_p = calloc(slots, sizeof *L->len_p);
-    L->cols = calloc(slots, sizeof *L->cols);
     L->name_ffn = calloc(slots, sizeof *L->name_ffn);
     L->name_bffn = calloc(slots, sizeof *L->name_bffn);
     L->h_gate_c = calloc(slots, sizeof(starpu_data_handle_t));
@@ -2442,12 +2505,18 @@ static int alloc_layer(struct si_engine *e, struct layer *L, int l)
     L->h_upb_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_idx_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_part_c = calloc(slots, sizeof(starpu_data_handle_t));
-    L->part = calloc((ff / (size_t)e->chunk + slots) * (size_t)hp->n_embd, sizeof(float));
+    L->part = calloc(e->sparse ? slots * (size_t)hp->n_embd : ff, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
-    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p || !L->cols ||
+    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p ||
         !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
         !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
+    if (!e->sparse) {
+        L->name_down = calloc((size_t)e->nd, sizeof *L->name_down);
+        L->name_bdown = calloc((size_t)e->nd, sizeof *L->name_bdown);
+        if (!L->name_down || !L->name_bdown)
+            return SI_E_NOMEM;
+    }
     if (e->sparse) {
         /* flash: only the hot records, allocated once the plan is known */
         L->rec = e->flash ? NULL : malloc(ff * e->rec_bytes);
@@ -2502,7 +2571,7 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
         b += ff * (int64_t)sizeof(int32_t);
     if (L->gact != NULL)
         b += ff * (int64_t)sizeof(float);
-    b += (ff / e->chunk + e->n_slices + 2) * d * (int64_t)sizeof(float); /* partial outputs */
+    b += (e->n_slices + 2) * d * (int64_t)sizeof(float); /* partial outputs */
     return b;
 }
 
@@ -2515,7 +2584,8 @@ static void free_layer(struct layer *L)
     free(L->rd);
     free(L->len_n);
     free(L->len_p);
-    free(L->cols);
+    free(L->name_down);
+    free(L->name_bdown);
     free(L->name_ffn);
     free(L->name_bffn);
     free(L->name_agrp);
@@ -2591,6 +2661,28 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
 #endif
     int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
+    if (!e->sparse) {
+        /* The down projection in as many blocks of output rows as there
+         * are cold slices; nothing for redux to add. */
+        e->p.redux = false;
+        e->nd = ns < hp->n_embd ? ns : hp->n_embd;
+        e->dn = malloc(((size_t)e->nd + 1) * sizeof *e->dn);
+        e->dout = calloc((size_t)e->nd, sizeof *e->dout);
+        e->bdout = calloc((size_t)e->nd, sizeof *e->bdout);
+        e->h_dout = calloc((size_t)e->nd, sizeof *e->h_dout);
+        e->h_bdout = calloc((size_t)e->nd, sizeof *e->h_bdout);
+        if (!e->dn || !e->dout || !e->bdout || !e->h_dout || !e->h_bdout) {
+            free(e->dn);
+            free(e->dout);
+            free(e->bdout);
+            free(e->h_dout);
+            free(e->h_bdout);
+            free(e);
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+        }
+        for (int32_t k = 0; k <= e->nd; k++)
+            e->dn[k] = (int64_t)k * hp->n_embd / e->nd;
+    }
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
     if (e->flash)
         e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
@@ -2701,7 +2793,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
         e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
         e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
-        if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows)
+        e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
+        if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows || !e->bwidth)
             goto oom;
     }
     if (e->na > 1) {
@@ -2751,17 +2844,27 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         return rc;
     }
     if (e->n_batch > 1) {
-        /* Each slot's batch output: a row per token and chunk of the slot
-         * (the chunk rows keep dense prefill in the reference's order). */
+        /* Each slot's batch output: a row per token (dense: the activations
+         * of the widest slice the slot has in any layer). */
         for (int l = 0; l < hp->n_layer; l++)
-            for (int32_t j = 0; j < e->L[l].nsl; j++)
+            for (int32_t j = 0; j < e->L[l].nsl; j++) {
                 e->brows[j] = e->L[l].rows[j] > e->brows[j] ? e->L[l].rows[j] : e->brows[j];
+                e->bwidth[j] = e->L[l].len_n[j] > e->bwidth[j] ? e->L[l].len_n[j] : e->bwidth[j];
+            }
         for (int32_t j = 0; j <= ns; j++) {
             e->brows[j] = e->brows[j] > 0 ? e->brows[j] : 1;
-            if ((e->bpart[j] = calloc((size_t)e->n_batch * (size_t)e->brows[j] * (size_t)hp->n_embd,
-                                      sizeof(float))) == NULL)
+            const size_t per = e->sparse ? (size_t)e->brows[j] * (size_t)hp->n_embd
+                                         : (size_t)(e->bwidth[j] > 0 ? e->bwidth[j] : 1);
+            if ((e->bpart[j] = calloc((size_t)e->n_batch * per, sizeof(float))) == NULL)
                 goto oom;
         }
+    }
+    for (int32_t k = 0; k < e->nd; k++) {
+        const size_t no = (size_t)(e->dn[k + 1] - e->dn[k]);
+        if ((e->dout[k] = calloc(no, sizeof(float))) == NULL ||
+            (e->n_batch > 1 &&
+             (e->bdout[k] = calloc((size_t)e->n_batch * no, sizeof(float))) == NULL))
+            goto oom;
     }
     if (e->flash) {
         for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
@@ -2801,6 +2904,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         for (int32_t j = 0; j < e->na && e->na > 1; j++)
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
+        for (int32_t k = 0; L->name_down != NULL && k < e->nd; k++) {
+            snprintf(L->name_down[k], sizeof L->name_down[k], "ffn_down_L%d.%d", l, k);
+            snprintf(L->name_bdown[k], sizeof L->name_bdown[k], "ffn_down_batch_L%d.%d", l, k);
+        }
         for (int32_t j = 0; j < L->nsl; j++) {
             if (is_hot(e, l, j)) {
                 snprintf(L->name_ffn[j], sizeof L->name_ffn[j], "ffn_hot_L%d", l);
@@ -2867,13 +2974,22 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                                        .filter_arg_ptr = e->head_len};
         starpu_data_partition_plan(e->h_logits, &f, e->h_logits_c);
     }
+    for (int32_t k = 0; k < e->nd; k++) {
+        const size_t no = (size_t)(e->dn[k + 1] - e->dn[k]);
+        vec(&e->h_dout[k], e->dout[k], no, sizeof(float));
+        if (e->n_batch > 1)
+            vec(&e->h_bdout[k], e->bdout[k], (size_t)e->n_batch * no, sizeof(float));
+    }
     if (e->n_batch > 1) {
         const size_t bd = (size_t)e->n_batch * d;
         vec(&e->h_bx, e->bx, bd, sizeof(float));
         vec(&e->h_bxb, e->bxb, bd, sizeof(float));
         vec(&e->h_bxb3, e->bxb3, bd, sizeof(float));
         for (int32_t j = 0; j <= ns; j++)
-            vec(&e->h_bpart[j], e->bpart[j], bd * (size_t)e->brows[j], sizeof(float));
+            vec(&e->h_bpart[j], e->bpart[j],
+                e->sparse ? bd * (size_t)e->brows[j]
+                          : (size_t)e->n_batch * (size_t)(e->bwidth[j] > 0 ? e->bwidth[j] : 1),
+                sizeof(float));
         starpu_data_set_name(e->h_bx, "x_batch");
         starpu_data_set_name(e->h_bxb, "ffn_in_batch");
     }
@@ -2922,7 +3038,24 @@ void si_engine_free(struct si_engine *e)
             for (int32_t j = 0; j <= e->n_slices; j++)
                 starpu_data_unregister(e->h_bpart[j]);
         }
+        for (int32_t k = 0; k < e->nd; k++) {
+            if (e->h_dout[k] != NULL)
+                starpu_data_unregister(e->h_dout[k]);
+            if (e->h_bdout[k] != NULL)
+                starpu_data_unregister(e->h_bdout[k]);
+        }
     }
+    for (int32_t k = 0; k < e->nd; k++) {
+        if (e->dout != NULL)
+            free(e->dout[k]);
+        if (e->bdout != NULL)
+            free(e->bdout[k]);
+    }
+    free(e->dn);
+    free(e->dout);
+    free(e->bdout);
+    free(e->h_dout);
+    free(e->h_bdout);
     for (int32_t j = 0; e->o != NULL && j < e->na; j++)
         free(e->o[j]);
     free(e->o);
@@ -2942,6 +3075,7 @@ void si_engine_free(struct si_engine *e)
     free(e->bpart);
     free(e->h_bpart);
     free(e->brows);
+    free(e->bwidth);
     free(e->bx);
     free(e->bxb);
     free(e->bxb3);
@@ -2984,8 +3118,8 @@ static int add_carried(const struct si_engine *e, int l, starpu_data_handle_t *h
     if (n_carried(e, l) == 0)
         return n;
     const struct layer *P = &e->L[l - 1];
-    for (int32_t j = 0; j < P->nsl; j++, n++) {
-        h[n] = P->h_part_c[j];
+    for (int32_t j = 0; j < (e->sparse ? P->nsl : e->nd); j++, n++) {
+        h[n] = e->sparse ? P->h_part_c[j] : e->h_dout[j];
         md[n] = STARPU_R;
     }
     if (e->m->hp.parallel_residual) {
@@ -3101,7 +3235,6 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
             if (e->has_gate)
                 ADD(L->h_gate_c[j], STARPU_R);
             ADD(L->h_up_c[j], STARPU_R);
-            ADD(L->h_down_c[j], STARPU_R);
         } else {
             if (e->pre_sep)
                 ADD(L->h_gate_c[j], STARPU_R);
@@ -3125,6 +3258,14 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
         }
         rc = submit(e, hot ? &cl_hot : &cl_cold, L->name_ffn[j], l, j, token, h, md, n,
                     gpu ? STARPU_CUDA : STARPU_CPU);
+    }
+    for (int32_t k = 0; k < e->nd && rc == 0; k++) { /* dense: the down projection */
+        n = 0;
+        for (int32_t j = 0; j < L->nsl; j++)
+            ADD(L->h_part_c[j], STARPU_R);
+        ADD(L->h_down_c[k], STARPU_R);
+        ADD(e->h_dout[k], STARPU_W);
+        rc = submit(e, &cl_down, L->name_down[k], l, k, token, h, md, n, STARPU_CPU);
     }
     if (rc != 0 || !e->p.redux)
         return rc; /* the next layer's attention (or the head) merges */
@@ -3267,7 +3408,6 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
                 if (e->has_gate)
                     ADD(L->h_gate_c[j], STARPU_R);
                 ADD(L->h_up_c[j], STARPU_R);
-                ADD(L->h_down_c[j], STARPU_R);
             } else {
                 if (e->pre_sep)
                     ADD(L->h_gate_c[j], STARPU_R);
@@ -3279,12 +3419,24 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
              * the main-memory copy stays valid beside the GPU's. */
             rc = submit(e, &cl_bffn, L->name_bffn[j], l, j, 0, h, md, k, STARPU_CPU);
         }
+        for (int32_t b = 0; b < e->nd && rc == 0; b++) { /* dense: the down projection */
+            k = 0;
+            for (int32_t j = 0; j < L->nsl; j++)
+                ADD(e->h_bpart[j], STARPU_R);
+            ADD(L->h_down_c[b], STARPU_R);
+            ADD(e->h_bdout[b], STARPU_W);
+            rc = submit(e, &cl_bdown, L->name_bdown[b], l, b, 0, h, md, k, STARPU_CPU);
+        }
         if (rc != 0)
             break;
         k = 0;
         ADD(e->h_bx, STARPU_RW);
-        for (int32_t j = 0; j < L->nsl; j++)
-            ADD(e->h_bpart[j], STARPU_R);
+        if (!e->sparse)
+            for (int32_t b = 0; b < e->nd; b++)
+                ADD(e->h_bdout[b], STARPU_R);
+        else
+            for (int32_t j = 0; j < L->nsl; j++)
+                ADD(e->h_bpart[j], STARPU_R);
         ADD(e->h_bxb3, STARPU_R);
         rc = submit(e, &cl_bmerge, L->name_bmerge, l, -1, 0, h, md, k, 0);
     }

@@ -20,11 +20,16 @@
  *                          each slice's list of predicted-active positions
  *     ffn_hot_L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
  *     ffn_cold_L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
+ *     ffn_down_L.k         dense mode: part_L.* (R: the activations), rows
+ *                          block k of ffn_down (R) -> down_k (W): outputs
+ *                          [dn_k, dn_k+1), each one dot over all the neurons;
+ *                          down_* then stand for part_L.* below
  *   norm+lm_head           x (RW), part_last.* (R) -> logits (W); or, split,
  *   lm_head.j              x, part_last.* (R) -> rows j of the logits (W)
  *
  * A layer's FFN output is merged by whoever reads it next: the slices'
- * partial outputs added in slice order, post-norm, residual, by the next
+ * partial outputs added in slice order (dense: the blocks side by side),
+ * post-norm, residual, by the next
  * layer's attention tasks (each computes the same bits) or the head.  There
  * is no merge task per layer, which saves a serial step and a dependency per
  * layer; with --merge redux (STARPU_REDUX) a merge_L task remains.
@@ -37,9 +42,12 @@
  *
  * Layouts.
  *  - dense mode: the file's own tensors, neurons in file order, slices of
- *    whole chunks of the down projection (si_ref_ffn_chunk): the engine
- *    computes exactly what the reference computes, bit for bit on CPU
- *    workers (the merge adds the chunks in the reference's order).
+ *    whole units of 256 neurons (where the FFN width allows).  A slice's
+ *    output is its neurons' activations; the down projection then runs in
+ *    blocks of output rows, each output one dot over all the neurons, as
+ *    the reference (and llama.cpp) computes it: the engine computes exactly
+ *    what the reference computes, bit for bit on CPU workers.  Redux
+ *    merging does not apply (there is nothing to add).
  *  - gate and predictor modes: a neuron-major copy made at init.  Neurons
  *    are permuted by expected activity (a profile): the hottest fill the hot
  *    slice, the others are dealt to the cold slices in turn so that each
@@ -124,7 +132,8 @@ struct si_engine_params {
                       * it on a CPU worker (no CUDA worker needed) */
     bool redux;      /* the slices add into the layer output through
                       * STARPU_REDUX instead of the merge task adding their
-                      * partial outputs (see docs/measurements.md) */
+                      * partial outputs (see docs/measurements.md); gate and
+                      * predictor modes (dense mode has no partial sums) */
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
                       * (0: 32; 1: no batches, token by token) */
     int32_t attn_split; /* decoding: attention in this many tasks (attn_L.j:
@@ -165,16 +174,19 @@ enum si_task_kind {
     SI_TASK_MERGE,
     SI_TASK_HEAD,
     SI_TASK_LOAD, /* flash: a layer's cache update and reads */
-    SI_TASK_PREFILL_EMBED, /* the batch tasks of si_engine_eval_batch */
+    SI_TASK_FFN_DOWN, /* dense mode: the down projection's row blocks */
+    SI_TASK_PREFILL_EMBED, /* the batch tasks of si_engine_eval_batch, from here on */
     SI_TASK_PREFILL_ATTN,
     SI_TASK_PREFILL_FFN,
     SI_TASK_PREFILL_MERGE,
     SI_TASK_PREFILL_HEAD,
+    SI_TASK_PREFILL_FFN_DOWN,
     SI_TASK_KIND_COUNT
 };
 
 /* "embed", "attn", "attn_proj", "pred", "ffn_hot", "ffn_cold", "merge", "norm+lm_head",
- * "load", "embed_batch", "attn_batch", "ffn_batch", "merge_batch", "head_batch" */
+ * "load", "ffn_down", "embed_batch", "attn_batch", "ffn_batch", "merge_batch",
+ * "head_batch", "ffn_down_batch" */
 const char *si_task_kind_name(enum si_task_kind k);
 
 /* Totals since init. */
@@ -241,8 +253,10 @@ struct si_gpu_reserve {
     int64_t cpu_bytes[SI_GPU_ITEM_COUNT]; /* kept on the CPU by this engine (0 on the GPU) */
     int64_t total;         /* sum of bytes[] */
     int64_t unit_bytes;    /* GPU bytes of one hot unit: a neuron (gate, predictor
-                            * modes: its record, gating row, bias, index) or a chunk (dense) */
-    int64_t unit_neurons;  /* neurons per unit: 1, or the chunk (dense) */
+                            * modes: its record, gating row, bias, index) or a
+                            * unit of 256 neurons (dense: their gate and up rows,
+                            * biases and activations) */
+    int64_t unit_neurons;  /* neurons per unit: 1, or the dense unit */
     bool any_neurons;      /* any set of neurons can be hot (gate, predictor modes:
                             * the engine permutes them); dense mode keeps file order */
 };

@@ -37,9 +37,24 @@ void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w
         y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
 }
 
+/* y = W x as si_ref_matvec, or as llama.cpp multiplies a token of a batch of
+ * n_tok (group4: in a full group of 4) when n_tok > 1. */
+static void matvec_as(const struct si_ref *s, int32_t n_tok, bool group4, float *y,
+                      const struct si_tensor *w, const float *x)
+{
+    if (n_tok <= 1 || !s->p.act_quant) {
+        si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
+        return;
+    }
+    si_quantize_act(si_act_type(w->type), x, s->xq, w->ne[0]);
+    const char *row = w->data;
+    for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+        y[r] = si_vec_dot_act_batch(w->type, row, s->xq, w->ne[0], n_tok, group4);
+}
+
 static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
 {
-    si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
+    matvec_as(s, s->batch_n, s->batch_g4, y, w, x);
 }
 
 int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
@@ -56,58 +71,6 @@ int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2,
         n += active[i];
     }
     return n;
-}
-
-int64_t si_ref_ffn_chunk(const struct si_model *m)
-{
-    const struct si_tensor *w = &m->w.layers[0].ffn_down;
-    const struct si_type_traits *tw = si_type_get(w->type);
-    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
-    int64_t chunk = 256;
-    if (chunk % tw->block != 0 || chunk % ta->block != 0 || m->hp.n_ff % chunk != 0)
-        chunk = tw->block > ta->block ? tw->block : ta->block;
-    if (m->hp.n_ff % chunk != 0)
-        chunk = m->hp.n_ff; /* a single chunk */
-    return chunk;
-}
-
-void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
-                       const void *h_c, float *y)
-{
-    size_t chunk_bytes = 0;
-    si_type_row_size(w->type, chunk, &chunk_bytes);
-    const char *row = (const char *)w->data + (size_t)c * chunk_bytes;
-    for (int64_t o = 0; o < w->ne[1]; o++, row += w->row_bytes)
-        y[o] = act_quant ? si_vec_dot_act(w->type, row, h_c, chunk)
-                         : si_vec_dot(w->type, row, h_c, chunk);
-}
-
-/*
- * The FFN's down projection y = W h, summed chunk by chunk: each row's dot
- * product is taken over chunks of si_ref_ffn_chunk() neurons
- * (si_ref_down_chunk), and the chunk results are added in order.  An engine
- * that computes chunks in separate tasks with the same function and adds
- * them in the same order gets the same bits.
- */
-static void down_proj(const struct si_ref *s, float *y, const struct si_tensor *w, const float *h)
-{
-    const int64_t chunk = si_ref_ffn_chunk(s->m), n = w->ne[0], d = w->ne[1];
-    const bool q = s->p.act_quant;
-    size_t xa_chunk = 0;
-    si_type_row_size(si_act_type(w->type), chunk, &xa_chunk);
-    if (q)
-        si_quantize_act(si_act_type(w->type), h, s->xq, n);
-    for (int64_t c = 0; c < n / chunk; c++) {
-        const void *h_c = q ? (const void *)((const char *)s->xq + (size_t)c * xa_chunk)
-                            : (const void *)(h + c * chunk);
-        if (c == 0) {
-            si_ref_down_chunk(w, chunk, c, q, h_c, y);
-            continue;
-        }
-        si_ref_down_chunk(w, chunk, c, q, h_c, s->tmp);
-        for (int64_t o = 0; o < d; o++)
-            y[o] += s->tmp[o];
-    }
 }
 
 /* y += b, when the bias exists. */
@@ -194,13 +157,14 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->n_active = calloc((size_t)hp->n_layer, sizeof(int64_t));
     s->xb3 = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
+    s->attn_tile = malloc(si_k_attn_tiled_scratch(hp->head_dim, hp->n_head) * sizeof(float));
     const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
     s->kcache = calloc(cache, esz);
     s->vcache = calloc(cache, esz);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
         !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits || !s->n_active ||
-        !s->xb3 || !s->tmp || !s->kcache || !s->vcache)
+        !s->xb3 || !s->tmp || !s->attn_tile || !s->kcache || !s->vcache)
         goto oom;
     *out = s;
     return SI_OK;
@@ -233,6 +197,7 @@ void si_ref_free(struct si_ref *s)
     free(s->n_active);
     free(s->xb3);
     free(s->tmp);
+    free(s->attn_tile);
     free(s->kcache);
     free(s->vcache);
     free(s);
@@ -294,6 +259,18 @@ static void attention_f16(const struct si_ref *s, int l, int pos, int h0, int h1
                         h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, q16);
 }
 
+/* The same attention in llama.cpp's tiled flash-attention arithmetic, the
+ * path it takes for batches of 64 queries or more (si_k_attn_f16_tiled). */
+static void attention_tiled(const struct si_ref *s, int l, int pos, int h0, int h1,
+                            const float *q, float *att, float *tile)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
+    si_k_attn_f16_tiled(att, q, (const uint16_t *)s->kcache + base,
+                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
+                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
+}
+
 /* Row t of layer l's K or V cache as floats in dst (kvd of them). */
 static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
                       size_t kvd)
@@ -306,7 +283,7 @@ static void cache_row(const struct si_ref *s, const void *cache, int l, int t, f
 }
 
 /*
- * Attention in f32 (over an f32 cache, or the fp16 one converted): scores of
+ * Attention in f32 over an f32 cache (kv_f16 off): scores of
  * every head against each cached position, an exact softmax per head, then
  * the weighted sum of the values.  Cached rows are converted once for all
  * heads.
@@ -359,13 +336,17 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
 {
     const struct si_hparams *hp = &s->m->hp;
     const int64_t ff = hp->n_ff;
-    matvec(s, s->hu, &L->ffn_up, s->xb);
+    /* the batch's products; the last layer's, on the tokens with outputs */
+    const bool last = l == hp->n_layer - 1;
+    const int32_t n_tok = last ? s->batch_out_n : s->batch_n;
+    const bool g4 = last ? s->batch_out_g4 : s->batch_g4;
+    matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
         for (int64_t i = 0; i < ff; i++)
             s->hu[i] = si_act_apply(hp->act, s->hu[i]);
     } else {
-        matvec(s, s->hg, &L->ffn_gate, s->xb);
+        matvec_as(s, n_tok, g4, s->hg, &L->ffn_gate, s->xb);
         for (int64_t i = 0; i < ff; i++) {
             float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, s->hu[i]) : s->hu[i];
             s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
@@ -408,7 +389,9 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
         return;
     }
-    down_proj(s, s->xb2, &L->ffn_down, s->hu);
+    /* The down projection: one dot per output over all the neurons, as
+     * llama.cpp computes it (the order of its sum is part of the result). */
+    matvec_as(s, n_tok, g4, s->xb2, &L->ffn_down, s->hu);
     add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
 }
 
@@ -448,15 +431,15 @@ size_t si_ref_attn_scratch_floats(const struct si_ref *s)
     const struct si_hparams *hp = &s->m->hp;
     const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     return 2 * (d > hd ? d : hd) + (size_t)hp->n_head * (size_t)s->p.n_ctx +
-           (size_t)hp->n_head_kv * hd + hd;
+           (size_t)hp->n_head_kv * hd + hd + si_k_attn_tiled_scratch(hp->head_dim, hp->n_head);
 }
 
 /* si_ref_attn_group with its scratch in pieces (tmp: 2 max(n_embd,
  * head_dim) floats; score: n_head n_ctx; krow: n_head_kv head_dim; q16:
- * 2 head_dim). */
+ * 2 head_dim; tile: si_k_attn_tiled_scratch). */
 static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *tmp, float *score, float *krow,
-                       uint16_t *q16)
+                       uint16_t *q16, float *tile)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
@@ -485,10 +468,15 @@ static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
         si_k_rope(qg, h1 - h0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
         si_k_rope(kg, g1 - g0, hd, hp->n_rot, hp->rope_kind, pos, base, scale);
     }
+    if (hp->q_scale != 1.0f)
+        for (int64_t i = 0; i < (int64_t)(h1 - h0) * hd; i++)
+            qg[i] *= hp->q_scale;
     cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     if (s->p.kv_f16 && !s->attn_f32)
         attention_f16(s, l, pos, h0, h1, q, att, q16);
+    else if (s->p.kv_f16)
+        attention_tiled(s, l, pos, h0, h1, q, att, tile);
     else
         attention_f32(s, l, pos, h0, h1, q, att, score, krow);
 }
@@ -501,13 +489,14 @@ void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
     float *tmp = scratch, *score = tmp + 2 * (d > hd ? d : hd);
     float *krow = score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
     uint16_t *q16 = (uint16_t *)(krow + (size_t)hp->n_head_kv * hd);
-    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16);
+    float *tile = krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
+    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16, tile);
 }
 
 void si_ref_attn_core(struct si_ref *s, int l)
 {
     attn_group(s, l, 0, s->m->hp.n_head_kv, s->q, s->k, s->v, s->att, s->tmp, s->score, s->krow,
-               s->q16);
+               s->q16, s->attn_tile);
 }
 
 void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, float *o,
@@ -587,7 +576,7 @@ void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *
 void si_ref_end(struct si_ref *s)
 {
     si_ref_head_input(s, s->x, s->xb, s->tmp);
-    matvec(s, s->logits, &s->m->w.output, s->xb);
+    matvec_as(s, s->batch_out_n, s->batch_out_g4, s->logits, &s->m->w.output, s->xb);
     s->n_past++;
 }
 
@@ -603,4 +592,20 @@ int si_ref_eval(struct si_ref *s, int32_t token)
     }
     si_ref_end(s);
     return SI_OK;
+}
+
+int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n)
+{
+    int rc = SI_OK;
+    s->attn_f32 = n >= 64;
+    s->batch_n = n;
+    s->batch_out_n = 1;
+    s->batch_out_g4 = false;
+    for (int32_t i = 0; i < n && rc == SI_OK; i++) {
+        s->batch_g4 = i < n - n % 4;
+        rc = si_ref_eval(s, tokens[i]);
+    }
+    s->attn_f32 = s->batch_g4 = false;
+    s->batch_n = s->batch_out_n = 0;
+    return rc;
 }

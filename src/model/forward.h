@@ -67,15 +67,28 @@ struct si_ref {
     float *logits;         /* (n_vocab) */
     float *xb3;            /* (n_embd) falcon: the attention output beside the FFN's */
     float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
+    float *attn_tile;      /* si_k_attn_f16_tiled's scratch (attn_f32 with kv_f16) */
 
     /* KV cache: (n_layer, n_ctx, n_head_kv * head_dim), fp16 or f32. */
     void *kcache, *vcache;
 
     /* Attention arithmetic for the next evaluations: false is llama.cpp's
      * flash attention for one query (fp16 query, fp16 value accumulator);
-     * true is its tiled path for batches of 64 queries or more (f32 over the
-     * fp16-rounded cache).  Without kv_f16 attention is always f32. */
+     * true is its tiled path for batches of 64 queries or more (f32 query
+     * and accumulator over the fp16 cache, si_k_attn_f16_tiled).  Without
+     * kv_f16 attention is always f32 with an exact softmax. */
     bool attn_f32;
+
+    /* Matrix products for the next evaluations, as llama.cpp multiplies
+     * the token: one of batch_n tokens multiplied at once (0 or 1: alone),
+     * in a full group of 4 of them when batch_g4 (si_vec_dot_act_batch: on
+     * AVX2 that changes Q4_K's and Q6_K's sums).  The last layer's FFN and
+     * the LM head: llama.cpp runs them on the tokens whose logits it returns
+     * only, the token one of batch_out_n of those (0 or 1: alone; for a
+     * prompt, the last token alone), batch_out_g4 as batch_g4 among them.
+     * si_ref_eval_batch sets these. */
+    int32_t batch_n, batch_out_n;
+    bool batch_g4, batch_out_g4;
 
     /* Per layer, the FFN neurons active for the last token (activation != 0),
      * counted when count_active is set: (n_layer). */
@@ -110,27 +123,31 @@ void si_ref_reset(struct si_ref *s);
 int si_ref_eval(struct si_ref *s, int32_t token);
 
 /*
+ * Evaluate tokens[0..n) at the next positions with the arithmetic of
+ * llama.cpp's CPU backend decoding them in one batch (one llama_decode of n
+ * tokens, n at most its n_ubatch) that returns the last token's logits:
+ * attn_f32 when n >= 64, batch_n = n, batch_g4 for the tokens in full
+ * groups of 4 (i < n - n % 4), batch_out_n 1.  The fields are cleared
+ * afterwards.  Logits of
+ * the last token in s->logits; errors as si_ref_eval's (the tokens before
+ * the failing one stay in the cache).
+ */
+int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n);
+
+/*
  * The steps of si_ref_eval, for engines that run them as tasks and replace
  * the FFN with their own:
  *   si_ref_begin(s, token)   x = embedding (checks token and cache room)
  *   per layer l:
  *     si_ref_attn(s, l)      attention; x += its output (Falcon: kept in xb3);
  *                            xb = the FFN's normalised input
- *     si_ref_ffn(s, l)       xb2 = FFN(xb), dense, the down projection summed
- *                            chunk by chunk in order (or an engine's own sum)
+ *     si_ref_ffn(s, l)       xb2 = FFN(xb), dense: each output of the down
+ *                            projection one dot over all the neurons (or an
+ *                            engine's own sum)
  *     si_ref_ffn_finish(s, l) post-FFN norm if any; x += xb2 (+ xb3)
  *   si_ref_end(s)            logits; the token joins the cache (n_past + 1)
  */
 int si_ref_begin(struct si_ref *s, int32_t token);
-/* Neurons per chunk of the FFN down projection (see si_ref_ffn): a multiple
- * of the quantization blocks, 256 where the FFN width allows. */
-int64_t si_ref_ffn_chunk(const struct si_model *m);
-/* Chunk c of the down projection w ({n_ff, n_embd}): y[o] = row o's neurons
- * [c * chunk, (c + 1) * chunk) dotted with h_c, the chunk's activations as
- * floats, or converted by si_quantize_act(si_act_type(w->type)) when
- * act_quant.  The reference adds these in chunk order. */
-void si_ref_down_chunk(const struct si_tensor *w, int64_t chunk, int64_t c, bool act_quant,
-                       const void *h_c, float *y);
 void si_ref_attn(struct si_ref *s, int l);
 /*
  * si_ref_attn in steps, for engines that split its products into tasks:

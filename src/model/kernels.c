@@ -8,6 +8,7 @@
  */
 #include "model/kernels.h"
 
+#include "model/act.h"
 #include "model/quants.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
@@ -51,14 +52,15 @@ void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
-        float theta = (float)pos * scale;
+        float theta = (float)pos;
         for (int i = 0; i < n_rot / 2; i++) {
-            const float c = cosf(theta), s = sinf(theta);
+            const float angle = scale * theta;
+            const float c = cosf(angle), s = sinf(angle);
             const int a = kind == SI_ROPE_NEOX ? i : 2 * i;
             const int b = kind == SI_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
             const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
+            v[a] = fmaf(x0, c, -(x1 * s));
+            v[b] = fmaf(x0, s, x1 * c);
             theta *= theta_scale;
         }
     }
@@ -119,11 +121,98 @@ void si__k_attn_f16_portable(float *out, const float *q, const uint16_t *k, cons
             }
             for (int i = 0; i < hd; i++)
                 acc[i] = si_fp32_to_fp16(fmaf(si_fp16_to_fp32(vt[i]), vs, si_fp16_to_fp32(acc[i])));
-            S = S * ms + vs;
+            S = fmaf(S, ms, vs);
         }
         float *o = out + (size_t)h * hd;
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         for (int i = 0; i < hd; i++)
             o[i] = si_fp16_to_fp32(acc[i]) * inv;
+    }
+}
+
+size_t si_k_attn_tiled_scratch(int head_dim, int n_head)
+{
+    /* the tile's keys transposed (AVX2), its scores, M and S per head */
+    return (size_t)SI_ATTN_TILE * (size_t)head_dim + SI_ATTN_TILE + 2 * (size_t)n_head;
+}
+
+void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch)
+{
+    assert(n_head_kv > 0 && n_head % n_head_kv == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head);
+    const si__attn_tiled_fn fast = si__quants_attn_tiled();
+    if (fast != NULL)
+        fast(out, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim, scale, scratch);
+    else
+        si__k_attn_f16_tiled_portable(out, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv,
+                                      head_dim, scale, scratch);
+}
+
+void si__k_attn_f16_tiled_portable(float *out, const float *q, const uint16_t *k,
+                                   const uint16_t *v, int first, int n_kv, int h0, int h1,
+                                   int n_head, int n_head_kv, int head_dim, float scale,
+                                   float *scratch)
+{
+    assert(n_head_kv > 0 && n_head % n_head_kv == 0);
+    const int hd = head_dim, group = n_head / n_head_kv, T = SI_ATTN_TILE;
+    const size_t kvd = (size_t)n_head_kv * hd;
+    float *sc = scratch + (size_t)T * hd, *M = sc + T, *S = M + n_head;
+    for (int h = h0; h < h1; h++) {
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    memset(out + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof *out);
+    for (int t0 = 0; t0 < n_kv; t0 += T) {
+        const int lo = first > t0 ? first : t0, hi = n_kv < t0 + T ? n_kv : t0 + T;
+        if (lo >= hi)
+            continue; /* nothing of this tile is attended */
+        for (int h = h0; h < h1; h++) {
+            const float *qh = q + (size_t)h * hd;
+            const size_t koff = (size_t)(h / group) * hd;
+            float *acc = out + (size_t)h * hd, m = -INFINITY;
+            for (int j = 0; j < T; j++) {
+                const int t = t0 + j;
+                float s = -INFINITY;
+                if (t >= lo && t < hi) {
+                    const uint16_t *kt = k + (size_t)t * kvd + koff;
+                    float d = 0.0f;
+                    for (int i = 0; i < hd; i++)
+                        d = fmaf(si_fp16_to_fp32(kt[i]), qh[i], d);
+                    s = d * scale;
+                }
+                sc[j] = s;
+                m = m > s ? m : s;
+            }
+            if (m == -INFINITY)
+                continue;
+            const float Mnew = fmaxf(M[h], m);
+            if (Mnew > M[h]) {
+                const float ms = expf(M[h] - Mnew);
+                for (int i = 0; i < hd; i++)
+                    acc[i] *= ms;
+                S[h] *= ms;
+            }
+            M[h] = Mnew;
+            double sum = 0.0;
+            for (int g = 0; g < T; g += 8) {
+                float p[8];
+                for (int u = 0; u < 8; u++)
+                    p[u] = sc[g + u] = si_act_exp(sc[g + u] - Mnew);
+                sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) + ((p[5] + p[1]) + (p[7] + p[3])));
+            }
+            S[h] = (float)((double)S[h] + sum);
+            for (int t = lo; t < hi; t++) {
+                const uint16_t *vt = v + (size_t)t * kvd + koff;
+                const float pt = sc[t - t0];
+                for (int i = 0; i < hd; i++)
+                    acc[i] = fmaf(si_fp16_to_fp32(vt[i]), pt, acc[i]);
+            }
+        }
+    }
+    for (int h = h0; h < h1; h++) {
+        const float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
+        for (int i = 0; i < hd; i++)
+            out[(size_t)h * hd + i] *= inv;
     }
 }

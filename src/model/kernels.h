@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile). */
+#define SI_ATTN_TILE 64
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,10 +42,14 @@ void si_k_layernorm(float *y, const float *x, const float *w, const float *b, in
  * Rotate, in place, the first n_rot dimensions of each of the n_heads heads
  * of x (heads of head_dim floats, one after the other) to position pos:
  * the pairs (2i, 2i+1) for SI_ROPE_NORM, (i, i + n_rot/2) for SI_ROPE_NEOX,
- * i < n_rot/2, by the angle theta_i = pos * scale * base^(-2i/n_rot).  theta_i
- * is formed by repeated multiplication in float, theta_0 = (float)pos * scale
- * and theta_{i+1} = theta_i * powf(base, -2.0f / n_rot), so that a twin which
- * forms it the same way gets the same angles.  SI_ROPE_NONE changes nothing.
+ * i < n_rot/2, by the angle theta_i = scale * pos * base^(-2i/n_rot), as
+ * llama.cpp's CPU backend rounds it: pos * base^(-2i/n_rot) is formed by
+ * repeated multiplication in float, t_0 = (float)pos and t_{i+1} = t_i *
+ * powf(base, -2.0f / n_rot), then theta_i = scale * t_i; the pair (x0, x1)
+ * becomes (fmaf(x0, c, -(x1 s)), fmaf(x0, s, x1 c)) with c = cosf(theta_i),
+ * s = sinf(theta_i) (the multiply-adds its compiler fuses).  A twin that
+ * forms the angles the same way gets the same angles.  SI_ROPE_NONE changes
+ * nothing.
  */
 void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind kind, int pos,
                float base, float scale);
@@ -79,6 +86,40 @@ void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t
 void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                          int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                          int head_dim, float scale, uint16_t *scratch);
+
+/*
+ * The same attention as llama.cpp's tiled flash attention computes it (its
+ * path for batches of 64 queries or more: prompts, perplexity chunks), query
+ * heads [h0, h1) only (out's other heads untouched), the other arguments as
+ * si_k_attn_f16's but for scratch, si_k_attn_tiled_scratch() floats.
+ * Positions go in tiles of 64 from position 0; per head, for each tile
+ * holding a position of [first, n_kv):
+ *
+ *   s_t = (q . k_t) * scale, the dot a chain of fmaf over the head's
+ *         elements in order from 0, q in float, k_t converted from fp16
+ *         (-inf for the tile's other positions);
+ *   m = the tile's largest s_t; when it raises the running maximum M, the
+ *         accumulator and the sum S are first multiplied by expf(M_old - M);
+ *   p_t = e^(s_t - M) by si_act_exp (model/act.h); S = (float)((double)S +
+ *         the tile's sum), the sum in double over groups of 8 positions, each
+ *         group in float as ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7));
+ *   acc_i = fmaf(v_t,i, p_t, acc_i) over the tile's positions in order;
+ *
+ * out = acc * (1 / S) (0 when S is 0).  Positions outside [first, n_kv) are
+ * never read.
+ */
+void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch);
+
+/* Floats of scratch si_k_attn_f16_tiled needs. */
+size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
+
+/* si_k_attn_f16_tiled's portable code; its AVX2 twin gives the same bits. */
+void si__k_attn_f16_tiled_portable(float *out, const float *q, const uint16_t *k,
+                                   const uint16_t *v, int first, int n_kv, int h0, int h1,
+                                   int n_head, int n_head_kv, int head_dim, float scale,
+                                   float *scratch);
 
 /*
  * si_k_attn_f16's portable code, which it runs with the scalar kernels

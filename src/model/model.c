@@ -212,6 +212,7 @@ static int read_hparams(struct loader *ld, struct si_model *m)
         return rc;
     hp->rope_scale = factor > 0 ? 1.0f / factor : 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->q_scale = 1.0f;
     hp->embd_scale = 1.0f;
 
     const char *eps_key = hp->norm_kind == SI_NORM_RMS ? "attention.layer_norm_rms_epsilon"
@@ -224,6 +225,14 @@ static int read_hparams(struct loader *ld, struct si_model *m)
         hp->swa_pattern = 6;
         hp->rope_base_local = 10000.0f;
         hp->embd_scale = sqrtf((float)hp->n_embd);
+        /* Gemma scales the query, by 1/sqrt(query_pre_attn_scalar), before
+         * attention rather than the scores: the same maths, but the query is
+         * rounded to fp16 after the scaling.  The scalar is the head size,
+         * except for the 62-layer (27B) model, where it is n_embd / n_head. */
+        const float pre = hp->n_layer == 62 ? (float)(hp->n_embd / hp->n_head)
+                                            : (float)hp->head_dim;
+        hp->q_scale = 1.0f / sqrtf(pre);
+        hp->attn_scale = 1.0f;
     }
 
     /* Vocabulary size: the tokenizer's list, else the embedding's rows. */

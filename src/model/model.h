@@ -70,6 +70,7 @@ struct si_hparams {
     float rope_base_local;  /* RoPE base of sliding-window layers (gemma3) */
     float rope_scale;       /* linear position scaling of global layers (1 = none) */
     float attn_scale;       /* multiplies q . k */
+    float q_scale;          /* multiplies q before attention (gemma3; else 1) */
     float embd_scale;       /* multiplies the token embedding (gemma: sqrt(n_embd)) */
     int32_t sliding_window; /* 0: none */
     int32_t swa_pattern;    /* layer l is global when (l + 1) % swa_pattern == 0 */

@@ -784,10 +784,50 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
     return sum;
 }
 
+/*
+ * Q4_K, per super-block: the exact integers isum_c = sum over sub-blocks j
+ * in group c of scale_j * (q_w . q_a) and msum_c = sum of min_j * sum(q_a),
+ * then two float sums acc += isum_c * (d * d_a) and accm += msum_c * (dmin
+ * * d_a), each a fused multiply-add, and the row is acc - accm.  With
+ * `group` 8 sub-blocks (one group per super-block) this is how llama.cpp's
+ * AVX2 build multiplies a matrix by one vector (its Q4_K matrices repacked 8
+ * rows at a time); with `group` 2 how its GEMM multiplies them by the
+ * tokens of a batch.  The integers are exact, so every implementation gets
+ * the same bits.
+ */
+static float dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
+{
+    const uint8_t *w = row, *a = xa;
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t i = 0; i < n; i += QK_K, w += 144, a += 292) {
+        int16_t bsums[QK_K / 16];
+        const float da = q8_k_header(a, bsums);
+        const int8_t *qa = (const int8_t *)(a + 4);
+        int q[QK_K];
+        k_quants(NULL, w + 16, q);
+        const float dd = half_at(w) * da, dm = half_at(w + 2) * da;
+        for (int j0 = 0; j0 < 8; j0 += group) {
+            int isum = 0, msum = 0;
+            for (int j = j0; j < j0 + group; j++) {
+                int scale, min, s = 0;
+                si__k_scale_min(w + 4, j, &scale, &min);
+                for (int l = 32 * j; l < 32 * j + 32; l++)
+                    s += q[l] * qa[l];
+                isum += scale * s;
+                msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
+            }
+            acc = fmaf((float)isum, dd, acc);
+            accm = fmaf((float)msum, dm, accm);
+        }
+    }
+    return acc - accm;
+}
+
 static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 {
-    return dot_act_k(row, xa, n, false);
+    return dot_act_q4_k_groups(row, xa, n, 8);
 }
+
 
 static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 {
@@ -814,6 +854,42 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
         sum += da * half_at(w + 208) * (float)isum;
     }
     return sum;
+}
+
+/*
+ * Q6_K as llama.cpp's tiled GEMM computes it (batches of 8 tokens or more):
+ * per super-block the exact integer isum = sum_j scale_j * (q_w . q_a) over
+ * its 16 sub-blocks, then acc = fma(d * isum, d_a, acc), d * isum rounded.
+ */
+static float dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
+{
+    const uint8_t *w = row, *a = xa;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
+        int16_t bsums[QK_K / 16];
+        const float da = q8_k_header(a, bsums);
+        const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
+        int q[QK_K], isum = 0;
+        q6_k_values(w, q);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 16 * j; l < 16 * j + 16; l++)
+                s += q[l] * qa[l];
+            isum += sc[j] * s;
+        }
+        acc = fmaf(half_at(w + 208) * (float)isum, da, acc);
+    }
+    return acc;
+}
+
+float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t n, int32_t n_tok,
+                           bool group4)
+{
+    if (t == SI_TYPE_Q4_K && group4)
+        return dot_act_q4_k_groups(row, xa, n, 2);
+    if (t == SI_TYPE_Q6_K && n_tok >= 8)
+        return dot_act_q6_k_tiled(row, xa, n);
+    return si_vec_dot_act(t, row, xa, n);
 }
 
 /* ------------------------------------------------------ mad (y += a * row) */
@@ -1083,6 +1159,15 @@ static void choose_kernels(void)
     }
     if (si__quants_avx2.attn_f16 != NULL)
         active.attn_f16 = si__quants_avx2.attn_f16;
+}
+
+si__attn_tiled_fn si__quants_attn_tiled(void)
+{
+    /* Not tied to the table in use: both codes give the same bits. */
+    static int usable = -1;
+    if (usable < 0)
+        usable = si__quants_avx2_usable();
+    return usable ? si__quants_avx2.attn_tiled : NULL;
 }
 
 /* The kernels of type t, after checking (in debug builds) the row length. */

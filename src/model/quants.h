@@ -75,6 +75,19 @@ void si_quantize_act(uint32_t at, const float *x, void *dst, int64_t n);
 float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n);
 
 /*
+ * si_vec_dot_act as llama.cpp's CPU backend computes it for one of n_tok
+ * tokens multiplied by the same matrix at once (a batch; 1: alone), group4
+ * telling whether the token is in a full group of 4 of them.  Where
+ * llama.cpp's AVX2 build takes another kernel than its matrix-vector one:
+ *   Q4_K (matrices repacked 8 rows at a time): in a full group of 4, its
+ *        GEMM applies the scales per 64 elements instead of per 256;
+ *   Q6_K from 8 tokens on: its tiled GEMM, one float step per super-block,
+ *        acc = fma(d * isum, d_a, acc).
+ * Other types, and these otherwise: si_vec_dot_act.
+ */
+float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t n, int32_t n_tok,
+                           bool group4);
+/*
  * out[r] = si_vec_dot_act(t, rows[r], xa, n) for r = 0, 1, bit for bit (a
  * neuron's gate and up dots), in one pass over xa where the type has a fused
  * kernel (AVX2: F16, Q8_0, Q4_0, Q5_0).  ahead[r], when not NULL, is the row

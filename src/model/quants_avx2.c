@@ -11,6 +11,9 @@
  */
 #include "model/quants_impl.h"
 
+#include "model/act.h"
+#include "model/kernels.h"
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -1340,26 +1343,28 @@ INLINE __m256i k_sums(const uint8_t *qs, const uint8_t *qh, const int8_t *qa, co
 }
 
 /*
- * Q4_K: the min terms in 4 float lanes, FMA'd per super-block with
- * -d_a * dmin and summed at the end as (m0 + m2) + (m1 + m3).
+ * Q4_K as llama.cpp's AVX2 build computes Q4_K matrices whose row count is a
+ * multiple of 8, which it repacks 8 rows at a time: per super-block the
+ * exact integers isum = sum_j(scale_j * q_w . q_a) and msum = sum_j(min_j *
+ * sum(q_a)), then two float sums, acc = fma(isum, d * d_a, acc) and accm =
+ * fma(msum, dmin * d_a, accm), and the row is acc - accm.
  */
 static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t i = 0; i < n; i += 256, w += 144, a += 292) {
-        float da = f32_at(a);
+        const float da = f32_at(a);
         uint8_t sm[16];
         k_scales_mins(w + 4, sm);
         __m128i mp = k_min_products(sm, a + 260);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(-da * half_at(w + 2)), _mm_cvtepi32_ps(mp), acc_m);
-        __m256i sumi = k_sums(w + 16, NULL, (const int8_t *)(a + 4), sm);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(da * half_at(w)), _mm256_cvtepi32_ps(sumi), acc);
+        mp = _mm_add_epi32(mp, _mm_unpackhi_epi64(mp, mp));
+        mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, 1));
+        const int isum = hsum_i32(k_sums(w + 16, NULL, (const int8_t *)(a + 4), sm));
+        acc = fmaf((float)isum, half_at(w) * da, acc);
+        accm = fmaf((float)_mm_cvtsi128_si32(mp), half_at(w + 2) * da, accm);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    return hsum(acc) + _mm_cvtss_f32(acc_m);
+    return acc - accm;
 }
 
 /* Q5_K: the min terms as one integer per super-block, FMA'd into a float sum. */
@@ -1383,18 +1388,23 @@ static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 }
 
 /*
- * Q6_K: per 32-element chunk, maddubs(q, a) - maddubs(32, a) gives the
- * (q - 32) * a pairs, multiplied by the chunk's two scales (16 elements
- * each) and summed in int32 lanes.
+ * Q6_K, with llama.cpp's AVX2 lanes: per 32-element chunk, maddubs(q, a)
+ * with q unsigned (0 ... 63), multiplied by the chunk's two scales (16
+ * elements each) and summed in int32 lanes (lane m: elements 4m ... 4m+3 of
+ * each chunk); the offset 32 comes off afterwards, lane m losing
+ * 32 * (bsum_2m * scale_2m + bsum_2m+1 * scale_2m+1).  The lanes are then
+ * converted, FMA'd with d_a * d per super-block, and summed.
  */
 static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
 {
     const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
-    const __m256i m32 = _mm256_set1_epi8(32);
     const uint8_t *w = row, *a = xa;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 256, w += 210, a += 292) {
         const int8_t *sc = (const int8_t *)(w + 192), *qa = (const int8_t *)(a + 4);
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)(a + 260));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
@@ -1412,14 +1422,14 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
             };
             for (int k = 0; k < 4; k++) {
                 __m256i y = _mm256_loadu_si256((const __m256i *)(qa + 128 * h + 32 * k));
-                __m256i p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(m32, y));
+                __m256i p = _mm256_maddubs_epi16(q[k], y);
                 const int8_t *s = sc + 8 * h + 2 * k;
                 __m256i scale = _mm256_inserti128_si256(
                     _mm256_castsi128_si256(_mm_set1_epi16(s[0])), _mm_set1_epi16(s[1]), 1);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale, p));
             }
         }
+        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f32_at(a) * half_at(w + 208)),
                               _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -1450,8 +1460,8 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
  * VMULPS with acc first, as GCC compiles the portable code's product (acc's
  * NaN wins over inv's, which is NaN whenever acc is).  The other products
  * and sums meet at most one NaN, but for scale * a NaN score when scale is
- * itself a NaN.  The sums S = S * ms + vs are two roundings, as in the
- * portable code.
+ * itself a NaN.  The sums S = fmaf(S, ms, vs) are one fused rounding, as in
+ * the portable code (and llama.cpp, whose compiler contracts them).
  */
 
 #define ATTN_BLOCK 64 /* positions whose scores are formed before the value pass */
@@ -1557,8 +1567,7 @@ static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16
                 } else {
                     vs[j] = expf(sc - M);
                 }
-                const float Sm = S * ms[j];
-                S = Sm + vs[j];
+                S = fmaf(S, ms[j], vs[j]);
             }
             const uint16_t *vb = v + (size_t)t0 * kvd + koff;
             int i = 0;
@@ -1593,6 +1602,118 @@ static void attn_f16(float *out, const float *q, const uint16_t *k, const uint16
     }
 }
 
+/* ------------------------------------------------------ tiled attention */
+
+/*
+ * si__k_attn_f16_tiled_portable (model/kernels.c) with the same operations
+ * per element and in the same order, vectorised: the scores of 8 positions
+ * at a time, one lane per position, from the tile's keys transposed into
+ * floats (kt[i * tile + j]), each lane a chain of FMAs over the head in
+ * order; the values' FMAs 8 elements of the head at a time, position after
+ * position.  The heads of a kv head share its transposed keys.
+ */
+static void attn_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                       int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                       int head_dim, float scale, float *scratch)
+{
+    enum { T = SI_ATTN_TILE };
+    const int hd = head_dim, group = n_head / n_head_kv;
+    const size_t kvd = (size_t)n_head_kv * hd;
+    float *kt = scratch, *sc = scratch + (size_t)T * hd, *M = sc + T, *S = M + n_head;
+    for (int h = h0; h < h1; h++) {
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    memset(out + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof *out);
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int t0 = 0; t0 < n_kv; t0 += T) {
+        const int lo = first > t0 ? first : t0, hi = n_kv < t0 + T ? n_kv : t0 + T;
+        if (lo >= hi)
+            continue;
+        const int g0 = (lo - t0) / 8, g1 = (hi - t0 + 7) / 8; /* groups of 8 with positions */
+        for (int g = h0 / group; g < n_head_kv && g * group < h1; g++) {
+            for (int t = lo; t < hi; t++) {
+                const uint16_t *kr = k + (size_t)t * kvd + (size_t)g * hd;
+                for (int i = 0; i < hd; i++)
+                    kt[(size_t)i * T + (t - t0)] = _cvtsh_ss(kr[i]);
+            }
+            const int ha = g * group > h0 ? g * group : h0;
+            const int hb = (g + 1) * group < h1 ? (g + 1) * group : h1;
+            for (int h = ha; h < hb; h++) {
+                const float *qh = q + (size_t)h * hd;
+                float *acc = out + (size_t)h * hd;
+                __m256 d[T / 8];
+                for (int j = g0; j < g1; j++)
+                    d[j] = _mm256_setzero_ps();
+                for (int i = 0; i < hd; i++) {
+                    const __m256 qi = _mm256_set1_ps(qh[i]);
+                    const float *row = kt + (size_t)i * T;
+                    for (int j = g0; j < g1; j++)
+                        d[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), qi, d[j]);
+                }
+                for (int j = 0; j < T / 8; j++) {
+                    if (j >= g0 && j < g1)
+                        _mm256_storeu_ps(sc + 8 * j, mul_ab(d[j], vscale));
+                    else
+                        _mm256_storeu_ps(sc + 8 * j, _mm256_set1_ps(-INFINITY));
+                }
+                for (int j = 0; j < T; j++)
+                    if (t0 + j < lo || t0 + j >= hi)
+                        sc[j] = -INFINITY;
+                float m = -INFINITY;
+                for (int j = 0; j < T; j++)
+                    m = m > sc[j] ? m : sc[j];
+                if (m == -INFINITY)
+                    continue;
+                const float Mnew = fmaxf(M[h], m);
+                if (Mnew > M[h]) {
+                    const float ms = expf(M[h] - Mnew);
+                    int i = 0;
+                    for (; i + 8 <= hd; i += 8)
+                        _mm256_storeu_ps(acc + i,
+                                         mul_ab(_mm256_loadu_ps(acc + i), _mm256_set1_ps(ms)));
+                    for (; i < hd; i++)
+                        acc[i] = mul_ab1(acc[i], ms);
+                    S[h] *= ms;
+                }
+                M[h] = Mnew;
+                double sum = 0.0;
+                for (int j = 0; j < T; j += 8) {
+                    float p[8];
+                    for (int u = 0; u < 8; u++)
+                        p[u] = sc[j + u] = si_act_exp(sc[j + u] - Mnew);
+                    sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) +
+                                    ((p[5] + p[1]) + (p[7] + p[3])));
+                }
+                S[h] = (float)((double)S[h] + sum);
+                int i = 0;
+                for (; i + 8 <= hd; i += 8) {
+                    __m256 a = _mm256_loadu_ps(acc + i);
+                    for (int t = lo; t < hi; t++) {
+                        const uint16_t *vt = v + (size_t)t * kvd + (size_t)g * hd + i;
+                        a = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vt)),
+                                            _mm256_set1_ps(sc[t - t0]), a);
+                    }
+                    _mm256_storeu_ps(acc + i, a);
+                }
+                for (; i < hd; i++)
+                    for (int t = lo; t < hi; t++)
+                        acc[i] = fmaf(_cvtsh_ss(v[(size_t)t * kvd + (size_t)g * hd + i]),
+                                      sc[t - t0], acc[i]);
+            }
+        }
+    }
+    for (int h = h0; h < h1; h++) {
+        const float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
+        float *o = out + (size_t)h * hd;
+        int i = 0;
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(o + i, mul_ab(_mm256_loadu_ps(o + i), _mm256_set1_ps(inv)));
+        for (; i < hd; i++)
+            o[i] = mul_ab1(o[i], inv);
+    }
+}
+
 const struct si__quants_table si__quants_avx2 = {
     .name = "avx2",
     .compiled = true,
@@ -1613,6 +1734,7 @@ const struct si__quants_table si__quants_avx2 = {
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
     .attn_f16 = attn_f16,
+    .attn_tiled = attn_tiled,
 };
 
 #else /* no AVX2, FMA and F16C at compile time */

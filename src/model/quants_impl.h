@@ -77,11 +77,22 @@ typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, c
                                 int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                                 int head_dim, float scale, uint16_t *scratch);
 
+/*
+ * si_k_attn_f16_tiled (model/kernels.h), same arguments; its portable code
+ * and the AVX2 twin give the same bits (fused multiply-adds and si_act_exp
+ * in the same order per element).
+ */
+typedef void (*si__attn_tiled_fn)(float *out, const float *q, const uint16_t *k,
+                                  const uint16_t *v, int first, int n_kv, int h0, int h1,
+                                  int n_head, int n_head_kv, int head_dim, float scale,
+                                  float *scratch);
+
 struct si__quants_table {
     const char *name; /* "scalar" or "avx2" */
     bool compiled;    /* false when the build left this implementation out */
     struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
     si__attn_f16_fn attn_f16; /* NULL: si__k_attn_f16_portable */
+    si__attn_tiled_fn attn_tiled; /* NULL: si__k_attn_f16_tiled_portable */
 };
 
 /* The portable implementation: every supported type. */
@@ -95,5 +106,8 @@ bool si__quants_avx2_usable(void);
 
 /* The attention kernel of the table in use (NULL for the portable code). */
 si__attn_f16_fn si__quants_attn_f16(void);
+
+/* The tiled attention's AVX2 twin when this CPU runs it (NULL: the portable code). */
+si__attn_tiled_fn si__quants_attn_tiled(void);
 
 #endif /* SI_MODEL_QUANTS_IMPL_H */

@@ -247,10 +247,17 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const int32_t *chunk = tokens + ch * ctx;
         si_ref_reset(s);
-        /* llama.cpp evaluates a chunk as one batch: f32 attention (its tiled path). */
+        /* llama.cpp evaluates a chunk as one batch (its tiled attention from
+         * 64 tokens on, its batch products) with the logits of the scored
+         * half, positions first .. ctx - 1. */
         s->attn_f32 = ctx >= 64;
+        s->batch_n = (int32_t)ctx;
+        const int64_t n_out = ctx - first;
         for (int64_t j = 0; j < ctx - 1; j++) {
             const int32_t t = j == 0 && bos >= 0 ? bos : chunk[j];
+            s->batch_g4 = j < ctx - ctx % 4;
+            s->batch_out_n = j >= first ? (int32_t)n_out : 1;
+            s->batch_out_g4 = j >= first && j - first < n_out - n_out % 4;
             if ((rc = si_ref_eval(s, t)) != SI_OK) {
                 rc = si__errf(err, err_size, rc, "evaluation failed in chunk %" PRId64 ": %s", ch,
                               si_status_str(rc));
