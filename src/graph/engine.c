@@ -222,7 +222,8 @@ struct si_engine {
     char flash_msg[256];
 
     struct si_engine_stats stats;
-    int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices' */
+    int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices'
+                                * (dense mode: the down projection's tasks too) */
 };
 
 /* One task's arguments (freed by StarPU with the task). */
@@ -2645,10 +2646,13 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     layout_of(m, p.mode, e);
     int64_t ffn_bytes;
     e->token_bytes_fixed = si_model_token_bytes(m, &ffn_bytes) - ffn_bytes;
-    if (p.mode == SI_SPARSITY_PREDICTOR)
-        for (int32_t l = 0; l < hp->n_layer; l++)
-            e->token_bytes_fixed +=
-                (int64_t)(m->w.layers[l].fc1.nbytes + m->w.layers[l].fc2.nbytes);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        if (p.mode == SI_SPARSITY_PREDICTOR)
+            e->token_bytes_fixed += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
+        else if (p.mode == SI_SPARSITY_DENSE) /* the ffn_down_L.k tasks read all of it */
+            e->token_bytes_fixed += (int64_t)W->ffn_down.nbytes;
+    }
     e->cuda_node = -1;
     e->gpu_base = -1;
 #ifdef SI_USE_CUDA
