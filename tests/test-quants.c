@@ -36,6 +36,14 @@
 
 /* ------------------------------------------------------ random numbers */
 
+/* Whether the public functions run the table named impl ("avx2+vnni" is
+ * the AVX2 table with some of its dots in VNNI, the same bits). */
+static bool in_use(const char *impl)
+{
+    const char *active = si_quants_impl();
+    return strcmp(impl, active) == 0 || (!strcmp(impl, "avx2") && !strcmp(active, "avx2+vnni"));
+}
+
 static uint64_t rng_state = 0x5eed5eed1234ull;
 
 /* splitmix64. */
@@ -479,7 +487,7 @@ static void check_row(uint32_t t, int64_t n, size_t skew, const struct si__quant
               first_mad >= 0 ? y[first_mad] : 0.0,
               first_mad >= 0 ? x[first_mad] + (double)a * ref[first_mad] : 0.0);
 
-        if (strcmp(impl, si_quants_impl()) == 0) {
+        if (in_use(impl)) {
             float *z = malloc((size_t)n * sizeof *z);
             if (z == NULL)
                 abort();
@@ -512,9 +520,12 @@ static void test_kernels(void)
     printf("kernels: scalar%s; public functions use %s\n",
            n_tables == 2 ? " and avx2" : " (no avx2 on this build or CPU)", si_quants_impl());
 
-    const char *no_simd = getenv("SI_NO_SIMD");
+    const char *no_simd = getenv("SI_NO_SIMD"), *no_vnni = getenv("SI_NO_VNNI");
     bool forced = no_simd != NULL && no_simd[0] != '\0' && strcmp(no_simd, "0") != 0;
-    CHECK(strcmp(si_quants_impl(), n_tables == 2 && !forced ? "avx2" : "scalar") == 0,
+    bool vnni = si__quants_vnni_usable() &&
+                !(no_vnni != NULL && no_vnni[0] != '\0' && strcmp(no_vnni, "0") != 0);
+    CHECK(strcmp(si_quants_impl(), n_tables == 2 && !forced ? (vnni ? "avx2+vnni" : "avx2")
+                                                            : "scalar") == 0,
           "si_quants_impl() = %s", si_quants_impl());
 
     for (size_t i = 0; i < N_SUPPORTED; i++) {
@@ -949,7 +960,7 @@ static void check_quantize_act(uint32_t at, int64_t n, size_t skew,
                 }
             }
         }
-        if (strcmp(impl, si_quants_impl()) == 0) {
+        if (in_use(impl)) {
             memset(buf, 0x5a, bytes + 64);
             si_quantize_act(at, x, got, n);
             CHECK(memcmp(got, want, bytes) == 0, "%s: si_quantize_act differs", name);
@@ -1017,7 +1028,7 @@ static void check_dot_act(uint32_t t, int64_t n, size_t skew,
         CHECK(err <= DOT_TOL * abs_sum + 1e-30,
               "%s %s n=%lld: dot_act %.9g, want %.9g (err %.3g of %.3g)", impl, name, (long long)n,
               got[k], want, err, abs_sum);
-        if (strcmp(impl, si_quants_impl()) == 0) {
+        if (in_use(impl)) {
             float pub = si_vec_dot_act(t, row, xa, n);
             CHECK(memcmp(&pub, &got[k], sizeof pub) == 0, "%s: si_vec_dot_act differs", name);
         }
@@ -1195,6 +1206,68 @@ static void check_dot_act2(uint32_t t, int64_t n, size_t skew,
     free(x);
 }
 
+/*
+ * The VNNI kernels (where this CPU has them) give the AVX2 kernels' bits:
+ * dot_act and dot_act2 on rows of random quants and scales, all-extreme
+ * quants (-127/127 activations against the widest weights), odd addresses.
+ */
+static void test_vnni(void)
+{
+    if (!si__quants_vnni_usable()) {
+        printf("vnni: not on this CPU or build; its kernels not compared\n");
+        return;
+    }
+    int compared = 0;
+    for (size_t i = 0; i < N_SUPPORTED; i++) {
+        const uint32_t t = supported[i], at = si_act_type(t);
+        const struct si__quants_kernels *v = &si__quants_vnni.type[t], *a = &si__quants_avx2.type[t];
+        if (v->dot_act == NULL && v->dot_act2 == NULL)
+            continue;
+        const int64_t lens[] = {32, 96, 576, 4096};
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+            const int64_t n = lens[j];
+            size_t rb = 0, ab = 0;
+            si_type_row_size(t, n, &rb);
+            si_type_row_size(at, n, &ab);
+            uint8_t *buf = malloc(2 * rb + 1), *xa = malloc(ab + 1);
+            float *x = malloc((size_t)n * sizeof *x);
+            for (int round = 0; round < 20; round++) {
+                const bool extreme = round % 4 == 3;
+                for (int r = 0; r < 2; r++) {
+                    random_row(t, buf + 1 + (size_t)r * rb, n);
+                    if (extreme && si_type_quantizable(t)) {
+                        for (int64_t k = 0; k < n; k++)
+                            x[k] = (k + r) % 2 ? 1.0f : -1.0f;
+                        si_quantize_row(t, x, buf + 1 + (size_t)r * rb, n);
+                    }
+                }
+                for (int64_t k = 0; k < n; k++)
+                    x[k] = extreme ? ((k % 3) ? 4.0f : -4.0f) : (float)uniform(-2, 2);
+                si_quantize_act(at, x, xa + 1, n);
+                const void *rows[2] = {buf + 1, buf + 1 + rb};
+                if (v->dot_act != NULL) {
+                    const float fv = v->dot_act(rows[0], xa + 1, n),
+                                fa = a->dot_act(rows[0], xa + 1, n);
+                    CHECK(memcmp(&fv, &fa, sizeof fv) == 0, "%s n=%lld: vnni dot %a, avx2 %a",
+                          si_type_name(t), (long long)n, (double)fv, (double)fa);
+                    compared++;
+                }
+                if (v->dot_act2 != NULL) {
+                    float ov[2], oa[2];
+                    v->dot_act2(rows, xa + 1, n, ov, NULL);
+                    a->dot_act2(rows, xa + 1, n, oa, NULL);
+                    CHECK(memcmp(ov, oa, sizeof ov) == 0, "%s n=%lld: vnni dot_act2 differs",
+                          si_type_name(t), (long long)n);
+                }
+            }
+            free(buf);
+            free(xa);
+            free(x);
+        }
+    }
+    printf("vnni: %d dots equal to the avx2 kernels' bits\n", compared);
+}
+
 static void test_dot_act2(void)
 {
     const struct si__quants_table *tables[2] = {&si__quants_scalar, &si__quants_avx2};
@@ -1218,5 +1291,6 @@ int main(void)
     test_act();
     test_mad4();
     test_dot_act2();
+    test_vnni();
     return test_result();
 }

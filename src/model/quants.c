@@ -1128,7 +1128,21 @@ bool si__quants_avx2_usable(void)
 #endif
 }
 
-/* The kernels in use: AVX2 ones where usable, scalar ones elsewhere. */
+bool si__quants_vnni_usable(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (!si__quants_vnni.compiled || !si__quants_avx2_usable())
+        return false;
+    /* "avx512f" also checks that the OS saves the AVX-512 state. */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+/* The kernels in use: AVX2 ones where usable (with VNNI's integer dots where
+ * that is usable too), scalar ones elsewhere. */
 static struct si__quants_table active;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
@@ -1159,6 +1173,17 @@ static void choose_kernels(void)
     }
     if (si__quants_avx2.attn_f16 != NULL)
         active.attn_f16 = si__quants_avx2.attn_f16;
+    const char *no_vnni = getenv("SI_NO_VNNI");
+    if ((no_vnni != NULL && no_vnni[0] != '\0' && strcmp(no_vnni, "0") != 0) ||
+        !si__quants_vnni_usable())
+        return;
+    active.name = si__quants_vnni.name;
+    for (int t = 0; t < SI_TYPE_COUNT; t++) {
+        if (si__quants_vnni.type[t].dot_act != NULL)
+            active.type[t].dot_act = si__quants_vnni.type[t].dot_act;
+        if (si__quants_vnni.type[t].dot_act2 != NULL)
+            active.type[t].dot_act2 = si__quants_vnni.type[t].dot_act2;
+    }
 }
 
 si__attn_tiled_fn si__quants_attn_tiled(void)

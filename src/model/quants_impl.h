@@ -104,6 +104,15 @@ extern const struct si__quants_table si__quants_avx2;
 /* True when si__quants_avx2 is compiled in and this CPU runs it. */
 bool si__quants_avx2_usable(void);
 
+/* The AVX2 kernels whose integer dot products use AVX-512 VNNI (the same
+ * bits, fewer instructions): only dot_act and dot_act2 of the 32-element
+ * block types; NULL elsewhere. */
+extern const struct si__quants_table si__quants_vnni;
+
+/* True when si__quants_vnni is compiled in and this CPU runs it (AVX2 usable
+ * and AVX-512 F, VL and VNNI). */
+bool si__quants_vnni_usable(void);
+
 /* The attention kernel of the table in use (NULL for the portable code). */
 si__attn_f16_fn si__quants_attn_f16(void);
 
