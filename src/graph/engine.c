@@ -1650,18 +1650,14 @@ static int submit(struct si_engine *e, struct starpu_codelet *cl, const char *na
 
 /* ------------------------------------------------------------ placement */
 
-/* Column byte ranges of a matrix's rows: a child per range (the KV cache's kv-head groups). */
-static void filter_cols(void *father, void *child, struct starpu_data_filter *f, unsigned id,
-                        unsigned nparts)
+
+/* Child C of matrix F: nx x ny elements from byte offset off, F's ld. */
+static void matrix_part(const struct starpu_matrix_interface *F, struct starpu_matrix_interface *C,
+                        uint32_t nx, uint32_t ny, size_t off)
 {
-    (void)nparts;
-    const struct starpu_matrix_interface *F = father;
-    struct starpu_matrix_interface *C = child;
-    const size_t *cols = f->filter_arg_ptr;
-    const size_t off = cols[id] * F->elemsize;
     C->id = F->id;
-    C->nx = (uint32_t)(cols[id + 1] - cols[id]);
-    C->ny = F->ny;
+    C->nx = nx;
+    C->ny = ny;
     C->elemsize = F->elemsize;
     if (F->dev_handle) {
         if (F->ptr)
@@ -1675,6 +1671,17 @@ static void filter_cols(void *father, void *child, struct starpu_data_filter *f,
     }
 }
 
+/* Column byte ranges of a matrix's rows: a child per range (the KV cache's kv-head groups). */
+static void filter_cols(void *father, void *child, struct starpu_data_filter *f, unsigned id,
+                        unsigned nparts)
+{
+    (void)nparts;
+    const struct starpu_matrix_interface *F = father;
+    struct starpu_matrix_interface *C = child;
+    const size_t *cols = f->filter_arg_ptr;
+    matrix_part(F, C, (uint32_t)(cols[id + 1] - cols[id]), F->ny, cols[id] * F->elemsize);
+}
+
 /* Row blocks of ffn_down (dense layout): child k holds rows [dn[k], dn[k+1]). */
 static void filter_rows(void *father, void *child, struct starpu_data_filter *f, unsigned id,
                         unsigned nparts)
@@ -1683,21 +1690,8 @@ static void filter_rows(void *father, void *child, struct starpu_data_filter *f,
     const struct starpu_matrix_interface *F = father;
     struct starpu_matrix_interface *C = child;
     const int64_t *dn = f->filter_arg_ptr;
-    const size_t off = (size_t)dn[id] * F->ld * F->elemsize;
-    C->id = F->id;
-    C->nx = F->nx;
-    C->ny = (uint32_t)(dn[id + 1] - dn[id]);
-    C->elemsize = F->elemsize;
-    if (F->dev_handle) {
-        if (F->ptr)
-            C->ptr = F->ptr + off;
-        C->ld = F->ld;
-        C->dev_handle = F->dev_handle;
-        C->offset = F->offset + off;
-        C->allocsize = (size_t)C->ld * C->ny * C->elemsize;
-    } else {
-        C->allocsize = (size_t)C->nx * C->ny * C->elemsize;
-    }
+    matrix_part(F, C, F->nx, (uint32_t)(dn[id + 1] - dn[id]),
+                (size_t)dn[id] * F->ld * F->elemsize);
 }
 
 /*

@@ -834,6 +834,22 @@ static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
     return dot_act_k(row, xa, n, true);
 }
 
+/* A Q6_K super-block's exact integer dot with a Q8_K one: sum over its 16
+ * sub-blocks of scale_j * (q_w . q_a). */
+static int q6_k_isum(const uint8_t *w, const uint8_t *a)
+{
+    const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
+    int q[QK_K], isum = 0;
+    q6_k_values(w, q);
+    for (int j = 0; j < 16; j++) {
+        int s = 0;
+        for (int l = 16 * j; l < 16 * j + 16; l++)
+            s += q[l] * qa[l];
+        isum += sc[j] * s;
+    }
+    return isum;
+}
+
 /* Per super-block: d_a * d * sum_j(sc_j * sum((q_w - 32) * q_a)), 16 sub-blocks of 16. */
 static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
 {
@@ -842,16 +858,7 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
     for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
         int16_t bsums[QK_K / 16];
         float da = q8_k_header(a, bsums);
-        const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
-        int q[QK_K], isum = 0;
-        q6_k_values(w, q);
-        for (int j = 0; j < 16; j++) {
-            int s = 0;
-            for (int l = 16 * j; l < 16 * j + 16; l++)
-                s += q[l] * qa[l];
-            isum += sc[j] * s;
-        }
-        sum += da * half_at(w + 208) * (float)isum;
+        sum += da * half_at(w + 208) * (float)q6_k_isum(w, a);
     }
     return sum;
 }
@@ -868,16 +875,7 @@ static float dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
     for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
         int16_t bsums[QK_K / 16];
         const float da = q8_k_header(a, bsums);
-        const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
-        int q[QK_K], isum = 0;
-        q6_k_values(w, q);
-        for (int j = 0; j < 16; j++) {
-            int s = 0;
-            for (int l = 16 * j; l < 16 * j + 16; l++)
-                s += q[l] * qa[l];
-            isum += sc[j] * s;
-        }
-        acc = fmaf(half_at(w + 208) * (float)isum, da, acc);
+        acc = fmaf(half_at(w + 208) * (float)q6_k_isum(w, a), da, acc);
     }
     return acc;
 }
