@@ -1144,44 +1144,47 @@ bool si__quants_vnni_usable(void)
 static struct si__quants_table active;
 static pthread_once_t active_once = PTHREAD_ONCE_INIT;
 
+/* Whether the environment variable `name` is set to something but 0. */
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+/* Every kernel table t has replaces the active one. */
+static void overlay(const struct si__quants_table *t)
+{
+    active.name = t->name;
+    for (int k = 0; k < SI_TYPE_COUNT; k++) {
+        const struct si__quants_kernels *src = &t->type[k];
+        struct si__quants_kernels *dst = &active.type[k];
+        if (src->dequantize != NULL)
+            dst->dequantize = src->dequantize;
+        if (src->dot != NULL)
+            dst->dot = src->dot;
+        if (src->quantize_act != NULL)
+            dst->quantize_act = src->quantize_act;
+        if (src->dot_act != NULL)
+            dst->dot_act = src->dot_act;
+        if (src->mad != NULL)
+            dst->mad = src->mad;
+        if (src->mad4 != NULL)
+            dst->mad4 = src->mad4;
+        if (src->dot_act2 != NULL)
+            dst->dot_act2 = src->dot_act2;
+    }
+    if (t->attn_f16 != NULL)
+        active.attn_f16 = t->attn_f16;
+}
+
 static void choose_kernels(void)
 {
-    const char *no_simd = getenv("SI_NO_SIMD");
-    bool simd = (no_simd == NULL || no_simd[0] == '\0' || strcmp(no_simd, "0") == 0) &&
-                si__quants_avx2_usable();
     active = si__quants_scalar;
-    if (!simd)
+    if (env_set("SI_NO_SIMD") || !si__quants_avx2_usable())
         return;
-    active.name = si__quants_avx2.name;
-    for (int t = 0; t < SI_TYPE_COUNT; t++) {
-        if (si__quants_avx2.type[t].dequantize != NULL)
-            active.type[t].dequantize = si__quants_avx2.type[t].dequantize;
-        if (si__quants_avx2.type[t].dot != NULL)
-            active.type[t].dot = si__quants_avx2.type[t].dot;
-        if (si__quants_avx2.type[t].quantize_act != NULL)
-            active.type[t].quantize_act = si__quants_avx2.type[t].quantize_act;
-        if (si__quants_avx2.type[t].dot_act != NULL)
-            active.type[t].dot_act = si__quants_avx2.type[t].dot_act;
-        if (si__quants_avx2.type[t].mad != NULL)
-            active.type[t].mad = si__quants_avx2.type[t].mad;
-        if (si__quants_avx2.type[t].mad4 != NULL)
-            active.type[t].mad4 = si__quants_avx2.type[t].mad4;
-        if (si__quants_avx2.type[t].dot_act2 != NULL)
-            active.type[t].dot_act2 = si__quants_avx2.type[t].dot_act2;
-    }
-    if (si__quants_avx2.attn_f16 != NULL)
-        active.attn_f16 = si__quants_avx2.attn_f16;
-    const char *no_vnni = getenv("SI_NO_VNNI");
-    if ((no_vnni != NULL && no_vnni[0] != '\0' && strcmp(no_vnni, "0") != 0) ||
-        !si__quants_vnni_usable())
-        return;
-    active.name = si__quants_vnni.name;
-    for (int t = 0; t < SI_TYPE_COUNT; t++) {
-        if (si__quants_vnni.type[t].dot_act != NULL)
-            active.type[t].dot_act = si__quants_vnni.type[t].dot_act;
-        if (si__quants_vnni.type[t].dot_act2 != NULL)
-            active.type[t].dot_act2 = si__quants_vnni.type[t].dot_act2;
-    }
+    overlay(&si__quants_avx2);
+    if (!env_set("SI_NO_VNNI") && si__quants_vnni_usable())
+        overlay(&si__quants_vnni);
 }
 
 si__attn_tiled_fn si__quants_attn_tiled(void)
