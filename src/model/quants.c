@@ -15,6 +15,7 @@
  * In the 32-element types, element j < 16 is the low nibble of qs[j] and
  * element j + 16 its high nibble; the 5th bit of element j is bit j of qh.
  */
+#include "model/act.h"
 #include "model/quants.h"
 
 #include "model/quants_impl.h"
@@ -39,37 +40,23 @@
 
 /* ------------------------------------------------------ fp16 and bf16 */
 
-static float bits_to_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t float_to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 float si_fp16_to_fp32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t mant = h & 0x3ff;
     if (exp == 0x1f) /* infinity, or NaN with its payload kept */
-        return bits_to_float(sign | 0x7f800000u | mant << 13);
+        return si_act_float(sign | 0x7f800000u | mant << 13);
     if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact in float */
         float v = (float)mant * 0x1p-24f;
         return sign ? -v : v;
     }
-    return bits_to_float(sign | (exp + 112) << 23 | mant << 13);
+    return si_act_float(sign | (exp + 112) << 23 | mant << 13);
 }
 
 uint16_t si_fp32_to_fp16(float f)
 {
-    uint32_t x = float_to_bits(f);
+    uint32_t x = si_act_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     x &= 0x7fffffffu;
     if (x > 0x7f800000u) /* NaN: keep the top payload bits, and stay a NaN */
@@ -100,12 +87,12 @@ uint16_t si_fp32_to_fp16(float f)
 
 float si_bf16_to_fp32(uint16_t h)
 {
-    return bits_to_float((uint32_t)h << 16);
+    return si_act_float((uint32_t)h << 16);
 }
 
 uint16_t si_fp32_to_bf16(float f)
 {
-    uint32_t x = float_to_bits(f);
+    uint32_t x = si_act_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate, then force a quiet NaN */
         return (uint16_t)(x >> 16) | 0x40;
     /* Round to nearest even; large finite values carry into infinity. */
@@ -571,7 +558,7 @@ static void quantize_act_q8_1(const float *x, void *dst, int64_t n)
 /* v rounded half to even by adding 1.5 * 2^23 (ggml's nearest_int; exact for |v| < 2^22). */
 static int nearest_int(float v)
 {
-    uint32_t u = float_to_bits(v + 12582912.0f);
+    uint32_t u = si_act_bits(v + 12582912.0f);
     return (int)(u & 0x7fffff) - 0x400000;
 }
 
