@@ -200,7 +200,12 @@ void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w
  * many it selects. */
 int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
                        bool act_quant, void *xq, const float *x, float *r1, float *y,
-                       uint8_t *active);void si_ref_ffn(struct si_ref *s, int l);
+                       uint8_t *active);
+/* si_ref_eval's other steps: si_ref_ffn, layer l's FFN of xb into xb2 (with
+ * the FFN hook and the sparse modes); si_ref_ffn_finish, the post-FFN norm
+ * and residual into x (si_ref_ffn_finish_into on s's buffers); si_ref_end,
+ * the output norm and the logits, then n_past + 1. */
+void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
 /* si_ref_end's first step: y = the output norm of x (s->x there; tmp as for
