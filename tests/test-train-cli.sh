@@ -106,6 +106,21 @@ grep -q '^gate ' "$tmp/out" && fail "eval output rule ran gate mode"
 # The oracle computes about 60% of the neurons (target sparsity 0.4).
 awk '$1 == "oracle" {exit !($(NF-1) > 0.5 && $(NF-1) < 0.7)}' "$tmp/out" || fail "oracle share: $(grep ^oracle "$tmp/out")"
 expect_error "--modes gate: the predictors were trained on the output rule" eval -m "$tmp/silu-out.gguf" -f "$tmp/held.txt" --modes gate
+# --predict-sparsity: trained on the top 30%, the stored threshold skips 40%
+# of the samples' neurons, and about that on other text.
+"$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-ps.gguf" -n 400 -c 128 \
+    --epochs 2 --rank 32 -s 0.7 --active output -t f16 --predict-sparsity 0.4 >"$tmp/out" 2>"$tmp/err" ||
+    fail "train --predict-sparsity: $(cat "$tmp/err")"
+thr=$(sed -n 's/^threshold \([-0-9.e]*\): the predictors skip \(0\.[0-9]*\) of the samples.*/\1 \2/p' "$tmp/out")
+[ -n "$thr" ] || fail "train --predict-sparsity: no threshold line: $(cat "$tmp/out")"
+set -- $thr
+awk -v g="${2:-0}" 'BEGIN {exit !(g > 0.35 && g <= 0.4)}' || fail "--predict-sparsity 0.4 skips ${2:-nothing}"
+"$si" info --no-workers --kv "$tmp/silu-ps.gguf" | grep 'powerinfer.sparse_threshold' |
+    awk -v t="${1:-x}" '{exit !($NF + 0 == t + 0)}' || fail "stored threshold is not ${1:-x}"
+"$si" eval -m "$tmp/silu-ps.gguf" -f "$tmp/held.txt" -c 128 --chunks 2 --modes predictor >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval --predict-sparsity: $(cat "$tmp/err")"
+awk '$1 == "predictor" {exit !($(NF-1) > 0.4 && $(NF-1) < 0.8)}' "$tmp/out" ||
+    fail "predictor share on held-out text: $(grep ^predictor "$tmp/out")"
 
 # Errors.
 expect_error "train-predictor: no model given" train-predictor -f "$tmp/train.txt" -o x.gguf
@@ -119,6 +134,9 @@ expect_error "--predictor-type: unknown type 'q3_k'" train-predictor -m "$tmp/re
 expect_error "--rank-step 16 is not a multiple" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf -t q4_0 --rank-step 16
 expect_error "give --profile or --target-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --profile p -s 0.5
 expect_error "train-predictor: unknown option '--bogus'" train-predictor --bogus
+expect_error "give --threshold or --predict-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --threshold 0.5 --predict-sparsity 0.5
+expect_error "--predict-sparsity: 0 is not in (0, 1)" train-predictor --predict-sparsity 0
+expect_error "--predict-sparsity: 1.5 is not in (0, 1)" train-predictor --predict-sparsity 1.5
 printf 'Two words' >"$tmp/short.txt"
 expect_error "short.txt: 9 tokens, too few to train predictors on (at least 64)" \
     train-predictor -m "$tmp/relu.gguf" -f "$tmp/short.txt" -o "$tmp/x.gguf"

@@ -151,6 +151,60 @@ static void test_adaptive(void)
     si_train_samples_free(s);
 }
 
+/* The threshold for a predicted sparsity, on hand-made predictors whose
+ * outputs are known: h = relu(x_0) = 1, z_i = i - 3.5 in layer 0 and
+ * 2 (i - 3.5) in layer 1, the same for every sample. */
+static void test_threshold(void)
+{
+    const int32_t nl = 2, d = 4, ff = 8, n = 10;
+    char err[256];
+    struct si_train_samples *s = NULL;
+    CHECK(si_train_samples_init(&s, nl, d, ff, n, err, sizeof err) == SI_OK, "init: %s", err);
+    if (s == NULL)
+        return;
+    const float x[4] = {1, 0.5f, -2, 3};
+    uint8_t act[8] = {0};
+    for (int32_t k = 0; k < n; k++) {
+        for (int32_t l = 0; l < nl; l++)
+            si_train_samples_set(s, l, x, act);
+        s->n++;
+    }
+    struct si_train_layer L[2] = {{0}};
+    for (int32_t l = 0; l < nl; l++) {
+        L[l].rank = 1;
+        L[l].fc1 = calloc((size_t)d, sizeof(float));
+        L[l].fc2 = malloc((size_t)ff * sizeof(float));
+        L[l].fc1[0] = 1;
+        for (int32_t i = 0; i < ff; i++)
+            L[l].fc2[i] = (float)(l + 1) * ((float)i - 3.5f);
+    }
+    /* Values -7 -5 -3.5 -3 -2.5 -1.5 -1 -0.5 0.5 1 1.5 2.5 3 3.5 5 7, each
+     * n times: a quarter lies below -2.5, a half below 0. */
+    float T = 0;
+    double got = 0;
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.25, &T, &got, err, sizeof err) == SI_OK,
+          "threshold: %s", err);
+    CHECK(T == -2.5f && got == 0.25, "S 0.25: threshold %g skips %g (want -2.5, 0.25)", (double)T,
+          got);
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.5, &T, &got, err, sizeof err) == SI_OK,
+          "threshold: %s", err);
+    CHECK(T > -0.5f && T <= 0.5f && got == 0.5, "S 0.5: threshold %g skips %g", (double)T, got);
+    /* Not reachable exactly: the most that stays at or below S. */
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.3, &T, &got, err, sizeof err) == SI_OK,
+          "threshold: %s", err);
+    CHECK(T == -2.5f && got == 0.25, "S 0.3: threshold %g skips %g", (double)T, got);
+    CHECK(si_train_threshold_for_sparsity(s, L, 1.0, &T, &got, err, sizeof err) == SI_E_INVALID,
+          "sparsity 1 accepted");
+    free(L[1].fc1);
+    L[1].fc1 = NULL;
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.5, &T, &got, err, sizeof err) == SI_E_INVALID,
+          "a layer without predictor accepted");
+    printf("predictor threshold for a sparsity: refused as expected: %s\n", err);
+    for (int32_t l = 0; l < nl; l++)
+        si_train_layer_clear(&L[l]);
+    si_train_samples_free(s);
+}
+
 /* The predictor's choice from the trained floats: fc2 . relu(fc1 . x) >= 0. */
 static void float_predict(const struct si_train_layer *L, const float *x, int32_t d, int32_t ff,
                           uint8_t *out)
@@ -593,6 +647,7 @@ int main(void)
     /* One BLAS thread: the same sums in the same order every run. */
     openblas_set_num_threads(1);
     test_adaptive();
+    test_threshold();
     test_model();
     test_silu();
     rmdir(dir);

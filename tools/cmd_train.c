@@ -75,6 +75,11 @@ static void train_usage(FILE *f)
             "  -t, --predictor-type T    f32, f16, q8_0, q4_0 or auto (the model's FFN type\n"
             "                            when it can be written, else f16; default auto)\n"
             "      --threshold F         powerinfer.sparse_threshold to store (default 0)\n"
+            "      --predict-sparsity S  store instead the threshold at which the trained\n"
+            "                            predictors skip a share S of the samples' neurons,\n"
+            "                            (0, 1); with a higher --target-sparsity the\n"
+            "                            predictors learn the strongest neurons and this\n"
+            "                            picks how many to compute\n"
             "      --powerinfer          write the PWRI magic (default: the model's) and\n"
             "                            blk.N.ffn_down_t when the model has none\n"
             "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
@@ -136,6 +141,8 @@ int si_cmd_train(int argc, char **argv)
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
     bool target_given = false, powerinfer = false, auto_type = true, down_t = false;
+    bool thr_given = false;
+    double predict_sparsity = 0;
     uint32_t type = SI_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -228,6 +235,13 @@ int si_cmd_train(int argc, char **argv)
             VALUE();
             if (!si_cli_float(a, v, -1e6, 1e6, &thr))
                 return 1;
+            thr_given = true;
+        } else if (!strcmp(a, "--predict-sparsity")) {
+            VALUE();
+            if (!si_cli_float(a, v, -1e6, 1e6, &predict_sparsity))
+                return 1;
+            if (!(predict_sparsity > 0 && predict_sparsity < 1))
+                return si_cli_error("%s: %s is not in (0, 1)", a, v);
         } else if (!strcmp(a, "-a") || !strcmp(a, "--active")) {
             VALUE();
             if (si_active_rule_parse(v, &rule) != SI_OK)
@@ -260,6 +274,8 @@ int si_cmd_train(int argc, char **argv)
     if (profile != NULL && rule != SI_ACTIVE_GATE)
         return si_cli_error("train-predictor: --profile holds gate thresholds; --active output "
                             "finds its own (--target-sparsity)");
+    if (thr_given && predict_sparsity > 0)
+        return si_cli_error("train-predictor: give --threshold or --predict-sparsity, not both");
     if (min_rank == 0)
         min_rank = step;
     if (max_rank > 0 && max_rank < min_rank)
@@ -501,6 +517,18 @@ int si_cmd_train(int argc, char **argv)
         fflush(stdout);
     }
     const double t_train = now() - t_train0;
+    if (predict_sparsity > 0) {
+        double got = 0;
+        float T = 0;
+        if (si_train_threshold_for_sparsity(samples, layers, predict_sparsity, &T, &got, err,
+                                            sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        thr = T;
+        printf("threshold %g: the predictors skip %.4f of the samples' neurons (asked %.3g)\n",
+               (double)T, got, predict_sparsity);
+    }
 
     struct si_train_write_params wp = {
         .type = type,

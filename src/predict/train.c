@@ -733,6 +733,80 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------ threshold */
+
+enum { THR_BINS = 128 * 256, THR_LO = -64 };
+
+int si_train_threshold_for_sparsity(const struct si_train_samples *s,
+                                    const struct si_train_layer *layers, double S, float *T,
+                                    double *got, char *err, size_t err_size)
+{
+    if (s == NULL || layers == NULL || !(S >= 0 && S < 1) || s->n < 1)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "predictor threshold: the sparsity must be in [0, 1) and samples given");
+    const int32_t d = s->n_embd, ff = s->n_ff, B = 256;
+    int32_t rmax = 0;
+    for (int32_t l = 0; l < s->n_layer; l++) {
+        if (layers[l].fc1 == NULL || layers[l].fc2 == NULL || layers[l].rank < 1)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "predictor threshold: layer %" PRId32 " has no predictor", l);
+        rmax = layers[l].rank > rmax ? layers[l].rank : rmax;
+    }
+    /* Counts per bin; the bins below and above the range are the first
+     * and the last. */
+    uint64_t *hist = calloc(THR_BINS + 2, sizeof *hist);
+    float *x = malloc((size_t)B * (size_t)d * sizeof *x);
+    float *h = malloc((size_t)B * (size_t)rmax * sizeof *h);
+    float *z = malloc((size_t)B * (size_t)ff * sizeof *z);
+    if (hist == NULL || x == NULL || h == NULL || z == NULL) {
+        free(hist);
+        free(x);
+        free(h);
+        free(z);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    }
+    for (int32_t l = 0; l < s->n_layer; l++) {
+        const struct si_train_layer *L = &layers[l];
+        for (int64_t k0 = 0; k0 < s->n; k0 += B) {
+            const int32_t b = (int32_t)(s->n - k0 < B ? s->n - k0 : B);
+            const uint16_t *xs = s->x + ((size_t)l * (size_t)s->cap + (size_t)k0) * (size_t)d;
+            for (size_t e = 0; e < (size_t)b * (size_t)d; e++)
+                x[e] = si_fp16_to_fp32(xs[e]);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, L->rank, d, 1.0f, x, d, L->fc1,
+                        d, 0.0f, h, L->rank);
+            for (size_t e = 0; e < (size_t)b * (size_t)L->rank; e++)
+                h[e] = h[e] > 0.0f ? h[e] : 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, ff, L->rank, 1.0f, h, L->rank,
+                        L->fc2, L->rank, 0.0f, z, ff);
+            for (size_t e = 0; e < (size_t)b * (size_t)ff; e++) {
+                /* Bin j + 1 holds [THR_LO + j / 256, THR_LO + (j + 1) / 256). */
+                const double f = floor(((double)z[e] - THR_LO) * 256.0);
+                const int64_t j = f < 0 ? -1 : f >= THR_BINS ? THR_BINS : (int64_t)f;
+                hist[j + 1]++;
+            }
+        }
+    }
+    const double pairs = (double)s->n_layer * (double)s->n * (double)ff;
+    /* The smallest bin edge below which a share >= S lies. */
+    double below = 0;
+    int64_t j = 0;
+    while (j < THR_BINS + 1 && below + (double)hist[j] <= S * pairs)
+        below += (double)hist[j++];
+    /* Edge j: values below it are in bins 0 .. j - 1. */
+    if (j == 0) { /* more than S below the range: skip those */
+        *T = (float)THR_LO;
+        below = (double)hist[0];
+    } else {
+        *T = (float)(THR_LO + (double)(j - 1) / 256.0);
+    }
+    *got = below / pairs;
+    free(hist);
+    free(x);
+    free(h);
+    free(z);
+    return SI_OK;
+}
+
 /* ------------------------------------------------------------ writing */
 
 uint32_t si_train_auto_type(const struct si_model *m, int32_t rank_step)

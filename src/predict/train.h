@@ -191,6 +191,20 @@ int si_train_fit(const struct si_train_samples *s, int32_t l, int32_t rank,
 int si_train_adaptive(const struct si_train_samples *s, int32_t l, const struct si_train_params *p,
                       struct si_train_layer *out, char *err, size_t err_size);
 
+/*
+ * The predictor threshold T at which the trained predictors layers[0..
+ * n_layer) select a share 1 - S of the (sample, neuron) pairs of s, all
+ * layers together (powerinfer.sparse_threshold is one number for the whole
+ * model): neurons with fc2 output >= T are computed.  Training on a rule
+ * with a high target sparsity and running at a lower one (the predictors
+ * then rank the neurons, the threshold picks how many) keeps the strongest
+ * neurons best.  T is found on a histogram of the outputs (steps of 1/256
+ * in [-64, 64)); *got gets the skipped share at T on s.  S in [0, 1).
+ */
+int si_train_threshold_for_sparsity(const struct si_train_samples *s,
+                                    const struct si_train_layer *layers, double S, float *T,
+                                    double *got, char *err, size_t err_size);
+
 /* Output file options. */
 struct si_train_write_params {
     uint32_t type;          /* enum si_type of fc1/fc2: F32, F16 or a quantizable type */
