@@ -20,6 +20,7 @@
 #include "starinfer.h"
 #include "test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,19 @@ static void test_threshold(void)
     CHECK(si_train_threshold_for_sparsity(s, L, 0.3, &T, &got, err, sizeof err) == SI_OK,
           "threshold: %s", err);
     CHECK(T == -2.5f && got == 0.25, "S 0.3: threshold %g skips %g", (double)T, got);
+    /* Outputs beyond the histogram's range: z_i = 100 (i - 3.5), 3 of 8
+     * below -64. */
+    for (int32_t l = 0; l < nl; l++)
+        for (int32_t i = 0; i < ff; i++)
+            L[l].fc2[i] = 100.0f * ((float)i - 3.5f);
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.25, &T, &got, err, sizeof err) == SI_OK,
+          "threshold: %s", err);
+    CHECK(T == -FLT_MAX && got == 0, "S 0.25, 37.5%% below the range: threshold %g skips %g",
+          (double)T, got);
+    CHECK(si_train_threshold_for_sparsity(s, L, 0.4, &T, &got, err, sizeof err) == SI_OK,
+          "threshold: %s", err);
+    CHECK(T == -50.0f && got == 0.375, "S 0.4: threshold %g skips %g (want -50, 0.375)",
+          (double)T, got);
     CHECK(si_train_threshold_for_sparsity(s, L, 1.0, &T, &got, err, sizeof err) == SI_E_INVALID,
           "sparsity 1 accepted");
     free(L[1].fc1);

@@ -793,9 +793,8 @@ int si_train_threshold_for_sparsity(const struct si_train_samples *s,
     while (j < THR_BINS + 1 && below + (double)hist[j] <= S * pairs)
         below += (double)hist[j++];
     /* Edge j: values below it are in bins 0 .. j - 1. */
-    if (j == 0) { /* more than S below the range: skip those */
-        *T = (float)THR_LO;
-        below = (double)hist[0];
+    if (j == 0) { /* more than S below the range: no edge fits, compute all */
+        *T = -FLT_MAX;
     } else {
         *T = (float)(THR_LO + (double)(j - 1) / 256.0);
     }

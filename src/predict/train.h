@@ -199,7 +199,9 @@ int si_train_adaptive(const struct si_train_samples *s, int32_t l, const struct 
  * with a high target sparsity and running at a lower one (the predictors
  * then rank the neurons, the threshold picks how many) keeps the strongest
  * neurons best.  T is found on a histogram of the outputs (steps of 1/256
- * in [-64, 64)); *got gets the skipped share at T on s.  S in [0, 1).
+ * in [-64, 64)): the edge that skips the largest share at or below S
+ * (-FLT_MAX, skipping nothing, when more than S lies below -64); *got gets
+ * that share.  S in [0, 1).
  */
 int si_train_threshold_for_sparsity(const struct si_train_samples *s,
                                     const struct si_train_layer *layers, double S, float *T,
