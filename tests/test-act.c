@@ -36,13 +36,6 @@ static uint64_t rng(void)
     return z ^ (z >> 31);
 }
 
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* The float ulp at |v| (subnormal spacing below the normal range). */
 static double ulp_of(double v)
 {
@@ -60,7 +53,7 @@ static void test_f16_round(void)
     long bad = 0, n = 0;
     for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
         for (uint64_t top = 0; top < (1u << 24); top++, n++) {
-            const float x = bits_float((uint32_t)(top << 8) | low[l]);
+            const float x = si_act_float((uint32_t)(top << 8) | low[l]);
             const float want = si_fp16_to_fp32(si_fp32_to_fp16(x)), got = si_act_f16_round(x);
             if (isnan(want) ? !isnan(got) : memcmp(&want, &got, sizeof got) != 0)
                 if (bad++ < 5)
@@ -69,7 +62,7 @@ static void test_f16_round(void)
         }
     }
     for (int i = 0; i < 1000000; i++, n++) {
-        const float x = bits_float((uint32_t)rng());
+        const float x = si_act_float((uint32_t)rng());
         const float want = si_fp16_to_fp32(si_fp32_to_fp16(x)), got = si_act_f16_round(x);
         if (isnan(want) ? !isnan(got) : memcmp(&want, &got, sizeof got) != 0)
             bad++;

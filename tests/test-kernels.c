@@ -16,6 +16,7 @@
  * in the query and the cache.  Every output must have the same bits, NaNs
  * included (the tiled one's NaNs may differ in sign and payload).
  */
+#include "model/act.h"
 #include "model/kernels.h"
 #include "model/quants.h"
 #include "model/quants_impl.h"
@@ -45,20 +46,6 @@ static float uniform(float lo, float hi)
     return lo + (hi - lo) * (float)((double)(rng() >> 11) * 0x1p-53);
 }
 
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* ------------------------------------------------------ conversions */
 
 static void test_fp16_to_fp32(void)
@@ -71,7 +58,7 @@ static void test_fp16_to_fp32(void)
     deq(h, got, 65536);
     int bad = 0, snan = 0;
     for (uint32_t i = 0; i < 65536; i++) {
-        const uint32_t want = float_bits(si_fp16_to_fp32((uint16_t)i)), have = float_bits(got[i]);
+        const uint32_t want = si_act_bits(si_fp16_to_fp32((uint16_t)i)), have = si_act_bits(got[i]);
         const bool is_snan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff) != 0 && !(i & 0x200);
         if (is_snan) {
             /* F16C quiets them (bit 22); the rest must agree. */
@@ -97,7 +84,7 @@ static int fp32_to_fp16_batch(const float *x, uint16_t *h, int n)
     for (int i = 0; i < n; i++) {
         const uint16_t want = si_fp32_to_fp16(x[i]);
         if (h[i] != want && bad++ < 5)
-            fprintf(stderr, "fp32 %08x: software %04x, F16C %04x\n", float_bits(x[i]), want, h[i]);
+            fprintf(stderr, "fp32 %08x: software %04x, F16C %04x\n", si_act_bits(x[i]), want, h[i]);
     }
     return bad;
 }
@@ -114,14 +101,14 @@ static void test_fp32_to_fp16(void)
     for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
         for (uint64_t top = 0; top < (1u << 24); top += BATCH) {
             for (int i = 0; i < BATCH; i++)
-                x[i] = bits_float((uint32_t)((top + (uint64_t)i) << 8) | low[l]);
+                x[i] = si_act_float((uint32_t)((top + (uint64_t)i) << 8) | low[l]);
             bad += fp32_to_fp16_batch(x, h, BATCH);
             n += BATCH;
         }
     }
     for (int r = 0; r < 64; r++) {
         for (int i = 0; i < BATCH; i++)
-            x[i] = bits_float((uint32_t)rng());
+            x[i] = si_act_float((uint32_t)rng());
         bad += fp32_to_fp16_batch(x, h, BATCH);
         n += BATCH;
     }
@@ -143,7 +130,7 @@ static float special(float plain)
     case 0:
         return rng() & 1 ? INFINITY : -INFINITY;
     case 1:
-        return bits_float(0x7f800000u | (uint32_t)(rng() & 0x7fffff) | 1u |
+        return si_act_float(0x7f800000u | (uint32_t)(rng() & 0x7fffff) | 1u |
                           (uint32_t)(rng() & 1) << 31);
     case 2:
         return (float)(rng() % 1024) * 0x1p-24f; /* an fp16 subnormal */
@@ -196,10 +183,10 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
                              scale, s2);
     int bad = 0;
     for (size_t i = 0; i < nq; i++) {
-        if (float_bits(a[i]) != float_bits(b[i]) && bad++ < 3)
+        if (si_act_bits(a[i]) != si_act_bits(b[i]) && bad++ < 3)
             fprintf(stderr, "attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs %08x (%.9g)\n",
-                    n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i, float_bits(a[i]),
-                    a[i], float_bits(b[i]), b[i]);
+                    n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i, si_act_bits(a[i]),
+                    a[i], si_act_bits(b[i]), b[i]);
     }
     /* The public function runs the AVX2 code here. */
     si_k_attn_f16(a, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale, s1);
@@ -220,10 +207,10 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
                                 scale, s2);
         for (size_t i = 0; i < nq; i++) {
             const bool in = i >= (size_t)h0 * head_dim && i < (size_t)h1 * head_dim;
-            const uint32_t want = in ? float_bits(b[i]) : 0x3c3c3c3cu;
-            if ((float_bits(a[i]) != want || float_bits(c[i]) != want) && bad++ < 3)
+            const uint32_t want = in ? si_act_bits(b[i]) : 0x3c3c3c3cu;
+            if ((si_act_bits(a[i]) != want || si_act_bits(c[i]) != want) && bad++ < 3)
                 fprintf(stderr, "attn heads [%d, %d) of %d: out[%zu] %08x / %08x, want %08x\n",
-                        h0, h1, n_head, i, float_bits(a[i]), float_bits(c[i]), want);
+                        h0, h1, n_head, i, si_act_bits(a[i]), si_act_bits(c[i]), want);
         }
         free(c);
     }
@@ -239,10 +226,10 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
     /* NaNs may differ in sign and payload: which operand of a fused
      * multiply-add a NaN comes from depends on the instruction's form. */
     for (size_t i = 0; i < nq; i++) {
-        if (float_bits(a[i]) != float_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])) && bad++ < 3)
+        if (si_act_bits(a[i]) != si_act_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])) && bad++ < 3)
             fprintf(stderr, "tiled attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs "
                     "%08x (%.9g)\n", n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i,
-                    float_bits(a[i]), a[i], float_bits(b[i]), b[i]);
+                    si_act_bits(a[i]), a[i], si_act_bits(b[i]), b[i]);
     }
     si_k_attn_f16_tiled(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim, scale,
                         t1);
@@ -259,12 +246,12 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
                                    scale, t2);
         for (size_t i = 0; i < nq; i++) {
             const bool in = i >= (size_t)h0 * head_dim && i < (size_t)h1 * head_dim;
-            const uint32_t want = in ? float_bits(b[i]) : 0x3c3c3c3cu;
+            const uint32_t want = in ? si_act_bits(b[i]) : 0x3c3c3c3cu;
             const bool nan_ok = in && isnan(b[i]);
-            if (((float_bits(a[i]) != want && !(nan_ok && isnan(a[i]))) ||
-                 (float_bits(c[i]) != want && !(nan_ok && isnan(c[i])))) && bad++ < 3)
+            if (((si_act_bits(a[i]) != want && !(nan_ok && isnan(a[i]))) ||
+                 (si_act_bits(c[i]) != want && !(nan_ok && isnan(c[i])))) && bad++ < 3)
                 fprintf(stderr, "tiled attn heads [%d, %d) of %d: out[%zu] %08x / %08x, want "
-                        "%08x\n", h0, h1, n_head, i, float_bits(a[i]), float_bits(c[i]), want);
+                        "%08x\n", h0, h1, n_head, i, si_act_bits(a[i]), si_act_bits(c[i]), want);
         }
         free(c);
     }

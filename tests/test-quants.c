@@ -20,6 +20,7 @@
  * within 1e-5 of the sum of |terms|, with quantized activations too; mad
  * within 1e-6 of |y| + |a| * (the value's terms), a few float roundings.
  */
+#include "model/act.h"
 #include "model/quants.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
@@ -58,20 +59,6 @@ static uint64_t rng(void)
 static double uniform(double lo, double hi)
 {
     return lo + (hi - lo) * (double)(rng() >> 11) * 0x1p-53;
-}
-
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
 }
 
 static uint16_t get16(const uint8_t *p)
@@ -123,7 +110,7 @@ static double ref_bf16(uint16_t h)
  */
 static uint16_t ref_round(float f, double (*value)(uint16_t), uint16_t inf_bits, double past)
 {
-    uint16_t sign = (float_bits(f) >> 31) ? 0x8000 : 0;
+    uint16_t sign = (si_act_bits(f) >> 31) ? 0x8000 : 0;
     double a = fabs((double)f);
     if (a >= past)
         return sign | inf_bits;
@@ -217,8 +204,8 @@ static void test_conversions(void)
     CHECK(isnan(si_fp16_to_fp32(si_fp32_to_fp16(NAN))), "NaN -> fp16 is not NaN");
     CHECK(isnan(si_bf16_to_fp32(si_fp32_to_bf16(NAN))), "NaN -> bf16 is not NaN");
     /* A NaN whose payload sits only in the low bits must not become infinity. */
-    CHECK(isnan(si_fp16_to_fp32(si_fp32_to_fp16(bits_float(0x7f800001u)))), "low NaN -> fp16");
-    CHECK(isnan(si_bf16_to_fp32(si_fp32_to_bf16(bits_float(0xff800001u)))), "low NaN -> bf16");
+    CHECK(isnan(si_fp16_to_fp32(si_fp32_to_fp16(si_act_float(0x7f800001u)))), "low NaN -> fp16");
+    CHECK(isnan(si_bf16_to_fp32(si_fp32_to_bf16(si_act_float(0xff800001u)))), "low NaN -> bf16");
 
     /* Random floats: any bit pattern, and ones in the half's range. */
     int bad = 0;
@@ -226,7 +213,7 @@ static void test_conversions(void)
         uint32_t u = (uint32_t)rng();
         if (i & 1) /* exponent 100 ... 143: around the half's range */
             u = (u & 0x807fffffu) | (uint32_t)(100 + (u >> 8) % 44) << 23;
-        float f = bits_float(u);
+        float f = si_act_float(u);
         if (isnan(f))
             continue;
         bad += si_fp32_to_fp16(f) != ref_to_half(f);

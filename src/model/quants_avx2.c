@@ -99,10 +99,7 @@ INLINE float bf16_at(const uint8_t *p)
 {
     uint16_t h;
     memcpy(&h, p, sizeof h);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return si_act_float((uint32_t)h << 16);
 }
 
 static void dequantize_bf16(const void *src, float *dst, int64_t n)
@@ -1725,15 +1722,7 @@ static void attn_tiled(float *out, const float *q, const uint16_t *k, const uint
                     S[h] *= ms;
                 }
                 M[h] = Mnew;
-                double sum = 0.0;
-                for (int j = 0; j < T; j += 8) {
-                    float p[8];
-                    for (int u = 0; u < 8; u++)
-                        p[u] = sc[j + u] = si_act_exp(sc[j + u] - Mnew);
-                    sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) +
-                                    ((p[5] + p[1]) + (p[7] + p[3])));
-                }
-                S[h] = (float)((double)S[h] + sum);
+                S[h] = (float)((double)S[h] + si_act_exp_sum8(sc, T, Mnew));
                 int i = 0;
                 for (; i + 8 <= hd; i += 8) {
                     __m256 a = _mm256_loadu_ps(acc + i);
