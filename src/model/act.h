@@ -74,6 +74,21 @@ SI_ACT_FN float si_act_exp(float x)
     return fmaf(s2, p, s2) * s1;
 }
 
+/* sc[0..n) = e^(sc[i] - m) for n a multiple of 8, and their sum as
+ * llama.cpp's tiled flash attention adds it: each group of 8 in float as
+ * ((p4 + p0) + (p6 + p2)) + ((p5 + p1) + (p7 + p3)), the groups in double. */
+SI_ACT_FN double si_act_exp_sum8(float *sc, int n, float m)
+{
+    double sum = 0.0;
+    for (int g = 0; g < n; g += 8) {
+        float p[8];
+        for (int u = 0; u < 8; u++)
+            p[u] = sc[g + u] = si_act_exp(sc[g + u] - m);
+        sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) + ((p[5] + p[1]) + (p[7] + p[3])));
+    }
+    return sum;
+}
+
 /* x rounded to the nearest fp16 value (ties to even), as a float. */
 SI_ACT_FN float si_act_f16_round(float x)
 {

@@ -194,14 +194,7 @@ void si__k_attn_f16_tiled_portable(float *out, const float *q, const uint16_t *k
                 S[h] *= ms;
             }
             M[h] = Mnew;
-            double sum = 0.0;
-            for (int g = 0; g < T; g += 8) {
-                float p[8];
-                for (int u = 0; u < 8; u++)
-                    p[u] = sc[g + u] = si_act_exp(sc[g + u] - Mnew);
-                sum += (double)(((p[4] + p[0]) + (p[6] + p[2])) + ((p[5] + p[1]) + (p[7] + p[3])));
-            }
-            S[h] = (float)((double)S[h] + sum);
+            S[h] = (float)((double)S[h] + si_act_exp_sum8(sc, T, Mnew));
             for (int t = lo; t < hi; t++) {
                 const uint16_t *vt = v + (size_t)t * kvd + koff;
                 const float pt = sc[t - t0];
