@@ -300,7 +300,8 @@ struct si_context_params {
                               * cold neuron); read during init only */
     int32_t flash_window; /* tokens whose active neurons stay in the flash caches
                            * (k); 0 (default): 5, the paper's; -1: none (every
-                           * active neuron is read for every token) */
+                           * active neuron is read for every token); set on the
+                           * reference engine, SI_E_INVALID (as flash_store) */
     const char *profile_path; /* activation profile (`starinfer profile`): orders
                                * the neurons hottest first; NULL (default): none;
                                * read during si_context_init only */

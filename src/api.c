@@ -504,20 +504,36 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "attn_split: %d is outside [0, 256]", p->attn_split);
     if (p->flash_window < -1 || p->flash_window > 1000000)
         return fail(SI_E_INVALID, "flash_window: %d is outside [-1, 1000000]", p->flash_window);
-    if (p->engine == SI_ENGINE_REF) {
-        const char *what = p->sparsity != SI_SPARSE_DENSE ? "sparsity gate or predictor"
-                           : p->vram_budget > 0           ? "vram_budget"
-                           : p->profile_path != NULL      ? "profile_path"
-                           : p->placement_path != NULL    ? "placement_path"
-                           : p->exact_prefill             ? "exact_prefill"
-                           : p->redux                     ? "redux"
-                           : p->flash_store != NULL       ? "flash_store"
-                                                          : NULL;
-        if (what != NULL)
-            return fail(SI_E_INVALID, "%s needs the StarPU engine (engine SI_ENGINE_STARPU)",
-                        what);
-    }
+    const struct si__engine_option *eo =
+        p->engine == SI_ENGINE_REF ? si__engine_only_option(p) : NULL;
+    if (eo != NULL)
+        return fail(SI_E_INVALID, "%s needs the StarPU engine (engine SI_ENGINE_STARPU)",
+                    eo->field);
     return check_sampling(&p->sampling);
+}
+
+const struct si__engine_option *si__engine_only_option(const struct si_context_params *p)
+{
+    static const struct si__engine_option opt[] = {
+        {"sparsity gate or predictor", "--sparsity", NULL},
+        {"vram_budget", "--vram-budget", NULL},
+        {"profile_path", "--profile", NULL},
+        {"placement_path", "--placement", NULL},
+        {"exact_prefill", "--exact-prefill", NULL},
+        {"redux", "--merge redux", NULL},
+        {"flash_store", "--flash-store", "the flash tier"},
+        {"flash_window", "--flash-window", "the flash tier"},
+    };
+    const bool set[] = {
+        p->sparsity != SI_SPARSE_DENSE, p->vram_budget > 0, p->profile_path != NULL,
+        p->placement_path != NULL,      p->exact_prefill,   p->redux,
+        p->flash_store != NULL,         p->flash_window != 0,
+    };
+    _Static_assert(sizeof set / sizeof set[0] == sizeof opt / sizeof opt[0], "one flag an option");
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
+        if (set[i])
+            return &opt[i];
+    return NULL;
 }
 
 __attribute__((format(printf, 2, 3))) static void note(const struct si_context_params *p,

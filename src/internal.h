@@ -17,4 +17,16 @@ int si__errf(char *err, size_t err_size, int status, const char *fmt, ...)
 int si__verrf(char *err, size_t err_size, int status, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
+/*
+ * An option of struct si_context_params that only the StarPU engine has:
+ * the field's name (the API's errors), the CLI flag that sets it (the CLI's
+ * errors) and, when it needs a part of that engine, the part.
+ */
+struct si_context_params;
+struct si__engine_option {
+    const char *field, *flag, *part;
+};
+/* The first such option p sets, or NULL: one table for the API and the CLI. */
+const struct si__engine_option *si__engine_only_option(const struct si_context_params *p);
+
 #endif /* SI_INTERNAL_H */

@@ -255,7 +255,7 @@ static void test_bad_params(struct si_llm *llm)
     struct bad_case {
         const char *needle;
         struct si_context_params p;
-    } cases[8];
+    } cases[10];
     int n = 0;
     struct si_context_params p = si_context_default_params();
     p.n_ctx = -1;
@@ -282,6 +282,12 @@ static void test_bad_params(struct si_llm *llm)
     p = si_context_default_params();
     p.vram_budget = -5;
     cases[n++] = (struct bad_case){"vram_budget", p};
+    /* The flash tier's options are the StarPU engine's too (the CLI checks
+     * the same table). */
+    p = si_context_default_params();
+    p.engine = SI_ENGINE_REF;
+    p.flash_window = 3;
+    cases[n++] = (struct bad_case){"flash_window needs the StarPU engine", p};
     for (int i = 0; i < n; i++) {
         ctx = (struct si_context *)&p;
         int rc = si_context_init(llm, cases[i].p, &ctx);

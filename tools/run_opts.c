@@ -2,6 +2,7 @@
 #include "run_opts.h"
 
 #include "cli.h"
+#include "internal.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -177,24 +178,18 @@ int si_run_check(const struct si_run_opts *o)
 {
     const struct si_context_params *cp = &o->cp;
     /* The reference has none of the engine's options: name the first given. */
-    const char *engine_only = cp->sparsity != SI_SPARSE_DENSE ? "--sparsity"
-                              : cp->vram_budget > 0           ? "--vram-budget"
-                              : cp->profile_path != NULL      ? "--profile"
-                              : cp->placement_path != NULL    ? "--placement"
-                              : cp->exact_prefill             ? "--exact-prefill"
-                              : cp->redux                     ? "--merge redux"
-                                                              : NULL;
-    if (cp->engine == SI_ENGINE_REF && engine_only != NULL)
-        return si_cli_error("%s: %s needs --engine starpu", o->cmd, engine_only);
+    const struct si__engine_option *eo =
+        cp->engine == SI_ENGINE_REF ? si__engine_only_option(cp) : NULL;
+    if (eo != NULL)
+        return si_cli_error("%s: %s needs --engine starpu%s%s%s", o->cmd, eo->flag,
+                            eo->part != NULL ? " (" : "", eo->part != NULL ? eo->part : "",
+                            eo->part != NULL ? ")" : "");
     if (cp->engine == SI_ENGINE_REF && o->trace_dir != NULL)
         return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu",
                             o->cmd);
     /* The trace's prerequisites before anything is loaded. */
     if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
         return 1;
-    if (cp->engine == SI_ENGINE_REF && (cp->flash_store != NULL || cp->flash_window != 0))
-        return si_cli_error("%s: %s needs --engine starpu (the flash tier)", o->cmd,
-                            cp->flash_store != NULL ? "--flash-store" : "--flash-window");
     return 0;
 }
 
