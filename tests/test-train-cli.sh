@@ -121,6 +121,17 @@ awk -v g="${2:-0}" 'BEGIN {exit !(g > 0.35 && g <= 0.4)}' || fail "--predict-spa
     fail "eval --predict-sparsity: $(cat "$tmp/err")"
 awk '$1 == "predictor" {exit !($(NF-1) > 0.4 && $(NF-1) < 0.8)}' "$tmp/out" ||
     fail "predictor share on held-out text: $(grep ^predictor "$tmp/out")"
+# --loss cost: the pairs weighted by |v^P - t^P| (the model's FFN recomputes
+# v); it says so, trains, and the file runs in predictor mode.
+"$si" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o "$tmp/silu-cost.gguf" -n 400 -c 128 \
+    --epochs 2 --rank 32 -s 0.4 --active output -t f16 --loss cost --cost-power 2 \
+    --predict-sparsity 0.4 >"$tmp/out" 2>"$tmp/err" || fail "train --loss cost: $(cat "$tmp/err")"
+grep -qF "loss: cross-entropy, each pair weighted by |v^2 - t^2|" "$tmp/out" ||
+    fail "train --loss cost: no loss line: $(cat "$tmp/out")"
+"$si" eval -m "$tmp/silu-cost.gguf" -f "$tmp/held.txt" -c 128 --chunks 2 --modes predictor >"$tmp/out" 2>"$tmp/err" ||
+    fail "eval --loss cost: $(cat "$tmp/err")"
+awk '$1 == "predictor" {exit !($(NF-1) > 0.4 && $(NF-1) < 0.8)}' "$tmp/out" ||
+    fail "cost predictor share on held-out text: $(grep ^predictor "$tmp/out")"
 
 # Errors.
 expect_error "train-predictor: no model given" train-predictor -f "$tmp/train.txt" -o x.gguf
@@ -136,6 +147,9 @@ expect_error "give --profile or --target-sparsity, not both" train-predictor -m 
 expect_error "train-predictor: unknown option '--bogus'" train-predictor --bogus
 expect_error "give --threshold or --predict-sparsity, not both" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --threshold 0.5 --predict-sparsity 0.5
 expect_error "--predict-sparsity: 0 is not in (0, 1)" train-predictor --predict-sparsity 0
+expect_error "--loss: 'mse' is neither balanced nor cost" train-predictor --loss mse
+expect_error "--cost-power: 5 is out of range (0, 4]" train-predictor --loss cost --cost-power 5
+expect_error "--cost-power weights --loss cost only" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --cost-power 2
 expect_error "--predict-sparsity: 1.5 is not in (0, 1)" train-predictor --predict-sparsity 1.5
 printf 'Two words' >"$tmp/short.txt"
 expect_error "short.txt: 9 tokens, too few to train predictors on (at least 64)" \

@@ -12,6 +12,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/quants.h"
 #include "model/synth.h"
 #include "model/types.h"
 #include "predict/eval.h"
@@ -237,6 +238,57 @@ static void float_predict(const struct si_train_layer *L, const float *x, int32_
         out[i] = a >= 0;
     }
     free(h);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Layer l of a SiLU F32 model: the share of sum v^2, v = |silu(gate . x)|
+ * over the samples' pairs, that falls in the pairs the predictor L skips
+ * when it skips a share S of them (its lowest outputs). */
+static double skipped_energy(const struct si_model *m, const struct si_train_samples *s, int32_t l,
+                             const struct si_train_layer *L, double S)
+{
+    const int32_t d = s->n_embd, ff = s->n_ff;
+    const size_t pairs = (size_t)s->n * (size_t)ff;
+    float *y = malloc(pairs * sizeof *y), *v = malloc(pairs * sizeof *v);
+    float *sorted = malloc(pairs * sizeof *sorted), *x = malloc((size_t)d * sizeof *x);
+    float *h = malloc((size_t)L->rank * sizeof *h);
+    const float *wg = m->w.layers[l].ffn_gate.data;
+    for (int64_t k = 0; k < s->n; k++) {
+        const uint16_t *xs = s->x + ((size_t)l * (size_t)s->cap + (size_t)k) * (size_t)d;
+        for (int32_t j = 0; j < d; j++)
+            x[j] = si_fp16_to_fp32(xs[j]);
+        for (int32_t j = 0; j < L->rank; j++) {
+            float a = 0;
+            for (int32_t q = 0; q < d; q++)
+                a += L->fc1[(size_t)j * d + q] * x[q];
+            h[j] = a > 0 ? a : 0;
+        }
+        for (int32_t i = 0; i < ff; i++) {
+            float a = 0, g = 0;
+            for (int32_t j = 0; j < L->rank; j++)
+                a += L->fc2[(size_t)i * L->rank + j] * h[j];
+            for (int32_t q = 0; q < d; q++)
+                g += wg[(size_t)i * d + q] * x[q];
+            y[(size_t)k * ff + i] = a;
+            v[(size_t)k * ff + i] = fabsf(g / (1.0f + expf(-g)));
+        }
+    }
+    memcpy(sorted, y, pairs * sizeof *y);
+    qsort(sorted, pairs, sizeof *sorted, cmp_float);
+    const float T = sorted[(size_t)(S * (double)pairs)];
+    double all = 0, skipped = 0;
+    for (size_t q = 0; q < pairs; q++) {
+        all += (double)v[q] * v[q];
+        if (y[q] < T)
+            skipped += (double)v[q] * v[q];
+    }
+    free(y), free(v), free(sorted), free(x), free(h);
+    return skipped / all;
 }
 
 static void test_model(void)
@@ -600,6 +652,39 @@ static void test_silu(void)
     tp.epochs = 2;
     for (int32_t l = 0; l < nl; l++)
         CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
+    /* The cost-weighted loss: it needs the model; trained at the same width
+     * and epochs, its predictors skip less of the rule's energy (sum v^2)
+     * than the balanced ones at the same sparsity, which is what it is for. */
+    struct si_train_params bp = tp, cp = tp;
+    bp.epochs = cp.epochs = 100;
+    cp.loss = SI_TRAIN_LOSS_COST;
+    struct si_train_layer B = {0}, C = {0};
+    CHECK(si_train_fit(s, 1, 32, &cp, &C, err, sizeof err) == SI_E_INVALID,
+          "cost-weighted loss trained without the model");
+    printf("cost-weighted loss without the model: refused as expected: %s\n", err);
+    cp.cost_power = 0.0;
+    CHECK(si_train_fit(s, 1, 32, &cp, &C, err, sizeof err) == SI_E_INVALID,
+          "cost_power 0 accepted");
+    cp.cost_power = 1.0;
+    cp.model = m;
+    cp.rule = G;
+    cp.thresholds = p->thresholds;
+    for (int32_t l = 0; l < nl; l++) {
+        CHECK(si_train_fit(s, l, 32, &cp, &C, err, sizeof err) == SI_OK &&
+                  si_train_fit(s, l, 32, &bp, &B, err, sizeof err) == SI_OK,
+              "fit: %s", err);
+        const double eb = skipped_energy(m, s, l, &B, 0.4);
+        const double ec = skipped_energy(m, s, l, &C, 0.4);
+        printf("layer %d, 40%% skipped: balanced loss skips %.4f of the energy, cost-weighted "
+               "%.4f (loss %.4f -> %.4f)\n",
+               (int)l, eb, ec, C.before.loss, C.after.loss);
+        CHECK(C.after.loss < C.before.loss, "cost-weighted loss %.4f -> %.4f", C.before.loss,
+              C.after.loss);
+        CHECK(ec < eb, "layer %d: cost-weighted predictor skips %.4f of the energy, balanced %.4f",
+              (int)l, ec, eb);
+        si_train_layer_clear(&B);
+        si_train_layer_clear(&C);
+    }
     struct si_train_write_params wp = {.type = SI_TYPE_F16, .powerinfer = true, .down_t = true,
                                        .rule = SI_ACTIVE_GATE, .thresholds = p->thresholds,
                                        .target_sparsity = 0.5};

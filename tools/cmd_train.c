@@ -41,10 +41,11 @@ static void train_usage(FILE *f)
             "keeps each layer's FFN input and its active neurons: activation != 0 on ReLU\n"
             "models; |act(gate . x)| above the layer's CATS threshold on SiLU/GELU ones (from\n"
             "--profile, or found by a first pass for --target-sparsity).  Training: Adam on\n"
-            "the balanced binary cross-entropy in minibatches (OpenBLAS sgemm), 10%% of the\n"
-            "samples held out.  Width: each layer starts from its active share of n_embd\n"
-            "and shrinks or grows in multiples of --rank-step until the held-out recall at\n"
-            "threshold 0 reaches --target-recall with the smallest width.\n"
+            "the balanced (or --loss cost) binary cross-entropy in minibatches (OpenBLAS\n"
+            "sgemm), 10%% of the samples held out.  Width: each layer starts from its\n"
+            "active share of n_embd and shrinks or grows in multiples of --rank-step until\n"
+            "the held-out recall at threshold 0 reaches --target-recall with the smallest\n"
+            "width.\n"
             "\n"
             "Options:\n"
             "  -m, --model FILE          the model (GGUF)\n"
@@ -69,6 +70,11 @@ static void train_usage(FILE *f)
             "      --epochs N            passes over the samples per width (default 10)\n"
             "      --batch N             minibatch (default 256)\n"
             "      --lr F                Adam's step (default 0.002, decayed to a tenth)\n"
+            "      --loss L              balanced (default: each class half of the loss)\n"
+            "                            or cost (each pair weighted by what a wrong call\n"
+            "                            costs, |v^P - t^P| for the rule's value v and the\n"
+            "                            layer's threshold t: strong neurons count most)\n"
+            "      --cost-power P        P of --loss cost, (0, 4] (default 1)\n"
             "      --pos-weight F        extra weight of the active class (default 1)\n"
             "      --holdout F           share of samples held out, (0, 0.5] (default 0.1)\n"
             "      --seed N              shuffling and initialisation (default 1)\n"
@@ -143,6 +149,9 @@ int si_cmd_train(int argc, char **argv)
     bool target_given = false, powerinfer = false, auto_type = true, down_t = false;
     bool thr_given = false;
     double predict_sparsity = 0;
+    enum si_train_loss loss = SI_TRAIN_LOSS_BALANCED;
+    double cost_power = 1.0;
+    bool cost_power_given = false;
     uint32_t type = SI_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -246,6 +255,21 @@ int si_cmd_train(int argc, char **argv)
             VALUE();
             if (si_active_rule_parse(v, &rule) != SI_OK)
                 return si_cli_error("%s: '%s' is neither gate nor output", a, v);
+        } else if (!strcmp(a, "--loss")) {
+            VALUE();
+            if (!strcmp(v, "balanced"))
+                loss = SI_TRAIN_LOSS_BALANCED;
+            else if (!strcmp(v, "cost"))
+                loss = SI_TRAIN_LOSS_COST;
+            else
+                return si_cli_error("%s: '%s' is neither balanced nor cost", a, v);
+        } else if (!strcmp(a, "--cost-power")) {
+            VALUE();
+            if (!si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &cost_power))
+                return 1;
+            if (!(cost_power > 0 && cost_power <= 4))
+                return si_cli_error("%s: %g is out of range (0, 4]", a, cost_power);
+            cost_power_given = true;
         } else if (!strcmp(a, "--samples")) {
             VALUE();
             samples_file = v;
@@ -274,6 +298,8 @@ int si_cmd_train(int argc, char **argv)
     if (profile != NULL && rule != SI_ACTIVE_GATE)
         return si_cli_error("train-predictor: --profile holds gate thresholds; --active output "
                             "finds its own (--target-sparsity)");
+    if (cost_power_given && loss != SI_TRAIN_LOSS_COST)
+        return si_cli_error("train-predictor: --cost-power weights --loss cost only");
     if (thr_given && predict_sparsity > 0)
         return si_cli_error("train-predictor: give --threshold or --predict-sparsity, not both");
     if (min_rank == 0)
@@ -468,6 +494,12 @@ int si_cmd_train(int argc, char **argv)
                rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
                target,
                reuse ? ", kept with the samples" : profile ? ", from the profile" : "");
+    if (loss == SI_TRAIN_LOSS_COST)
+        printf("loss: cross-entropy, each pair weighted by |v^%g - t^%g| (v the rule's value, "
+               "t the layer's threshold)\n",
+               cost_power, cost_power);
+    else
+        printf("loss: balanced cross-entropy (each class half of it)\n");
     fflush(stdout);
 
     /* Training. */
@@ -483,6 +515,11 @@ int si_cmd_train(int argc, char **argv)
     tp.pos_weight = (float)pos_weight;
     tp.holdout = holdout;
     tp.seed = (uint64_t)seed;
+    tp.loss = loss;
+    tp.cost_power = cost_power;
+    tp.model = m;
+    tp.rule = rule;
+    tp.thresholds = thresholds;
     struct train_progress progress = {hp->n_layer};
     if (tty) {
         tp.progress = on_epoch;

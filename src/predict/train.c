@@ -306,6 +306,7 @@ struct si_train_params si_train_default_params(void)
         .lr = 2e-3f,
         .pos_weight = 1.0f,
         .holdout = 0.1,
+        .cost_power = 1.0,
         .seed = 1,
     };
 }
@@ -359,13 +360,107 @@ struct layer_data {
     double p;     /* active share of the training part */
     float w_pos, w_neg;
     double x_ms;  /* mean x^2 of the training part */
+    float *c;     /* (n_tr + n_ho, ff) per-pair weights (SI_TRAIN_LOSS_COST), or NULL */
 };
 
 static void layer_data_free(struct layer_data *ld)
 {
     free(ld->x);
     free(ld->y);
+    free(ld->c);
     memset(ld, 0, sizeof *ld);
+}
+
+/* A layer's FFN matrix (ff rows of d) as floats, or NULL (no memory). */
+static float *dequantize_matrix(const struct si_tensor *t, int32_t ff, int32_t d)
+{
+    float *w = malloc((size_t)ff * (size_t)d * sizeof *w);
+    if (w != NULL)
+        for (int32_t i = 0; i < ff; i++)
+            si_dequantize_row(t->type, (const char *)t->data + (size_t)i * t->row_bytes,
+                              w + (size_t)i * d, d);
+    return w;
+}
+
+/* SI_TRAIN_LOSS_COST's weights: the cost of the wrong decision on each pair.
+ * Skipping an active neuron loses what its output contributes, computing an
+ * inactive one spends what the threshold prices a neuron at: with both
+ * measured as v^P (P = cost_power), a pair weighs |v^P - t^P|
+ * (cost-sensitive classification reduced to weighted classification; pairs
+ * at the threshold do not matter either way).  v is recomputed in floats
+ * from the model's weights and x (the masks came from the forward pass,
+ * whose products may round differently: such pairs lie at the threshold
+ * and weigh next to nothing). */
+static int cost_weights(struct layer_data *ld, const struct si_train_params *p, char *err,
+                        size_t err_size)
+{
+    const struct si_model *m = p->model;
+    const int32_t l = ld->layer, d = ld->d, ff = ld->ff;
+    if (m == NULL || m->hp.n_embd != d || m->hp.n_ff != ff || l >= m->hp.n_layer)
+        return si__errf(
+            err, err_size, SI_E_INVALID,
+            "the cost-weighted loss needs the samples' model (%" PRId32 " x %" PRId32 ")", d, ff);
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *L = &m->w.layers[l];
+    const bool plain = hp->ffn_kind == SI_FFN_PLAIN;
+    if (!si_type_supported(L->ffn_up.type) || (!plain && !si_type_supported(L->ffn_gate.type)))
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "layer %" PRId32 ": the FFN's tensor type cannot be dequantized", l);
+    const int64_t n = ld->n_tr + ld->n_ho;
+    const int64_t CH = 256;
+    float *wu = dequantize_matrix(&L->ffn_up, ff, d);
+    float *wg = plain ? NULL : dequantize_matrix(&L->ffn_gate, ff, d);
+    float *u = malloc((size_t)CH * (size_t)ff * sizeof *u);
+    float *g = plain ? NULL : malloc((size_t)CH * (size_t)ff * sizeof *g);
+    float *b = NULL;
+    ld->c = malloc((size_t)n * (size_t)ff * sizeof *ld->c);
+    if (L->ffn_up_b.data != NULL && (b = malloc((size_t)ff * sizeof *b)) != NULL)
+        si_dequantize_row(L->ffn_up_b.type, L->ffn_up_b.data, b, ff);
+    if (wu == NULL || u == NULL || ld->c == NULL || (!plain && (wg == NULL || g == NULL)) ||
+        (L->ffn_up_b.data != NULL && b == NULL)) {
+        free(wu), free(wg), free(u), free(g), free(b);
+        return si__errf(err, err_size, SI_E_NOMEM,
+                        "out of memory for layer %" PRId32 "'s cost weights", l);
+    }
+    const float t = p->thresholds != NULL ? p->thresholds[l] : 0.0f;
+    const double gam = p->cost_power;
+    const double tt = pow((double)t, gam);
+    double sum = 0;
+    for (int64_t k0 = 0; k0 < n; k0 += CH) {
+        const int32_t bn = (int32_t)(n - k0 < CH ? n - k0 : CH);
+        const float *x = ld->x + (size_t)k0 * (size_t)d;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bn, ff, d, 1.0f, x, d, wu, d, 0.0f, u,
+                    ff);
+        if (!plain)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bn, ff, d, 1.0f, x, d, wg, d, 0.0f,
+                        g, ff);
+        for (int32_t j = 0; j < bn; j++)
+            for (int32_t i = 0; i < ff; i++) {
+                const size_t q = (size_t)j * (size_t)ff + (size_t)i;
+                float up = u[q] + (b != NULL ? b[i] : 0.0f);
+                float v;
+                if (plain) {
+                    v = fabsf(si_act_apply(hp->act, up));
+                } else {
+                    const float a = si_act_apply(hp->act, g[q]);
+                    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
+                        up = si_act_apply(SI_ACT_RELU, up);
+                    v = fabsf(p->rule == SI_ACTIVE_GATE ? a : a * up);
+                }
+                const double cw = fabs(pow((double)v, gam) - tt);
+                ld->c[(size_t)(k0 + j) * (size_t)ff + (size_t)i] = (float)cw;
+                if (k0 + j < ld->n_tr)
+                    sum += cw;
+            }
+    }
+    free(wu), free(wg), free(u), free(g), free(b);
+    const double mean = sum / ((double)ld->n_tr * (double)ff);
+    if (mean > 0) {
+        const float inv = (float)(1.0 / mean);
+        for (size_t q = 0; q < (size_t)n * (size_t)ff; q++)
+            ld->c[q] *= inv;
+    }
+    return SI_OK;
 }
 
 static int layer_data_init(struct layer_data *ld, const struct si_train_samples *s, int32_t l,
@@ -376,10 +471,11 @@ static int layer_data_init(struct layer_data *ld, const struct si_train_samples 
         return si__errf(err, err_size, SI_E_INVALID, "layer %" PRId32 " is not in [0, %" PRId32 ")",
                         l, s->n_layer);
     if (!(p->holdout > 0 && p->holdout < 1) || p->epochs < 1 || p->batch < 1 || !(p->lr > 0) ||
-        !(p->pos_weight > 0))
+        !(p->pos_weight > 0) || (unsigned)p->loss >= SI_TRAIN_LOSS_COUNT ||
+        (p->loss == SI_TRAIN_LOSS_COST && !(p->cost_power > 0 && p->cost_power <= 4)))
         return si__errf(err, err_size, SI_E_INVALID,
                         "training parameters out of range (holdout in (0, 1), epochs, batch, "
-                        "lr and pos_weight > 0)");
+                        "lr and pos_weight > 0, a known loss, cost_power in (0, 4])");
     const int64_t n = s->n;
     int64_t n_ho = (int64_t)llround(p->holdout * (double)n);
     n_ho = n_ho < 1 ? 1 : n_ho;
@@ -431,6 +527,15 @@ static int layer_data_init(struct layer_data *ld, const struct si_train_samples 
     const double p_c = ld->p > 0 && ld->p < 1 ? ld->p : 0.5;
     ld->w_pos = (float)(p->pos_weight * 0.5 / p_c);
     ld->w_neg = (float)(0.5 / (1.0 - p_c));
+    if (p->loss == SI_TRAIN_LOSS_COST) {
+        ld->w_pos = (float)p->pos_weight;
+        ld->w_neg = 1.0f;
+        const int rc = cost_weights(ld, p, err, err_size);
+        if (rc != SI_OK) {
+            layer_data_free(ld);
+            return rc;
+        }
+    }
     return SI_OK;
 }
 
@@ -442,6 +547,7 @@ struct work {
     float *m1, *v1, *m2, *v2; /* Adam moments */
     float *xb;             /* (B, d) */
     uint8_t *yb;           /* (B, ff) */
+    float *cb;             /* (B, ff) the pairs' weights, with ld->c */
     float *h, *dh;         /* (B, r) */
     float *z;              /* (B, ff), then the gradient in place */
 };
@@ -458,6 +564,7 @@ static void work_free(struct work *w)
     free(w->v2);
     free(w->xb);
     free(w->yb);
+    free(w->cb);
     free(w->h);
     free(w->dh);
     free(w->z);
@@ -479,6 +586,10 @@ static int work_init(struct work *w, const struct layer_data *ld, int32_t r, int
     w->v2 = calloc(n2, sizeof(float));
     w->xb = malloc((size_t)B * (size_t)ld->d * sizeof(float));
     w->yb = malloc((size_t)B * (size_t)ld->ff);
+    if (ld->c != NULL && (w->cb = malloc((size_t)B * (size_t)ld->ff * sizeof(float))) == NULL) {
+        work_free(w);
+        return SI_E_NOMEM;
+    }
     w->h = malloc((size_t)B * (size_t)r * sizeof(float));
     w->dh = malloc((size_t)B * (size_t)r * sizeof(float));
     w->z = malloc((size_t)B * (size_t)ld->ff * sizeof(float));
@@ -523,7 +634,8 @@ static void quality(struct work *w, const struct layer_data *ld, struct si_train
             tp += pred && y[e];
             fp += pred && !y[e];
             fn += !pred && y[e];
-            loss += bce(w->z[e], y[e], ld->w_pos, ld->w_neg);
+            loss += bce(w->z[e], y[e], ld->w_pos, ld->w_neg) *
+                    (ld->c != NULL ? ld->c[(size_t)k * (size_t)ld->ff + e] : 1.0f);
         }
     }
     const double pairs = (double)ld->n_ho * (double)ld->ff;
@@ -591,6 +703,9 @@ static int fit(const struct layer_data *ld, int32_t r, const struct si_train_par
                 const int64_t k = idx[k0 + j];
                 memcpy(w.xb + (size_t)j * d, ld->x + (size_t)k * d, (size_t)d * sizeof(float));
                 memcpy(w.yb + (size_t)j * ff, ld->y + (size_t)k * ff, (size_t)ff);
+                if (ld->c != NULL)
+                    memcpy(w.cb + (size_t)j * ff, ld->c + (size_t)k * ff,
+                           (size_t)ff * sizeof(float));
             }
             forward(&w, ld, w.xb, b);
             /* dL/dz of the batch's mean (over samples) of the summed losses. */
@@ -598,10 +713,11 @@ static int fit(const struct layer_data *ld, int32_t r, const struct si_train_par
             for (size_t q = 0; q < (size_t)b * (size_t)ff; q++) {
                 const float z = w.z[q];
                 const uint8_t y = w.yb[q];
+                const float c = ld->c != NULL ? w.cb[q] : 1.0f;
                 if (last)
-                    loss += bce(z, y, ld->w_pos, ld->w_neg);
+                    loss += c * bce(z, y, ld->w_pos, ld->w_neg);
                 const float sg = 1.0f / (1.0f + expf(-z));
-                w.z[q] = (y ? ld->w_pos : ld->w_neg) * (sg - (float)y) * inv_b;
+                w.z[q] = c * (y ? ld->w_pos : ld->w_neg) * (sg - (float)y) * inv_b;
             }
             /* g2 = dz^T h; dh = dz w2, masked by relu; g1 = dh^T x. */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ff, r, b, 1.0f, w.z, ff, w.h, r,

@@ -142,6 +142,8 @@ int si_train_samples_read(struct si_train_samples **out, enum si_active_rule *ru
 typedef void (*si_train_progress_fn)(void *user, int32_t layer, int32_t rank, int32_t epoch,
                                      int32_t epochs);
 
+enum si_train_loss { SI_TRAIN_LOSS_BALANCED, SI_TRAIN_LOSS_COST, SI_TRAIN_LOSS_COUNT };
+
 struct si_train_params {
     double target_recall; /* held-out recall the adaptive width aims at (0.95) */
     int32_t rank_step;    /* widths are multiples of it (32: quantizable rows) */
@@ -153,6 +155,18 @@ struct si_train_params {
     float pos_weight;     /* extra weight of the positives (1: balanced) */
     double holdout;       /* share of samples held out for recall (0.1) */
     uint64_t seed;        /* shuffling and initialisation (1) */
+    /* The loss: SI_TRAIN_LOSS_BALANCED (default) as described above, or
+     * SI_TRAIN_LOSS_COST: each (sample, neuron) pair's cross-entropy
+     * weighted by the cost of getting it wrong, |v^P - t_l^P| with v the
+     * rule's value (recomputed from the model's FFN weights and x), t_l the
+     * layer's threshold (0 on ReLU models) and P = cost_power, the weights
+     * normalised to a mean of 1 (no class balancing: the costs set it).  A
+     * missed strong neuron then costs more than a missed weak one. */
+    enum si_train_loss loss;
+    double cost_power;            /* P, (0, 4] (1) */
+    const struct si_model *model; /* the samples' model (needed by COST) */
+    enum si_active_rule rule;     /* the samples' rule */
+    const float *thresholds;      /* (n_layer) their thresholds, NULL on ReLU */
     si_train_progress_fn progress;
     void *progress_user;
 };
