@@ -220,9 +220,9 @@ static void test_threshold(void)
     si_train_samples_free(s);
 }
 
-/* The predictor's choice from the trained floats: fc2 . relu(fc1 . x) >= 0. */
-static void float_predict(const struct si_train_layer *L, const float *x, int32_t d, int32_t ff,
-                          uint8_t *out)
+/* The predictor's outputs from the trained floats: y = fc2 . relu(fc1 . x). */
+static void float_outputs(const struct si_train_layer *L, const float *x, int32_t d, int32_t ff,
+                          float *y)
 {
     float *h = malloc((size_t)L->rank * sizeof *h);
     for (int32_t j = 0; j < L->rank; j++) {
@@ -235,9 +235,20 @@ static void float_predict(const struct si_train_layer *L, const float *x, int32_
         float a = 0;
         for (int32_t j = 0; j < L->rank; j++)
             a += L->fc2[(size_t)i * L->rank + j] * h[j];
-        out[i] = a >= 0;
+        y[i] = a;
     }
     free(h);
+}
+
+/* The predictor's choice from the trained floats: y >= 0. */
+static void float_predict(const struct si_train_layer *L, const float *x, int32_t d, int32_t ff,
+                          uint8_t *out)
+{
+    float *y = malloc((size_t)ff * sizeof *y);
+    float_outputs(L, x, d, ff, y);
+    for (int32_t i = 0; i < ff; i++)
+        out[i] = y[i] >= 0;
+    free(y);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -256,25 +267,16 @@ static double skipped_energy(const struct si_model *m, const struct si_train_sam
     const size_t pairs = (size_t)s->n * (size_t)ff;
     float *y = malloc(pairs * sizeof *y), *v = malloc(pairs * sizeof *v);
     float *sorted = malloc(pairs * sizeof *sorted), *x = malloc((size_t)d * sizeof *x);
-    float *h = malloc((size_t)L->rank * sizeof *h);
     const float *wg = m->w.layers[l].ffn_gate.data;
     for (int64_t k = 0; k < s->n; k++) {
         const uint16_t *xs = s->x + ((size_t)l * (size_t)s->cap + (size_t)k) * (size_t)d;
         for (int32_t j = 0; j < d; j++)
             x[j] = si_fp16_to_fp32(xs[j]);
-        for (int32_t j = 0; j < L->rank; j++) {
-            float a = 0;
-            for (int32_t q = 0; q < d; q++)
-                a += L->fc1[(size_t)j * d + q] * x[q];
-            h[j] = a > 0 ? a : 0;
-        }
+        float_outputs(L, x, d, ff, y + (size_t)k * ff);
         for (int32_t i = 0; i < ff; i++) {
-            float a = 0, g = 0;
-            for (int32_t j = 0; j < L->rank; j++)
-                a += L->fc2[(size_t)i * L->rank + j] * h[j];
+            float g = 0;
             for (int32_t q = 0; q < d; q++)
                 g += wg[(size_t)i * d + q] * x[q];
-            y[(size_t)k * ff + i] = a;
             v[(size_t)k * ff + i] = fabsf(g / (1.0f + expf(-g)));
         }
     }
@@ -287,7 +289,7 @@ static double skipped_energy(const struct si_model *m, const struct si_train_sam
         if (y[q] < T)
             skipped += (double)v[q] * v[q];
     }
-    free(y), free(v), free(sorted), free(x), free(h);
+    free(y), free(v), free(sorted), free(x);
     return skipped / all;
 }
 
