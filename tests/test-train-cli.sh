@@ -149,6 +149,8 @@ expect_error "give --threshold or --predict-sparsity, not both" train-predictor 
 expect_error "--predict-sparsity: 0 is not in (0, 1)" train-predictor --predict-sparsity 0
 expect_error "--loss: 'mse' is neither balanced nor cost" train-predictor --loss mse
 expect_error "--cost-power: 5 is out of range (0, 4]" train-predictor --loss cost --cost-power 5
+expect_error "--loss cost needs --rank R" train-predictor -m "$tmp/silu.gguf" -f "$tmp/train.txt" -o x.gguf --loss cost
+expect_error "a ReLU-family model's rule (activation != 0) has none: use --loss balanced" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --loss cost --rank 32
 expect_error "--cost-power weights --loss cost only" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o x.gguf --cost-power 2
 expect_error "--predict-sparsity: 1.5 is not in (0, 1)" train-predictor --predict-sparsity 1.5
 printf 'Two words' >"$tmp/short.txt"

@@ -670,6 +670,15 @@ static void test_silu(void)
     cp.cost_power = 1.0;
     cp.model = m;
     cp.rule = G;
+    CHECK(si_train_fit(s, 1, 32, &cp, &C, err, sizeof err) == SI_E_INVALID,
+          "cost-weighted loss trained without thresholds");
+    printf("cost-weighted loss without thresholds: refused as expected: %s\n", err);
+    cp.thresholds = p->thresholds;
+    CHECK(si_train_adaptive(s, 1, &cp, &C, err, sizeof err) == SI_E_INVALID,
+          "adaptive width under the cost-weighted loss");
+    printf("adaptive width under the cost-weighted loss: refused as expected: %s\n", err);
+    cp.model = m;
+    cp.rule = G;
     cp.thresholds = p->thresholds;
     for (int32_t l = 0; l < nl; l++) {
         CHECK(si_train_fit(s, l, 32, &cp, &C, err, sizeof err) == SI_OK &&

@@ -73,7 +73,8 @@ static void train_usage(FILE *f)
             "      --loss L              balanced (default: each class half of the loss)\n"
             "                            or cost (each pair weighted by what a wrong call\n"
             "                            costs, |v^P - t^P| for the rule's value v and the\n"
-            "                            layer's threshold t: strong neurons count most)\n"
+            "                            layer's threshold t: strong neurons count most;\n"
+            "                            SiLU/GELU models, with --rank)\n"
             "      --cost-power P        P of --loss cost, (0, 4] (default 1)\n"
             "      --pos-weight F        extra weight of the active class (default 1)\n"
             "      --holdout F           share of samples held out, (0, 0.5] (default 0.1)\n"
@@ -302,6 +303,9 @@ int si_cmd_train(int argc, char **argv)
         return si_cli_error("train-predictor: --cost-power weights --loss cost only");
     if (thr_given && predict_sparsity > 0)
         return si_cli_error("train-predictor: give --threshold or --predict-sparsity, not both");
+    if (loss == SI_TRAIN_LOSS_COST && rank == 0)
+        return si_cli_error("train-predictor: --loss cost needs --rank R (the adaptive width tests "
+                            "recall at threshold 0, which the unbalanced loss makes meaningless)");
     if (min_rank == 0)
         min_rank = step;
     if (max_rank > 0 && max_rank < min_rank)
@@ -357,6 +361,12 @@ int si_cmd_train(int argc, char **argv)
     rp.n_ctx = (int32_t)n_ctx;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
+    if (relu && loss == SI_TRAIN_LOSS_COST) {
+        si_cli_error("%s: --loss cost prices a neuron at its layer's threshold, and a ReLU-family "
+                     "model's rule (activation != 0) has none: use --loss balanced",
+                     model);
+        goto out;
+    }
     tty = si_progress_wanted();
     const double t_start = now();
 

@@ -423,6 +423,14 @@ static int cost_weights(struct layer_data *ld, const struct si_train_params *p, 
                         "out of memory for layer %" PRId32 "'s cost weights", l);
     }
     const float t = p->thresholds != NULL ? p->thresholds[l] : 0.0f;
+    if (!(t > 0.0f)) {
+        free(wu), free(wg), free(u), free(g), free(b);
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "layer %" PRId32 ": the cost-weighted loss prices a computed neuron at the "
+                        "rule's threshold, and this layer has none (a ReLU model, or target "
+                        "sparsity 0): use the balanced loss",
+                        l);
+    }
     const double gam = p->cost_power;
     const double tt = pow((double)t, gam);
     double sum = 0;
@@ -781,6 +789,10 @@ int si_train_adaptive(const struct si_train_samples *s, int32_t l, const struct 
         return si__errf(err, err_size, SI_E_INVALID,
                         "adaptive width: rank step and minimum must be >= 1, the target recall "
                         "in (0, 1]");
+    if (p->loss == SI_TRAIN_LOSS_COST)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "adaptive width: its test, recall at threshold 0, means nothing under the "
+                        "cost-weighted loss (it does not balance the classes): give a width");
     const int32_t k_min = (p->rank_min + step - 1) / step;
     const int32_t k_max = p->rank_max > 0 ? p->rank_max / step : (s->n_embd + step - 1) / step;
     if (k_max < k_min || k_max < 1)

@@ -159,9 +159,12 @@ struct si_train_params {
      * SI_TRAIN_LOSS_COST: each (sample, neuron) pair's cross-entropy
      * weighted by the cost of getting it wrong, |v^P - t_l^P| with v the
      * rule's value (recomputed from the model's FFN weights and x), t_l the
-     * layer's threshold (0 on ReLU models) and P = cost_power, the weights
-     * normalised to a mean of 1 (no class balancing: the costs set it).  A
-     * missed strong neuron then costs more than a missed weak one. */
+     * layer's threshold (> 0: SiLU/GELU rules with a target sparsity; a
+     * ReLU model's rule has none and is refused) and P = cost_power, the
+     * weights normalised to a mean of 1 (no class balancing: the costs set
+     * it).  A missed strong neuron then costs more than a missed weak one.
+     * si_train_adaptive refuses it: recall at threshold 0, its test, means
+     * nothing without balanced classes. */
     enum si_train_loss loss;
     double cost_power;            /* P, (0, 4] (1) */
     const struct si_model *model; /* the samples' model (needed by COST) */
