@@ -169,11 +169,21 @@ static void test_gelu(void)
           "GELU at +-10");
 }
 
+/* si_act_gated: a * u, u through ReLU only on the relu(gate) * relu(up) FFN. */
+static void test_gated(void)
+{
+    CHECK(si_act_gated(SI_FFN_GATED, 1.5f, -2.0f) == -3.0f, "gated: 1.5 x -2 is not -3");
+    CHECK(si_act_gated(SI_FFN_GATED, -0.25f, 4.0f) == -1.0f, "gated: -0.25 x 4 is not -1");
+    CHECK(si_act_gated(SI_FFN_GATED_RELU2, 1.5f, -2.0f) == 0.0f, "relu2: a negative up is not 0");
+    CHECK(si_act_gated(SI_FFN_GATED_RELU2, 1.5f, 2.0f) == 3.0f, "relu2: 1.5 x 2 is not 3");
+}
+
 int main(void)
 {
     test_f16_round();
     test_exp();
     test_silu();
     test_gelu();
+    test_gated();
     return test_result();
 }

@@ -90,9 +90,7 @@ static float neuron(enum si_ffn_kind kind, enum si_act act, uint32_t type, const
     float u = ug[0], g = ug[1];
     if (up_b != NULL)
         u += up_b[i];
-    if (kind == SI_FFN_GATED_RELU2)
-        u = si_act_apply(SI_ACT_RELU, u);
-    return si_act_apply(act, g) * u;
+    return si_act_gated(kind, si_act_apply(act, g), u);
 }
 
 void si_k_ffn_act_sparse(enum si_ffn_kind kind, enum si_act act, uint32_t type, const void *gate,

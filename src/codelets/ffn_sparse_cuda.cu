@@ -37,9 +37,7 @@ static __global__ void gate_up_kernel(const uint8_t *gate, const uint8_t *up, si
         r = si_act_apply((enum si_act)act, u);
     } else {
         const float g = cu_warp_sum(cu_row_dot_lane<T>(gate + (size_t)i * stride, x, n_embd, lane));
-        if (kind == SI_FFN_GATED_RELU2)
-            u = u > 0.0f ? u : 0.0f;
-        r = si_act_apply((enum si_act)act, g) * u;
+        r = si_act_gated((enum si_ffn_kind)kind, si_act_apply((enum si_act)act, g), u);
     }
     if (lane == 0)
         h[k] = r;
@@ -188,9 +186,7 @@ static __global__ void combine_kernel(const float *g, const float *u, const floa
     if (kind == SI_FFN_PLAIN) {
         r = si_act_apply((enum si_act)act, v);
     } else {
-        if (kind == SI_FFN_GATED_RELU2)
-            v = v > 0.0f ? v : 0.0f;
-        r = si_act_apply((enum si_act)act, g[i]) * v;
+        r = si_act_gated((enum si_ffn_kind)kind, si_act_apply((enum si_act)act, g[i]), v);
     }
     h[i] = r;
 }

@@ -295,9 +295,7 @@ static float neuron(const struct si_engine *e, const void *gate, const void *up,
         return si_act_apply(hp->act, b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d));
     float a = si_act_apply(hp->act, dot(t, gate, xa, xb, d));
     float u = b != NULL ? dot(t, up, xa, xb, d) + *b : dot(t, up, xa, xb, d);
-    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-        u = si_act_apply(SI_ACT_RELU, u);
-    return a * u;
+    return si_act_gated(hp->ffn_kind, a, u);
 }
 
 /*
@@ -398,10 +396,8 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                 }
                 for (int r = 0; r < two; r++) {
                     const int32_t i = sc->ix[q + r];
-                    float v = b != NULL ? u[r] + b[i] : u[r];
-                    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-                        v = si_act_apply(SI_ACT_RELU, v);
-                    sc->h[q + r] *= v;
+                    const float v = b != NULL ? u[r] + b[i] : u[r];
+                    sc->h[q + r] = si_act_gated(hp->ffn_kind, sc->h[q + r], v);
                 }
             }
             /* The zeros out, the order kept (the down sums' order). */
@@ -771,9 +767,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
                 L->rd[a->j] += (int64_t)e->gu_row; /* after gmask's gating rows */
                 if (b != NULL)
                     u += b[s];
-                if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-                    u = si_act_apply(SI_ACT_RELU, u);
-                h = h * u;
+                h = si_act_gated(hp->ffn_kind, h, u);
             }
             if (h == 0.0f)
                 continue;
@@ -1214,8 +1208,7 @@ static void batch_act(const struct si_engine *e, int l, float *g, float *u, int6
             continue;
         }
         float a = si_act_apply(hp->act, g[k]);
-        float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, u[k]) : u[k];
-        u[k] = thr && !(fabsf(a) > t) ? 0.0f : a * up;
+        u[k] = thr && !(fabsf(a) > t) ? 0.0f : si_act_gated(hp->ffn_kind, a, u[k]);
     }
 }
 

@@ -139,4 +139,15 @@ SI_ACT_FN float si_act_apply(enum si_act a, float x)
     }
 }
 
+/*
+ * A gated FFN neuron's output from its activated gate a = act(gate . x) and
+ * its up projection u (bias added): a * u, with u through ReLU first on
+ * Bamboo's relu(gate) * relu(up) FFN (SI_FFN_GATED_RELU2).  One definition
+ * for the reference, the engine's CPU and CUDA kernels and the trainer.
+ */
+SI_ACT_FN float si_act_gated(enum si_ffn_kind kind, float a, float u)
+{
+    return a * (kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, u) : u);
+}
+
 #endif /* SI_MODEL_ACT_H */

@@ -347,10 +347,8 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             s->hu[i] = si_act_apply(hp->act, s->hu[i]);
     } else {
         matvec_as(s, n_tok, g4, s->hg, &L->ffn_gate, s->xb);
-        for (int64_t i = 0; i < ff; i++) {
-            float up = hp->ffn_kind == SI_FFN_GATED_RELU2 ? si_act_apply(SI_ACT_RELU, s->hu[i]) : s->hu[i];
-            s->hu[i] = si_act_apply(hp->act, s->hg[i]) * up;
-        }
+        for (int64_t i = 0; i < ff; i++)
+            s->hu[i] = si_act_gated(hp->ffn_kind, si_act_apply(hp->act, s->hg[i]), s->hu[i]);
     }
     if (s->ffn_hook != NULL)
         s->ffn_hook(s->ffn_hook_user, s, l);

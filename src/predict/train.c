@@ -445,15 +445,13 @@ static int cost_weights(struct layer_data *ld, const struct si_train_params *p, 
         for (int32_t j = 0; j < bn; j++)
             for (int32_t i = 0; i < ff; i++) {
                 const size_t q = (size_t)j * (size_t)ff + (size_t)i;
-                float up = u[q] + (b != NULL ? b[i] : 0.0f);
+                const float up = u[q] + (b != NULL ? b[i] : 0.0f);
                 float v;
                 if (plain) {
                     v = fabsf(si_act_apply(hp->act, up));
                 } else {
                     const float a = si_act_apply(hp->act, g[q]);
-                    if (hp->ffn_kind == SI_FFN_GATED_RELU2)
-                        up = si_act_apply(SI_ACT_RELU, up);
-                    v = fabsf(p->rule == SI_ACTIVE_GATE ? a : a * up);
+                    v = fabsf(p->rule == SI_ACTIVE_GATE ? a : si_act_gated(hp->ffn_kind, a, up));
                 }
                 const double cw = fabs(pow((double)v, gam) - tt);
                 ld->c[(size_t)(k0 + j) * (size_t)ff + (size_t)i] = (float)cw;
