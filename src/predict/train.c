@@ -406,6 +406,13 @@ static int cost_weights(struct layer_data *ld, const struct si_train_params *p, 
     if (!si_type_supported(L->ffn_up.type) || (!plain && !si_type_supported(L->ffn_gate.type)))
         return si__errf(err, err_size, SI_E_UNSUPPORTED,
                         "layer %" PRId32 ": the FFN's tensor type cannot be dequantized", l);
+    const float t = p->thresholds != NULL ? p->thresholds[l] : 0.0f;
+    if (!(t > 0.0f))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "layer %" PRId32 ": the cost-weighted loss prices a computed neuron at the "
+                        "rule's threshold, and this layer has none (a ReLU model, or target "
+                        "sparsity 0): use the balanced loss",
+                        l);
     const int64_t n = ld->n_tr + ld->n_ho;
     const int64_t CH = 256;
     float *wu = dequantize_matrix(&L->ffn_up, ff, d);
@@ -421,15 +428,6 @@ static int cost_weights(struct layer_data *ld, const struct si_train_params *p, 
         free(wu), free(wg), free(u), free(g), free(b);
         return si__errf(err, err_size, SI_E_NOMEM,
                         "out of memory for layer %" PRId32 "'s cost weights", l);
-    }
-    const float t = p->thresholds != NULL ? p->thresholds[l] : 0.0f;
-    if (!(t > 0.0f)) {
-        free(wu), free(wg), free(u), free(g), free(b);
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "layer %" PRId32 ": the cost-weighted loss prices a computed neuron at the "
-                        "rule's threshold, and this layer has none (a ReLU model, or target "
-                        "sparsity 0): use the balanced loss",
-                        l);
     }
     const double gam = p->cost_power;
     const double tt = pow((double)t, gam);
