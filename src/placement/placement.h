@@ -40,9 +40,9 @@
 #ifndef SI_PLACEMENT_PLACEMENT_H
 #define SI_PLACEMENT_PLACEMENT_H
 
-#include "graph/engine.h"
 #include "placement/hwmodel.h"
 #include "placement/ilp.h"
+#include "placement/plan.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,0 +1,92 @@
+/*
+ * codelets.h - the engine's task kinds: one StarPU codelet each, with the
+ * buffers its tasks take, in order (R, W, RW: access modes; [..]: present
+ * only in the case named).  Each file holds its tasks' CPU functions, the
+ * CUDA function where one exists, the perfmodels (history-based, symbol
+ * si_<op>...) and the codelet structs; the pure kernels they call live
+ * apart (model/quants.h, model/kernels.h, codelets/ffn_sparse.h,
+ * codelets/ops.h, codelets/codelets_cuda.h) and know nothing of StarPU.
+ * The graph (graph/decode.c, graph/prefill.c) submits them; every task's
+ * cl_arg is a struct si__task_arg (state.h).
+ *
+ * head.c
+ *   embed         x (W): the token's embedding
+ *   head          norm+lm_head: x (RW), carried* (R), xb (RW), logits (W), output (R)
+ *   head_rows     lm_head.j: x (R), carried* (R), output (R), logits child j (W)
+ * attn.c
+ *   attn          attn_L: x (RW), carried* (R), xb (W), [xb3 (W)], K, V (RW), Wq Wk Wv Wo (R)
+ *   agrp          attn_L.j: x (R), carried* (R), Wq Wk Wv (R), K_j V_j (RW), att_j (W),
+ *                 [j = 0: x2 (W)]
+ *   ao            attn_o_L.j: att_* (R), Wo (R), o_j (W)
+ *   aout          attn_out_L: x2 (R), o_* (R), x (W), xb (W), [xb3 (W)]
+ * pred.c
+ *   pred          pred_L: xb, fc1, fc2 (R), idx of each slice (W)
+ *   gmask         gmask_L.j (flash, gate mode): xb, gating rows j, up_b j (R), idx j (W)
+ * ffn.c
+ *   hot, cold     ffn_hot_L, ffn_cold_L.j: FFN input (xb, or with fuse_out x2 and
+ *                 o_* (R)), then dense: [gate j], up j, up_b j (R), activations j (W);
+ *                 sparse: [gating rows j (gate mode)], records j, up_b j, [idx j
+ *                 (predictor mode)] (R), partial output j (W; redux: y (REDUX));
+ *                 CUDA only: iota (R), scratch (SCRATCH); fuse_out, j = 0: x (W), [xb3 (W)]
+ *   down          ffn_down_L.k (dense): activations of each slice (R), rows k of
+ *                 ffn_down (R), down_k (W)
+ * merge.c
+ *   merge         merge_L (redux): x (RW), y (RW)
+ *   zero, sum     redux's init and reduction of y
+ * load.c
+ *   load          load_L (flash): idx of each cold slice (R), cache (RW), spill (RW)
+ *   flash         ffn_cold_L.j (flash): xb, cache, idx j, spill (R), partial output j (W)
+ * prefill.c (a batch of tokens, the x_batch arrays)
+ *   bembed        embed_batch: x_batch (W)
+ *   battn         attn_batch_L: x_batch (RW), xb_batch (W), xb3_batch (W), K, V (RW,
+ *                 in their groups' parts), Wq Wk Wv Wo (R)
+ *   bffn          ffn_batch_L.j: xb_batch (R), the slice's weights as ffn's (R), out j (W)
+ *   bdown         ffn_down_batch_L.k: out of each slice (R), rows k of ffn_down (R), down_k (W)
+ *   bmerge        merge_batch_L: x_batch (RW), down_* or out_* (R), xb3_batch (R)
+ *   bhead         norm+lm_head: x_batch (R), xb (RW), logits (W), output (R)
+ *
+ * carried*: the buffers that bring layer l - 1's FFN output to layer l's
+ * first tasks (si__n_carried): its slices' partial outputs (dense: the
+ * down projection's blocks), then xb3 with a parallel residual.
+ */
+#ifndef SI_CODELETS_CODELETS_H
+#define SI_CODELETS_CODELETS_H
+
+#include "codelets/state.h"
+
+extern struct starpu_codelet si__cl_embed, si__cl_head, si__cl_head_rows;
+extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_ao, si__cl_aout;
+extern struct starpu_codelet si__cl_pred, si__cl_gmask;
+extern struct starpu_codelet si__cl_hot, si__cl_cold, si__cl_down;
+extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum;
+extern struct starpu_codelet si__cl_load, si__cl_flash;
+extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
+    si__cl_bmerge, si__cl_bhead;
+
+/* --- shared by the codelet files (ffn.c) */
+
+/* The FFN input converted for rows of type t into dst (NULL: dots in float). */
+const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t, const float *xb,
+                                  void *dst);
+
+/* row . x, with the converted input xa when there is one. */
+float si__ffn_dot(uint32_t t, const void *row, const void *xa, const float *x, int64_t n);
+
+/* The activation of one neuron from its rows, as the reference computes it. */
+float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
+                     const void *xa, const float *xb);
+
+/* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */
+void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h);
+
+/* --- shared by the codelet files (merge.c) */
+
+/* How many buffers carry layer l - 1's FFN output to layer l's first tasks. */
+int si__n_carried(const struct si_engine *e, int l);
+
+/* x_out = layer l's input residual: x plus the carried FFN output in
+ * buffers[b0 ..]; returns the seconds spent merging. */
+double si__residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
+                       float *x_out, struct si__scratch *sc);
+
+#endif /* SI_CODELETS_CODELETS_H */

@@ -1,0 +1,388 @@
+/* ffn.c - the FFN slice tasks (hot and cold, CPU and CUDA) and dense mode's down projection in row blocks. */
+#include "codelets/codelets.h"
+
+#include "codelets/ffn_sparse.h"
+#include "config.h"
+#include "model/act.h"
+#include "model/forward.h"
+#include "model/quants.h"
+#include <math.h>
+#include <starpu.h>
+#include <string.h>
+
+#ifdef SI_USE_CUDA
+#include "codelets/codelets_cuda.h"
+#include <cuda_runtime_api.h>
+#endif
+
+/* The FFN input converted for rows of type t (or NULL: dots in float). */
+const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t, const float *xb, void *dst)
+{
+    if (!e->p.ref.act_quant)
+        return NULL;
+    si_quantize_act(si_act_type(t), xb, dst, e->m->hp.n_embd);
+    return dst;
+}
+
+float si__ffn_dot(uint32_t t, const void *row, const void *xa, const float *x, int64_t n)
+{
+    return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
+}
+
+/* The activation of one neuron from its rows (gate may be NULL for the
+ * plain kind, b NULL without an up bias), as the reference computes it. */
+float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
+                    const void *xa, const float *xb)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const uint32_t t = e->gu_type;
+    if (hp->ffn_kind == SI_FFN_PLAIN)
+        return si_act_apply(hp->act, b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d));
+    float a = si_act_apply(hp->act, si__ffn_dot(t, gate, xa, xb, d));
+    float u = b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d);
+    return si_act_gated(hp->ffn_kind, a, u);
+}
+
+/*
+ * Dense layout, neurons [n0, n0 + n) in file order: their activations into
+ * h, as the reference computes them; the down projection runs afterwards
+ * over all the neurons (down_cpu).  Returns n: dense mode computes every
+ * neuron.
+ */
+static int64_t ffn_dense_slice(struct si_engine *e, const float *xb, const char *gate,
+                               const char *up, const float *b, int64_t n, struct si__scratch *sc,
+                               float *h)
+{
+    const void *xa = si__ffn_convert_input(e, e->gu_type, xb, sc->xq);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = si__ffn_neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
+                      up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
+    return n; /* every neuron, zero or not */
+}
+
+/*
+ * Sparse layouts, the slice's n neurons: their records at rec, and in gate
+ * mode their gating rows at pre.  Predictor mode computes the positions in
+ * idx (ending at the first -1) with si_k_ffn_act_sparse; gate mode takes
+ * every gating dot and only then the up dots of the neurons it lets
+ * through.  y = the sum of the activations times the down_t rows
+ * (si_k_ffn_down_sparse).  Returns how many activations are not zero.
+ */
+static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *pre,
+                                const char *rec, const float *b, const int32_t *idx, int64_t n,
+                                float thr, struct si__scratch *sc, float *y, int64_t *rd)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const size_t rb = e->rec_bytes;
+    const uint32_t t = e->gu_type;
+    const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
+    const char *gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
+    const char *up = e->up_off >= 0 ? rec + e->up_off : NULL;
+    int64_t k = 0;
+    if (idx != NULL) {
+        while (k < n && idx[k] >= 0)
+            k++;
+        memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
+        if (xa != NULL) {
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
+                                sc->h);
+        } else {
+            for (int64_t q = 0; q < k; q++) {
+                const size_t o = (size_t)sc->ix[q] * rb;
+                sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
+                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
+            }
+        }
+        *rd = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+    } else {
+        const bool relu = hp->act == SI_ACT_RELU;
+        *rd = n * (int64_t)e->gu_row; /* every gating row */
+        /* Every gating dot first, row after row: the rows are dense, and
+         * one sequential stream is what this machine reads fastest
+         * (interleaving 2 or 4 rows read half as fast from DRAM:
+         * docs/measurements.md). */
+        float *g = sc->g;
+        for (int64_t i = 0; i < n; i++)
+            g[i] = si__ffn_dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            for (int64_t i = 0; i < n; i++) {
+                const float h = si_act_apply(hp->act, b != NULL ? g[i] + b[i] : g[i]);
+                if (h != 0.0f) {
+                    sc->h[k] = h;
+                    sc->ix[k++] = (int32_t)i;
+                }
+            }
+        } else {
+            /* The neurons the gate lets through, in order, with act(gate)... */
+            int64_t m = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const float a = si_act_apply(hp->act, g[i]);
+                if (relu ? a == 0.0f : !(fabsf(a) > thr))
+                    continue;
+                sc->h[m] = a;
+                sc->ix[m++] = (int32_t)i;
+            }
+            *rd += m * (int64_t)e->gu_row;
+            /* ...then their up dots two at a time, the next pair's rows
+             * prefetched while these are read (they are scattered records). */
+            float u[2];
+            for (int64_t q = 0; q < m; q += 2) {
+                const int two = q + 1 < m ? 2 : 1;
+                const void *rows[2] = {up + (size_t)sc->ix[q] * rb,
+                                       up + (size_t)sc->ix[q + two - 1] * rb};
+                const void *ahead[2] = {q + 2 < m ? up + (size_t)sc->ix[q + 2] * rb : NULL,
+                                        q + 3 < m ? up + (size_t)sc->ix[q + 3] * rb : NULL};
+                if (xa != NULL && two == 2) {
+                    si_vec_dot_act2(t, rows, xa, d, u, ahead);
+                } else {
+                    for (int r = 0; r < two; r++)
+                        u[r] = si__ffn_dot(t, rows[r], xa, xb, d);
+                }
+                for (int r = 0; r < two; r++) {
+                    const int32_t i = sc->ix[q + r];
+                    const float v = b != NULL ? u[r] + b[i] : u[r];
+                    sc->h[q + r] = si_act_gated(hp->ffn_kind, sc->h[q + r], v);
+                }
+            }
+            /* The zeros out, the order kept (the down sums' order). */
+            for (int64_t q = 0; q < m; q++)
+                if (sc->h[q] != 0.0f) {
+                    sc->h[k] = sc->h[q];
+                    sc->ix[k++] = sc->ix[q];
+                }
+        }
+    }
+    si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, d, sc->h, sc->ix, k, y);
+    int64_t computed = 0;
+    for (int64_t q = 0; q < k; q++)
+        computed += sc->h[q] != 0.0f;
+    *rd += computed * (int64_t)e->dt_row; /* the kernel skips zeros */
+    return computed;
+}
+
+/*
+ * The FFN's input of slice j in buffers[*i ..] (advancing *i past it): the
+ * ffn_in handle, or, with fuse_out, attn_out's work done by each slice
+ * alike: x2 and o_* (R) give the residual after attention and its
+ * normalised input, in scratch; slice 0 also writes the residual into x
+ * and, with a parallel residual, the attention output into xb3, its last
+ * buffers (from owner_at - 1 or - 2 on: the task's buffer count).
+ */
+static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
+                              int owner_at, struct si__scratch *sc)
+{
+    if (!e->fuse_out)
+        return (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    for (int32_t k = 0; k < e->na; k++)
+        memcpy(sc->xf + e->a_o[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]),
+               (size_t)(e->a_o[k + 1] - e->a_o[k]) * sizeof(float));
+    float *x_out = sc->xl, *xb3 = sc->xo;
+    if (j == 0) {
+        const int par = e->h_xb3 != NULL;
+        x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1 - par]);
+        if (par)
+            xb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1]);
+    }
+    si_ref_attn_finish_into(e->ref, l, x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
+    return sc->xn;
+}
+
+/*
+ * Buffers of an FFN slice task, in order:
+ *   dense:  ffn_in, gate (absent for the plain kind), up, up_b, out
+ *   sparse: ffn_in, [gating rows (gate mode)], records, up_b, [idx (predictor
+ *           mode)], out
+ * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
+ * partial output (rows x n_embd, W; dense: its n activations) or, in redux
+ * mode, the layer output (n_embd, REDUX).
+ */
+static void ffn_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    struct si__scratch *sc = si__scratch_of(e);
+    const int64_t d = e->m->hp.n_embd;
+    double t0 = si__now();
+    int i = 0;
+    const int nbuf = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+    const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc);
+    const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
+    /* The up bias (zeros in the handle for files without one: not added) */
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    float *out;
+    float *y;
+    int64_t computed, rd = 0;
+    if (!e->sparse) {
+        const char *gate = e->has_gate ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
+        const char *up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+        i++;
+        out = y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        computed = ffn_dense_slice(e, xb, gate, up, b, n, sc, y);
+        rd = n * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+    } else {
+        const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
+        const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+        i++;
+        const int32_t *idx = e->p.mode == SI_SPARSITY_PREDICTOR
+                                 ? (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++])
+                                 : NULL;
+        out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        y = e->p.redux ? sc->y : out;
+        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y, &rd);
+    }
+    if (e->p.redux) /* add the rows into this worker's share of the output */
+        for (int32_t r = 0; r < L->rows[a->j]; r++)
+            for (int64_t o = 0; o < d; o++)
+                out[o] += y[(size_t)r * d + o];
+    L->active[a->j] = computed;
+    L->rd[a->j] = rd;
+    si__account(e, si__is_hot(e, a->l, a->j) ? SI_TASK_FFN_HOT : SI_TASK_FFN_COLD, t0);
+}
+
+#ifdef SI_USE_CUDA
+/*
+ * The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
+ * a scratch of 2 n_ff floats.  Dots take the input in float (no act_quant),
+ * so results differ from the CPU's by that rounding.  Dense mode writes the
+ * activations (the down projection runs on CPU workers).  Gate mode on the GPU
+ * computes every hot neuron (they are the ones that fire most) and the down
+ * kernel skips the zeros; its threshold applies on CPU workers only.
+ */
+static void ffn_cuda(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    cudaStream_t st = starpu_cuda_get_local_stream();
+    double t0 = si__now();
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const char *gate = NULL, *up = NULL, *rec = NULL, *pre = NULL;
+    const int32_t *idx = NULL;
+    if (!e->sparse) {
+        if (e->has_gate)
+            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    } else {
+        if (e->pre_sep)
+            pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
+        up = e->up_off >= 0 ? rec + e->up_off : NULL;
+    }
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+    i++;
+    if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
+        idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const int32_t *iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    cudaError_t rc;
+    if (e->pre_sep) {
+        /* gating rows and up rows have different strides: two products */
+        float *g = h + hp->n_ff;
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, h, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_ffn_combine(NULL, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+        } else {
+            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, g, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_matvec(e->gu_type, up, e->rec_bytes, n, d, xb, h, st);
+            if (rc == cudaSuccess)
+                rc = si_cuda_ffn_combine(g, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+        }
+    } else {
+        rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, e->sparse ? e->rec_bytes : e->gu_row, n, d,
+                                 b, xb, idx != NULL ? idx : iota, n, (int)hp->ffn_kind,
+                                 (int)hp->act, e->sparse ? h : out, st);
+    }
+    if (rc == cudaSuccess && e->sparse) {
+        rc = si_cuda_ffn_down(e->dt_type, rec + e->dt_off, e->rec_bytes, n, d, h,
+                              idx != NULL ? idx : iota, n, out, st);
+    }
+    if (rc != cudaSuccess)
+        STARPU_CUDA_REPORT_ERROR(rc);
+    L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
+    /* Bytes: the whole slice (an upper bound in predictor mode, whose mask
+     * stays on the GPU). */
+    L->rd[a->j] = !e->sparse ? n * (int64_t)e->gu_row * (e->has_gate ? 2 : 1)
+                             : n * (int64_t)(e->rec_bytes + (e->pre_sep ? e->gu_row : 0));
+    si__account(e, SI_TASK_FFN_HOT, t0);
+}
+#endif
+
+/*
+ * Dense mode: the activations of layer l's slices, in order, gathered from
+ * their outputs (buffers[0 .. nsl)) into h (n_ff floats), for token t of a
+ * batch (each slice's output token-major, as many floats per token as the
+ * slice has neurons; t = 0 for one token).
+ */
+void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h)
+{
+    for (int32_t j = 0; j < L->nsl; j++) {
+        const int64_t n = L->s0[j + 1] - L->s0[j];
+        memcpy(h + L->s0[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[j]) + t * n,
+               (size_t)n * sizeof(float));
+    }
+}
+
+/*
+ * Dense mode: block k = a->j of layer l's down projection, outputs [dn[k],
+ * dn[k+1]): each one dot over all the layer's neurons, the reference's own
+ * matrix-vector product on those rows (si_ref_matvec), so the same bits.
+ * Buffers: the slices' outputs (R), the block's rows of ffn_down (R), the
+ * block's output (W).
+ */
+static void down_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct si__layer_state *L = &e->L[a->l];
+    struct si__scratch *sc = si__scratch_of(e);
+    double t0 = si__now();
+    si__ffn_gather(L, buffers, 0, sc->h);
+    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
+    rows.ne[1] = e->dn[a->j + 1] - e->dn[a->j];
+    rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
+    si_ref_matvec(e->p.ref.act_quant, sc->hq, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]),
+                  &rows, sc->h);
+    si__account(e, SI_TASK_FFN_DOWN, t0);
+}
+
+static struct starpu_perfmodel hot_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_hot"};
+static struct starpu_perfmodel cold_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_cold"};
+static struct starpu_perfmodel down_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_down"};
+
+struct starpu_codelet si__cl_hot = {
+    .cpu_funcs = {ffn_cpu},
+#ifdef SI_USE_CUDA
+    .cuda_funcs = {ffn_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &hot_model,
+    .name = "ffn_hot",
+};
+struct starpu_codelet si__cl_cold = {
+    .cpu_funcs = {ffn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &cold_model,
+    .name = "ffn_cold",
+};
+struct starpu_codelet si__cl_down = {
+    .cpu_funcs = {down_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &down_model,
+    .name = "ffn_down",
+};

@@ -1,0 +1,138 @@
+/* load.c - the flash tier's tasks: a layer's load (cache update and reads, flash/tier.h) and its cold slices computed from the cache. */
+#include "codelets/codelets.h"
+
+#include "flash/tier.h"
+#include "starinfer.h"
+
+#include "codelets/ffn_sparse.h"
+#include "model/act.h"
+#include <starpu.h>
+#include <stdio.h>
+#include <string.h>
+
+static void flash_fail(struct si_engine *e, int rc, const char *msg)
+{
+    if (e->flash_err == SI_OK) {
+        e->flash_err = rc;
+        snprintf(e->flash_msg, sizeof e->flash_msg, "%s", msg);
+    }
+}
+
+/*
+ * A layer's load: its cold slices' active positions (idx children, R),
+ * handed to the tier, which updates the layer's cache and reads the missing
+ * records into their slots (si_flash_tier_load).
+ * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
+ */
+static void load_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    int32_t *act = e->ft.L[a->l].act;
+    double t0 = si__now();
+    const int32_t first = L->hot ? 1 : 0;
+    int64_t na = 0;
+    for (int32_t j = first; j < L->nsl; j++) {
+        const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[j - first]);
+        const int64_t n = L->s0[j + 1] - L->s0[j];
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++)
+            act[na++] = (int32_t)(L->s0[j] + idx[q]);
+    }
+    const char *msg;
+    const int rc = si_flash_tier_load(&e->ft, a->l, L->perm, na, &msg);
+    if (rc != SI_OK)
+        flash_fail(e, rc, msg);
+    si__account(e, SI_TASK_LOAD, t0);
+}
+
+/*
+ * A cold slice from the flash cache: the active positions (idx) mapped to
+ * their records, then ffn_sparse_slice's arithmetic in the same order (the
+ * partial output equals the all-in-DRAM one bit for bit).
+ * Buffers: ffn_in, the cache, idx, the spill area (R), out (W).
+ */
+static void ffn_flash_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    struct si__scratch *sc = si__scratch_of(e);
+    const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
+    const size_t rb = e->rec_bytes;
+    const uint32_t t = e->gu_type;
+    double t0 = si__now();
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    /* Records by their index in the region (the cache's and the spill
+     * area's buffers are parts of it, on the CPU: the same addresses). */
+    const char *mat = e->ft.region;
+    const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const float *b = bias ? e->ft.region_bias : NULL;
+    const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
+    const char *gate = e->gate_off >= 0 ? mat + e->gate_off : NULL;
+    const char *up = e->up_off >= 0 ? mat + e->up_off : NULL;
+    int64_t k = 0;
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+            const int32_t s = si_flash_tier_record(&e->ft, a->l, p0 + idx[q]);
+            if (s >= 0) /* < 0 only after a failed load (reported by eval) */
+                sc->ix[k++] = s;
+        }
+        if (xa != NULL) {
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
+                                sc->h);
+        } else {
+            for (int64_t q = 0; q < k; q++) {
+                const size_t o = (size_t)sc->ix[q] * rb;
+                sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
+                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
+            }
+        }
+        L->rd[a->j] = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+    } else {
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+            const int32_t s = si_flash_tier_record(&e->ft, a->l, p0 + idx[q]);
+            if (s < 0)
+                continue;
+            float h = L->gact[p0 + idx[q]];
+            if (hp->ffn_kind != SI_FFN_PLAIN) {
+                float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
+                L->rd[a->j] += (int64_t)e->gu_row; /* after gmask's gating rows */
+                if (b != NULL)
+                    u += b[s];
+                h = si_act_gated(hp->ffn_kind, h, u);
+            }
+            if (h == 0.0f)
+                continue;
+            sc->h[k] = h;
+            sc->ix[k++] = s;
+        }
+    }
+    si_k_ffn_down_sparse(e->dt_type, mat + e->dt_off, rb, d, sc->h, sc->ix, k, y);
+    int64_t computed = 0;
+    for (int64_t q = 0; q < k; q++)
+        computed += sc->h[q] != 0.0f;
+    L->active[a->j] = computed;
+    L->rd[a->j] += computed * (int64_t)e->dt_row;
+    si__account(e, SI_TASK_FFN_COLD, t0);
+}
+
+static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_flash_load"};
+static struct starpu_perfmodel flash_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_flash"};
+
+struct starpu_codelet si__cl_load = {
+    .cpu_funcs = {load_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &load_model,
+    .name = "load",
+};
+struct starpu_codelet si__cl_flash = {
+    .cpu_funcs = {ffn_flash_cpu},
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &flash_model,
+    .name = "ffn_cold",
+};

@@ -1,0 +1,102 @@
+/* pred.c - which FFN neurons fire: the predictor task (predictor mode) and gate mode's masks of the flash tier's cold slices. */
+#include "codelets/codelets.h"
+
+#include "model/act.h"
+#include "model/forward.h"
+#include <math.h>
+#include <starpu.h>
+
+/* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
+static void pred_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    struct si__scratch *sc = si__scratch_of(e);
+    double t0 = si__now();
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    struct si_tensor fc2 = W->fc2;
+    fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    /* The reference's predictor on fc2's rows in position order: the
+     * selection comes out in position order, then as each slice's list. */
+    uint8_t *sel = (uint8_t *)sc->ix; /* n_ff bytes of the n_ff int32 */
+    si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb,
+                   sc->h, sc->y, sel);
+    for (int32_t j = 0; j < L->nsl; j++) {
+        int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3 + j]);
+        const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
+        int64_t k = 0;
+        for (int64_t p = 0; p < n; p++)
+            if (sel[p0 + p])
+                idx[k++] = (int32_t)p;
+        for (; k < n; k++)
+            idx[k] = -1;
+    }
+    si__account(e, SI_TASK_PRED, t0);
+}
+
+/*
+ * Gate mode's mask of a cold slice (flash): the gating dots of every neuron
+ * of the slice, as ffn_sparse_slice takes them, so that the load task knows
+ * which records to read.  The neurons that pass go to idx (local positions,
+ * then -1) and their act(gate) (the plain kind: the activation itself,
+ * dropping zeros as ffn_sparse_slice does) to gact.
+ * Buffers: ffn_in, gating rows, up_b (R), idx (W).
+ */
+static void gmask_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    const struct si_hparams *hp = &e->m->hp;
+    struct si__scratch *sc = si__scratch_of(e);
+    const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
+    const uint32_t t = e->gu_type;
+    const float thr = e->gthr[a->l];
+    const bool relu = hp->act == SI_ACT_RELU;
+    double t0 = si__now();
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const char *pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
+    int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float g = si__ffn_dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+        float v;
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            v = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
+            if (v == 0.0f)
+                continue;
+        } else {
+            v = si_act_apply(hp->act, g);
+            if (relu ? v == 0.0f : !(fabsf(v) > thr))
+                continue;
+        }
+        L->gact[p0 + i] = v;
+        idx[k++] = (int32_t)i;
+    }
+    for (int64_t q = k; q < n; q++)
+        idx[q] = -1;
+    L->rd[a->j] = n * (int64_t)e->gu_row; /* ffn_cold adds the records' rows */
+    si__account(e, SI_TASK_PRED, t0);
+}
+
+static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};
+static struct starpu_perfmodel gmask_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_gmask"};
+
+struct starpu_codelet si__cl_pred = {
+    .cpu_funcs = {pred_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pred_model,
+    .name = "pred",
+};
+struct starpu_codelet si__cl_gmask = {
+    .cpu_funcs = {gmask_cpu},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .model = &gmask_model,
+    .name = "gmask",
+};

@@ -1,0 +1,334 @@
+/* prefill.c - the batch tasks of prefill: each layer's attention, FFN slices (GEMM), down projection and merge over a batch of tokens. */
+#include "codelets/codelets.h"
+
+#include "codelets/ffn_sparse.h"
+#include "codelets/ops.h"
+#include "model/act.h"
+#include "model/forward.h"
+#include "model/quants.h"
+#include "model/types.h"
+#include "starinfer.h"
+#include <cblas.h>
+#include <math.h>
+#include <starpu.h>
+#include <string.h>
+
+/*
+ * The batch tasks run the reference's per-token steps on rows of the batch
+ * arrays by pointing the reference state's x, xb and xb3 at them; the tasks
+ * that touch that state are ordered by the batch residual (RW), and each
+ * restores the pointers before it returns.
+ */
+struct saved {
+    float *x, *xb, *xb3;
+};
+
+static struct saved point_at(struct si_engine *e, int32_t t)
+{
+    struct si_ref *s = e->ref;
+    const size_t d = (size_t)e->m->hp.n_embd;
+    struct saved sv = {s->x, s->xb, s->xb3};
+    s->x = e->bx + (size_t)t * d;
+    s->xb = e->bxb + (size_t)t * d;
+    s->xb3 = e->bxb3 + (size_t)t * d;
+    s->n_past = e->bp0 + t;
+    return sv;
+}
+
+static void restore(struct si_engine *e, struct saved sv)
+{
+    e->ref->x = sv.x;
+    e->ref->xb = sv.xb;
+    e->ref->xb3 = sv.xb3;
+}
+
+static void bembed_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = si__now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        struct saved sv = point_at(e, t);
+        si_ref_begin(e->ref, e->btok[t]); /* checked before submission */
+        restore(e, sv);
+    }
+    si__account(e, SI_TASK_PREFILL_EMBED, t0);
+}
+
+static void battn_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = si__now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        struct saved sv = point_at(e, t);
+        si_ref_attn(e->ref, a->l);
+        restore(e, sv);
+    }
+    si__account(e, SI_TASK_PREFILL_ATTN, t0);
+}
+
+/* h = act(g) * u (or act(u) for the plain kind) over a batch of rows, with
+ * gate mode's threshold; the up bias already added to u. */
+static void batch_act(const struct si_engine *e, int l, float *g, float *u, int64_t count)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const float t = e->gthr[l];
+    const bool thr = e->p.mode == SI_SPARSITY_GATE && hp->act != SI_ACT_RELU &&
+                     hp->ffn_kind != SI_FFN_PLAIN && t > 0.0f;
+    for (int64_t k = 0; k < count; k++) {
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            u[k] = si_act_apply(hp->act, u[k]);
+            continue;
+        }
+        float a = si_act_apply(hp->act, g[k]);
+        u[k] = thr && !(fabsf(a) > t) ? 0.0f : si_act_gated(hp->ffn_kind, a, u[k]);
+    }
+}
+
+/*
+ * y[t][r] = row r . xa[t] for a tile of rows at a time (the rows stay in
+ * cache while every token of the batch uses them): the reference's own dot
+ * on activations converted by si_quantize_act, so each value equals the
+ * token-by-token one bit for bit.  xa[t] at xa + t * xa_stride bytes.
+ */
+static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_rows, int64_t n_cols,
+                     const char *xa, size_t xa_stride, int64_t n_tok, float *y, int64_t ldy)
+{
+    enum { TILE = 8 };
+    for (int64_t r0 = 0; r0 < n_rows; r0 += TILE) {
+        const int64_t r1 = r0 + TILE < n_rows ? r0 + TILE : n_rows;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = r0; r < r1; r++)
+                y[t * ldy + r] = si_vec_dot_act(type, w + (size_t)r * row_bytes,
+                                                xa + (size_t)t * xa_stride, n_cols);
+    }
+}
+
+/*
+ * A slice for the whole batch, every neuron: G = gate X and U = up X, H,
+ * then (sparse layouts) Y = down H.  With converted activations (act_quant)
+ * the products are the reference's own dots over row tiles (gemm_act) and,
+ * for neuron records, each token's non-zero activations go through the
+ * sparse down kernel, as in decoding; with float activations, OpenBLAS:
+ * si_k_gemm, and for records the down_t rows dequantized SI__DT_TILE at a time
+ * for sgemm.  Buffers as ffn_cpu's without idx; the output last: (n_batch,
+ * rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
+ */
+static void bffn_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd, n = L->s0[a->j + 1] - L->s0[a->j], bn = e->bn;
+    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    double t0 = si__now();
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const char *gate = NULL, *up = NULL, *rec = NULL;
+    size_t gs = e->gu_row, us = e->gu_row;
+    if (!e->sparse) {
+        if (e->has_gate)
+            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    } else {
+        const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
+        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        if (e->has_gate) {
+            gate = pre != NULL ? pre : rec + e->gate_off;
+            gs = pre != NULL ? e->gu_row : e->rec_bytes;
+        }
+        up = e->up_off >= 0 ? rec + e->up_off : pre;
+        us = e->up_off >= 0 ? e->rec_bytes : e->gu_row;
+    }
+    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+    i++;
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    /* The reference's dots where exactness is asked for, or the batch is too
+     * small for sgemm to repay the dequantization; else OpenBLAS. */
+    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
+    if (q) {
+        size_t xa_row = 0;
+        const uint32_t at = si_act_type(e->gu_type);
+        si_type_row_size(at, d, &xa_row);
+        char *xa = sc->gemm;
+        for (int64_t t = 0; t < bn; t++)
+            si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
+        if (gate != NULL)
+            gemm_act(e->gu_type, gate, gs, n, d, xa, xa_row, bn, sc->bg, n);
+        gemm_act(e->gu_type, up, us, n, d, xa, xa_row, bn, sc->bu, n);
+    } else {
+        int rc = SI_OK;
+        if (gate != NULL)
+            rc = si_k_gemm(e->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
+        if (rc == SI_OK)
+            rc = si_k_gemm(e->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    if (b != NULL)
+        for (int64_t t = 0; t < bn; t++)
+            for (int64_t k = 0; k < n; k++)
+                sc->bu[t * n + k] += b[k];
+    batch_act(e, a->l, sc->bg, sc->bu, bn * n);
+    if (!e->sparse) {
+        memcpy(y, sc->bu, (size_t)(bn * n) * sizeof(float));
+    } else if (q) {
+        for (int64_t t = 0; t < bn; t++) {
+            const float *h = sc->bu + t * n;
+            int64_t k = 0;
+            for (int64_t c = 0; c < n; c++)
+                if (h[c] != 0.0f) {
+                    sc->h[k] = h[c];
+                    sc->ix[k++] = (int32_t)c;
+                }
+            si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, e->rec_bytes, d, sc->h, sc->ix, k,
+                                 y + t * d);
+        }
+    } else {
+        const char *dt = rec + e->dt_off;
+        for (int64_t k0 = 0; k0 < n; k0 += SI__DT_TILE) {
+            const int64_t kb = n - k0 < SI__DT_TILE ? n - k0 : SI__DT_TILE;
+            for (int64_t k = 0; k < kb; k++)
+                si_dequantize_row(e->dt_type, dt + (size_t)(k0 + k) * e->rec_bytes,
+                                  sc->dt + (size_t)k * d, d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bn, (int)d, (int)kb, 1.0f,
+                        sc->bu + k0, (int)n, sc->dt, (int)d, k0 == 0 ? 0.0f : 1.0f, y, (int)d);
+        }
+        if (n == 0)
+            memset(y, 0, (size_t)(bn * d) * sizeof(float));
+    }
+    si__account(e, SI_TASK_PREFILL_FFN, t0);
+}
+
+/*
+ * down_cpu for a batch: each token's activations gathered from the slices'
+ * outputs; with converted activations (act_quant) the reference's product
+ * per token, as in decoding; with float activations (act_quant off, or a
+ * batch of SI__BLAS_MIN_BATCH tokens or more without exact_prefill, as bffn_cpu
+ * decides), OpenBLAS on H.  Output: (n_batch, block rows), token-major.
+ */
+static void bdown_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct si__layer_state *L = &e->L[a->l];
+    struct si__scratch *sc = si__scratch_of(e);
+    const int64_t ff = e->m->hp.n_ff, bn = e->bn, no = e->dn[a->j + 1] - e->dn[a->j];
+    double t0 = si__now();
+    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
+    rows.ne[1] = no;
+    rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]);
+    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
+    for (int64_t t = 0; t < bn; t++)
+        si__ffn_gather(L, buffers, t, sc->bu + t * ff);
+    if (q) {
+        for (int64_t t = 0; t < bn; t++)
+            si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
+    } else {
+        int rc = si_k_gemm(rows.type, rows.data, rows.row_bytes, no, ff, sc->bu, ff, bn, y, no,
+                           sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
+}
+
+static void bmerge_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    struct si_ref *s = e->ref;
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    const int64_t d = e->m->hp.n_embd;
+    double t0 = si__now();
+    for (int32_t t = 0; t < e->bn; t++) {
+        for (int32_t k = 0; !e->sparse && k < e->nd; k++) {
+            const int64_t no = e->dn[k + 1] - e->dn[k];
+            memcpy(s->xb2 + e->dn[k],
+                   (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + k]) + (size_t)t * (size_t)no,
+                   (size_t)no * sizeof(float));
+        }
+        bool first = true;
+        for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
+            const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]) +
+                             (size_t)t * (size_t)L->rows[j] * (size_t)d;
+            for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
+                for (int64_t o = 0; o < d; o++)
+                    s->xb2[o] = first ? p[o] : s->xb2[o] + p[o];
+        }
+        if (W->ffn_down_b.data != NULL)
+            for (int64_t o = 0; o < d; o++)
+                s->xb2[o] += ((const float *)W->ffn_down_b.data)[o];
+        struct saved sv = point_at(e, t);
+        si_ref_ffn_finish(s, a->l);
+        restore(e, sv);
+    }
+    si__account(e, SI_TASK_PREFILL_MERGE, t0);
+}
+
+static void bhead_cpu(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    double t0 = si__now();
+    /* the last token's logits; xb is the state's own (the logits' input) */
+    struct si_ref *s = e->ref;
+    float *x = s->x;
+    s->x = e->bx + (size_t)(e->bn - 1) * (size_t)e->m->hp.n_embd;
+    s->n_past = e->bp0 + e->bn - 1;
+    si_ref_end(s);
+    s->x = x;
+    si__account(e, SI_TASK_PREFILL_HEAD, t0);
+}
+
+static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_batch"};
+static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_batch"};
+static struct starpu_perfmodel bffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_gemm"};
+static struct starpu_perfmodel bdown_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_down_batch"};
+static struct starpu_perfmodel bmerge_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_merge_batch"};
+static struct starpu_perfmodel bhead_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_head_batch"};
+
+struct starpu_codelet si__cl_bembed = {
+    .cpu_funcs = {bembed_cpu},
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .model = &bembed_model,
+    .name = "embed_batch",
+};
+struct starpu_codelet si__cl_battn = {
+    .cpu_funcs = {battn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &battn_model,
+    .name = "attn_batch",
+};
+struct starpu_codelet si__cl_bffn = {
+    .cpu_funcs = {bffn_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bffn_model,
+    .name = "ffn_batch",
+};
+struct starpu_codelet si__cl_bdown = {
+    .cpu_funcs = {bdown_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bdown_model,
+    .name = "ffn_down_batch",
+};
+struct starpu_codelet si__cl_bmerge = {
+    .cpu_funcs = {bmerge_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bmerge_model,
+    .name = "merge_batch",
+};
+struct starpu_codelet si__cl_bhead = {
+    .cpu_funcs = {bhead_cpu},
+    .nbuffers = 4,
+    .modes = {STARPU_R, STARPU_RW, STARPU_W, STARPU_R},
+    .model = &bhead_model,
+    .name = "norm+lm_head",
+};

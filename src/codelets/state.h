@@ -1,0 +1,229 @@
+/*
+ * state.h - the engine's state, as its tasks see it.
+ *
+ * The graph (src/graph/) builds this state at init, registers its arrays
+ * as StarPU data handles and submits tasks on them; the codelets
+ * (src/codelets/, listed in codelets.h) run on it: each task gets the
+ * engine and its layer and slice (struct si__task_arg) and reaches its
+ * data through its buffers, reading the layout (types, strides, slice
+ * boundaries) from here.  Scratch memory is per worker.
+ */
+#ifndef SI_CODELETS_STATE_H
+#define SI_CODELETS_STATE_H
+
+#include "codelets/engine_types.h"
+#include "config.h" /* SI_USE_CUDA: the codelets' CUDA functions */
+#include "flash/tier.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "placement/plan.h"
+
+#include <starpu.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define SI__MAX_SLICES 256
+#define SI__DT_TILE 64 /* down_t rows dequantized at a time in prefill */
+#define SI__BLAS_MIN_BATCH 8 /* smaller batches: the reference's dots (see codelets/prefill.c) */
+
+/* Scratch and counters of one worker. */
+struct si__scratch {
+    /* Attention tasks: q, k, v and att laid out whole (each task fills its
+     * heads' parts), si_ref_attn_group's scratch, a residual, the FFN
+     * output being merged, a normalised input, norm scratch. */
+    float *aq, *ak, *av, *aatt, *ascr, *xl, *xf, *xn, *xo, *tmp;
+    float *h;    /* (n_ff) the slice's neuron activations */
+    float *g;    /* (n_ff) gate mode: the slice's gating dots */
+    int32_t *ix; /* (n_ff) the slice's active positions */
+    float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
+    void *xq;    /* the FFN input converted for the up and gate dots */
+    void *hq;    /* the activations converted for the down dots */
+    float *bg, *bu; /* (n_batch, n_ff) prefill: gate and up products */
+    void *gemm;     /* si_k_gemm's dequantization tile */
+    float *dt;      /* (SI__DT_TILE, n_embd) prefill: down_t rows as floats */
+    double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
+    int64_t count[SI_TASK_KIND_COUNT];
+};
+
+/*
+ * One layer's FFN.  Its neurons are in slices: slots 0 .. nsl - 1 of the
+ * arrays below are the non-empty slices in order, the hot one first when
+ * hot is set.  Handles whose name ends in _c are the children of the
+ * handle of the same name (one per slot).
+ */
+struct si__layer_state {
+    int64_t n_hot;
+    bool hot;         /* slot 0 is the hot slice */
+    int32_t nsl;      /* non-empty slices */
+    int64_t *s0;      /* (nsl + 1) slice boundaries, in neuron positions */
+    int32_t *rows;    /* (nsl) partial-output rows of each slice (sparse) */
+    int32_t *perm;    /* (n_ff) position -> file neuron id */
+    int64_t *active;  /* (nsl) neurons each slice computed for the last token */
+    int64_t *rd;      /* (nsl) bytes of weights each slice's task read for it */
+    uint32_t *len_n;  /* (nsl) neurons per slice (filter lengths) */
+    uint32_t *len_p;  /* (nsl) floats of partial output per slice (dense: its
+                       * neurons' activations) */
+
+    void *rec;        /* sparse layouts: (n_ff, rec_bytes) neuron records */
+    void *pre;        /* gate mode: (n_ff, gu_row) the gating rows, position order */
+    float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
+    void *fc2p;       /* predictor fc2 rows in position order */
+    int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
+    float *part;      /* the slices' partial outputs: (sum of rows, n_embd), or
+                       * dense, the n_ff activations */
+    float *y;         /* (n_embd) redux mode: the layer's FFN output */
+
+    starpu_data_handle_t h_w[4], h_k, h_v;           /* attention */
+    starpu_data_handle_t *h_k_c, *h_v_c; /* (ng) the caches' columns of each kv-head group */
+    size_t *kv_cols;                     /* (ng + 1) their byte boundaries in a cache row */
+    starpu_data_handle_t h_gate, h_up, h_down, h_rec; /* FFN weights */
+    starpu_data_handle_t h_upb, h_idx, h_part, h_fc1, h_fc2, h_y;
+    starpu_data_handle_t *h_gate_c, *h_up_c, *h_rec_c, *h_upb_c, *h_idx_c, *h_part_c;
+    starpu_data_handle_t *h_down_c; /* (nd) dense: ffn_down's row blocks */
+
+    /* The flash tier (its cache and load arrays are the tier's, flash/tier.h). */
+    float *gact;       /* gate mode: (n_ff) act(gate) of each passing neuron
+                        * (the plain kind: its activation), by position */
+    starpu_data_handle_t h_cache;
+
+    char name_attn[24], name_pred[24], name_merge[24], name_load[24];
+    char (*name_gmask)[32]; /* (nsl) */
+    char name_battn[24], name_bmerge[24], name_aout[24];
+    char (*name_agrp)[32]; /* (ng) */
+    char (*name_ao)[32];   /* (na) */
+    char (*name_ffn)[32];  /* (nsl) */
+    char (*name_bffn)[48]; /* (nsl) */
+    char (*name_down)[32], (*name_bdown)[40]; /* (nd) dense */
+};
+
+struct si_engine {
+    const struct si_model *m;
+    struct si_engine_params p;
+    struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
+    bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
+    bool cuda_hot;      /* hot slices run on CUDA workers */
+    int32_t n_slices;   /* cold slices per layer */
+    int64_t chunk;      /* dense: slices are whole units of this many neurons */
+    uint32_t gu_type;   /* type of the gate and up rows */
+    uint32_t dt_type;   /* sparse: type of the down_t rows */
+    size_t gu_row;      /* bytes of a gate or up row */
+    size_t dt_row;      /* sparse: bytes of a down_t row */
+    size_t rec_bytes;   /* sparse: bytes of a neuron record */
+    bool pre_sep;       /* gate mode: the rows that gate a neuron (gate, or
+                         * up for the plain kind) in their own array, read
+                         * densely, instead of in the records */
+    ptrdiff_t gate_off, up_off; /* sparse: offsets in a record, -1: not there */
+    size_t dt_off;      /* sparse: offset of the down_t row in a record */
+    bool has_gate;
+    float *gthr;        /* (n_layer) gate mode's threshold of each layer */
+    int64_t hot_bytes;
+    struct si_gpu_reserve reserve; /* what the GPU holds besides hot neurons */
+    int64_t gpu_base;   /* StarPU's bytes on the CUDA node before init, or -1 */
+    float *zeros;       /* (n_ff) the up bias of files without one */
+    int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
+    struct si__layer_state *L;
+    struct si__scratch *scratch; /* one per worker */
+    unsigned n_workers;
+    int cuda_node;           /* memory node of the first CUDA worker, or -1 */
+
+    starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
+
+    /* Attention split over the workers (na > 1): ng tasks attn_L.j, each
+     * for the kv heads [a_g[j], a_g[j+1]) (ng <= n_head_kv), then na row
+     * slices of Wo's output [a_o[j], a_o[j+1]) and of the LM head's
+     * [a_h[j], a_h[j+1]). */
+    int32_t na, ng;
+    bool fuse_out;                   /* attn_out's work done by each FFN slice task */
+    int64_t *a_g;                    /* (ng + 1) kv-head boundaries */
+    int64_t *a_o, *a_h;              /* (na + 1) row boundaries */
+    char (*name_head)[24];           /* (na) */
+    uint32_t *head_len;              /* (na) rows of each head slice */
+    uint32_t *att_len;               /* (ng) floats of each group's attention output */
+    starpu_data_handle_t *h_logits_c; /* (na) children of h_logits */
+    float **o;                       /* (na) slot outputs */
+    float *x2;                       /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
+    starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
+
+    /* Dense mode's down projection in nd blocks of output rows, block k
+     * [dn[k], dn[k+1]) into dout[k] (one token) or bdout[k] (n_batch tokens,
+     * token-major), shared by the layers. */
+    int32_t nd;
+    int64_t *dn;
+    float **dout, **bdout;
+    starpu_data_handle_t *h_dout, *h_bdout;
+
+    /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
+    int32_t n_batch;
+    const int32_t *btok;
+    int32_t bn, bp0;
+    float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
+    float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
+                             * (dense: (n_batch, bwidth[j]) activations) */
+    int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
+    int64_t *bwidth;        /* (n_slices + 1) dense: the widest slice of each slot */
+    starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
+
+    bool flash;        /* cold neurons from p.flash */
+    struct si_flash_tier ft; /* their region, caches and loads */
+    starpu_data_handle_t h_spill; /* the tier's spill area */
+    int flash_err;     /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
+    char flash_msg[256];
+
+    struct si_engine_stats stats;
+    int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices'
+                                * (dense mode: the down projection's tasks too) */
+};
+
+/* One task's arguments (freed by StarPU with the task). */
+struct si__task_arg {
+    struct si_engine *e;
+    int l, j;
+    int32_t token;
+};
+
+static inline double si__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The calling worker's scratch. */
+static inline struct si__scratch *si__scratch_of(struct si_engine *e)
+{
+    return &e->scratch[starpu_worker_get_id_check()];
+}
+
+/* Charge `seconds` to this worker's counter of kind k (one task). */
+static inline void si__charge(struct si_engine *e, enum si_task_kind k, double seconds)
+{
+    struct si__scratch *sc = si__scratch_of(e);
+    sc->busy[k] += seconds;
+    sc->count[k]++;
+}
+
+/* Charge the time since t0 to this worker's counter of kind k. */
+static inline void si__account(struct si_engine *e, enum si_task_kind k, double t0)
+{
+    si__charge(e, k, si__now() - t0);
+}
+
+/* Slot j of layer l is its hot slice. */
+static inline bool si__is_hot(const struct si_engine *e, int l, int j)
+{
+    return j == 0 && e->L[l].hot;
+}
+
+/* Rows [r0, r1) of w as a tensor of their own (si_ref_matvec on a slice). */
+static inline struct si_tensor si__rows_of(const struct si_tensor *w, int64_t r0, int64_t r1)
+{
+    struct si_tensor v = *w;
+    v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    v.ne[1] = r1 - r0;
+    v.nbytes = (size_t)(r1 - r0) * w->row_bytes;
+    return v;
+}
+
+#endif /* SI_CODELETS_STATE_H */

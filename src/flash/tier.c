@@ -1,0 +1,213 @@
+/* tier.c - the flash tier's region, caches and per-token loads (see tier.h). */
+#include "flash/tier.h"
+
+#include "internal.h"
+#include "starinfer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int64_t si_flash_tier_layer_bytes(int64_t n_ff)
+{
+    /* the load arrays, then the cache's slot_of and last */
+    return n_ff * (int64_t)(sizeof(int32_t) * 6 + sizeof(char *) + 3 * sizeof(struct si_flash_req)) +
+           n_ff * (int64_t)(sizeof(int32_t) + sizeof(int64_t));
+}
+
+int64_t si_flash_tier_record_bytes(size_t rec_bytes)
+{
+    return (int64_t)rec_bytes + (int64_t)(sizeof(float) + 2 * sizeof(int32_t));
+}
+
+static int alloc_layer(struct si_flash_layer *L, int64_t n_ff)
+{
+    const size_t ff = (size_t)n_ff;
+    L->row = malloc(ff * sizeof(int32_t));
+    L->act = malloc(ff * sizeof(int32_t));
+    L->load = malloc(ff * sizeof(int32_t));
+    L->slot = malloc(ff * sizeof(int32_t));
+    L->fid = malloc(ff * sizeof(int32_t));
+    L->dst = malloc(ff * sizeof(char *));
+    L->req = malloc(3 * ff * sizeof(struct si_flash_req));
+    return L->row && L->act && L->load && L->slot && L->fid && L->dst && L->req ? SI_OK
+                                                                                : SI_E_NOMEM;
+}
+
+int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_t n_layer,
+                       int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap,
+                       const int64_t *n_hot, const int32_t *const *perm, char *err,
+                       size_t err_size)
+{
+    memset(t, 0, sizeof *t);
+    t->store = s;
+    t->n_layer = n_layer;
+    t->n_ff = n_ff;
+    t->rec_bytes = rec_bytes;
+    t->cache_records = -1;
+    const int64_t ff = n_ff;
+    t->L = calloc((size_t)n_layer, sizeof *t->L);
+    if (t->L == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
+    for (int l = 0; l < n_layer; l++)
+        if (alloc_layer(&t->L[l], ff) != SI_OK)
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
+    /* The spill area: a layer's cold neurons that are active beyond its
+     * cache, read for one token (layers load one after another). */
+    int64_t max_cold = 1, total;
+    for (int l = 0; l < n_layer; l++)
+        max_cold = ff - n_hot[l] > max_cold ? ff - n_hot[l] : max_cold;
+    total = max_cold;
+    for (int l = 0; l < n_layer; l++) {
+        const int64_t cold = ff - n_hot[l];
+        total += cap < cold ? cap : cold;
+    }
+    t->spill_cap = (int32_t)max_cold;
+    t->region = aligned_alloc(SI_FLASH_BLOCK, (size_t)total * rec_bytes);
+    t->region_bias = malloc((size_t)total * sizeof(float));
+    t->spill_of = malloc((size_t)ff * sizeof(int32_t));
+    t->spill_pos = malloc((size_t)max_cold * sizeof(int32_t));
+    if (!t->region || !t->region_bias || !t->spill_of || !t->spill_pos)
+        return si__errf(err, err_size, SI_E_NOMEM,
+                        "out of memory for the flash caches (%.1f MiB)",
+                        (double)total * (double)rec_bytes / 1048576.0);
+    for (int64_t p = 0; p < ff; p++)
+        t->spill_of[p] = -1;
+    int64_t off = max_cold;
+    for (int l = 0; l < n_layer; l++) {
+        struct si_flash_layer *L = &t->L[l];
+        const int64_t cold = ff - n_hot[l];
+        const int32_t c = (int32_t)(cap < cold ? cap : cold);
+        L->off = off;
+        if (si_flash_cache_init(&L->fc, (int32_t)ff, c, rec_bytes, SI_FLASH_BLOCK, window,
+                                t->region + (size_t)off * rec_bytes, t->region_bias + off) != SI_OK)
+            return si__errf(err, err_size, SI_E_NOMEM,
+                            "out of memory for the flash cache of layer %d (%d records)", l, c);
+        for (int64_t p = 0; p < ff; p++)
+            L->row[p] = s->row_of[(size_t)l * (size_t)ff + (size_t)perm[l][p]];
+        t->cache_bytes += (int64_t)c * si_flash_tier_record_bytes(rec_bytes);
+        off += c;
+        if (t->cache_records < 0 || c < t->cache_records)
+            t->cache_records = c;
+    }
+    return SI_OK;
+}
+
+void si_flash_tier_free(struct si_flash_tier *t)
+{
+    for (int l = 0; t->L != NULL && l < t->n_layer; l++) {
+        struct si_flash_layer *L = &t->L[l];
+        free(L->row);
+        free(L->act);
+        free(L->load);
+        free(L->slot);
+        free(L->fid);
+        free(L->dst);
+        free(L->req);
+        si_flash_cache_free(&L->fc);
+    }
+    free(t->L);
+    free(t->region);
+    free(t->region_bias);
+    free(t->spill_of);
+    free(t->spill_pos);
+    memset(t, 0, sizeof *t);
+}
+
+static int cmp_row(const void *pa, const void *pb, void *user)
+{
+    const int32_t *row = user;
+    const int32_t a = row[*(const int32_t *)pa], b = row[*(const int32_t *)pb];
+    return (a > b) - (a < b);
+}
+
+int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int64_t na,
+                       const char **msg)
+{
+    struct si_flash_layer *L = &t->L[l];
+    struct si_flash_cache *c = &L->fc;
+    const struct si_flash_format *f = &t->store->f;
+    const double t0 = now();
+    *msg = "";
+    /* Neighbours in the store get neighbouring slots: one read for a run. */
+    qsort_r(L->act, (size_t)na, sizeof *L->act, cmp_row, L->row);
+    /* The previous layer's spilled neurons are done with. */
+    for (int32_t k = 0; k < t->spill_n; k++)
+        t->spill_of[t->spill_pos[k]] = -1;
+    t->spill_n = 0;
+    /* More active neurons than the cache holds: the cached ones and the
+     * first missing ones (store order: hottest first with a profile) go
+     * through the cache, the others are read into the spill area for this
+     * token only. */
+    int64_t nk = na;
+    if (na > c->cap) {
+        int64_t cached = 0, room, w = 0;
+        for (int64_t k = 0; k < na; k++)
+            cached += c->slot_of[L->act[k]] >= 0;
+        room = c->cap - cached;
+        for (int64_t k = 0; k < na; k++) {
+            const int32_t p = L->act[k];
+            if (c->slot_of[p] >= 0 || room-- > 0) {
+                L->act[w++] = p;
+            } else {
+                t->spill_of[p] = t->spill_n;
+                t->spill_pos[t->spill_n++] = p;
+            }
+        }
+        nk = w;
+    }
+    int64_t nl = 0;
+    struct si_flash_step st;
+    int rc = si_flash_cache_step(c, L->act, nk, L->load, L->slot, &nl, &st);
+    if (rc != SI_OK) { /* cannot happen: nk <= cap, the ids distinct */
+        *msg = "flash cache bookkeeping failed";
+        return rc;
+    }
+    for (int64_t k = 0; k < nl; k++) {
+        L->fid[k] = perm[L->load[k]];
+        L->dst[k] = si_flash_cache_rec(c, L->slot[k]);
+    }
+    for (int32_t k = 0; k < t->spill_n; k++) {
+        L->fid[nl + k] = perm[t->spill_pos[k]];
+        L->dst[nl + k] = t->region + (size_t)k * t->rec_bytes;
+    }
+    const int64_t nc = si_flash_plan(t->store, l, L->fid, nl, L->dst, L->req);
+    const int64_t nr = nc + si_flash_plan(t->store, l, L->fid + nl, t->spill_n, L->dst + nl,
+                                          L->req + nc);
+    const double t1 = now();
+    rc = si_flash_read(t->store, L->req, nr);
+    const double t2 = now();
+    if (rc != SI_OK)
+        *msg = "reading the flash store failed";
+    for (int64_t k = 0; k < nl; k++)
+        memcpy(&c->bias[L->slot[k]], L->dst[k] + f->bias_off, sizeof(float));
+    for (int32_t k = 0; k < t->spill_n; k++)
+        memcpy(&t->region_bias[k], L->dst[nl + k] + f->bias_off, sizeof(float));
+    nl += t->spill_n;
+    for (int64_t r = 0; r < nr; r++)
+        L->bytes += (int64_t)L->req[r].len;
+    L->reads += nr;
+    L->loads += nl;
+    L->hits += st.hits;
+    L->io += t2 - t1;
+    L->manage += (t1 - t0) + (now() - t2);
+    return rc;
+}
+
+int si_flash_tier_read(struct si_flash_tier *t, int l, const int32_t *ids, int64_t n, char *dst)
+{
+    struct si_flash_layer *L = &t->L[l];
+    for (int64_t p = 0; p < n; p++) {
+        L->fid[p] = ids[p];
+        L->dst[p] = dst + (size_t)p * t->rec_bytes;
+    }
+    const int64_t nr = si_flash_plan(t->store, l, L->fid, n, L->dst, L->req);
+    return si_flash_read(t->store, L->req, nr);
+}

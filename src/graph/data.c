@@ -1,0 +1,466 @@
+/* data.c - the engine's data: neuron records built from the model (or the
+ * flash store), and every array registered as a StarPU handle, partitioned
+ * into the layer's slices (filters), and unregistered at the end. */
+#include "graph/graph.h"
+
+#include "codelets/codelets.h"
+#include "flash/tier.h"
+#include "internal.h"
+#include "model/quants.h"
+#include "starinfer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Child C of matrix F: nx x ny elements from byte offset off, F's ld. */
+static void matrix_part(const struct starpu_matrix_interface *F, struct starpu_matrix_interface *C,
+                        uint32_t nx, uint32_t ny, size_t off)
+{
+    C->id = F->id;
+    C->nx = nx;
+    C->ny = ny;
+    C->elemsize = F->elemsize;
+    if (F->dev_handle) {
+        if (F->ptr)
+            C->ptr = F->ptr + off;
+        C->ld = F->ld;
+        C->dev_handle = F->dev_handle;
+        C->offset = F->offset + off;
+        C->allocsize = (size_t)C->ld * C->ny * C->elemsize;
+    } else {
+        C->allocsize = (size_t)C->nx * C->ny * C->elemsize;
+    }
+}
+
+/* Column byte ranges of a matrix's rows: a child per range (the KV cache's kv-head groups). */
+static void filter_cols(void *father, void *child, struct starpu_data_filter *f, unsigned id,
+                        unsigned nparts)
+{
+    (void)nparts;
+    const struct starpu_matrix_interface *F = father;
+    struct starpu_matrix_interface *C = child;
+    const size_t *cols = f->filter_arg_ptr;
+    matrix_part(F, C, (uint32_t)(cols[id + 1] - cols[id]), F->ny, cols[id] * F->elemsize);
+}
+
+/* Row blocks of ffn_down (dense layout): child k holds rows [dn[k], dn[k+1]). */
+static void filter_rows(void *father, void *child, struct starpu_data_filter *f, unsigned id,
+                        unsigned nparts)
+{
+    (void)nparts;
+    const struct starpu_matrix_interface *F = father;
+    struct starpu_matrix_interface *C = child;
+    const int64_t *dn = f->filter_arg_ptr;
+    matrix_part(F, C, F->nx, (uint32_t)(dn[id + 1] - dn[id]),
+                (size_t)dn[id] * F->ld * F->elemsize);
+}
+
+/* Row i of tensor t (F32 in every supported file for 1-D vectors). */
+static const char *row_of(const struct si_tensor *t, int64_t i)
+{
+    return (const char *)t->data + (size_t)i * t->row_bytes;
+}
+
+/*
+ * Sparse layout of layer l: the records in position order.  down_t comes
+ * from the file, or from ffn_down transposed: dequantized to float, stored
+ * in the type chosen at init (exact for F32 and F16 files).
+ */
+int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct si__layer_state *L = &e->L[l];
+    const int64_t ff = hp->n_ff, d = hp->n_embd;
+    const size_t rb = e->rec_bytes;
+    char *rec = L->rec;
+    for (int64_t p = 0; p < ff; p++) {
+        const int32_t i = L->perm[p];
+        char *r = rec + (size_t)p * rb;
+        if (e->gate_off >= 0)
+            memcpy(r + e->gate_off, row_of(&W->ffn_gate, i), e->gu_row);
+        if (e->up_off >= 0)
+            memcpy(r + e->up_off, row_of(&W->ffn_up, i), e->gu_row);
+        if (e->pre_sep)
+            memcpy((char *)L->pre + (size_t)p * e->gu_row,
+                   row_of(e->has_gate ? &W->ffn_gate : &W->ffn_up, i), e->gu_row);
+        L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
+        if (W->ffn_down_t.data != NULL)
+            memcpy(rec + (size_t)p * rb + e->dt_off, row_of(&W->ffn_down_t, i), e->dt_row);
+    }
+    if (W->ffn_down_t.data == NULL) {
+        /* col holds ffn_down as (n_embd, n_ff) floats, one output per row */
+        for (int64_t o = 0; o < d; o++)
+            si_dequantize_row(W->ffn_down.type, row_of(&W->ffn_down, o), col + (size_t)o * ff, ff);
+        float *t = malloc((size_t)d * sizeof(float));
+        if (t == NULL)
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for down_t");
+        for (int64_t p = 0; p < ff; p++) {
+            for (int64_t o = 0; o < d; o++)
+                t[o] = col[(size_t)o * ff + L->perm[p]];
+            si_quantize_row(e->dt_type, t, rec + (size_t)p * rb + e->dt_off, d);
+        }
+        free(t);
+    }
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        const struct si_tensor *fc2 = &W->fc2;
+        for (int64_t p = 0; p < ff; p++)
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+                   fc2->row_bytes);
+    }
+    return SI_OK;
+}
+
+static void drop_pages(const void *p, size_t n)
+{
+    const uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, b = ((uintptr_t)p + n) / ps * ps;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/*
+ * Flash layout of layer l: the gating rows (gate mode) and biases from the
+ * model, the hot records from the store (the model's FFN matrices are not
+ * read otherwise), the predictor's fc2 in position order.
+ */
+int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct si__layer_state *L = &e->L[l];
+    const int64_t ff = hp->n_ff;
+    const struct si_tensor *g = e->has_gate ? &W->ffn_gate : &W->ffn_up;
+    for (int64_t p = 0; p < ff; p++) {
+        const int32_t i = L->perm[p];
+        if (e->pre_sep)
+            memcpy((char *)L->pre + (size_t)p * e->gu_row, row_of(g, i), e->gu_row);
+        L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
+    }
+    if (e->pre_sep && e->m->gguf->map != NULL)
+        drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
+    if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
+        return si__errf(err, err_size, SI_E_IO, "layer %d: reading the hot neurons from the "
+                        "flash store failed", l);
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        const struct si_tensor *fc2 = &W->fc2;
+        for (int64_t p = 0; p < ff; p++)
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+                   fc2->row_bytes);
+    }
+    return SI_OK;
+}
+
+static void vec(starpu_data_handle_t *h, const void *p, size_t n, size_t elem)
+{
+    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
+}
+
+/* Partition h into the layer's slices along a vector of lengths. */
+static void split(starpu_data_handle_t h, struct si__layer_state *L, uint32_t *lengths,
+                  starpu_data_handle_t *children)
+{
+    struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                   .nchildren = (unsigned)L->nsl,
+                                   .filter_arg_ptr = lengths};
+    starpu_data_partition_plan(h, &f, children);
+    starpu_data_partition_submit(h, (unsigned)L->nsl, children);
+}
+
+/* Undo a partition of h into n children (if any), then unregister h. */
+static void unsplit_n(starpu_data_handle_t h, unsigned n, starpu_data_handle_t *children)
+{
+    if (h == NULL)
+        return;
+    if (children != NULL && children[0] != NULL) {
+        starpu_data_unpartition_submit(h, n, children, STARPU_MAIN_RAM);
+        starpu_data_partition_clean(h, n, children);
+    }
+    starpu_data_unregister(h);
+}
+
+static void unsplit(starpu_data_handle_t h, struct si__layer_state *L, starpu_data_handle_t *children)
+{
+    unsplit_n(h, (unsigned)L->nsl, children);
+}
+
+/* Register layer l's handles and partition them into its slices. */
+static void register_layer(struct si_engine *e, int l)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[l];
+    struct si__layer_state *L = &e->L[l];
+    struct si_ref *s = e->ref;
+    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t esz = s->p.kv_f16 ? 2 : 4, kv_bytes = (size_t)s->p.n_ctx * kvd * esz;
+    const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
+    for (int i = 0; i < 4; i++)
+        vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
+    if (e->na > 1 && e->ng > 1) {
+        /* Each attention task writes its kv heads' columns of the cache: the
+         * layer's cache as a matrix (a row per position, in bytes), a child
+         * per group of columns. */
+        const size_t row = kvd * esz;
+        for (int32_t g = 0; g <= e->ng; g++)
+            L->kv_cols[g] = (size_t)e->a_g[g] * (size_t)hp->head_dim * esz;
+        struct starpu_data_filter f = {.filter_func = filter_cols,
+                                       .nchildren = (unsigned)e->ng,
+                                       .filter_arg_ptr = L->kv_cols};
+        starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};
+        const char *base[2] = {s->kcache, s->vcache};
+        for (int i = 0; i < 2; i++) {
+            starpu_matrix_data_register(hc[i], STARPU_MAIN_RAM,
+                                        (uintptr_t)(base[i] + (size_t)l * kv_bytes),
+                                        (uint32_t)row, (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
+            starpu_data_partition_plan(*hc[i], &f, cc[i]);
+            starpu_data_partition_submit(*hc[i], (unsigned)e->ng, cc[i]);
+        }
+    } else {
+        vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
+        vec(&L->h_v, (char *)s->vcache + (size_t)l * kv_bytes, kv_bytes, 1);
+    }
+
+    const int64_t ff = hp->n_ff;
+    if (!e->sparse) {
+        if (e->has_gate) {
+            vec(&L->h_gate, W->ffn_gate.data, (size_t)ff, e->gu_row);
+            split(L->h_gate, L, L->len_n, L->h_gate_c);
+        }
+        vec(&L->h_up, W->ffn_up.data, (size_t)ff, e->gu_row);
+        split(L->h_up, L, L->len_n, L->h_up_c);
+        const struct si_tensor *dn = &W->ffn_down;
+        starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
+                                    (uint32_t)dn->row_bytes, (uint32_t)dn->row_bytes,
+                                    (uint32_t)hp->n_embd, 1);
+        struct starpu_data_filter f = {.filter_func = filter_rows,
+                                       .nchildren = (unsigned)e->nd,
+                                       .filter_arg_ptr = e->dn};
+        starpu_data_partition_plan(L->h_down, &f, L->h_down_c);
+        starpu_data_partition_submit(L->h_down, (unsigned)e->nd, L->h_down_c);
+        vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
+            sizeof(float));
+    } else {
+        if (e->pre_sep) {
+            vec(&L->h_gate, L->pre, (size_t)ff, e->gu_row);
+            split(L->h_gate, L, L->len_n, L->h_gate_c);
+        }
+        if (e->flash) {
+            /* the hot records alone (slot 0), the cold ones in the cache */
+            if (L->hot)
+                vec(&L->h_rec_c[0], L->rec, (size_t)L->n_hot, e->rec_bytes);
+            const struct si_flash_cache *fc = &e->ft.L[l].fc;
+            vec(&L->h_cache, fc->mat, fc->cap > 0 ? (size_t)fc->cap : 1, e->rec_bytes);
+        } else {
+            vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
+            split(L->h_rec, L, L->len_n, L->h_rec_c);
+        }
+        vec(&L->h_upb, L->up_b, (size_t)ff, sizeof(float));
+    }
+    split(L->h_upb, L, L->len_n, L->h_upb_c);
+    if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        vec(&L->h_fc1, W->fc1.data, W->fc1.nbytes, 1);
+        vec(&L->h_fc2, L->fc2p, W->fc2.nbytes, 1);
+    }
+    if (L->idx != NULL) { /* predictor mode, and gate mode's flash masks */
+        vec(&L->h_idx, L->idx, (size_t)ff, sizeof(int32_t));
+        split(L->h_idx, L, L->len_n, L->h_idx_c);
+    }
+    size_t part = 0;
+    for (int32_t j = 0; j < L->nsl; j++)
+        part += L->len_p[j];
+    vec(&L->h_part, L->part, part, sizeof(float));
+    split(L->h_part, L, L->len_p, L->h_part_c);
+    if (e->p.redux) {
+        vec(&L->h_y, L->y, (size_t)hp->n_embd, sizeof(float));
+        starpu_data_set_reduction_methods(L->h_y, &si__cl_sum, &si__cl_zero);
+    }
+
+    /* The hot slice's weights go to the GPU once and stay there. */
+    if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
+        starpu_data_handle_t hot[3] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
+                                       L->h_gate != NULL ? L->h_gate_c[0] : NULL};
+        for (int i = 0; i < 3; i++)
+            if (hot[i] != NULL)
+                starpu_data_prefetch_on_node(hot[i], (unsigned)e->cuda_node, 1);
+    }
+}
+
+/*
+ * The bytes of every handle the engine lets onto the CUDA node: what
+ * ffn_cuda's task reads and writes (see submit_layer), for the layers with a
+ * hot slice; with hot_on_cpu the same handles as if there were a GPU.
+ */
+int64_t si__gpu_accounted(const struct si_engine *e)
+{
+    int64_t bytes = 0;
+    bool any = false;
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        const struct si__layer_state *L = &e->L[l];
+        if (!L->hot)
+            continue;
+        any = true;
+        const starpu_data_handle_t h[] = {
+            L->h_gate_c[0] != NULL && L->h_gate != NULL ? L->h_gate_c[0] : NULL,
+            !e->sparse ? L->h_up_c[0] : NULL,
+            e->sparse ? L->h_rec_c[0] : NULL,
+            L->h_upb_c[0],
+            e->p.mode == SI_SPARSITY_PREDICTOR ? L->h_idx_c[0] : NULL,
+            L->h_part_c[0]};
+        for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+            if (h[i] != NULL)
+                bytes += (int64_t)starpu_data_get_size(h[i]);
+    }
+    if (any)
+        bytes += (int64_t)(starpu_data_get_size(e->h_xb) + starpu_data_get_size(e->h_iota) +
+                           starpu_data_get_size(e->h_hscratch));
+    return bytes;
+}
+
+static void unregister_layer(struct si_engine *e, int l)
+{
+    struct si__layer_state *L = &e->L[l];
+    for (int i = 0; i < 4; i++)
+        if (L->h_w[i] != NULL)
+            starpu_data_unregister(L->h_w[i]);
+    starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
+    for (int i = 0; i < 2; i++) {
+        if (*kv[i] == NULL)
+            continue;
+        if (kv_c[i] != NULL && kv_c[i][0] != NULL) {
+            starpu_data_unpartition_submit(*kv[i], (unsigned)e->ng, kv_c[i], STARPU_MAIN_RAM);
+            starpu_data_partition_clean(*kv[i], (unsigned)e->ng, kv_c[i]);
+        }
+        starpu_data_unregister(*kv[i]);
+    }
+    unsplit(L->h_gate, L, L->h_gate_c);
+    unsplit(L->h_up, L, L->h_up_c);
+    unsplit_n(L->h_down, (unsigned)e->nd, L->h_down_c);
+    if (e->flash && L->h_rec_c != NULL && L->h_rec_c[0] != NULL) {
+        starpu_data_unregister(L->h_rec_c[0]); /* registered alone, not a child */
+        L->h_rec_c[0] = NULL;
+    }
+    if (L->h_cache != NULL)
+        starpu_data_unregister(L->h_cache);
+    unsplit(L->h_rec, L, L->h_rec_c);
+    unsplit(L->h_upb, L, L->h_upb_c);
+    unsplit(L->h_idx, L, L->h_idx_c);
+    unsplit(L->h_part, L, L->h_part_c);
+    unsplit(L->h_fc1, L, NULL);
+    unsplit(L->h_fc2, L, NULL);
+    unsplit(L->h_y, L, NULL);
+}
+
+/* ------------------------------------------------------------ engine */
+
+/* Register the engine-wide handles (activations, logits, the LM head, the
+ * attention split's and the batches' buffers) and every layer's. */
+void si__register_engine(struct si_engine *e)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    const size_t d = (size_t)hp->n_embd;
+    const int32_t ns = e->n_slices;
+    struct si_ref *s = e->ref;
+    vec(&e->h_x, s->x, d, sizeof(float));
+    vec(&e->h_xb, s->xb, d, sizeof(float));
+    if (hp->parallel_residual) { /* the attention output beside the FFN's */
+        vec(&e->h_xb3, s->xb3, d, sizeof(float));
+        starpu_data_set_name(e->h_xb3, "attn_out");
+    }
+    vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
+    vec(&e->h_out, m->w.output.data, m->w.output.nbytes, 1);
+    vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
+    starpu_vector_data_register(&e->h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
+    starpu_data_set_name(e->h_x, "x");
+    starpu_data_set_name(e->h_xb, "ffn_in");
+    starpu_data_set_name(e->h_logits, "logits");
+    for (int l = 0; l < hp->n_layer; l++)
+        register_layer(e, l);
+    if (e->flash)
+        vec(&e->h_spill, e->ft.region, (size_t)e->ft.spill_cap, e->rec_bytes);
+    if (e->na > 1) {
+        for (int32_t j = 0; j < e->na; j++)
+            vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));
+        vec(&e->h_x2, e->x2, d, sizeof(float));
+        vec(&e->h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
+        if (e->ng > 1) {
+            struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                           .nchildren = (unsigned)e->ng,
+                                           .filter_arg_ptr = e->att_len};
+            starpu_data_partition_plan(e->h_att, &f, e->h_att_c);
+            starpu_data_partition_submit(e->h_att, (unsigned)e->ng, e->h_att_c);
+        }
+        /* The LM head's row slices write children of the logits; the
+         * partition is undone before anyone reads them (see eval). */
+        for (int32_t j = 0; j < e->na; j++)
+            e->head_len[j] = (uint32_t)(e->a_h[j + 1] - e->a_h[j]);
+        struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
+                                       .nchildren = (unsigned)e->na,
+                                       .filter_arg_ptr = e->head_len};
+        starpu_data_partition_plan(e->h_logits, &f, e->h_logits_c);
+    }
+    for (int32_t k = 0; k < e->nd; k++) {
+        const size_t no = (size_t)(e->dn[k + 1] - e->dn[k]);
+        vec(&e->h_dout[k], e->dout[k], no, sizeof(float));
+        if (e->n_batch > 1)
+            vec(&e->h_bdout[k], e->bdout[k], (size_t)e->n_batch * no, sizeof(float));
+    }
+    if (e->n_batch > 1) {
+        const size_t bd = (size_t)e->n_batch * d;
+        vec(&e->h_bx, e->bx, bd, sizeof(float));
+        vec(&e->h_bxb, e->bxb, bd, sizeof(float));
+        vec(&e->h_bxb3, e->bxb3, bd, sizeof(float));
+        for (int32_t j = 0; j <= ns; j++)
+            vec(&e->h_bpart[j], e->bpart[j],
+                e->sparse ? bd * (size_t)e->brows[j]
+                          : (size_t)e->n_batch * (size_t)(e->bwidth[j] > 0 ? e->bwidth[j] : 1),
+                sizeof(float));
+        starpu_data_set_name(e->h_bx, "x_batch");
+        starpu_data_set_name(e->h_bxb, "ffn_in_batch");
+    }
+}
+
+/* Undo si__register_engine, once every task has finished. */
+void si__unregister_engine(struct si_engine *e)
+{
+    for (int l = 0; l < e->m->hp.n_layer; l++)
+        unregister_layer(e, l);
+    starpu_data_unregister(e->h_x);
+    starpu_data_unregister(e->h_xb);
+    if (e->head_len != NULL) /* the plan exists from init on */
+        starpu_data_partition_clean(e->h_logits, (unsigned)e->na, e->h_logits_c);
+    starpu_data_unregister(e->h_logits);
+    starpu_data_unregister(e->h_out);
+    starpu_data_unregister(e->h_iota);
+    starpu_data_unregister(e->h_hscratch);
+    if (e->h_spill != NULL)
+        starpu_data_unregister(e->h_spill);
+    if (e->h_xb3 != NULL)
+        starpu_data_unregister(e->h_xb3);
+    if (e->h_att != NULL) {
+        for (int32_t j = 0; j < e->na; j++)
+            starpu_data_unregister(e->h_o[j]);
+        if (e->ng > 1) {
+            starpu_data_unpartition_submit(e->h_att, (unsigned)e->ng, e->h_att_c,
+                                           STARPU_MAIN_RAM);
+            starpu_data_partition_clean(e->h_att, (unsigned)e->ng, e->h_att_c);
+        }
+        starpu_data_unregister(e->h_att);
+        starpu_data_unregister(e->h_x2);
+    }
+    if (e->h_bx != NULL) {
+        starpu_data_unregister(e->h_bx);
+        starpu_data_unregister(e->h_bxb);
+        starpu_data_unregister(e->h_bxb3);
+        for (int32_t j = 0; j <= e->n_slices; j++)
+            starpu_data_unregister(e->h_bpart[j]);
+    }
+    for (int32_t k = 0; k < e->nd; k++) {
+        if (e->h_dout[k] != NULL)
+            starpu_data_unregister(e->h_dout[k]);
+        if (e->h_bdout[k] != NULL)
+            starpu_data_unregister(e->h_bdout[k]);
+    }
+}

@@ -1,0 +1,394 @@
+/* decode.c - one token's task graph: per layer, its tasks in the order of
+ * the layer's maths, then the head (engine.h draws the graph, codelets.h
+ * lists each task's buffers). */
+#include "graph/graph.h"
+
+#include "codelets/codelets.h"
+#include "graph/runtime.h"
+#include "starinfer.h"
+
+#include <errno.h>
+#include <starpu.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* See graph.h. */
+int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
+               int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes, int n,
+               uint32_t where)
+{
+    struct si__task_arg *a = malloc(sizeof *a);
+    if (a == NULL)
+        return -ENOMEM;
+    *a = (struct si__task_arg){.e = e, .l = l, .j = j, .token = token};
+    struct starpu_task *t = starpu_task_create();
+    t->cl = cl;
+    t->cl_arg = a;
+    t->cl_arg_size = sizeof *a;
+    t->cl_arg_free = 1;
+    t->name = name;
+    t->nbuffers = n;
+    if (where != 0)
+        t->where = where;
+    if (n > STARPU_NMAXBUFS) {
+        t->dyn_handles = malloc((size_t)n * sizeof *t->dyn_handles);
+        t->dyn_modes = malloc((size_t)n * sizeof *t->dyn_modes);
+        if (t->dyn_handles == NULL || t->dyn_modes == NULL) {
+            free(t->dyn_handles);
+            free(t->dyn_modes);
+            t->dyn_handles = NULL;
+            t->dyn_modes = NULL;
+            starpu_task_destroy(t);
+            return -ENOMEM;
+        }
+        memcpy(t->dyn_handles, h, (size_t)n * sizeof *h);
+        memcpy(t->dyn_modes, modes, (size_t)n * sizeof *modes);
+    } else {
+        for (int i = 0; i < n; i++) {
+            t->handles[i] = h[i];
+            t->modes[i] = modes[i];
+        }
+    }
+    int rc = starpu_task_submit(t);
+    if (rc != 0) {
+        t->destroy = 0;
+        starpu_task_destroy(t);
+        return rc;
+    }
+    if (e->bn > 0)
+        e->stats.batch_tasks++;
+    else
+        e->stats.tasks++;
+    return 0;
+}
+
+/* A task's handles and their access modes, in the codelet's order. */
+struct args {
+    starpu_data_handle_t h[SI__MAX_SLICES + 16];
+    enum starpu_data_access_mode md[SI__MAX_SLICES + 16];
+    int n;
+};
+
+static void add(struct args *a, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    a->h[a->n] = h;
+    a->md[a->n++] = mode;
+}
+
+static int run(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
+               int32_t token, struct args *a, uint32_t where)
+{
+    return si__submit(e, cl, name, l, j, token, a->h, a->md, a->n, where);
+}
+
+/* The handles si__n_carried() counts for layer l (R): layer l - 1's FFN
+ * output, which layer l's first tasks (or the head) add into x. */
+static void add_carried(const struct si_engine *e, int l, struct args *a)
+{
+    if (si__n_carried(e, l) == 0)
+        return;
+    const struct si__layer_state *P = &e->L[l - 1];
+    for (int32_t j = 0; j < (e->sparse ? P->nsl : e->nd); j++)
+        add(a, e->sparse ? P->h_part_c[j] : e->h_dout[j], STARPU_R);
+    if (e->m->hp.parallel_residual)
+        add(a, e->h_xb3, STARPU_R);
+}
+
+/* x += FFN_{l-1} (carried); x += attention_l(norm(x)); ffn_in = norm(x):
+ * one task, or split by kv heads (attn_L.j), Wo's row slices (attn_o_L.j)
+ * and the residual (attn_out_L, unless each FFN slice does it: fuse_out). */
+static int submit_attention(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct args a = {.n = 0};
+    if (e->na <= 1) {
+        add(&a, e->h_x, STARPU_RW);
+        add_carried(e, l, &a);
+        add(&a, e->h_xb, STARPU_W);
+        if (e->h_xb3 != NULL)
+            add(&a, e->h_xb3, STARPU_W);
+        add(&a, L->h_k, STARPU_RW);
+        add(&a, L->h_v, STARPU_RW);
+        for (int i = 0; i < 4; i++)
+            add(&a, L->h_w[i], STARPU_R);
+        return run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, 0);
+    }
+    int rc = 0;
+    for (int32_t j = 0; j < e->ng && rc == 0; j++) {
+        a.n = 0;
+        add(&a, e->h_x, STARPU_R);
+        add_carried(e, l, &a);
+        for (int i = 0; i < 3; i++)
+            add(&a, L->h_w[i], STARPU_R);
+        add(&a, e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
+        add(&a, e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
+        add(&a, e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
+        if (j == 0)
+            add(&a, e->h_x2, STARPU_W);
+        rc = run(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
+    }
+    for (int32_t j = 0; j < e->na && rc == 0; j++) {
+        a.n = 0;
+        for (int32_t g = 0; g < e->ng; g++)
+            add(&a, e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
+        add(&a, L->h_w[3], STARPU_R);
+        add(&a, e->h_o[j], STARPU_W);
+        rc = run(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
+    }
+    if (rc == 0 && !e->fuse_out) {
+        a.n = 0;
+        add(&a, e->h_x2, STARPU_R);
+        for (int32_t j = 0; j < e->na; j++)
+            add(&a, e->h_o[j], STARPU_R);
+        add(&a, e->h_x, STARPU_W);
+        add(&a, e->h_xb, STARPU_W);
+        if (e->h_xb3 != NULL)
+            add(&a, e->h_xb3, STARPU_W);
+        rc = run(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
+    }
+    return rc;
+}
+
+/* idx_L.j = the positions of slice j that the predictor says fire. */
+static int submit_predictor(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct args a = {.n = 0};
+    add(&a, e->h_xb, STARPU_R);
+    add(&a, L->h_fc1, STARPU_R);
+    add(&a, L->h_fc2, STARPU_R);
+    for (int32_t j = 0; j < L->nsl; j++)
+        add(&a, L->h_idx_c[j], STARPU_W);
+    return run(e, &si__cl_pred, L->name_pred, l, -1, token, &a, 0);
+}
+
+/* The flash tier: the cold slices' masks (gate mode: from the resident
+ * gating rows), then the layer's load of their records into its cache,
+ * before any ffn_cold task reads it. */
+static int submit_loads(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    const int32_t first_cold = L->hot ? 1 : 0;
+    struct args a = {.n = 0};
+    int rc = 0;
+    for (int32_t j = first_cold; j < L->nsl && rc == 0 && e->p.mode == SI_SPARSITY_GATE; j++) {
+        a.n = 0;
+        add(&a, e->h_xb, STARPU_R);
+        add(&a, L->h_gate_c[j], STARPU_R);
+        add(&a, L->h_upb_c[j], STARPU_R);
+        add(&a, L->h_idx_c[j], STARPU_W);
+        rc = run(e, &si__cl_gmask, L->name_gmask[j], l, j, token, &a, STARPU_CPU);
+    }
+    if (rc != 0)
+        return rc;
+    a.n = 0;
+    for (int32_t j = first_cold; j < L->nsl; j++)
+        add(&a, L->h_idx_c[j], STARPU_R);
+    add(&a, L->h_cache, STARPU_RW);
+    add(&a, e->h_spill, STARPU_RW);
+    return run(e, &si__cl_load, L->name_load, l, -1, token, &a, STARPU_CPU);
+}
+
+/* part_L.j = FFN slice j (ffn_in): the hot slice on the GPU (or a CPU
+ * worker), the cold ones on CPU workers, from the flash cache with a
+ * flash tier. */
+static int submit_ffn(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct args a;
+    int rc = 0;
+    for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
+        const bool hot = si__is_hot(e, l, j), gpu = hot && e->cuda_hot;
+        a.n = 0;
+        if (e->flash && !hot) {
+            add(&a, e->h_xb, STARPU_R);
+            add(&a, L->h_cache, STARPU_R);
+            add(&a, L->h_idx_c[j], STARPU_R);
+            add(&a, e->h_spill, STARPU_R);
+            add(&a, L->h_part_c[j], STARPU_W);
+            rc = run(e, &si__cl_flash, L->name_ffn[j], l, j, token, &a, STARPU_CPU);
+            continue;
+        }
+        if (e->fuse_out) { /* the slice computes the FFN input itself */
+            add(&a, e->h_x2, STARPU_R);
+            for (int32_t k = 0; k < e->na; k++)
+                add(&a, e->h_o[k], STARPU_R);
+        } else {
+            add(&a, e->h_xb, STARPU_R);
+        }
+        if (!e->sparse) {
+            if (e->has_gate)
+                add(&a, L->h_gate_c[j], STARPU_R);
+            add(&a, L->h_up_c[j], STARPU_R);
+        } else {
+            if (e->pre_sep)
+                add(&a, L->h_gate_c[j], STARPU_R);
+            add(&a, L->h_rec_c[j], STARPU_R);
+        }
+        add(&a, L->h_upb_c[j], STARPU_R);
+        if (e->p.mode == SI_SPARSITY_PREDICTOR)
+            add(&a, L->h_idx_c[j], STARPU_R);
+        if (e->p.redux)
+            add(&a, L->h_y, STARPU_REDUX);
+        else
+            add(&a, L->h_part_c[j], STARPU_W);
+        if (gpu) {
+            add(&a, e->h_iota, STARPU_R);
+            add(&a, e->h_hscratch, STARPU_SCRATCH);
+        }
+        if (e->fuse_out && j == 0) { /* the residual for the next layer */
+            add(&a, e->h_x, STARPU_W);
+            if (e->h_xb3 != NULL)
+                add(&a, e->h_xb3, STARPU_W);
+        }
+        rc = run(e, hot ? &si__cl_hot : &si__cl_cold, L->name_ffn[j], l, j, token, &a,
+                 gpu ? STARPU_CUDA : STARPU_CPU);
+    }
+    return rc;
+}
+
+/* Dense mode: down_k = rows k of W_down . h, h the slices' activations. */
+static int submit_down(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct args a;
+    int rc = 0;
+    for (int32_t k = 0; k < e->nd && rc == 0; k++) {
+        a.n = 0;
+        for (int32_t j = 0; j < L->nsl; j++)
+            add(&a, L->h_part_c[j], STARPU_R);
+        add(&a, L->h_down_c[k], STARPU_R);
+        add(&a, e->h_dout[k], STARPU_W);
+        rc = run(e, &si__cl_down, L->name_down[k], l, k, token, &a, STARPU_CPU);
+    }
+    return rc;
+}
+
+/* Redux mode: x += y_L, the slices' outputs that StarPU reduced. */
+static int submit_merge(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct args a = {.n = 0};
+    add(&a, e->h_x, STARPU_RW);
+    add(&a, L->h_y, STARPU_RW);
+    return run(e, &si__cl_merge, L->name_merge, l, -1, token, &a, 0);
+}
+
+/*
+ * Layer l of one token.  Without redux its FFN output is not merged here:
+ * the next layer's attention tasks (or the head) add it into x.
+ */
+static int submit_layer(struct si_engine *e, int l, int32_t token)
+{
+    const struct si__layer_state *L = &e->L[l];
+    int rc = submit_attention(e, l, token);
+    if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR)
+        rc = submit_predictor(e, l, token);
+    if (rc == 0 && e->flash && L->nsl > (L->hot ? 1 : 0))
+        rc = submit_loads(e, l, token);
+    if (rc == 0)
+        rc = submit_ffn(e, l, token);
+    if (rc == 0 && !e->sparse)
+        rc = submit_down(e, l, token);
+    if (rc == 0 && e->p.redux)
+        rc = submit_merge(e, l, token);
+    return rc;
+}
+
+/* logits = lm_head(norm(x + FFN_last)): one task, or row slices writing
+ * children of the logits (n_past moves on in eval, as si_ref_end would). */
+static int submit_head(struct si_engine *e, int32_t token)
+{
+    const int nl = e->m->hp.n_layer;
+    struct args a = {.n = 0};
+    if (e->na <= 1) {
+        add(&a, e->h_x, STARPU_RW);
+        add_carried(e, nl, &a);
+        add(&a, e->h_xb, STARPU_RW);
+        add(&a, e->h_logits, STARPU_W);
+        add(&a, e->h_out, STARPU_R);
+        return run(e, &si__cl_head, "norm+lm_head", -1, -1, token, &a, 0);
+    }
+    int rc = 0;
+    starpu_data_partition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c);
+    for (int32_t j = 0; j < e->na && rc == 0; j++) {
+        a.n = 0;
+        add(&a, e->h_x, STARPU_R);
+        add_carried(e, nl, &a);
+        add(&a, e->h_out, STARPU_R);
+        add(&a, e->h_logits_c[j], STARPU_W);
+        rc = run(e, &si__cl_head_rows, e->name_head[j], -1, j, token, &a, 0);
+    }
+    starpu_data_unpartition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c, STARPU_MAIN_RAM);
+    return rc;
+}
+
+int si_engine_eval(struct si_engine *e, int32_t token)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (token < 0 || token >= hp->n_vocab)
+        return SI_E_INVALID;
+    if (e->ref->n_past >= e->ref->p.n_ctx)
+        return SI_E_BUDGET;
+    if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
+        return SI_E_RUNTIME; /* its worker would not run: see si_runtime_start */
+    const double t0 = si__now();
+    e->flash_msg[0] = '\0';
+
+    struct args a = {.n = 0};
+    add(&a, e->h_x, STARPU_W);
+    int rc = run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
+    for (int l = 0; l < hp->n_layer && rc == 0; l++)
+        rc = submit_layer(e, l, token);
+    if (rc == 0)
+        rc = submit_head(e, token);
+    /* Wait for this token's tasks: the logits are ready when readable (the
+     * caller's worker, if it has one, runs tasks meanwhile). */
+    si_runtime_acquire(e->h_logits, STARPU_R);
+    starpu_data_release(e->h_logits);
+    if (rc == 0 && e->na > 1)
+        e->ref->n_past++;
+    if (rc != 0) {
+        si_runtime_wait_all();
+        return SI_E_RUNTIME;
+    }
+    if (e->flash_err != SI_OK) { /* a load failed: this token's output is wrong */
+        rc = e->flash_err;
+        e->flash_err = SI_OK;
+        return rc;
+    }
+    /* Activation counts are read after the merge, which read the slices'
+     * outputs: every slice task of this token has finished. */
+    e->stats.tokens++;
+    e->stats.seconds += si__now() - t0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct si__layer_state *L = &e->L[l];
+        for (int32_t j = 0; j < L->nsl; j++) {
+            int64_t a = L->active[j];
+            if (a < 0) /* the GPU does not count: charge the whole slice */
+                a = L->s0[j + 1] - L->s0[j];
+            if (si__is_hot(e, l, j))
+                e->stats.neurons_hot += a;
+            else
+                e->stats.neurons_cold += a;
+            if (si__is_hot(e, l, j) && e->cuda_hot)
+                e->stats.weight_bytes_gpu += L->rd[j];
+            else
+                e->stats.weight_bytes_cpu += L->rd[j];
+        }
+    }
+    e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
+    e->stats.weight_bytes_cpu += e->token_bytes_fixed;
+    if (e->cuda_hot && e->cuda_node >= 0) {
+        /* What StarPU really allocated on the GPU (its hot slices stay; the
+         * activations it moved may stay cached): never above the budget. */
+        const int64_t used =
+            (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
+        if (used > e->stats.gpu_allocated_peak)
+            e->stats.gpu_allocated_peak = used;
+        if (used > e->stats.gpu_budget)
+            return SI_E_BUDGET;
+    }
+    return SI_OK;
+}
+

@@ -1,0 +1,55 @@
+/*
+ * graph.h - what the files of src/graph/ share: the engine is built by
+ * engine.c (state, lifecycle), laid out by layout.c (each mode's FFN
+ * layout, the parameter checks, the GPU reserve), given its data by data.c
+ * (records, handles, partitions), and run by decode.c (one token's tasks)
+ * and prefill.c (a batch's).  The tasks themselves are the codelets of
+ * src/codelets/ (codelets.h); the state they share is codelets/state.h.
+ */
+#ifndef SI_GRAPH_GRAPH_H
+#define SI_GRAPH_GRAPH_H
+
+#include "codelets/state.h"
+#include "graph/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- layout.c */
+
+/* The FFN layout of mode on m: the fields of e from sparse to rec_bytes
+ * (e->m and e->p set). */
+void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e);
+
+/* The GPU reserve of engine e (its layout set). */
+void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r);
+
+/* Check p against m and the ncuda CUDA workers: SI_OK or the refusal. */
+int si__check_params(const struct si_model *m, const struct si_engine_params *p, unsigned ncuda,
+                     char *err, size_t err_size);
+
+/* --- data.c */
+
+/* Layer l's neuron records in position order (sparse layouts); col is
+ * n_ff x n_embd floats of scratch when the file has no ffn_down_t. */
+int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t err_size);
+
+/* Layer l's resident part with the flash tier: gating rows, biases, the hot
+ * records read from the store, fc2 in position order. */
+int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size);
+
+void si__register_engine(struct si_engine *e);
+void si__unregister_engine(struct si_engine *e);
+
+/* Bytes of every handle the engine lets onto the CUDA node. */
+int64_t si__gpu_accounted(const struct si_engine *e);
+
+/* --- decode.c */
+
+/* Create and submit a task on codelet cl with handles h[0..n); `where`
+ * restricts its workers (0: the codelet's).  -errno or 0. */
+int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
+               int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes, int n,
+               uint32_t where);
+
+#endif /* SI_GRAPH_GRAPH_H */

@@ -1,0 +1,232 @@
+/* layout.c - the FFN layout each sparsity mode gives, the engine's parameter
+ * checks, and the GPU reserve they imply (si_engine_gpu_reserve). */
+#include "graph/graph.h"
+
+#include "flash/store.h"
+#include "internal.h"
+#include "model/act.h"
+#include "model/quants.h"
+#include "model/types.h"
+#include "placement/placement.h"
+#include "predict/profile.h"
+#include "starinfer.h"
+
+#include <math.h>
+#include <string.h>
+
+
+/*
+ * Neurons per unit of dense mode's slices: 256 where the FFN width is a
+ * multiple of it (and of the weights' and activations' blocks), else a
+ * block, else the whole width.
+ */
+static int64_t dense_unit(const struct si_model *m)
+{
+    const struct si_tensor *w = &m->w.layers[0].ffn_down;
+    const struct si_type_traits *tw = si_type_get(w->type);
+    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
+    int64_t unit = 256;
+    if (unit % tw->block != 0 || unit % ta->block != 0 || m->hp.n_ff % unit != 0)
+        unit = tw->block > ta->block ? tw->block : ta->block;
+    if (m->hp.n_ff % unit != 0)
+        unit = m->hp.n_ff;
+    return unit;
+}
+
+/* The FFN layout of mode on m (graph.h). */
+void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e)
+{
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *W0 = &m->w.layers[0];
+    e->sparse = mode != SI_SPARSITY_DENSE;
+    e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
+    e->gu_type = W0->ffn_up.type;
+    e->gu_row = W0->ffn_up.row_bytes;
+    e->chunk = dense_unit(m);
+    if (!e->sparse)
+        return;
+    /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
+     * other types rounded to F16) */
+    if (W0->ffn_down_t.data != NULL) {
+        e->dt_type = W0->ffn_down_t.type;
+        e->dt_row = W0->ffn_down_t.row_bytes;
+    } else {
+        uint32_t t = W0->ffn_down.type;
+        e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
+        si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
+    }
+    /* Predictor mode reads a chosen neuron's rows together: all in its
+     * record.  Gate mode reads every gating row: those apart, dense. */
+    e->pre_sep = mode == SI_SPARSITY_GATE;
+    size_t off = 0;
+    e->gate_off = e->up_off = -1;
+    if (e->has_gate && !e->pre_sep) {
+        e->gate_off = (ptrdiff_t)off;
+        off += e->gu_row;
+    }
+    if (e->has_gate || !e->pre_sep) {
+        e->up_off = (ptrdiff_t)off;
+        off += e->gu_row;
+    }
+    e->dt_off = off;
+    e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
+    if (e->p.flash != NULL) {
+        /* the store's records, which the cache holds as they are on disk */
+        const struct si_flash_format *f = &e->p.flash->f;
+        e->gate_off = e->gate_off >= 0 ? (ptrdiff_t)f->gate_off : -1;
+        e->up_off = e->up_off >= 0 ? (ptrdiff_t)f->up_off : -1;
+        e->dt_off = f->dt_off;
+        e->rec_bytes = f->rec_bytes;
+    }
+}
+
+/* Bytes the GPU holds per hot neuron (sparse) or per hot unit of neurons
+ * (dense): the handles' children of the hot slice (register_layer,
+ * ffn_cuda), in dense mode its output (the activations) too. */
+static int64_t hot_unit_bytes(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (e->sparse)
+        return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
+               (int64_t)sizeof(float) + /* record, gating row, bias, */
+               (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0); /* index */
+    (void)hp;
+    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + 2 * (int64_t)sizeof(float));
+}
+
+/*
+ * The reserve, from what ffn_cuda reads and writes (the only CUDA task):
+ * the FFN input (ffn_in), the "every neuron" index list (iota, n_ff int32,
+ * registered whole), each layer's hot partial output in sparse modes (one
+ * row of n_embd floats, reserved for every layer, as any may get a hot
+ * slice; dense mode's, the hot activations, count with the hot units), and
+ * the task's scratch (2 n_ff floats).  Attention, the predictor, the KV cache and the LM head
+ * stay on the CPU in this engine: their bytes go to cpu_bytes.
+ */
+void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    memset(r, 0, sizeof *r);
+    const int64_t d = hp->n_embd, ff = hp->n_ff, L = hp->n_layer;
+    int64_t att = 0, pred = 0;
+    for (int l = 0; l < L; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        att += (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
+        if (e->p.mode == SI_SPARSITY_PREDICTOR)
+            pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
+    }
+    const int64_t n_ctx = e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx
+                          : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096; /* si_ref_init's */
+    r->cpu_bytes[SI_GPU_ATTENTION] = att;
+    r->cpu_bytes[SI_GPU_PREDICTOR] = pred;
+    r->cpu_bytes[SI_GPU_KV_CACHE] = 2 * L * n_ctx * hp->n_head_kv * hp->head_dim *
+                                    (e->p.ref.kv_f16 ? 2 : 4);
+    r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
+    const int64_t rows = e->sparse ? 1 : 0;
+    r->bytes[SI_GPU_BUFFERS] = (int64_t)sizeof(float) * (d + L * rows * d) +
+                               (int64_t)sizeof(int32_t) * ff;
+    r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
+    for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
+        r->total += r->bytes[i];
+    r->unit_bytes = hot_unit_bytes(e);
+    r->unit_neurons = e->sparse ? 1 : e->chunk;
+    r->any_neurons = e->sparse;
+}
+
+static bool cuda_type(uint32_t t)
+{
+    return t == SI_TYPE_F32 || t == SI_TYPE_F16 || t == SI_TYPE_Q8_0 || t == SI_TYPE_Q4_0 ||
+           t == SI_TYPE_Q4_1;
+}
+
+/* Check the parameters against the model and the workers. */
+int si__check_params(const struct si_model *m, const struct si_engine_params *p, unsigned ncuda,
+                     char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *W = &m->w.layers[0];
+    if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
+        return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
+    if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "predictor mode: the model has no predictor tensors (blk.N.fc1/fc2)");
+    if (p->n_slices < 0 || p->n_slices > SI__MAX_SLICES)
+        return si__errf(err, err_size, SI_E_INVALID, "slices: %d is outside 0..%d", p->n_slices,
+                        SI__MAX_SLICES);
+    if (p->vram_budget < 0)
+        return si__errf(err, err_size, SI_E_INVALID, "negative VRAM budget");
+    if (p->placement != NULL && p->mode == SI_SPARSITY_DENSE)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "a placement needs the gate or predictor sparsity mode (dense mode keeps "
+                        "the file's neuron order)");
+    if (p->placement != NULL &&
+        (p->placement->n_layer != hp->n_layer || p->placement->n_ff != hp->n_ff))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "placement is for %d layers of %d neurons, the model has %d of %d",
+                        p->placement->n_layer, p->placement->n_ff, hp->n_layer, hp->n_ff);
+    if (p->gate_threshold < 0.0f || !isfinite(p->gate_threshold))
+        return si__errf(err, err_size, SI_E_INVALID, "gate threshold must be finite and >= 0");
+    if (p->profile != NULL &&
+        (p->profile->n_layer != hp->n_layer || p->profile->n_ff != hp->n_ff))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "profile is for %d layers of %d neurons, the model has %d of %d",
+                        p->profile->n_layer, p->profile->n_ff, hp->n_layer, hp->n_ff);
+    if (hp->ffn_kind != SI_FFN_PLAIN && W->ffn_gate.type != W->ffn_up.type)
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "the engine needs ffn_gate and ffn_up of one type (%s, %s)",
+                        si_type_name(W->ffn_gate.type), si_type_name(W->ffn_up.type));
+    for (int l = 1; l < hp->n_layer; l++) {
+        const struct si_layer *V = &m->w.layers[l];
+        if (V->ffn_up.type != W->ffn_up.type || V->ffn_down.type != W->ffn_down.type ||
+            (hp->ffn_kind != SI_FFN_PLAIN && V->ffn_gate.type != W->ffn_gate.type) ||
+            (V->ffn_down_t.data != NULL) != (W->ffn_down_t.data != NULL) ||
+            (V->ffn_down_t.data != NULL && V->ffn_down_t.type != W->ffn_down_t.type))
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "the engine needs every layer's FFN tensors of the same types "
+                            "(layer %d differs from layer 0)",
+                            l);
+    }
+    if (p->redux && ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL))
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "redux merging runs on CPU workers only (no --vram-budget with it)");
+    if (ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL) && !p->hot_on_cpu) {
+        uint32_t dt = p->mode == SI_SPARSITY_DENSE ? W->ffn_down.type
+                      : W->ffn_down_t.data != NULL ? W->ffn_down_t.type
+                                                   : SI_TYPE_F16;
+        if (!cuda_type(W->ffn_up.type) || !cuda_type(dt))
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "no CUDA FFN kernels for %s/%s weights (F32, F16, Q8_0, Q4_0, Q4_1 "
+                            "have them): run without --vram-budget",
+                            si_type_name(W->ffn_up.type), si_type_name(dt));
+    }
+    if (p->flash != NULL) {
+        if (p->mode == SI_SPARSITY_DENSE)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "the flash tier needs the gate or predictor sparsity mode (dense "
+                            "mode computes every neuron of every layer)");
+        if (p->redux)
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "redux merging is not available with the flash tier");
+        if (p->flash_window < 0 || p->flash_cache < 0 || p->dram_budget < 0)
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "negative flash window, cache size or DRAM budget");
+        if (p->flash->f.n_layer != hp->n_layer || p->flash->f.n_ff != hp->n_ff ||
+            p->flash->f.n_embd != hp->n_embd)
+            return si__errf(err, err_size, SI_E_INVALID, "the flash store is for another model");
+    }
+    return SI_OK;
+}
+
+int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_params *p,
+                          struct si_gpu_reserve *r, char *err, size_t err_size)
+{
+    memset(r, 0, sizeof *r);
+    int rc = si__check_params(m, p, 0, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    struct si_engine e = {.m = m, .p = *p};
+    si__layout_of(m, p->mode, &e);
+    si__reserve_of(&e, r);
+    return SI_OK;
+}
