@@ -53,6 +53,8 @@
 #define SI_CODELETS_CODELETS_H
 
 #include "codelets/state.h"
+#include "model/act.h"
+#include "model/quants.h"
 
 extern struct starpu_codelet si__cl_embed, si__cl_head, si__cl_head_rows;
 extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_ao, si__cl_aout;
@@ -63,18 +65,41 @@ extern struct starpu_codelet si__cl_load, si__cl_flash;
 extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
     si__cl_bmerge, si__cl_bhead;
 
-/* --- shared by the codelet files (ffn.c) */
+/* --- the FFN's arithmetic, shared by ffn.c, pred.c and load.c (inline: the
+ * per-row helpers of the hottest loops) */
 
 /* The FFN input converted for rows of type t into dst (NULL: dots in float). */
-const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t, const float *xb,
-                                  void *dst);
+static inline const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t,
+                                                const float *xb, void *dst)
+{
+    if (!e->p.ref.act_quant)
+        return NULL;
+    si_quantize_act(si_act_type(t), xb, dst, e->m->hp.n_embd);
+    return dst;
+}
 
 /* row . x, with the converted input xa when there is one. */
-float si__ffn_dot(uint32_t t, const void *row, const void *xa, const float *x, int64_t n);
+static inline float si__ffn_dot(uint32_t t, const void *row, const void *xa, const float *x,
+                                int64_t n)
+{
+    return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
+}
 
-/* The activation of one neuron from its rows, as the reference computes it. */
-float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
-                     const void *xa, const float *xb);
+/* The activation of one neuron from its rows (gate may be NULL for the
+ * plain kind, b NULL without an up bias), as the reference computes it. */
+static inline float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up,
+                                   const float *b, const void *xa, const float *xb)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const uint32_t t = e->gu_type;
+    if (hp->ffn_kind == SI_FFN_PLAIN)
+        return si_act_apply(hp->act, b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b
+                                               : si__ffn_dot(t, up, xa, xb, d));
+    float a = si_act_apply(hp->act, si__ffn_dot(t, gate, xa, xb, d));
+    float u = b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d);
+    return si_act_gated(hp->ffn_kind, a, u);
+}
 
 /* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */
 void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h);

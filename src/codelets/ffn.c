@@ -15,35 +15,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-/* The FFN input converted for rows of type t (or NULL: dots in float). */
-const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t, const float *xb, void *dst)
-{
-    if (!e->p.ref.act_quant)
-        return NULL;
-    si_quantize_act(si_act_type(t), xb, dst, e->m->hp.n_embd);
-    return dst;
-}
-
-float si__ffn_dot(uint32_t t, const void *row, const void *xa, const float *x, int64_t n)
-{
-    return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
-}
-
-/* The activation of one neuron from its rows (gate may be NULL for the
- * plain kind, b NULL without an up bias), as the reference computes it. */
-float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up, const float *b,
-                    const void *xa, const float *xb)
-{
-    const struct si_hparams *hp = &e->m->hp;
-    const int64_t d = hp->n_embd;
-    const uint32_t t = e->gu_type;
-    if (hp->ffn_kind == SI_FFN_PLAIN)
-        return si_act_apply(hp->act, b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d));
-    float a = si_act_apply(hp->act, si__ffn_dot(t, gate, xa, xb, d));
-    float u = b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d);
-    return si_act_gated(hp->ffn_kind, a, u);
-}
-
 /*
  * Dense layout, neurons [n0, n0 + n) in file order: their activations into
  * h, as the reference computes them; the down projection runs afterwards
