@@ -21,17 +21,28 @@ struct kind {
 int main(void)
 {
     const struct kind kinds[] = {
-        {"embed", &si__cl_embed, false},    {"head", &si__cl_head, false},
-        {"head_rows", &si__cl_head_rows, false}, {"attn", &si__cl_attn, false},
-        {"agrp", &si__cl_agrp, false},      {"ao", &si__cl_ao, false},
-        {"aout", &si__cl_aout, false},      {"pred", &si__cl_pred, false},
-        {"gmask", &si__cl_gmask, false},    {"hot", &si__cl_hot, true},
-        {"cold", &si__cl_cold, false},      {"down", &si__cl_down, false},
-        {"merge", &si__cl_merge, false},    {"zero", &si__cl_zero, false},
-        {"sum", &si__cl_sum, false},        {"load", &si__cl_load, false},
-        {"flash", &si__cl_flash, false},    {"bembed", &si__cl_bembed, false},
-        {"battn", &si__cl_battn, false},    {"bffn", &si__cl_bffn, false},
-        {"bdown", &si__cl_bdown, false},    {"bmerge", &si__cl_bmerge, false},
+        {"embed", &si__cl_embed, false},
+        {"head", &si__cl_head, false},
+        {"head_rows", &si__cl_head_rows, false},
+        {"attn", &si__cl_attn, false},
+        {"agrp", &si__cl_agrp, false},
+        {"ao", &si__cl_ao, false},
+        {"aout", &si__cl_aout, false},
+        {"pred", &si__cl_pred, false},
+        {"gmask", &si__cl_gmask, false},
+        {"hot", &si__cl_hot, true},
+        {"cold", &si__cl_cold, false},
+        {"down", &si__cl_down, false},
+        {"merge", &si__cl_merge, false},
+        {"zero", &si__cl_zero, false},
+        {"sum", &si__cl_sum, false},
+        {"load", &si__cl_load, false},
+        {"flash", &si__cl_flash, false},
+        {"bembed", &si__cl_bembed, false},
+        {"battn", &si__cl_battn, false},
+        {"bffn", &si__cl_bffn, false},
+        {"bdown", &si__cl_bdown, false},
+        {"bmerge", &si__cl_bmerge, false},
         {"bhead", &si__cl_bhead, false},
     };
     const int n = (int)(sizeof kinds / sizeof kinds[0]);
@@ -47,11 +58,10 @@ int main(void)
                       strcmp(kinds[j].cl->model->symbol, cl->model->symbol) != 0,
                   "%s and %s share a perfmodel", kinds[i].var, kinds[j].var);
 #ifdef SI_USE_CUDA
-        CHECK((cl->cuda_funcs[0] != NULL) == kinds[i].cuda, "%s: CUDA function %s",
-              kinds[i].var, kinds[i].cuda ? "missing" : "unexpected");
+        CHECK((cl->cuda_funcs[0] != NULL) == kinds[i].cuda, "%s: CUDA function %s", kinds[i].var,
+              kinds[i].cuda ? "missing" : "unexpected");
         if (kinds[i].cuda)
-            CHECK(cl->cuda_flags[0] & STARPU_CUDA_ASYNC, "%s: not STARPU_CUDA_ASYNC",
-                  kinds[i].var);
+            CHECK(cl->cuda_flags[0] & STARPU_CUDA_ASYNC, "%s: not STARPU_CUDA_ASYNC", kinds[i].var);
 #else
         CHECK(cl->cuda_funcs[0] == NULL, "%s: a CUDA function in a build without CUDA",
               kinds[i].var);

@@ -1,7 +1,11 @@
-/* attn.c - attention as tasks: one per layer, or split by kv heads with the output projection in row slices. */
+/*
+ * attn.c - attention as tasks: one per layer, or split by kv heads with the output projection in
+ * row slices.
+ */
 #include "codelets/codelets.h"
 
 #include "model/forward.h"
+
 #include <starpu.h>
 #include <string.h>
 
@@ -55,8 +59,7 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->aq + q0, &wq, sc->xn);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->ak + k0, &wk, sc->xn);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
-    si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt,
-                      sc->ascr);
+    si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt, sc->ascr);
     memcpy(att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
@@ -96,7 +99,8 @@ static void aout_cpu(void *buffers[], void *cl_arg)
 }
 
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
-static struct starpu_perfmodel agrp_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_group"};
+static struct starpu_perfmodel agrp_model = {.type = STARPU_HISTORY_BASED,
+                                             .symbol = "si_attn_group"};
 static struct starpu_perfmodel ao_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_o"};
 static struct starpu_perfmodel aout_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_out"};
 

@@ -1,4 +1,7 @@
-/* ffn.c - the FFN slice tasks (hot and cold, CPU and CUDA) and dense mode's down projection in row blocks. */
+/*
+ * ffn.c - the FFN slice tasks (hot and cold, CPU and CUDA) and dense mode's down projection in row
+ * blocks.
+ */
 #include "codelets/codelets.h"
 
 #include "codelets/ffn_sparse.h"
@@ -6,6 +9,7 @@
 #include "model/act.h"
 #include "model/forward.h"
 #include "model/quants.h"
+
 #include <math.h>
 #include <starpu.h>
 #include <string.h>
@@ -28,7 +32,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, const float *xb, const char 
     const void *xa = si__ffn_convert_input(e, e->gu_type, xb, sc->xq);
     for (int64_t i = 0; i < n; i++)
         h[i] = si__ffn_neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
-                      up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
+                              up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
     return n; /* every neuron, zero or not */
 }
 
@@ -57,13 +61,12 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
             k++;
         memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
         if (xa != NULL) {
-            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
-                                sc->h);
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k, sc->h);
         } else {
             for (int64_t q = 0; q < k; q++) {
                 const size_t o = (size_t)sc->ix[q] * rb;
                 sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
-                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
+                                          b != NULL ? b + sc->ix[q] : NULL, xa, xb);
             }
         }
         *rd = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);

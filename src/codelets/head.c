@@ -2,6 +2,7 @@
 #include "codelets/codelets.h"
 
 #include "model/forward.h"
+
 #include <starpu.h>
 
 static void embed_cpu(void *buffers[], void *cl_arg)
@@ -22,7 +23,8 @@ static void head_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si_ref *s = e->ref;
     double t0 = si__now();
-    const double tm = si__residual_in(e, e->m->hp.n_layer, buffers, 1, s->x, s->x, si__scratch_of(e));
+    const double tm =
+        si__residual_in(e, e->m->hp.n_layer, buffers, 1, s->x, s->x, si__scratch_of(e));
     si_ref_end(s);
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_HEAD, si__now() - t0 - tm);
@@ -48,9 +50,11 @@ static void head_rows_cpu(void *buffers[], void *cl_arg)
     si__charge(e, SI_TASK_HEAD, si__now() - t0 - tm);
 }
 
-static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_f32"};
+static struct starpu_perfmodel embed_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_embed_f32"};
 static struct starpu_perfmodel head_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_head_f32"};
-static struct starpu_perfmodel head_rows_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_lm_head_rows"};
+static struct starpu_perfmodel head_rows_model = {.type = STARPU_HISTORY_BASED,
+                                                  .symbol = "si_lm_head_rows"};
 
 struct starpu_codelet si__cl_embed = {
     .cpu_funcs = {embed_cpu},

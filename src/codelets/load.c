@@ -1,11 +1,14 @@
-/* load.c - the flash tier's tasks: a layer's load (cache update and reads, flash/tier.h) and its cold slices computed from the cache. */
+/*
+ * load.c - the flash tier's tasks: a layer's load (cache update and reads, flash/tier.h) and its
+ * cold slices computed from the cache.
+ */
 #include "codelets/codelets.h"
 
+#include "codelets/ffn_sparse.h"
 #include "flash/tier.h"
+#include "model/act.h"
 #include "starinfer.h"
 
-#include "codelets/ffn_sparse.h"
-#include "model/act.h"
 #include <starpu.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,13 +85,12 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
                 sc->ix[k++] = s;
         }
         if (xa != NULL) {
-            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k,
-                                sc->h);
+            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k, sc->h);
         } else {
             for (int64_t q = 0; q < k; q++) {
                 const size_t o = (size_t)sc->ix[q] * rb;
                 sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
-                                  b != NULL ? b + sc->ix[q] : NULL, xa, xb);
+                                          b != NULL ? b + sc->ix[q] : NULL, xa, xb);
             }
         }
         L->rd[a->j] = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
@@ -120,8 +122,10 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_FFN_COLD, t0);
 }
 
-static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_flash_load"};
-static struct starpu_perfmodel flash_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_flash"};
+static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED,
+                                             .symbol = "si_flash_load"};
+static struct starpu_perfmodel flash_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_ffn_flash"};
 
 struct starpu_codelet si__cl_load = {
     .cpu_funcs = {load_cpu},

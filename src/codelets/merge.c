@@ -1,7 +1,11 @@
-/* merge.c - a layer's FFN merged into the residual: by the next layer's first tasks (si__residual_in), or by a merge task over STARPU_REDUX. */
+/*
+ * merge.c - a layer's FFN merged into the residual: by the next layer's first tasks
+ * (si__residual_in), or by a merge task over STARPU_REDUX.
+ */
 #include "codelets/codelets.h"
 
 #include "model/forward.h"
+
 #include <starpu.h>
 #include <string.h>
 
@@ -51,7 +55,7 @@ int si__n_carried(const struct si_engine *e, int l)
 /* x_out = layer l's input residual: x, plus layer l - 1's FFN when carried
  * in buffers[b0 ..] (see n_carried).  Returns the time spent merging. */
 double si__residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
-                          float *x_out, struct si__scratch *sc)
+                       float *x_out, struct si__scratch *sc)
 {
     const int64_t d = e->m->hp.n_embd;
     if (si__n_carried(e, l) == 0) {
@@ -106,7 +110,8 @@ static void sum_cpu(void *buffers[], void *cl_arg)
         dst[i] += src[i];
 }
 
-static struct starpu_perfmodel merge_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_merge_f32"};
+static struct starpu_perfmodel merge_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_merge_f32"};
 static struct starpu_perfmodel zero_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_zero_f32"};
 static struct starpu_perfmodel sum_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_sum_f32"};
 

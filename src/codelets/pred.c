@@ -1,8 +1,12 @@
-/* pred.c - which FFN neurons fire: the predictor task (predictor mode) and gate mode's masks of the flash tier's cold slices. */
+/*
+ * pred.c - which FFN neurons fire: the predictor task (predictor mode) and gate mode's masks of
+ * the flash tier's cold slices.
+ */
 #include "codelets/codelets.h"
 
 #include "model/act.h"
 #include "model/forward.h"
+
 #include <math.h>
 #include <starpu.h>
 
@@ -21,8 +25,8 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     /* The reference's predictor on fc2's rows in position order: the
      * selection comes out in position order, then as each slice's list. */
     uint8_t *sel = (uint8_t *)sc->ix; /* n_ff bytes of the n_ff int32 */
-    si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb,
-                   sc->h, sc->y, sel);
+    si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb, sc->h,
+                   sc->y, sel);
     for (int32_t j = 0; j < L->nsl; j++) {
         int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3 + j]);
         const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;

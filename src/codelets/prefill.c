@@ -1,4 +1,7 @@
-/* prefill.c - the batch tasks of prefill: each layer's attention, FFN slices (GEMM), down projection and merge over a batch of tokens. */
+/*
+ * prefill.c - the batch tasks of prefill: each layer's attention, FFN slices (GEMM), down
+ * projection and merge over a batch of tokens.
+ */
 #include "codelets/codelets.h"
 
 #include "codelets/ffn_sparse.h"
@@ -8,6 +11,7 @@
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <starpu.h>
@@ -287,12 +291,17 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 
-static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_embed_batch"};
-static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_batch"};
+static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED,
+                                               .symbol = "si_embed_batch"};
+static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_attn_batch"};
 static struct starpu_perfmodel bffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_gemm"};
-static struct starpu_perfmodel bdown_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_down_batch"};
-static struct starpu_perfmodel bmerge_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_merge_batch"};
-static struct starpu_perfmodel bhead_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_head_batch"};
+static struct starpu_perfmodel bdown_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_ffn_down_batch"};
+static struct starpu_perfmodel bmerge_model = {.type = STARPU_HISTORY_BASED,
+                                               .symbol = "si_merge_batch"};
+static struct starpu_perfmodel bhead_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_head_batch"};
 
 struct starpu_codelet si__cl_bembed = {
     .cpu_funcs = {bembed_cpu},

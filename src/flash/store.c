@@ -48,7 +48,7 @@ int si_flash_format_of(const struct si_model *m, struct si_flash_format *f, char
         return si__errf(err, err_size, SI_E_UNSUPPORTED,
                         "the flash store needs ffn_gate and ffn_up of one type (%s, %s)",
                         si_type_name(W->ffn_gate.type), si_type_name(W->ffn_up.type));
-    /* down_t as the engine makes it (engine.c, layout_of) */
+    /* down_t as the engine makes it (graph/layout.c, si__layout_of) */
     if (W->ffn_down_t.data != NULL) {
         f->dt_type = W->ffn_down_t.type;
         f->dt_row = W->ffn_down_t.row_bytes;
@@ -135,7 +135,7 @@ static int load_col(struct layer_src *s)
     return SI_OK;
 }
 
-/* The down_t row of neuron i, as build_records in engine.c makes it. */
+/* The down_t row of neuron i, as si__build_records (graph/data.c) makes it. */
 static int down_t_row(struct layer_src *s, int32_t i, void *dst)
 {
     const struct si_layer *W = &s->m->w.layers[s->l];

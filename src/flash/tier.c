@@ -18,7 +18,8 @@ static double now(void)
 int64_t si_flash_tier_layer_bytes(int64_t n_ff)
 {
     /* the load arrays, then the cache's slot_of and last */
-    return n_ff * (int64_t)(sizeof(int32_t) * 6 + sizeof(char *) + 3 * sizeof(struct si_flash_req)) +
+    return n_ff *
+               (int64_t)(sizeof(int32_t) * 6 + sizeof(char *) + 3 * sizeof(struct si_flash_req)) +
            n_ff * (int64_t)(sizeof(int32_t) + sizeof(int64_t));
 }
 
@@ -43,8 +44,7 @@ static int alloc_layer(struct si_flash_layer *L, int64_t n_ff)
 
 int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_t n_layer,
                        int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap,
-                       const int64_t *n_hot, const int32_t *const *perm, char *err,
-                       size_t err_size)
+                       const int64_t *n_hot, const int32_t *const *perm, char *err, size_t err_size)
 {
     memset(t, 0, sizeof *t);
     t->store = s;
@@ -75,8 +75,7 @@ int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_
     t->spill_of = malloc((size_t)ff * sizeof(int32_t));
     t->spill_pos = malloc((size_t)max_cold * sizeof(int32_t));
     if (!t->region || !t->region_bias || !t->spill_of || !t->spill_pos)
-        return si__errf(err, err_size, SI_E_NOMEM,
-                        "out of memory for the flash caches (%.1f MiB)",
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash caches (%.1f MiB)",
                         (double)total * (double)rec_bytes / 1048576.0);
     for (int64_t p = 0; p < ff; p++)
         t->spill_of[p] = -1;
@@ -179,8 +178,8 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
         L->dst[nl + k] = t->region + (size_t)k * t->rec_bytes;
     }
     const int64_t nc = si_flash_plan(t->store, l, L->fid, nl, L->dst, L->req);
-    const int64_t nr = nc + si_flash_plan(t->store, l, L->fid + nl, t->spill_n, L->dst + nl,
-                                          L->req + nc);
+    const int64_t nr =
+        nc + si_flash_plan(t->store, l, L->fid + nl, t->spill_n, L->dst + nl, L->req + nc);
     const double t1 = now();
     rc = si_flash_read(t->store, L->req, nr);
     const double t2 = now();

@@ -53,8 +53,7 @@ static void filter_rows(void *father, void *child, struct starpu_data_filter *f,
     const struct starpu_matrix_interface *F = father;
     struct starpu_matrix_interface *C = child;
     const int64_t *dn = f->filter_arg_ptr;
-    matrix_part(F, C, F->nx, (uint32_t)(dn[id + 1] - dn[id]),
-                (size_t)dn[id] * F->ld * F->elemsize);
+    matrix_part(F, C, F->nx, (uint32_t)(dn[id + 1] - dn[id]), (size_t)dn[id] * F->ld * F->elemsize);
 }
 
 /* Row i of tensor t (F32 in every supported file for 1-D vectors). */
@@ -142,8 +141,10 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     if (e->pre_sep && e->m->gguf->map != NULL)
         drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
     if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
-        return si__errf(err, err_size, SI_E_IO, "layer %d: reading the hot neurons from the "
-                        "flash store failed", l);
+        return si__errf(err, err_size, SI_E_IO,
+                        "layer %d: reading the hot neurons from the "
+                        "flash store failed",
+                        l);
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         const struct si_tensor *fc2 = &W->fc2;
         for (int64_t p = 0; p < ff; p++)
@@ -181,7 +182,8 @@ static void unsplit_n(starpu_data_handle_t h, unsigned n, starpu_data_handle_t *
     starpu_data_unregister(h);
 }
 
-static void unsplit(starpu_data_handle_t h, struct si__layer_state *L, starpu_data_handle_t *children)
+static void unsplit(starpu_data_handle_t h, struct si__layer_state *L,
+                    starpu_data_handle_t *children)
 {
     unsplit_n(h, (unsigned)L->nsl, children);
 }
@@ -205,15 +207,14 @@ static void register_layer(struct si_engine *e, int l)
         const size_t row = kvd * esz;
         for (int32_t g = 0; g <= e->ng; g++)
             L->kv_cols[g] = (size_t)e->a_g[g] * (size_t)hp->head_dim * esz;
-        struct starpu_data_filter f = {.filter_func = filter_cols,
-                                       .nchildren = (unsigned)e->ng,
-                                       .filter_arg_ptr = L->kv_cols};
+        struct starpu_data_filter f = {
+            .filter_func = filter_cols, .nchildren = (unsigned)e->ng, .filter_arg_ptr = L->kv_cols};
         starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};
         const char *base[2] = {s->kcache, s->vcache};
         for (int i = 0; i < 2; i++) {
             starpu_matrix_data_register(hc[i], STARPU_MAIN_RAM,
-                                        (uintptr_t)(base[i] + (size_t)l * kv_bytes),
-                                        (uint32_t)row, (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
+                                        (uintptr_t)(base[i] + (size_t)l * kv_bytes), (uint32_t)row,
+                                        (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
             starpu_data_partition_plan(*hc[i], &f, cc[i]);
             starpu_data_partition_submit(*hc[i], (unsigned)e->ng, cc[i]);
         }
@@ -234,9 +235,8 @@ static void register_layer(struct si_engine *e, int l)
         starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
                                     (uint32_t)dn->row_bytes, (uint32_t)dn->row_bytes,
                                     (uint32_t)hp->n_embd, 1);
-        struct starpu_data_filter f = {.filter_func = filter_rows,
-                                       .nchildren = (unsigned)e->nd,
-                                       .filter_arg_ptr = e->dn};
+        struct starpu_data_filter f = {
+            .filter_func = filter_rows, .nchildren = (unsigned)e->nd, .filter_arg_ptr = e->dn};
         starpu_data_partition_plan(L->h_down, &f, L->h_down_c);
         starpu_data_partition_submit(L->h_down, (unsigned)e->nd, L->h_down_c);
         vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
@@ -443,8 +443,7 @@ void si__unregister_engine(struct si_engine *e)
         for (int32_t j = 0; j < e->na; j++)
             starpu_data_unregister(e->h_o[j]);
         if (e->ng > 1) {
-            starpu_data_unpartition_submit(e->h_att, (unsigned)e->ng, e->h_att_c,
-                                           STARPU_MAIN_RAM);
+            starpu_data_unpartition_submit(e->h_att, (unsigned)e->ng, e->h_att_c, STARPU_MAIN_RAM);
             starpu_data_partition_clean(e->h_att, (unsigned)e->ng, e->h_att_c);
         }
         starpu_data_unregister(e->h_att);

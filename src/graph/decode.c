@@ -382,8 +382,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     if (e->cuda_hot && e->cuda_node >= 0) {
         /* What StarPU really allocated on the GPU (its hot slices stay; the
          * activations it moved may stay cached): never above the budget. */
-        const int64_t used =
-            (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
+        const int64_t used = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
         if (used > e->stats.gpu_allocated_peak)
             e->stats.gpu_allocated_peak = used;
         if (used > e->stats.gpu_budget)
@@ -391,4 +390,3 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     }
     return SI_OK;
 }
-

@@ -29,9 +29,9 @@ void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has
 const char *si_task_kind_name(enum si_task_kind k)
 {
     static const char *const names[SI_TASK_KIND_COUNT] = {
-        "embed",       "attn",        "attn_proj",  "pred",      "ffn_hot",     "ffn_cold",  "merge",
-        "norm+lm_head", "load", "ffn_down", "embed_batch", "attn_batch", "ffn_batch",
-        "merge_batch", "head_batch", "ffn_down_batch"};
+        "embed",     "attn",         "attn_proj",  "pred",          "ffn_hot",     "ffn_cold",
+        "merge",     "norm+lm_head", "load",       "ffn_down",      "embed_batch", "attn_batch",
+        "ffn_batch", "merge_batch",  "head_batch", "ffn_down_batch"};
     return (unsigned)k < SI_TASK_KIND_COUNT ? names[k] : "?";
 }
 
@@ -81,8 +81,8 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
                                W->ffn_down_t.nbytes);
         }
     const struct si_ref *s = e->ref;
-    const int64_t kv = 2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim *
-                       (s->p.kv_f16 ? 2 : 4);
+    const int64_t kv =
+        2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim * (s->p.kv_f16 ? 2 : 4);
     int64_t layers = 0;
     for (int l = 0; l < nl; l++)
         layers += flash_layer_bytes(e, l);
@@ -91,9 +91,9 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     int64_t max_cold = 1;
     for (int l = 0; l < nl; l++)
         max_cold = ff - e->L[l].n_hot > max_cold ? ff - e->L[l].n_hot : max_cold;
-    const int64_t spill = max_cold * ((int64_t)e->rec_bytes + (int64_t)(sizeof(float) +
-                                                                       sizeof(int32_t))) +
-                          ff * (int64_t)sizeof(int32_t);
+    const int64_t spill =
+        max_cold * ((int64_t)e->rec_bytes + (int64_t)(sizeof(float) + sizeof(int32_t))) +
+        ff * (int64_t)sizeof(int32_t);
     const int64_t resident = model + kv + layers + spill;
     const int64_t per_rec = si_flash_tier_record_bytes(e->rec_bytes);
     int64_t cap = ff;
@@ -108,8 +108,8 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
                             "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
                             "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
                             "one cached neuron per layer (%.2f MiB)",
-                            mib(e->p.dram_budget), mib(resident), mib(model), mib(kv),
-                            mib(layers), mib(spill), mib(per_rec * nl));
+                            mib(e->p.dram_budget), mib(resident), mib(model), mib(kv), mib(layers),
+                            mib(spill), mib(per_rec * nl));
         cap = avail / per_rec / nl;
     }
     e->stats.dram_resident = resident;
@@ -140,7 +140,6 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     }
     return SI_OK;
 }
-
 
 /*
  * The neurons' plan (placement/plan.h): the hot slice of each layer, the
@@ -204,8 +203,8 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     L->part = calloc(e->sparse ? slots * (size_t)hp->n_embd : ff, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
     if (!L->s0 || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p ||
-        !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c || !L->h_rec_c ||
-        !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
+        !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c ||
+        !L->h_rec_c || !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
     if (!e->sparse) {
         L->name_down = calloc((size_t)e->nd, sizeof *L->name_down);
@@ -245,13 +244,13 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
 {
     const struct si__layer_state *L = &e->L[l];
     const int64_t ff = e->m->hp.n_ff, d = e->m->hp.n_embd;
-    int64_t b = L->n_hot * (int64_t)e->rec_bytes;                 /* hot records */
-    b += si_flash_tier_layer_bytes(ff); /* the tier's load arrays and cache bookkeeping */
-    b += ff * (int64_t)(sizeof(float) + sizeof(int32_t));        /* up_b, perm */
+    int64_t b = L->n_hot * (int64_t)e->rec_bytes; /* hot records */
+    b += si_flash_tier_layer_bytes(ff);           /* the tier's load arrays and cache bookkeeping */
+    b += ff * (int64_t)(sizeof(float) + sizeof(int32_t)); /* up_b, perm */
     if (e->pre_sep)
-        b += ff * (int64_t)e->gu_row;                               /* gating rows */
+        b += ff * (int64_t)e->gu_row; /* gating rows */
     if (e->p.mode == SI_SPARSITY_PREDICTOR)
-        b += (int64_t)e->m->w.layers[l].fc2.nbytes;                 /* fc2 by position */
+        b += (int64_t)e->m->w.layers[l].fc2.nbytes; /* fc2 by position */
     if (L->idx != NULL)
         b += ff * (int64_t)sizeof(int32_t);
     if (L->gact != NULL)
@@ -371,7 +370,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
          * to repay the extra tasks (docs/measurements.md). */
         const struct si_layer *W = &m->w.layers[0];
         const size_t bytes = W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes;
-        int32_t na = p.attn_split > 0 ? p.attn_split
+        int32_t na = p.attn_split > 0                ? p.attn_split
                      : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
                                                      : 1;
         if (na > hp->n_embd)
@@ -384,8 +383,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         /* With only CPU FFN tasks that take the FFN input first hand, each
          * computes it (attn_out's residual and norm: n_embd values) instead
          * of waiting for an attn_out task: one dependency less per layer. */
-        e->fuse_out = e->na > 1 && !e->cuda_hot && !e->flash && !p.redux &&
-                      p.mode != SI_SPARSITY_PREDICTOR;
+        e->fuse_out =
+            e->na > 1 && !e->cuda_hot && !e->flash && !p.redux && p.mode != SI_SPARSITY_PREDICTOR;
     }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
@@ -611,7 +610,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         si_engine_free(e);
         return si__errf(err, err_size, SI_E_BUDGET,
                         "the engine's GPU handles take %" PRId64 " bytes, over the VRAM budget "
-                        "of %" PRId64, a, b);
+                        "of %" PRId64,
+                        a, b);
     }
     *out = e;
     return SI_OK;

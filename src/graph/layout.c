@@ -14,7 +14,6 @@
 #include <math.h>
 #include <string.h>
 
-
 /*
  * Neurons per unit of dense mode's slices: 256 where the FFN width is a
  * multiple of it (and of the weights' and activations' blocks), else a
@@ -116,16 +115,17 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
             pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
     }
-    const int64_t n_ctx = e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx
-                          : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096; /* si_ref_init's */
+    const int64_t n_ctx = e->p.ref.n_ctx > 0       ? e->p.ref.n_ctx
+                          : hp->n_ctx_train < 4096 ? hp->n_ctx_train
+                                                   : 4096; /* si_ref_init's */
     r->cpu_bytes[SI_GPU_ATTENTION] = att;
     r->cpu_bytes[SI_GPU_PREDICTOR] = pred;
-    r->cpu_bytes[SI_GPU_KV_CACHE] = 2 * L * n_ctx * hp->n_head_kv * hp->head_dim *
-                                    (e->p.ref.kv_f16 ? 2 : 4);
+    r->cpu_bytes[SI_GPU_KV_CACHE] =
+        2 * L * n_ctx * hp->n_head_kv * hp->head_dim * (e->p.ref.kv_f16 ? 2 : 4);
     r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
     const int64_t rows = e->sparse ? 1 : 0;
-    r->bytes[SI_GPU_BUFFERS] = (int64_t)sizeof(float) * (d + L * rows * d) +
-                               (int64_t)sizeof(int32_t) * ff;
+    r->bytes[SI_GPU_BUFFERS] =
+        (int64_t)sizeof(float) * (d + L * rows * d) + (int64_t)sizeof(int32_t) * ff;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
         r->total += r->bytes[i];
@@ -167,8 +167,7 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
                         p->placement->n_layer, p->placement->n_ff, hp->n_layer, hp->n_ff);
     if (p->gate_threshold < 0.0f || !isfinite(p->gate_threshold))
         return si__errf(err, err_size, SI_E_INVALID, "gate threshold must be finite and >= 0");
-    if (p->profile != NULL &&
-        (p->profile->n_layer != hp->n_layer || p->profile->n_ff != hp->n_ff))
+    if (p->profile != NULL && (p->profile->n_layer != hp->n_layer || p->profile->n_ff != hp->n_ff))
         return si__errf(err, err_size, SI_E_INVALID,
                         "profile is for %d layers of %d neurons, the model has %d of %d",
                         p->profile->n_layer, p->profile->n_ff, hp->n_layer, hp->n_ff);

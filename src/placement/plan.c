@@ -83,8 +83,8 @@ static int count_hot(const struct si_plan_params *p, bool placing, int64_t vram,
                 return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
             for (int l = 0; l < p->n_layer; l++)
                 for (int64_t i = 0; i < ff; i++)
-                    r[(size_t)l * ff + i] = (struct ranked){pr->counts[(size_t)l * ff + i], l,
-                                                            (int32_t)i};
+                    r[(size_t)l * ff + i] =
+                        (struct ranked){pr->counts[(size_t)l * ff + i], l, (int32_t)i};
             qsort(r, n, sizeof *r, cmp_ranked);
             for (size_t k = 0; k < n && budget >= unit; k++, budget -= unit)
                 layers[r[k].l].n_hot++;
@@ -158,7 +158,7 @@ int si_plan_neurons(const struct si_plan_params *p, struct si_plan_layer *layers
                     int64_t *gpu_budget, int64_t *hot_bytes, char *err, size_t err_size)
 {
     const struct si_placement *pl = p->placement;
-    const int64_t vram = p->vram_budget > 0 ? p->vram_budget
+    const int64_t vram = p->vram_budget > 0                             ? p->vram_budget
                          : pl != NULL && pl->vram_capacity <= INT64_MAX ? (int64_t)pl->vram_capacity
                                                                         : 0;
     const bool placing = p->gpu && (vram > 0 || (pl != NULL && si_placement_gpu_neurons(pl) > 0));
