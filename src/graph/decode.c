@@ -62,36 +62,17 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
     return 0;
 }
 
-/* A task's handles and their access modes, in the codelet's order. */
-struct args {
-    starpu_data_handle_t h[SI__MAX_SLICES + 16];
-    enum starpu_data_access_mode md[SI__MAX_SLICES + 16];
-    int n;
-};
-
-static void add(struct args *a, starpu_data_handle_t h, enum starpu_data_access_mode mode)
-{
-    a->h[a->n] = h;
-    a->md[a->n++] = mode;
-}
-
-static int run(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
-               int32_t token, struct args *a, uint32_t where)
-{
-    return si__submit(e, cl, name, l, j, token, a->h, a->md, a->n, where);
-}
-
 /* The handles si__n_carried() counts for layer l (R): layer l - 1's FFN
  * output, which layer l's first tasks (or the head) add into x. */
-static void add_carried(const struct si_engine *e, int l, struct args *a)
+static void add_carried(const struct si_engine *e, int l, struct si__args *a)
 {
     if (si__n_carried(e, l) == 0)
         return;
     const struct si__layer_state *P = &e->L[l - 1];
     for (int32_t j = 0; j < (e->sparse ? P->nsl : e->nd); j++)
-        add(a, e->sparse ? P->h_part_c[j] : e->h_dout[j], STARPU_R);
+        si__add(a, e->sparse ? P->h_part_c[j] : e->h_dout[j], STARPU_R);
     if (e->m->hp.parallel_residual)
-        add(a, e->h_xb3, STARPU_R);
+        si__add(a, e->h_xb3, STARPU_R);
 }
 
 /* x += FFN_{l-1} (carried); x += attention_l(norm(x)); ffn_in = norm(x):
@@ -100,51 +81,51 @@ static void add_carried(const struct si_engine *e, int l, struct args *a)
 static int submit_attention(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct args a = {.n = 0};
+    struct si__args a = {.n = 0};
     if (e->na <= 1) {
-        add(&a, e->h_x, STARPU_RW);
+        si__add(&a, e->h_x, STARPU_RW);
         add_carried(e, l, &a);
-        add(&a, e->h_xb, STARPU_W);
+        si__add(&a, e->h_xb, STARPU_W);
         if (e->h_xb3 != NULL)
-            add(&a, e->h_xb3, STARPU_W);
-        add(&a, L->h_k, STARPU_RW);
-        add(&a, L->h_v, STARPU_RW);
+            si__add(&a, e->h_xb3, STARPU_W);
+        si__add(&a, L->h_k, STARPU_RW);
+        si__add(&a, L->h_v, STARPU_RW);
         for (int i = 0; i < 4; i++)
-            add(&a, L->h_w[i], STARPU_R);
-        return run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, 0);
+            si__add(&a, L->h_w[i], STARPU_R);
+        return si__run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, 0);
     }
     int rc = 0;
     for (int32_t j = 0; j < e->ng && rc == 0; j++) {
         a.n = 0;
-        add(&a, e->h_x, STARPU_R);
+        si__add(&a, e->h_x, STARPU_R);
         add_carried(e, l, &a);
         for (int i = 0; i < 3; i++)
-            add(&a, L->h_w[i], STARPU_R);
-        add(&a, e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
-        add(&a, e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
-        add(&a, e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
+            si__add(&a, L->h_w[i], STARPU_R);
+        si__add(&a, e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
+        si__add(&a, e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
+        si__add(&a, e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
         if (j == 0)
-            add(&a, e->h_x2, STARPU_W);
-        rc = run(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
+            si__add(&a, e->h_x2, STARPU_W);
+        rc = si__run(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
     }
     for (int32_t j = 0; j < e->na && rc == 0; j++) {
         a.n = 0;
         for (int32_t g = 0; g < e->ng; g++)
-            add(&a, e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
-        add(&a, L->h_w[3], STARPU_R);
-        add(&a, e->h_o[j], STARPU_W);
-        rc = run(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
+            si__add(&a, e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
+        si__add(&a, L->h_w[3], STARPU_R);
+        si__add(&a, e->h_o[j], STARPU_W);
+        rc = si__run(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
     }
     if (rc == 0 && !e->fuse_out) {
         a.n = 0;
-        add(&a, e->h_x2, STARPU_R);
+        si__add(&a, e->h_x2, STARPU_R);
         for (int32_t j = 0; j < e->na; j++)
-            add(&a, e->h_o[j], STARPU_R);
-        add(&a, e->h_x, STARPU_W);
-        add(&a, e->h_xb, STARPU_W);
+            si__add(&a, e->h_o[j], STARPU_R);
+        si__add(&a, e->h_x, STARPU_W);
+        si__add(&a, e->h_xb, STARPU_W);
         if (e->h_xb3 != NULL)
-            add(&a, e->h_xb3, STARPU_W);
-        rc = run(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
+            si__add(&a, e->h_xb3, STARPU_W);
+        rc = si__run(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
     }
     return rc;
 }
@@ -153,13 +134,13 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
 static int submit_predictor(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct args a = {.n = 0};
-    add(&a, e->h_xb, STARPU_R);
-    add(&a, L->h_fc1, STARPU_R);
-    add(&a, L->h_fc2, STARPU_R);
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_xb, STARPU_R);
+    si__add(&a, L->h_fc1, STARPU_R);
+    si__add(&a, L->h_fc2, STARPU_R);
     for (int32_t j = 0; j < L->nsl; j++)
-        add(&a, L->h_idx_c[j], STARPU_W);
-    return run(e, &si__cl_pred, L->name_pred, l, -1, token, &a, 0);
+        si__add(&a, L->h_idx_c[j], STARPU_W);
+    return si__run(e, &si__cl_pred, L->name_pred, l, -1, token, &a, 0);
 }
 
 /* The flash tier: the cold slices' masks (gate mode: from the resident
@@ -169,24 +150,24 @@ static int submit_loads(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
     const int32_t first_cold = L->hot ? 1 : 0;
-    struct args a = {.n = 0};
+    struct si__args a = {.n = 0};
     int rc = 0;
     for (int32_t j = first_cold; j < L->nsl && rc == 0 && e->p.mode == SI_SPARSITY_GATE; j++) {
         a.n = 0;
-        add(&a, e->h_xb, STARPU_R);
-        add(&a, L->h_gate_c[j], STARPU_R);
-        add(&a, L->h_upb_c[j], STARPU_R);
-        add(&a, L->h_idx_c[j], STARPU_W);
-        rc = run(e, &si__cl_gmask, L->name_gmask[j], l, j, token, &a, STARPU_CPU);
+        si__add(&a, e->h_xb, STARPU_R);
+        si__add(&a, L->h_gate_c[j], STARPU_R);
+        si__add(&a, L->h_upb_c[j], STARPU_R);
+        si__add(&a, L->h_idx_c[j], STARPU_W);
+        rc = si__run(e, &si__cl_gmask, L->name_gmask[j], l, j, token, &a, STARPU_CPU);
     }
     if (rc != 0)
         return rc;
     a.n = 0;
     for (int32_t j = first_cold; j < L->nsl; j++)
-        add(&a, L->h_idx_c[j], STARPU_R);
-    add(&a, L->h_cache, STARPU_RW);
-    add(&a, e->h_spill, STARPU_RW);
-    return run(e, &si__cl_load, L->name_load, l, -1, token, &a, STARPU_CPU);
+        si__add(&a, L->h_idx_c[j], STARPU_R);
+    si__add(&a, L->h_cache, STARPU_RW);
+    si__add(&a, e->h_spill, STARPU_RW);
+    return si__run(e, &si__cl_load, L->name_load, l, -1, token, &a, STARPU_CPU);
 }
 
 /* part_L.j = FFN slice j (ffn_in): the hot slice on the GPU (or a CPU
@@ -195,54 +176,54 @@ static int submit_loads(struct si_engine *e, int l, int32_t token)
 static int submit_ffn(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct args a;
+    struct si__args a;
     int rc = 0;
     for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
         const bool hot = si__is_hot(e, l, j), gpu = hot && e->cuda_hot;
         a.n = 0;
         if (e->flash && !hot) {
-            add(&a, e->h_xb, STARPU_R);
-            add(&a, L->h_cache, STARPU_R);
-            add(&a, L->h_idx_c[j], STARPU_R);
-            add(&a, e->h_spill, STARPU_R);
-            add(&a, L->h_part_c[j], STARPU_W);
-            rc = run(e, &si__cl_flash, L->name_ffn[j], l, j, token, &a, STARPU_CPU);
+            si__add(&a, e->h_xb, STARPU_R);
+            si__add(&a, L->h_cache, STARPU_R);
+            si__add(&a, L->h_idx_c[j], STARPU_R);
+            si__add(&a, e->h_spill, STARPU_R);
+            si__add(&a, L->h_part_c[j], STARPU_W);
+            rc = si__run(e, &si__cl_flash, L->name_ffn[j], l, j, token, &a, STARPU_CPU);
             continue;
         }
         if (e->fuse_out) { /* the slice computes the FFN input itself */
-            add(&a, e->h_x2, STARPU_R);
+            si__add(&a, e->h_x2, STARPU_R);
             for (int32_t k = 0; k < e->na; k++)
-                add(&a, e->h_o[k], STARPU_R);
+                si__add(&a, e->h_o[k], STARPU_R);
         } else {
-            add(&a, e->h_xb, STARPU_R);
+            si__add(&a, e->h_xb, STARPU_R);
         }
         if (!e->sparse) {
             if (e->has_gate)
-                add(&a, L->h_gate_c[j], STARPU_R);
-            add(&a, L->h_up_c[j], STARPU_R);
+                si__add(&a, L->h_gate_c[j], STARPU_R);
+            si__add(&a, L->h_up_c[j], STARPU_R);
         } else {
             if (e->pre_sep)
-                add(&a, L->h_gate_c[j], STARPU_R);
-            add(&a, L->h_rec_c[j], STARPU_R);
+                si__add(&a, L->h_gate_c[j], STARPU_R);
+            si__add(&a, L->h_rec_c[j], STARPU_R);
         }
-        add(&a, L->h_upb_c[j], STARPU_R);
+        si__add(&a, L->h_upb_c[j], STARPU_R);
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
-            add(&a, L->h_idx_c[j], STARPU_R);
+            si__add(&a, L->h_idx_c[j], STARPU_R);
         if (e->p.redux)
-            add(&a, L->h_y, STARPU_REDUX);
+            si__add(&a, L->h_y, STARPU_REDUX);
         else
-            add(&a, L->h_part_c[j], STARPU_W);
+            si__add(&a, L->h_part_c[j], STARPU_W);
         if (gpu) {
-            add(&a, e->h_iota, STARPU_R);
-            add(&a, e->h_hscratch, STARPU_SCRATCH);
+            si__add(&a, e->h_iota, STARPU_R);
+            si__add(&a, e->h_hscratch, STARPU_SCRATCH);
         }
         if (e->fuse_out && j == 0) { /* the residual for the next layer */
-            add(&a, e->h_x, STARPU_W);
+            si__add(&a, e->h_x, STARPU_W);
             if (e->h_xb3 != NULL)
-                add(&a, e->h_xb3, STARPU_W);
+                si__add(&a, e->h_xb3, STARPU_W);
         }
-        rc = run(e, hot ? &si__cl_hot : &si__cl_cold, L->name_ffn[j], l, j, token, &a,
-                 gpu ? STARPU_CUDA : STARPU_CPU);
+        rc = si__run(e, hot ? &si__cl_hot : &si__cl_cold, L->name_ffn[j], l, j, token, &a,
+                     gpu ? STARPU_CUDA : STARPU_CPU);
     }
     return rc;
 }
@@ -251,15 +232,15 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
 static int submit_down(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct args a;
+    struct si__args a;
     int rc = 0;
     for (int32_t k = 0; k < e->nd && rc == 0; k++) {
         a.n = 0;
         for (int32_t j = 0; j < L->nsl; j++)
-            add(&a, L->h_part_c[j], STARPU_R);
-        add(&a, L->h_down_c[k], STARPU_R);
-        add(&a, e->h_dout[k], STARPU_W);
-        rc = run(e, &si__cl_down, L->name_down[k], l, k, token, &a, STARPU_CPU);
+            si__add(&a, L->h_part_c[j], STARPU_R);
+        si__add(&a, L->h_down_c[k], STARPU_R);
+        si__add(&a, e->h_dout[k], STARPU_W);
+        rc = si__run(e, &si__cl_down, L->name_down[k], l, k, token, &a, STARPU_CPU);
     }
     return rc;
 }
@@ -268,10 +249,10 @@ static int submit_down(struct si_engine *e, int l, int32_t token)
 static int submit_merge(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct args a = {.n = 0};
-    add(&a, e->h_x, STARPU_RW);
-    add(&a, L->h_y, STARPU_RW);
-    return run(e, &si__cl_merge, L->name_merge, l, -1, token, &a, 0);
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_x, STARPU_RW);
+    si__add(&a, L->h_y, STARPU_RW);
+    return si__run(e, &si__cl_merge, L->name_merge, l, -1, token, &a, 0);
 }
 
 /*
@@ -300,24 +281,24 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
 static int submit_head(struct si_engine *e, int32_t token)
 {
     const int nl = e->m->hp.n_layer;
-    struct args a = {.n = 0};
+    struct si__args a = {.n = 0};
     if (e->na <= 1) {
-        add(&a, e->h_x, STARPU_RW);
+        si__add(&a, e->h_x, STARPU_RW);
         add_carried(e, nl, &a);
-        add(&a, e->h_xb, STARPU_RW);
-        add(&a, e->h_logits, STARPU_W);
-        add(&a, e->h_out, STARPU_R);
-        return run(e, &si__cl_head, "norm+lm_head", -1, -1, token, &a, 0);
+        si__add(&a, e->h_xb, STARPU_RW);
+        si__add(&a, e->h_logits, STARPU_W);
+        si__add(&a, e->h_out, STARPU_R);
+        return si__run(e, &si__cl_head, "norm+lm_head", -1, -1, token, &a, 0);
     }
     int rc = 0;
     starpu_data_partition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c);
     for (int32_t j = 0; j < e->na && rc == 0; j++) {
         a.n = 0;
-        add(&a, e->h_x, STARPU_R);
+        si__add(&a, e->h_x, STARPU_R);
         add_carried(e, nl, &a);
-        add(&a, e->h_out, STARPU_R);
-        add(&a, e->h_logits_c[j], STARPU_W);
-        rc = run(e, &si__cl_head_rows, e->name_head[j], -1, j, token, &a, 0);
+        si__add(&a, e->h_out, STARPU_R);
+        si__add(&a, e->h_logits_c[j], STARPU_W);
+        rc = si__run(e, &si__cl_head_rows, e->name_head[j], -1, j, token, &a, 0);
     }
     starpu_data_unpartition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c, STARPU_MAIN_RAM);
     return rc;
@@ -335,9 +316,9 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     const double t0 = si__now();
     e->flash_msg[0] = '\0';
 
-    struct args a = {.n = 0};
-    add(&a, e->h_x, STARPU_W);
-    int rc = run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_x, STARPU_W);
+    int rc = si__run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
     for (int l = 0; l < hp->n_layer && rc == 0; l++)
         rc = submit_layer(e, l, token);
     if (rc == 0)

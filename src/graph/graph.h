@@ -52,4 +52,25 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
                int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes, int n,
                uint32_t where);
 
+/* A task's handles and their access modes, in the codelet's order. */
+struct si__args {
+    starpu_data_handle_t h[SI__MAX_SLICES + 16];
+    enum starpu_data_access_mode md[SI__MAX_SLICES + 16];
+    int n;
+};
+
+static inline void si__add(struct si__args *a, starpu_data_handle_t h,
+                           enum starpu_data_access_mode mode)
+{
+    a->h[a->n] = h;
+    a->md[a->n++] = mode;
+}
+
+/* si__submit with the handles of a. */
+static inline int si__run(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l,
+                          int j, int32_t token, struct si__args *a, uint32_t where)
+{
+    return si__submit(e, cl, name, l, j, token, a->h, a->md, a->n, where);
+}
+
 #endif /* SI_GRAPH_GRAPH_H */

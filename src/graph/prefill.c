@@ -8,79 +8,118 @@
 
 #include <starpu.h>
 
+/* x_b += attention_l(norm(x_b)) for the batch's tokens in order (K, V of
+ * the new positions written); xb_b = the FFN's input. */
+static int submit_batch_attention(struct si_engine *e, int l)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_bx, STARPU_RW);
+    si__add(&a, e->h_bxb, STARPU_W);
+    si__add(&a, e->h_bxb3, STARPU_W);
+    for (int32_t g = 0; g < e->ng; g++) { /* the cache, in its groups' parts */
+        si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
+        si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+    }
+    for (int i = 0; i < 4; i++)
+        si__add(&a, L->h_w[i], STARPU_R);
+    return si__run(e, &si__cl_battn, L->name_battn, l, -1, 0, &a, 0);
+}
+
+/* out_j = FFN slice j (xb_b) for every token: GEMM tasks, on CPU workers
+ * (the hot slice too: its weights are read-only, so the main-memory copy
+ * stays valid beside the GPU's). */
+static int submit_batch_ffn(struct si_engine *e, int l)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct si__args a;
+    int rc = 0;
+    for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
+        a.n = 0;
+        si__add(&a, e->h_bxb, STARPU_R);
+        if (!e->sparse) {
+            if (e->has_gate)
+                si__add(&a, L->h_gate_c[j], STARPU_R);
+            si__add(&a, L->h_up_c[j], STARPU_R);
+        } else {
+            if (e->pre_sep)
+                si__add(&a, L->h_gate_c[j], STARPU_R);
+            si__add(&a, L->h_rec_c[j], STARPU_R);
+        }
+        si__add(&a, L->h_upb_c[j], STARPU_R);
+        si__add(&a, e->h_bpart[j], STARPU_W);
+        rc = si__run(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a, STARPU_CPU);
+    }
+    return rc;
+}
+
+/* Dense mode: down_k = rows k of W_down . H, H the slices' activations. */
+static int submit_batch_down(struct si_engine *e, int l)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct si__args a;
+    int rc = 0;
+    for (int32_t b = 0; b < e->nd && rc == 0; b++) {
+        a.n = 0;
+        for (int32_t j = 0; j < L->nsl; j++)
+            si__add(&a, e->h_bpart[j], STARPU_R);
+        si__add(&a, L->h_down_c[b], STARPU_R);
+        si__add(&a, e->h_bdout[b], STARPU_W);
+        rc = si__run(e, &si__cl_bdown, L->name_bdown[b], l, b, 0, &a, STARPU_CPU);
+    }
+    return rc;
+}
+
+/* x_b += FFN_l: the slices' outputs (dense: the down blocks) merged. */
+static int submit_batch_merge(struct si_engine *e, int l)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_bx, STARPU_RW);
+    if (!e->sparse)
+        for (int32_t b = 0; b < e->nd; b++)
+            si__add(&a, e->h_bdout[b], STARPU_R);
+    else
+        for (int32_t j = 0; j < L->nsl; j++)
+            si__add(&a, e->h_bpart[j], STARPU_R);
+    si__add(&a, e->h_bxb3, STARPU_R);
+    return si__run(e, &si__cl_bmerge, L->name_bmerge, l, -1, 0, &a, 0);
+}
+
+/* Layer l of a batch. */
+static int submit_batch_layer(struct si_engine *e, int l)
+{
+    int rc = submit_batch_attention(e, l);
+    if (rc == 0)
+        rc = submit_batch_ffn(e, l);
+    if (rc == 0 && !e->sparse)
+        rc = submit_batch_down(e, l);
+    if (rc == 0)
+        rc = submit_batch_merge(e, l);
+    return rc;
+}
+
+/* One batch of at most n_batch tokens (checked by the caller): embed, the
+ * layers, then the last token's logits. */
 static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
 {
     const struct si_hparams *hp = &e->m->hp;
-    starpu_data_handle_t h[SI__MAX_SLICES + 16];
-    enum starpu_data_access_mode md[SI__MAX_SLICES + 16];
-    int k = 0, rc;
     e->btok = tokens;
     e->bn = n;
     e->bp0 = e->ref->n_past;
-#define ADD(handle, mode) (h[k] = (handle), md[k++] = (mode))
-    ADD(e->h_bx, STARPU_W);
-    rc = si__submit(e, &si__cl_bembed, "embed_batch", -1, -1, 0, h, md, k, 0);
-    for (int l = 0; l < hp->n_layer && rc == 0; l++) {
-        struct si__layer_state *L = &e->L[l];
-        k = 0;
-        ADD(e->h_bx, STARPU_RW);
-        ADD(e->h_bxb, STARPU_W);
-        ADD(e->h_bxb3, STARPU_W);
-        for (int32_t g = 0; g < e->ng; g++) { /* the cache, in its groups' parts */
-            ADD(e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
-            ADD(e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
-        }
-        for (int i = 0; i < 4; i++)
-            ADD(L->h_w[i], STARPU_R);
-        rc = si__submit(e, &si__cl_battn, L->name_battn, l, -1, 0, h, md, k, 0);
-        for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
-            k = 0;
-            ADD(e->h_bxb, STARPU_R);
-            if (!e->sparse) {
-                if (e->has_gate)
-                    ADD(L->h_gate_c[j], STARPU_R);
-                ADD(L->h_up_c[j], STARPU_R);
-            } else {
-                if (e->pre_sep)
-                    ADD(L->h_gate_c[j], STARPU_R);
-                ADD(L->h_rec_c[j], STARPU_R);
-            }
-            ADD(L->h_upb_c[j], STARPU_R);
-            ADD(e->h_bpart[j], STARPU_W);
-            /* On CPU workers, the hot slice too: its weights are read-only, so
-             * the main-memory copy stays valid beside the GPU's. */
-            rc = si__submit(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, h, md, k, STARPU_CPU);
-        }
-        for (int32_t b = 0; b < e->nd && rc == 0; b++) { /* dense: the down projection */
-            k = 0;
-            for (int32_t j = 0; j < L->nsl; j++)
-                ADD(e->h_bpart[j], STARPU_R);
-            ADD(L->h_down_c[b], STARPU_R);
-            ADD(e->h_bdout[b], STARPU_W);
-            rc = si__submit(e, &si__cl_bdown, L->name_bdown[b], l, b, 0, h, md, k, STARPU_CPU);
-        }
-        if (rc != 0)
-            break;
-        k = 0;
-        ADD(e->h_bx, STARPU_RW);
-        if (!e->sparse)
-            for (int32_t b = 0; b < e->nd; b++)
-                ADD(e->h_bdout[b], STARPU_R);
-        else
-            for (int32_t j = 0; j < L->nsl; j++)
-                ADD(e->h_bpart[j], STARPU_R);
-        ADD(e->h_bxb3, STARPU_R);
-        rc = si__submit(e, &si__cl_bmerge, L->name_bmerge, l, -1, 0, h, md, k, 0);
-    }
+    struct si__args a = {.n = 0};
+    si__add(&a, e->h_bx, STARPU_W);
+    int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
+    for (int l = 0; l < hp->n_layer && rc == 0; l++)
+        rc = submit_batch_layer(e, l);
     if (rc == 0) {
-        k = 0;
-        ADD(e->h_bx, STARPU_R);
-        ADD(e->h_xb, STARPU_RW);
-        ADD(e->h_logits, STARPU_W);
-        ADD(e->h_out, STARPU_R);
-        rc = si__submit(e, &si__cl_bhead, "norm+lm_head", -1, -1, 0, h, md, k, 0);
+        a.n = 0;
+        si__add(&a, e->h_bx, STARPU_R);
+        si__add(&a, e->h_xb, STARPU_RW);
+        si__add(&a, e->h_logits, STARPU_W);
+        si__add(&a, e->h_out, STARPU_R);
+        rc = si__run(e, &si__cl_bhead, "norm+lm_head", -1, -1, 0, &a, 0);
     }
-#undef ADD
     si_runtime_acquire(e->h_logits, STARPU_R);
     starpu_data_release(e->h_logits);
     if (rc != 0) {
