@@ -16,9 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile). */
-#define SI_ATTN_TILE 64
-
 #ifdef __cplusplus
 extern "C" {
 #endif

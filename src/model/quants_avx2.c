@@ -5,14 +5,13 @@
  * Each block type has a decoder that turns a block, or a part of a
  * super-block, into vectors of 8 float weights; dequantize stores them and
  * dot multiplies them into x with FMAs on four accumulators.  The block
- * layouts are described in quants.c.  The quantized-activation kernels
+ * layouts are described in quants_scalar.c.  The quantized-activation kernels
  * (quantize_act, dot_act) follow llama.cpp's x86 AVX2 code instead; see
  * their section.
  */
 #include "model/quants_impl.h"
 
 #include "model/act.h"
-#include "model/kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -857,7 +856,7 @@ static void mad_q6_k(const void *row, float a, float *y, int64_t n)
  * same way: a block's integer products summed in 8 int32 lanes (lane k
  * holding elements 4k .. 4k+3 of a run of 32), converted to float and added
  * into 8 float accumulators with one FMA per block, the accumulators summed
- * at the end.  The block layouts are described in quants.c.
+ * at the end.  The block layouts are described in quants_scalar.c.
  */
 
 INLINE void put_half(uint8_t *p, float f)

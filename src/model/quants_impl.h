@@ -1,9 +1,11 @@
 /*
  * quants_impl.h - the kernels behind quants.h, one table per implementation.
  *
- * quants.c holds the scalar table and picks, once, which table the public
- * functions use; quants_avx2.c holds the AVX2+FMA+F16C table.  Tests call the
- * tables directly to check both implementations on the same machine.
+ * quants_scalar.c holds the portable table, quants_avx2.c the AVX2+FMA+F16C
+ * and VNNI tables; quants.c picks, once, which kernels the public functions
+ * use (the one dispatch table).  The kernel files call nothing in quants.c
+ * or model/kernels.c.  Tests call the tables directly to check every
+ * implementation on the same machine.
  *
  * Every kernel takes a row of n elements, n a multiple of the type's block
  * size; rows may start at any byte address.
@@ -77,6 +79,10 @@ typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, c
                                 int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                                 int head_dim, float scale, uint16_t *scratch);
 
+/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile): the
+ * portable code (model/kernels.c) and its AVX2 twin walk the same tiles. */
+#define SI_ATTN_TILE 64
+
 /*
  * si_k_attn_f16_tiled (model/kernels.h), same arguments; its portable code
  * and the AVX2 twin give the same bits (fused multiply-adds and si_act_exp
@@ -97,6 +103,11 @@ struct si__quants_table {
 
 /* The portable implementation: every supported type. */
 extern const struct si__quants_table si__quants_scalar;
+
+/* Two portable dots of si_vec_dot_act_batch (quants.h): Q4_K's dot in
+ * groups of `group` sub-blocks, and Q6_K's in the order of a tiled batch. */
+float si__k_dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group);
+float si__k_dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n);
 
 /* The AVX2+FMA+F16C implementation; all NULL unless compiled with those. */
 extern const struct si__quants_table si__quants_avx2;
