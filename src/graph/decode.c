@@ -197,16 +197,7 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
         } else {
             si__add(&a, e->h_xb, STARPU_R);
         }
-        if (!e->sparse) {
-            if (e->has_gate)
-                si__add(&a, L->h_gate_c[j], STARPU_R);
-            si__add(&a, L->h_up_c[j], STARPU_R);
-        } else {
-            if (e->pre_sep)
-                si__add(&a, L->h_gate_c[j], STARPU_R);
-            si__add(&a, L->h_rec_c[j], STARPU_R);
-        }
-        si__add(&a, L->h_upb_c[j], STARPU_R);
+        si__add_slice_weights(e, L, j, &a);
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
             si__add(&a, L->h_idx_c[j], STARPU_R);
         if (e->p.redux)

@@ -73,4 +73,23 @@ static inline int si__run(struct si_engine *e, struct starpu_codelet *cl, const 
     return si__submit(e, cl, name, l, j, token, a->h, a->md, a->n, where);
 }
 
+/* The weights of slice j of layer L, as the FFN codelets take them (R):
+ * dense, [gate j] and up j; sparse, [gating rows j (gate mode)] and records
+ * j; then up_b j. */
+static inline void si__add_slice_weights(const struct si_engine *e,
+                                         const struct si__layer_state *L, int32_t j,
+                                         struct si__args *a)
+{
+    if (!e->sparse) {
+        if (e->has_gate)
+            si__add(a, L->h_gate_c[j], STARPU_R);
+        si__add(a, L->h_up_c[j], STARPU_R);
+    } else {
+        if (e->pre_sep)
+            si__add(a, L->h_gate_c[j], STARPU_R);
+        si__add(a, L->h_rec_c[j], STARPU_R);
+    }
+    si__add(a, L->h_upb_c[j], STARPU_R);
+}
+
 #endif /* SI_GRAPH_GRAPH_H */

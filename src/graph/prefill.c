@@ -37,16 +37,7 @@ static int submit_batch_ffn(struct si_engine *e, int l)
     for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
         a.n = 0;
         si__add(&a, e->h_bxb, STARPU_R);
-        if (!e->sparse) {
-            if (e->has_gate)
-                si__add(&a, L->h_gate_c[j], STARPU_R);
-            si__add(&a, L->h_up_c[j], STARPU_R);
-        } else {
-            if (e->pre_sep)
-                si__add(&a, L->h_gate_c[j], STARPU_R);
-            si__add(&a, L->h_rec_c[j], STARPU_R);
-        }
-        si__add(&a, L->h_upb_c[j], STARPU_R);
+        si__add_slice_weights(e, L, j, &a);
         si__add(&a, e->h_bpart[j], STARPU_W);
         rc = si__run(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a, STARPU_CPU);
     }
