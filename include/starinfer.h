@@ -270,7 +270,7 @@ struct si_context_params {
     bool kv_f32;      /* KV cache in f32 (default false: fp16, as llama.cpp) */
     enum si_engine_kind engine; /* default SI_ENGINE_STARPU: it decodes 1.3x and
                                  * prefills 3.5x faster than the reference on
-                                 * SmolLM2-135M with 2 CPU workers (README) */
+                                 * SmolLM2-135M with 2 CPU workers (docs/library.md) */
     enum si_sparsity_mode sparsity; /* default SI_SPARSE_DENSE */
     float gate_threshold; /* gate mode on SiLU/GELU models: |act(gate)| must exceed
                            * it; 0 (default): the profile's per-layer thresholds
@@ -330,7 +330,7 @@ struct si_context_params {
                          * last si_context_free must then come from this
                          * thread (evaluations on another thread fail with
                          * SI_E_RUNTIME).  Default false; the CLI sets it
-                         * (README: STARINFER_CALLER_WORKER) */
+                         * (docs/cli.md: STARINFER_CALLER_WORKER) */
     struct si_sampling_params sampling;
     /* Notices that are not errors ("no CUDA worker: vram_budget ignored",
      * the profile's thresholds, ...), one line each without a newline; NULL

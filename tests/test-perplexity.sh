@@ -4,7 +4,7 @@
 # running values llama.cpp's perplexity tool printed for the same chunks
 # (tests/data/smollm2-perplexity.txt, its AVX2 build: [1]16.3211, [2]17.7185;
 # the AVX-512 build printed 16.5546 and 17.8938).  The whole text (14 chunks)
-# is compared in the README (all 14 values equal); it takes two minutes.
+# is compared in docs/model.md (all 14 values equal); it takes two minutes.
 set -u
 si=${STARINFER:?STARINFER must name the starinfer binary}
 text=/usr/share/common-licenses/GPL-3
