@@ -53,7 +53,8 @@ struct si_engine_params {
     bool exact_prefill; /* prefill with the reference's arithmetic (activations
                          * converted as llama.cpp does), bit for bit the
                          * token-by-token result, instead of OpenBLAS sgemm on
-                         * float activations (about 10x faster: see README) */
+                         * float activations (1.2x faster on SmolLM2, the FFN
+                         * tasks 2x: docs/measurements.md) */
 
     /* The flash tier (gate and predictor modes; see "Flash tier" above). */
     struct si_flash_store *flash; /* the cold neurons' store (may be NULL: every
