@@ -8,6 +8,7 @@
  */
 #include "model/kernels.h"
 #include "model/quants.h"
+#include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ int main(void)
         {32, 8, 128, 1024}, {8, 4, 256, 50},    {8, 4, 256, 1024},   {16, 16, 64, 50},
         {16, 16, 64, 1024},
     };
-    const si__attn_f16_fn fast = si__quants_attn_f16();
+    const si__attn_f16_fn fast = si__quants_active()->attn_f16;
     if (fast == NULL) {
         printf("no AVX2 attention in use (SI_NO_SIMD, or no AVX2+FMA+F16C): nothing to compare\n");
         return 0;

@@ -19,6 +19,7 @@
 #include "model/act.h"
 #include "model/kernels.h"
 #include "model/quants.h"
+#include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
 #include "test.h"
@@ -306,10 +307,12 @@ int main(void)
     if (no_simd != NULL && no_simd[0] != '\0' && strcmp(no_simd, "0") != 0) {
         /* The scalar kernels: si_k_attn_f16 is the portable code, whose dot
          * is then not the AVX2 one, so there is no twin to compare. */
-        CHECK(si__quants_attn_f16() == NULL, "SI_NO_SIMD=1 still uses the AVX2 attention");
+        CHECK(si__quants_active()->attn_f16 == NULL,
+              "SI_NO_SIMD=1 still uses the AVX2 attention");
         return test_result();
     }
-    CHECK(si__quants_attn_f16() == si__quants_avx2.attn_f16, "the AVX2 attention is not in use");
+    CHECK(si__quants_active()->attn_f16 == si__quants_avx2.attn_f16,
+          "the AVX2 attention is not in use");
     test_attn();
     return test_result();
 }

@@ -22,6 +22,7 @@
  */
 #include "model/act.h"
 #include "model/quants.h"
+#include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
 #include "test.h"

@@ -1,7 +1,7 @@
 /*
  * cuda_common.cuh - device helpers shared by the CUDA kernels: fp16 decode,
  * warp reductions, and the weight-row decoders for F32, F16, Q8_0, Q4_0 and
- * Q4_1 (GGUF block layouts, as in model/quants.c):
+ * Q4_1 (GGUF block layouts, as in model/quants_scalar.c):
  *
  *   Q8_0  34 bytes / 32: half d; int8 qs[32]       x = d*q
  *   Q4_0  18 bytes / 32: half d; u8 qs[16]         x = d*(q-8)

@@ -10,6 +10,7 @@
 
 #include "model/act.h"
 #include "model/quants.h"
+#include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
 
@@ -67,9 +68,11 @@ void si_k_rope(float *x, int n_heads, int head_dim, int n_rot, enum si_rope_kind
 }
 
 /*
- * The AVX2 twin (quants_avx2.c) computes the same operations in the same
- * order per element, with F16C conversions; it is used exactly when the AVX2
- * F16 dot is, since it inlines that dot.
+ * The AVX2 twin (quants_avx2_act.c) computes the same operations in the
+ * same order per element, with F16C conversions; it is used exactly when
+ * the AVX2 F16 dot is, since it inlines that dot.  It comes from the table
+ * in use (si__quants_active, quants_dispatch.h), the tiled attention's twin
+ * from si__quants_attn_tiled; neither calls back into this file.
  */
 void si_k_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
                    int n_kv, int n_head, int n_head_kv, int head_dim, float scale,
@@ -85,7 +88,7 @@ void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const ui
 {
     assert(n_head_kv > 0 && n_head % n_head_kv == 0);
     assert(0 <= h0 && h0 <= h1 && h1 <= n_head);
-    const si__attn_f16_fn fast = si__quants_attn_f16();
+    const si__attn_f16_fn fast = si__quants_active()->attn_f16;
     if (fast != NULL)
         fast(out, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim, scale, scratch);
     else

@@ -1,124 +1,195 @@
 /*
- * quants.c - the entry points of quants.h: the one dispatch table (the
- * portable kernels of quants_scalar.c, overlaid once with the AVX2 and VNNI
- * ones of quants_avx2.c where this CPU runs them, unless SI_NO_SIMD or
- * SI_NO_VNNI says no), the calls through it, and the activation types.
- * The kernel files call nothing here; model/kernels.c takes its fast
- * attention from here.  Block layouts: quants_scalar.c.
+ * quants.c - the public functions of quants.h: the quantizers, the type
+ * helpers, and the wrappers that run the kernels of the table in use.
+ *
+ * The kernels themselves are in quants_scalar.c (with the fp16 and bf16
+ * conversions and the block layouts) and quants_avx2.c; which table runs is
+ * chosen, once, in quants_dispatch.c.  This file only calls down into those:
+ * none of them calls back.
  */
 #include "model/quants.h"
 
+#include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
 
 #include <assert.h>
-#include <pthread.h>
-#include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
+#define QK 32 /* elements per block of the 32-element types */
 
-#if defined(__x86_64__) || defined(__i386__)
-/* F16C from CPUID leaf 1 (ECX bit 29): some compilers' __builtin_cpu_supports() lack "f16c". */
-static bool cpu_has_f16c(void)
+static void put_half(uint8_t *p, float f)
 {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-#endif
-
-bool si__quants_avx2_usable(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    if (!si__quants_avx2.compiled)
-        return false;
-    /* The "avx2" test also checks that the OS saves the YMM registers. */
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-#else
-    return false;
-#endif
+    uint16_t h = si_fp32_to_fp16(f);
+    memcpy(p, &h, sizeof h);
 }
 
-bool si__quants_vnni_usable(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    if (!si__quants_vnni.compiled || !si__quants_avx2_usable())
-        return false;
-    /* "avx512f" also checks that the OS saves the AVX-512 state. */
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
-#else
-    return false;
-#endif
-}
+/* ------------------------------------------------------ quantizers */
 
-/* The kernels in use: AVX2 ones where usable (with VNNI's integer dots where
- * that is usable too), scalar ones elsewhere. */
-static struct si__quants_table active;
-static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+/*
+ * The quantizers choose each block's scale as ggml's reference quantizers
+ * do, computing in float with the unrounded scale and storing it as a half.
+ */
 
-/* Whether the environment variable `name` is set to something but 0. */
-static bool env_set(const char *name)
+static void quantize_q8_0(const float *x, uint8_t *b, int64_t n)
 {
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
-}
-
-/* Every kernel table t has replaces the active one. */
-static void overlay(const struct si__quants_table *t)
-{
-    active.name = t->name;
-    for (int k = 0; k < SI_TYPE_COUNT; k++) {
-        const struct si__quants_kernels *src = &t->type[k];
-        struct si__quants_kernels *dst = &active.type[k];
-        if (src->dequantize != NULL)
-            dst->dequantize = src->dequantize;
-        if (src->dot != NULL)
-            dst->dot = src->dot;
-        if (src->quantize_act != NULL)
-            dst->quantize_act = src->quantize_act;
-        if (src->dot_act != NULL)
-            dst->dot_act = src->dot_act;
-        if (src->mad != NULL)
-            dst->mad = src->mad;
-        if (src->mad4 != NULL)
-            dst->mad4 = src->mad4;
-        if (src->dot_act2 != NULL)
-            dst->dot_act2 = src->dot_act2;
+    for (int64_t i = 0; i < n; i += QK, b += 34, x += QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_half(b, d);
+        for (int j = 0; j < QK; j++)
+            b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
     }
-    if (t->attn_f16 != NULL)
-        active.attn_f16 = t->attn_f16;
 }
 
-static void choose_kernels(void)
+/* The element of largest magnitude, with its sign (the first one on ties). */
+static float signed_max(const float *x)
 {
-    active = si__quants_scalar;
-    if (env_set("SI_NO_SIMD") || !si__quants_avx2_usable())
-        return;
-    overlay(&si__quants_avx2);
-    if (!env_set("SI_NO_VNNI") && si__quants_vnni_usable())
-        overlay(&si__quants_vnni);
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
 }
 
-si__attn_tiled_fn si__quants_attn_tiled(void)
+/* q = min(top, floor(v)), v >= 0: truncation, as ggml's (int8_t) cast. */
+static int clamp_q(float v, int top)
 {
-    /* Not tied to the table in use: both codes give the same bits. */
-    static int usable = -1;
-    if (usable < 0)
-        usable = si__quants_avx2_usable();
-    return usable ? si__quants_avx2.attn_tiled : NULL;
+    int q = (int)v;
+    return q < top ? q : top;
 }
 
-/* The kernels of type t, after checking (in debug builds) the row length. */
+/* Q4_0 (bits 4) and Q5_0 (bits 5): d = signed max / -8 (-16). */
+static void quantize_sym(const float *x, uint8_t *b, int64_t n, int bits)
+{
+    size_t size = bits == 4 ? 18 : 22;
+    int zero = 1 << (bits - 1), top = (1 << bits) - 1;
+    float offset = (float)zero + 0.5f; /* one addition, as in ggml: x*id + 8.5f */
+    for (int64_t i = 0; i < n; i += QK, b += size, x += QK) {
+        float d = signed_max(x) / (float)-zero;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_half(b, d);
+        uint8_t *qs = b + (bits == 4 ? 2 : 6);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int lo = clamp_q(x[j] * id + offset, top);
+            int hi = clamp_q(x[j + 16] * id + offset, top);
+            qs[j] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+            qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
+        }
+        if (bits == 5)
+            memcpy(b + 2, &qh, sizeof qh);
+    }
+}
+
+/* Q4_1 (bits 4) and Q5_1 (bits 5): d = (max - min) / 15 (31), m = min. */
+static void quantize_asym(const float *x, uint8_t *b, int64_t n, int bits)
+{
+    size_t size = bits == 4 ? 20 : 24;
+    int top = (1 << bits) - 1;
+    for (int64_t i = 0; i < n; i += QK, b += size, x += QK) {
+        float min = x[0], max = x[0];
+        for (int j = 1; j < QK; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        float d = (max - min) / (float)top;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_half(b, d);
+        put_half(b + 2, min);
+        uint8_t *qs = b + (bits == 4 ? 4 : 8);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int lo = clamp_q((x[j] - min) * id + 0.5f, top);
+            int hi = clamp_q((x[j + 16] - min) * id + 0.5f, top);
+            qs[j] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+            qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
+        }
+        if (bits == 5)
+            memcpy(b + 4, &qh, sizeof qh);
+    }
+}
+
+size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n)
+{
+    size_t bytes;
+    if (!si_type_quantizable(t) || !si_type_row_size(t, n, &bytes))
+        return 0;
+    uint8_t *b = dst;
+    switch (t) {
+    case SI_TYPE_F32:
+        memcpy(dst, src, bytes);
+        break;
+    case SI_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            put_half(b + 2 * i, src[i]);
+        break;
+    case SI_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = si_fp32_to_bf16(src[i]);
+            memcpy(b + 2 * i, &h, sizeof h);
+        }
+        break;
+    case SI_TYPE_Q8_0:
+        quantize_q8_0(src, b, n);
+        break;
+    case SI_TYPE_Q4_0:
+        quantize_sym(src, b, n, 4);
+        break;
+    case SI_TYPE_Q5_0:
+        quantize_sym(src, b, n, 5);
+        break;
+    case SI_TYPE_Q4_1:
+        quantize_asym(src, b, n, 4);
+        break;
+    case SI_TYPE_Q5_1:
+        quantize_asym(src, b, n, 5);
+        break;
+    }
+    return bytes;
+}
+
+/* ------------------------------------------------------ types */
+
+bool si_type_supported(uint32_t t)
+{
+    return t < SI_TYPE_COUNT && si__quants_scalar.type[t].dot != NULL;
+}
+
+bool si_type_quantizable(uint32_t t)
+{
+    switch (t) {
+    case SI_TYPE_F32:
+    case SI_TYPE_F16:
+    case SI_TYPE_BF16:
+    case SI_TYPE_Q8_0:
+    case SI_TYPE_Q4_0:
+    case SI_TYPE_Q4_1:
+    case SI_TYPE_Q5_0:
+    case SI_TYPE_Q5_1:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ------------------------------------------------------ the kernels in use */
+
+/* The kernels of type t in the table in use, after checking (in debug
+ * builds) the row length. */
 static const struct si__quants_kernels *kernels(uint32_t t, int64_t n)
 {
-    pthread_once(&active_once, choose_kernels);
+    const struct si__quants_table *active = si__quants_active();
     assert(n >= 0 && n % si_type_get(t)->block == 0 && "row length not a multiple of the block");
     (void)n;
-    return &active.type[t];
+    return &active->type[t];
 }
 
 void si_dequantize_row(uint32_t t, const void *src, float *dst, int64_t n)
@@ -180,6 +251,16 @@ float si_vec_dot_act(uint32_t t, const void *row, const void *xa, int64_t n)
     return kernels(t, n)->dot_act(row, xa, n);
 }
 
+float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t n, int32_t n_tok,
+                           bool group4)
+{
+    if (t == SI_TYPE_Q4_K && group4)
+        return si__dot_act_q4_k_groups(row, xa, n, 2);
+    if (t == SI_TYPE_Q6_K && n_tok >= 8)
+        return si__dot_act_q6_k_tiled(row, xa, n);
+    return si_vec_dot_act(t, row, xa, n);
+}
+
 void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],
                      const void *const ahead[2])
 {
@@ -232,25 +313,7 @@ void si_vec_mad4(uint32_t t, const void *const rows[4], const float a[4], float 
         k->mad(rows[r], a[r], y, n);
 }
 
-si__attn_f16_fn si__quants_attn_f16(void)
-{
-    pthread_once(&active_once, choose_kernels);
-    return active.attn_f16;
-}
-
 const char *si_quants_impl(void)
 {
-    pthread_once(&active_once, choose_kernels);
-    return active.name;
-}
-
-
-float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t n, int32_t n_tok,
-                           bool group4)
-{
-    if (t == SI_TYPE_Q4_K && group4)
-        return si__k_dot_act_q4_k_groups(row, xa, n, 2);
-    if (t == SI_TYPE_Q6_K && n_tok >= 8)
-        return si__k_dot_act_q6_k_tiled(row, xa, n);
-    return si_vec_dot_act(t, row, xa, n);
+    return si__quants_active()->name;
 }

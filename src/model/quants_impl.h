@@ -1,11 +1,13 @@
 /*
  * quants_impl.h - the kernels behind quants.h, one table per implementation.
  *
- * quants_scalar.c holds the portable table, quants_avx2.c the AVX2+FMA+F16C
- * and VNNI tables; quants.c picks, once, which kernels the public functions
- * use (the one dispatch table).  The kernel files call nothing in quants.c
- * or model/kernels.c.  Tests call the tables directly to check every
- * implementation on the same machine.
+ * The kernel files define the tables and know nothing of which one runs:
+ * quants_scalar.c the scalar table, quants_avx2.c the AVX2+FMA+F16C one and
+ * quants_avx2_act.c the VNNI one (with the AVX2 table's quantized-activation
+ * and attention kernels).  quants_dispatch.c (quants_dispatch.h) chooses,
+ * once, the table that quants.c's public functions and kernels.c's attention
+ * use.  Tests call the tables directly to check every implementation on the
+ * same machine.
  *
  * Every kernel takes a row of n elements, n a multiple of the type's block
  * size; rows may start at any byte address.
@@ -17,6 +19,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the quantized block layouts assume a little-endian host"
+#endif
+
+/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile), in its
+ * portable code (model/kernels.c) and its AVX2 twin alike. */
+#define SI_ATTN_TILE 64
 
 /* Scale and min of sub-block j of a Q4_K / Q5_K super-block: 6 bits each,
  * packed in the block's 12 scale bytes `sc`. */
@@ -79,10 +89,6 @@ typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, c
                                 int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                                 int head_dim, float scale, uint16_t *scratch);
 
-/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile): the
- * portable code (model/kernels.c) and its AVX2 twin walk the same tiles. */
-#define SI_ATTN_TILE 64
-
 /*
  * si_k_attn_f16_tiled (model/kernels.h), same arguments; its portable code
  * and the AVX2 twin give the same bits (fused multiply-adds and si_act_exp
@@ -94,40 +100,34 @@ typedef void (*si__attn_tiled_fn)(float *out, const float *q, const uint16_t *k,
                                   float *scratch);
 
 struct si__quants_table {
-    const char *name; /* "scalar" or "avx2" */
+    const char *name; /* "scalar", "avx2" or "avx2+vnni" */
     bool compiled;    /* false when the build left this implementation out */
     struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
     si__attn_f16_fn attn_f16; /* NULL: si__k_attn_f16_portable */
     si__attn_tiled_fn attn_tiled; /* NULL: si__k_attn_f16_tiled_portable */
 };
 
-/* The portable implementation: every supported type. */
+/* The portable implementation: every supported type (quants_scalar.c). */
 extern const struct si__quants_table si__quants_scalar;
 
-/* Two portable dots of si_vec_dot_act_batch (quants.h): Q4_K's dot in
- * groups of `group` sub-blocks, and Q6_K's in the order of a tiled batch. */
-float si__k_dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group);
-float si__k_dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n);
-
-/* The AVX2+FMA+F16C implementation; all NULL unless compiled with those. */
+/* The AVX2+FMA+F16C implementation (quants_avx2.c); all NULL unless
+ * compiled with those. */
 extern const struct si__quants_table si__quants_avx2;
 
-/* True when si__quants_avx2 is compiled in and this CPU runs it. */
-bool si__quants_avx2_usable(void);
-
 /* The AVX2 kernels whose integer dot products use AVX-512 VNNI (the same
- * bits, fewer instructions): only dot_act and dot_act2 of the 32-element
- * block types; NULL elsewhere. */
+ * bits, fewer instructions; quants_avx2_act.c): only dot_act and dot_act2 of
+ * the 32-element block types; NULL elsewhere. */
 extern const struct si__quants_table si__quants_vnni;
 
-/* True when si__quants_vnni is compiled in and this CPU runs it (AVX2 usable
- * and AVX-512 F, VL and VNNI). */
-bool si__quants_vnni_usable(void);
-
-/* The attention kernel of the table in use (NULL for the portable code). */
-si__attn_f16_fn si__quants_attn_f16(void);
-
-/* The tiled attention's AVX2 twin when this CPU runs it (NULL: the portable code). */
-si__attn_tiled_fn si__quants_attn_tiled(void);
+/*
+ * The two kernels of si_vec_dot_act_batch that no table holds, scalar code
+ * (quants_scalar.c) whatever table is in use.  Q4_K dotted with
+ * Q8_K activations, its exact integer sums turned into float sums per
+ * `group` sub-blocks: 8, the scalar table's dot_act; 2, llama.cpp's AVX2
+ * GEMM for a token in a full group of 4.  Q6_K as llama.cpp's tiled GEMM
+ * forms it for batches of 8 tokens or more.
+ */
+float si__dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group);
+float si__dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n);
 
 #endif /* SI_MODEL_QUANTS_IMPL_H */

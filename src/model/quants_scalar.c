@@ -1,9 +1,13 @@
 /*
- * quants_scalar.c - fp16/bf16 conversions, the portable kernels of every
- * supported type (quantized activations included) as one table
- * (si__quants_scalar, quants_impl.h), and the quantizers.  Pure code: it
- * calls nothing of quants.c, which chooses between this table and the
- * SIMD ones (quants_avx2.c).
+ * quants_scalar.c - the portable kernels behind quants.h: its fp16 and bf16
+ * conversions (si_fp16_to_fp32 and the others), and the scalar table
+ * (si__quants_scalar) of dequantize, dot, quantized-activation and mad
+ * kernels for every supported type.
+ *
+ * These are pure kernels: they know nothing of which table runs, which
+ * quants_dispatch.c chooses.  quants.c's public functions call them through
+ * that choice, and call the two batch kernels below (si__dot_act_q4_k_groups,
+ * si__dot_act_q6_k_tiled) directly.
  *
  * Block layouts (little-endian, "half" = IEEE binary16):
  *   Q8_0  34 bytes / 32: half d; int8 qs[32]                x = d*q
@@ -17,20 +21,14 @@
  * In the 32-element types, element j < 16 is the low nibble of qs[j] and
  * element j + 16 its high nibble; the 5th bit of element j is bit j of qh.
  */
-#include "model/act.h"
 #include "model/quants.h"
 
+#include "model/act.h"
 #include "model/quants_impl.h"
 #include "model/types.h"
 
-#include <assert.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
-
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the quantized block layouts assume a little-endian host"
-#endif
 
 #define QK 32   /* elements per block of the 32-element types */
 #define QK_K 256 /* elements per super-block of the K types */
@@ -779,7 +777,7 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
  * tokens of a batch.  The integers are exact, so every implementation gets
  * the same bits.
  */
-float si__k_dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
+float si__dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
 {
     const uint8_t *w = row, *a = xa;
     float acc = 0.0f, accm = 0.0f;
@@ -809,9 +807,8 @@ float si__k_dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int 
 
 static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 {
-    return si__k_dot_act_q4_k_groups(row, xa, n, 8);
+    return si__dot_act_q4_k_groups(row, xa, n, 8);
 }
-
 
 static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 {
@@ -852,7 +849,7 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
  * per super-block the exact integer isum = sum_j scale_j * (q_w . q_a) over
  * its 16 sub-blocks, then acc = fma(d * isum, d_a, acc), d * isum rounded.
  */
-float si__k_dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
+float si__dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
     float acc = 0.0f;
@@ -863,7 +860,6 @@ float si__k_dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
     }
     return acc;
 }
-
 
 /* ------------------------------------------------------ mad (y += a * row) */
 
@@ -923,159 +919,3 @@ const struct si__quants_table si__quants_scalar = {
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
         },
 };
-
-/* ------------------------------------------------------ quantizers */
-
-/*
- * The quantizers choose each block's scale as ggml's reference quantizers
- * do, computing in float with the unrounded scale and storing it as a half.
- */
-
-static void quantize_q8_0(const float *x, uint8_t *b, int64_t n)
-{
-    for (int64_t i = 0; i < n; i += QK, b += 34, x += QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        put_half(b, d);
-        for (int j = 0; j < QK; j++)
-            b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
-    }
-}
-
-/* The element of largest magnitude, with its sign (the first one on ties). */
-static float signed_max(const float *x)
-{
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    return max;
-}
-
-/* q = min(top, floor(v)), v >= 0: truncation, as ggml's (int8_t) cast. */
-static int clamp_q(float v, int top)
-{
-    int q = (int)v;
-    return q < top ? q : top;
-}
-
-/* Q4_0 (bits 4) and Q5_0 (bits 5): d = signed max / -8 (-16). */
-static void quantize_sym(const float *x, uint8_t *b, int64_t n, int bits)
-{
-    size_t size = bits == 4 ? 18 : 22;
-    int zero = 1 << (bits - 1), top = (1 << bits) - 1;
-    float offset = (float)zero + 0.5f; /* one addition, as in ggml: x*id + 8.5f */
-    for (int64_t i = 0; i < n; i += QK, b += size, x += QK) {
-        float d = signed_max(x) / (float)-zero;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        put_half(b, d);
-        uint8_t *qs = b + (bits == 4 ? 2 : 6);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = clamp_q(x[j] * id + offset, top);
-            int hi = clamp_q(x[j + 16] * id + offset, top);
-            qs[j] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
-            qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
-        }
-        if (bits == 5)
-            memcpy(b + 2, &qh, sizeof qh);
-    }
-}
-
-/* Q4_1 (bits 4) and Q5_1 (bits 5): d = (max - min) / 15 (31), m = min. */
-static void quantize_asym(const float *x, uint8_t *b, int64_t n, int bits)
-{
-    size_t size = bits == 4 ? 20 : 24;
-    int top = (1 << bits) - 1;
-    for (int64_t i = 0; i < n; i += QK, b += size, x += QK) {
-        float min = x[0], max = x[0];
-        for (int j = 1; j < QK; j++) {
-            min = fminf(min, x[j]);
-            max = fmaxf(max, x[j]);
-        }
-        float d = (max - min) / (float)top;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        put_half(b, d);
-        put_half(b + 2, min);
-        uint8_t *qs = b + (bits == 4 ? 4 : 8);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = clamp_q((x[j] - min) * id + 0.5f, top);
-            int hi = clamp_q((x[j + 16] - min) * id + 0.5f, top);
-            qs[j] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
-            qh |= (uint32_t)(lo >> 4) << j | (uint32_t)(hi >> 4) << (j + 16);
-        }
-        if (bits == 5)
-            memcpy(b + 4, &qh, sizeof qh);
-    }
-}
-
-size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n)
-{
-    size_t bytes;
-    if (!si_type_quantizable(t) || !si_type_row_size(t, n, &bytes))
-        return 0;
-    uint8_t *b = dst;
-    switch (t) {
-    case SI_TYPE_F32:
-        memcpy(dst, src, bytes);
-        break;
-    case SI_TYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            put_half(b + 2 * i, src[i]);
-        break;
-    case SI_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = si_fp32_to_bf16(src[i]);
-            memcpy(b + 2 * i, &h, sizeof h);
-        }
-        break;
-    case SI_TYPE_Q8_0:
-        quantize_q8_0(src, b, n);
-        break;
-    case SI_TYPE_Q4_0:
-        quantize_sym(src, b, n, 4);
-        break;
-    case SI_TYPE_Q5_0:
-        quantize_sym(src, b, n, 5);
-        break;
-    case SI_TYPE_Q4_1:
-        quantize_asym(src, b, n, 4);
-        break;
-    case SI_TYPE_Q5_1:
-        quantize_asym(src, b, n, 5);
-        break;
-    }
-    return bytes;
-}
-
-/* ------------------------------------------------------ types */
-
-bool si_type_supported(uint32_t t)
-{
-    return t < SI_TYPE_COUNT && si__quants_scalar.type[t].dot != NULL;
-}
-
-bool si_type_quantizable(uint32_t t)
-{
-    switch (t) {
-    case SI_TYPE_F32:
-    case SI_TYPE_F16:
-    case SI_TYPE_BF16:
-    case SI_TYPE_Q8_0:
-    case SI_TYPE_Q4_0:
-    case SI_TYPE_Q4_1:
-    case SI_TYPE_Q5_0:
-    case SI_TYPE_Q5_1:
-        return true;
-    default:
-        return false;
-    }
-}
-

@@ -1,0 +1,117 @@
+/*
+ * quants_avx2.h - what the two files of the AVX2 kernels share: the byte
+ * and vector helpers both use, and the kernels of quants_avx2_act.c that
+ * the table si__quants_avx2 (quants_avx2.c) lists.
+ *
+ * For those two files only, which libstarinfer_avx2.la builds with
+ * -mavx2 -mfma -mf16c: include it where __AVX2__, __FMA__ and __F16C__ are
+ * defined.  The kernels' arguments are those of the typedefs in
+ * quants_impl.h.
+ */
+#ifndef SI_MODEL_QUANTS_AVX2_H
+#define SI_MODEL_QUANTS_AVX2_H
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "quants_avx2.h is for the files built with -mavx2 -mfma -mf16c"
+#endif
+
+#include "model/act.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The helpers must inline for their vectors to stay in registers. */
+#if defined(__GNUC__)
+#define INLINE static inline __attribute__((always_inline))
+#else
+#define INLINE static inline
+#endif
+
+/* ------------------------------------------------------ helpers */
+
+INLINE float half_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+INLINE float bf16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return si_act_float((uint32_t)h << 16);
+}
+
+INLINE float f32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+INLINE uint32_t u32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The 8 bfloat16 values at p as floats. */
+INLINE __m256 bf16x8(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ------------------------------------------------------ quants_avx2_act.c */
+
+/* The activation quantizers (si__quantize_act_fn). */
+void si__avx2_quantize_act_f32(const float *x, void *dst, int64_t n);
+void si__avx2_quantize_act_f16(const float *x, void *dst, int64_t n);
+void si__avx2_quantize_act_bf16(const float *x, void *dst, int64_t n);
+void si__avx2_quantize_act_q8_0(const float *x, void *dst, int64_t n);
+void si__avx2_quantize_act_q8_1(const float *x, void *dst, int64_t n);
+void si__avx2_quantize_act_q8_k(const float *x, void *dst, int64_t n);
+
+/* The dots with quantized activations (si__dot_act_fn). */
+float si__avx2_dot_act_f32(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_f16(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_bf16(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q8_0(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q4_0(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q4_1(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q5_0(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q5_1(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q4_k(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q5_k(const void *row, const void *xa, int64_t n);
+float si__avx2_dot_act_q6_k(const void *row, const void *xa, int64_t n);
+
+/* Two rows against the same activations (si__dot_act2_fn). */
+void si__avx2_dot_act2_f16(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                           const void *const ahead[2]);
+void si__avx2_dot_act2_q8_0(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                            const void *const ahead[2]);
+void si__avx2_dot_act2_q4_0(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                            const void *const ahead[2]);
+void si__avx2_dot_act2_q5_0(const void *const rows[2], const void *xa, int64_t n, float out[2],
+                            const void *const ahead[2]);
+
+/* The attention's twins (si__attn_f16_fn and si__attn_tiled_fn). */
+void si__avx2_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                       int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                       int head_dim, float scale, uint16_t *scratch);
+void si__avx2_attn_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch);
+
+#endif /* SI_MODEL_QUANTS_AVX2_H */
