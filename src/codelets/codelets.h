@@ -52,6 +52,7 @@
 #ifndef SI_CODELETS_CODELETS_H
 #define SI_CODELETS_CODELETS_H
 
+#include "codelets/ffn_sparse.h"
 #include "codelets/state.h"
 #include "model/act.h"
 #include "model/quants.h"
@@ -99,6 +100,28 @@ static inline float si__ffn_neuron(const struct si_engine *e, const void *gate, 
     float a = si_act_apply(hp->act, si__ffn_dot(t, gate, xa, xb, d));
     float u = b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b : si__ffn_dot(t, up, xa, xb, d);
     return si_act_gated(hp->ffn_kind, a, u);
+}
+
+/* h[q] = the activation of the neuron whose record is number ix[q] (records
+ * of e->rec_bytes; gate and up point at the first record's rows, b at the
+ * first record's bias or NULL), q < k: the sparse kernel on the converted
+ * input xa, or the reference's float dots without one. */
+static inline void si__ffn_act_records(const struct si_engine *e, const char *gate,
+                                       const char *up, const float *b, const void *xa,
+                                       const float *xb, const int32_t *ix, int64_t k, float *h)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const size_t rb = e->rec_bytes;
+    if (xa != NULL) {
+        si_k_ffn_act_sparse(hp->ffn_kind, hp->act, e->gu_type, gate, up, b, rb, hp->n_embd, xa,
+                            ix, k, h);
+        return;
+    }
+    for (int64_t q = 0; q < k; q++) {
+        const size_t o = (size_t)ix[q] * rb;
+        h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
+                              b != NULL ? b + ix[q] : NULL, xa, xb);
+    }
 }
 
 /* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */

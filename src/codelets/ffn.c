@@ -60,15 +60,7 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
         while (k < n && idx[k] >= 0)
             k++;
         memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
-        if (xa != NULL) {
-            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k, sc->h);
-        } else {
-            for (int64_t q = 0; q < k; q++) {
-                const size_t o = (size_t)sc->ix[q] * rb;
-                sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
-                                          b != NULL ? b + sc->ix[q] : NULL, xa, xb);
-            }
-        }
+        si__ffn_act_records(e, gate, up, b, xa, xb, sc->ix, k, sc->h);
         *rd = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
     } else {
         const bool relu = hp->act == SI_ACT_RELU;

@@ -84,15 +84,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             if (s >= 0) /* < 0 only after a failed load (reported by eval) */
                 sc->ix[k++] = s;
         }
-        if (xa != NULL) {
-            si_k_ffn_act_sparse(hp->ffn_kind, hp->act, t, gate, up, b, rb, d, xa, sc->ix, k, sc->h);
-        } else {
-            for (int64_t q = 0; q < k; q++) {
-                const size_t o = (size_t)sc->ix[q] * rb;
-                sc->h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
-                                          b != NULL ? b + sc->ix[q] : NULL, xa, xb);
-            }
-        }
+        si__ffn_act_records(e, gate, up, b, xa, xb, sc->ix, k, sc->h);
         L->rd[a->j] = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
     } else {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
