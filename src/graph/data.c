@@ -289,8 +289,8 @@ static void register_layer(struct si_engine *e, int l)
 
 /*
  * The bytes of every handle the engine lets onto the CUDA node: what
- * ffn_cuda's task reads and writes (see submit_layer), for the layers with a
- * hot slice; with hot_on_cpu the same handles as if there were a GPU.
+ * ffn_cuda's task (codelets/ffn.c) reads and writes (see submit_ffn in decode.c), for the layers
+ * with a hot slice; with hot_on_cpu the same handles as if there were a GPU.
  */
 int64_t si__gpu_accounted(const struct si_engine *e)
 {

@@ -80,8 +80,8 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
 }
 
 /* Bytes the GPU holds per hot neuron (sparse) or per hot unit of neurons
- * (dense): the handles' children of the hot slice (register_layer,
- * ffn_cuda), in dense mode its output (the activations) too. */
+ * (dense): the handles' children of the hot slice (data.c's register_layer,
+ * codelets/ffn.c's ffn_cuda), in dense mode its output (the activations) too. */
 static int64_t hot_unit_bytes(const struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
@@ -94,7 +94,7 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
 }
 
 /*
- * The reserve, from what ffn_cuda reads and writes (the only CUDA task):
+ * The reserve, from what ffn_cuda (codelets/ffn.c) reads and writes (the only CUDA task):
  * the FFN input (ffn_in), the "every neuron" index list (iota, n_ff int32,
  * registered whole), each layer's hot partial output in sparse modes (one
  * row of n_embd floats, reserved for every layer, as any may get a hot
