@@ -54,13 +54,6 @@ __attribute__((format(printf, 2, 3))) static int fail(int status, const char *fm
     return status;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double mib(int64_t bytes)
 {
     return (double)bytes / (1024.0 * 1024.0);
@@ -812,12 +805,12 @@ int si_context_eval(struct si_context *ctx, int32_t token)
         return rc;
     if (ctx->ref->n_past >= ctx->n_ctx)
         return fail(SI_E_BUDGET, "the context of %d tokens is full", ctx->n_ctx);
-    const double t0 = now();
+    const double t0 = si__now();
     rc = eval_one(ctx, token);
     ctx->have_logits = rc == SI_OK;
     if (rc != SI_OK)
         return eval_failed(ctx, rc, "evaluation");
-    ctx->decode_seconds += now() - t0;
+    ctx->decode_seconds += si__now() - t0;
     ctx->decode_tokens++;
     return SI_OK;
 }
@@ -836,7 +829,7 @@ int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t
     if ((int64_t)start + n > ctx->n_ctx)
         return fail(SI_E_BUDGET, "%d tokens do not fit the context: %d of its %d positions are "
                                  "used", n, start, ctx->n_ctx);
-    const double t0 = now();
+    const double t0 = si__now();
     /* Batches of 64 tokens or more take llama.cpp's tiled f32 attention. */
     ctx->ref->attn_f32 = n >= 64;
     int rc = SI_OK;
@@ -860,7 +853,7 @@ int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t
     ctx->have_logits = rc == SI_OK;
     if (rc != SI_OK)
         return eval_failed(ctx, rc, "evaluation of the batch");
-    ctx->prefill_seconds += now() - t0;
+    ctx->prefill_seconds += si__now() - t0;
     ctx->prefill_tokens += n;
     return SI_OK;
 }
@@ -997,13 +990,13 @@ int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
     if ((int64_t)ctx->ref->n_past + n > ctx->n_ctx)
         return fail(SI_E_BUDGET, "the prompt of %d tokens does not fit the context: %d of its %d "
                                  "positions are used", n, ctx->ref->n_past, ctx->n_ctx);
-    const double t0 = now();
+    const double t0 = si__now();
     int rc = SI_OK;
     if (n > 0 && (rc = si_context_eval_batch(ctx, tokens, n)) != SI_OK)
         return rc;
     for (int32_t i = 0; i < n; i++)
         si_sampler_accept(ctx->smp, tokens[i]);
-    const double t1 = now();
+    const double t1 = si__now();
     r.n_prompt = n;
     r.prompt_seconds = t1 - t0;
 
@@ -1074,7 +1067,7 @@ int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
         cb(user, -1, pend, n_pend);
     if (piece != small)
         free(piece);
-    r.generate_seconds = now() - t1;
+    r.generate_seconds = si__now() - t1;
     if (res != NULL)
         *res = r;
     return rc;

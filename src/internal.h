@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <time.h>
 
 /*
  * Write a one-line message into err[0..err_size) (nothing when err is NULL
@@ -16,6 +17,14 @@ int si__errf(char *err, size_t err_size, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int si__verrf(char *err, size_t err_size, int status, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
+
+/* Seconds on the monotonic clock: for durations. */
+static inline double si__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /*
  * An option of struct si_context_params that only the StarPU engine has:

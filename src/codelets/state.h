@@ -14,6 +14,7 @@
 #include "codelets/engine_types.h"
 #include "config.h" /* SI_USE_CUDA: the codelets' CUDA functions */
 #include "flash/tier.h"
+#include "internal.h" /* si__now */
 #include "model/forward.h"
 #include "model/model.h"
 #include "placement/plan.h"
@@ -22,7 +23,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #define SI__MAX_SLICES 256
 #define SI__DT_TILE 64 /* down_t rows dequantized at a time in prefill */
@@ -182,13 +182,6 @@ struct si__task_arg {
     int l, j;
     int32_t token;
 };
-
-static inline double si__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The calling worker's scratch. */
 static inline struct si__scratch *si__scratch_of(struct si_engine *e)

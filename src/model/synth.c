@@ -440,13 +440,6 @@ struct synth {
     double last_report;
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Row r of a random matrix with `chan` zeroed leading elements. */
 static void random_row(float *row, int64_t n, uint64_t key, int64_t r, float amp, int64_t chan)
 {
@@ -541,7 +534,7 @@ static int fill(void *user, int64_t row0, int64_t n_rows, void *dst)
         make_row(c, row0 + r, (uint8_t *)dst + (size_t)r * row_size);
     s->done += (uint64_t)n_rows * row_size;
     if (s->p->progress != NULL) {
-        double t = now();
+        double t = si__now();
         if (t - s->last_report >= 0.25 || s->done == s->total) {
             s->last_report = t;
             s->p->progress(s->p->progress_user, s->done, s->total);
@@ -812,7 +805,7 @@ int si_synth_write(const struct si_synth_params *p, const char *path, char *err,
     int rc = si_synth_check(p, err, err_size);
     if (rc != SI_OK)
         return rc;
-    struct synth s = {.p = p, .chan = channel_width(p), .last_report = now()};
+    struct synth s = {.p = p, .chan = channel_width(p), .last_report = si__now()};
     const int64_t max_ne0 = p->n_embd > p->n_ff ? (p->n_embd > p->predictor_rank ? p->n_embd
                                                                                   : p->predictor_rank)
                                                 : (p->n_ff > p->predictor_rank ? p->n_ff

@@ -17,13 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 const char *si_hw_field_name(enum si_hw_field f)
 {
     static const char *const names[] = {"cpu_bw", "gpu_bw", "h2d_bw", "h2d_lat", "t_sync"};
@@ -73,7 +66,7 @@ struct stream_arg {
 static void *stream_thread(void *v)
 {
     struct stream_arg *a = v;
-    const double t0 = now();
+    const double t0 = si__now();
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     double done = 0;
     do {
@@ -88,7 +81,7 @@ static void *stream_thread(void *v)
         for (; i < a->n; i++)
             s0 += a->p[i];
         done += (double)a->n * sizeof(uint64_t);
-    } while (now() - t0 < a->seconds);
+    } while (si__now() - t0 < a->seconds);
     a->sum = s0 + s1 + s2 + s3;
     a->bytes = done;
     return NULL;
@@ -124,7 +117,7 @@ double si_hwmodel_probe_cpu(int32_t threads, size_t bytes, double seconds)
     /* Each thread reads its share for `seconds`; the bandwidth is all
      * the bytes over the wall time from the first start to the last end.
      * A thread that cannot be started has its share read by this one. */
-    const double t0 = now();
+    const double t0 = si__now();
     int32_t started = 0;
     for (int32_t t = 1; t < threads; t++, started++)
         if (pthread_create(&tid[t], NULL, stream_thread, &arg[t]) != 0)
@@ -137,7 +130,7 @@ double si_hwmodel_probe_cpu(int32_t threads, size_t bytes, double seconds)
         pthread_join(tid[t], NULL);
         total += arg[t].bytes;
     }
-    const double el = now() - t0;
+    const double el = si__now() - t0;
     bw = el > 0 ? total / el : -1;
 out:
     free(buf);
@@ -170,10 +163,10 @@ static double merge_seconds(int64_t n)
     for (int64_t i = 0; i < n; i++)
         p[i] = (float)i * 1e-3f;
     for (int k = 0; k < 50; k++) {
-        const double t0 = now();
+        const double t0 = si__now();
         for (int64_t i = 0; i < n; i++)
             y[i] += p[i];
-        t[k] = now() - t0;
+        t[k] = si__now() - t0;
     }
     r = median(t, 50);
     /* read y so the adds are not optimised away */
@@ -247,10 +240,10 @@ static int probe_gpu(struct si_hwmodel *hw, int64_t n_embd, double merge, char *
     /* latency: 4 bytes, synchronised, as the host sees it */
     double t[50];
     for (int k = 0; k < 50; k++) {
-        const double t0 = now();
+        const double t0 = si__now();
         cudaMemcpyAsync(d0, h, 4, cudaMemcpyHostToDevice, st);
         cudaStreamSynchronize(st);
-        t[k] = now() - t0;
+        t[k] = si__now() - t0;
     }
     if (hw->source[SI_HW_H2D_LAT] != SI_HW_GIVEN) {
         hw->value[SI_HW_H2D_LAT] = median(t, 50);
@@ -259,10 +252,10 @@ static int probe_gpu(struct si_hwmodel *hw, int64_t n_embd, double merge, char *
     /* T_sync: a partial result of n_embd floats handed over, then merged */
     const size_t part = (size_t)(n_embd > 0 ? n_embd : 1) * sizeof(float);
     for (int k = 0; k < 50; k++) {
-        const double t0 = now();
+        const double t0 = si__now();
         cudaMemcpyAsync(d0, h, part < link ? part : link, cudaMemcpyHostToDevice, st);
         cudaStreamSynchronize(st);
-        t[k] = now() - t0;
+        t[k] = si__now() - t0;
     }
     if (hw->source[SI_HW_T_SYNC] != SI_HW_GIVEN) {
         hw->value[SI_HW_T_SYNC] = median(t, 50) + merge;

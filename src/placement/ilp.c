@@ -13,13 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 struct si_ilp_problem si_ilp_default_problem(void)
 {
     return (struct si_ilp_problem){.cpu_capacity = -1,
@@ -337,7 +330,7 @@ int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char 
                   size_t err_size)
 {
     memset(r, 0, sizeof *r);
-    const double t0 = now();
+    const double t0 = si__now();
     int rc = check_problem(p, err, err_size);
     if (rc != SI_OK)
         return rc;
@@ -363,7 +356,7 @@ int si_ilp_greedy(const struct si_ilp_problem *p, struct si_ilp_result *r, char 
     r->greedy_objective = r->objective;
     r->outcome = SI_ILP_GREEDY;
     r->gap = r->bound > 0 ? (r->bound - r->objective) / r->bound : 0;
-    r->seconds = now() - t0;
+    r->seconds = si__now() - t0;
 out:
     free(x);
     batches_free(&B);
@@ -586,7 +579,7 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
                  size_t err_size)
 {
     memset(r, 0, sizeof *r);
-    const double t0 = now();
+    const double t0 = si__now();
     int rc = check_problem(p, err, err_size);
     if (rc != SI_OK)
         return rc;
@@ -633,7 +626,7 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
         warm_start(lp, p, &B, xg);
         /* The limit covers the whole solve: lp_solve gets what the set-up
          * left of it, in whole seconds (its unit), at least one. */
-        const double left = p->time_limit - (now() - t0);
+        const double left = p->time_limit - (si__now() - t0);
         set_timeout(lp, left >= 1.0 ? (long)floor(left) : 1);
         set_mip_gap(lp, FALSE, p->mip_gap);
         set_mip_gap(lp, TRUE, 1e-11);
@@ -701,7 +694,7 @@ int si_ilp_solve(const struct si_ilp_problem *p, struct si_ilp_result *r, char *
     r->bound = fmax(r->bound, r->objective);
     /* below 1e-9 the bound is lp_solve's absolute tolerance, not a gap */
     r->gap = r->bound > 1e-9 ? (r->bound - r->objective) / r->bound : 0;
-    r->seconds = now() - t0;
+    r->seconds = si__now() - t0;
 out:
     if (lp != NULL)
         delete_lp(lp);

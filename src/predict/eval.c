@@ -15,13 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double si_eval_recall(const struct si_eval_confusion *c)
 {
     return c->tp + c->fn > 0 ? (double)c->tp / (double)(c->tp + c->fn) : 1.0;
@@ -243,7 +236,7 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     const int64_t first = ctx / 2;
     double nll = 0, nll2 = 0, active = 0, evaluated = 0;
     int64_t count = 0;
-    const double t0 = now();
+    const double t0 = si__now();
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const int32_t *chunk = tokens + ch * ctx;
         si_ref_reset(s);
@@ -291,7 +284,7 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     out->n_scored = count;
     out->n_chunks = n_chunks;
     out->ffn_computed = evaluated > 0 ? active / evaluated : 0;
-    out->seconds = now() - t0;
+    out->seconds = si__now() - t0;
 out:
     free(h.xq);
     free(h.r1);

@@ -19,13 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------ samples */
 
 int si_train_samples_init(struct si_train_samples **out, int32_t n_layer, int32_t n_embd,
@@ -664,7 +657,7 @@ static void adam(float *wt, const float *g, float *m, float *v, size_t n, float 
 static int fit(const struct layer_data *ld, int32_t r, const struct si_train_params *p,
                struct si_train_layer *out, char *err, size_t err_size)
 {
-    const double t0 = now();
+    const double t0 = si__now();
     const int32_t B = p->batch < ld->n_tr ? p->batch : (int32_t)ld->n_tr;
     struct work w;
     if (work_init(&w, ld, r, B) != SI_OK)
@@ -754,7 +747,7 @@ static int fit(const struct layer_data *ld, int32_t r, const struct si_train_par
     work_free(&w);
     free(idx);
     out->n_trials = 1;
-    out->seconds = now() - t0;
+    out->seconds = si__now() - t0;
     return SI_OK;
 }
 
@@ -799,7 +792,7 @@ int si_train_adaptive(const struct si_train_samples *s, int32_t l, const struct 
     int rc = layer_data_init(&ld, s, l, p, err, err_size);
     if (rc != SI_OK)
         return rc;
-    const double t0 = now();
+    const double t0 = si__now();
     /* Start from the layer's activity: a sparser layer starts narrower. */
     int32_t k0 = (int32_t)ceil(ld.p * (double)s->n_embd / (double)step);
     k0 = k0 < k_min ? k_min : k0 > k_max ? k_max : k0;
@@ -849,7 +842,7 @@ int si_train_adaptive(const struct si_train_samples *s, int32_t l, const struct 
         fail = (struct si_train_layer){0};
     }
     out->n_trials = trials;
-    out->seconds = now() - t0;
+    out->seconds = si__now() - t0;
 out:
     si_train_layer_clear(&pass);
     si_train_layer_clear(&fail);
