@@ -8,19 +8,29 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int64_t si_flash_tier_layer_bytes(int64_t n_ff)
 {
     /* the load arrays, then the cache's slot_of and last */
     return n_ff *
                (int64_t)(sizeof(int32_t) * 6 + sizeof(char *) + 3 * sizeof(struct si_flash_req)) +
            n_ff * (int64_t)(sizeof(int32_t) + sizeof(int64_t));
+}
+
+/* The spill area's records: the most cold neurons of a layer (at least 1). */
+static int64_t max_cold(int32_t n_layer, int64_t n_ff, const int64_t *n_hot)
+{
+    int64_t m = 1;
+    for (int l = 0; l < n_layer; l++)
+        m = n_ff - n_hot[l] > m ? n_ff - n_hot[l] : m;
+    return m;
+}
+
+int64_t si_flash_tier_spill_bytes(int32_t n_layer, int64_t n_ff, const int64_t *n_hot,
+                                  size_t rec_bytes)
+{
+    return max_cold(n_layer, n_ff, n_hot) *
+               ((int64_t)rec_bytes + (int64_t)(sizeof(float) + sizeof(int32_t))) +
+           n_ff * (int64_t)sizeof(int32_t);
 }
 
 int64_t si_flash_tier_record_bytes(size_t rec_bytes)
@@ -61,25 +71,23 @@ int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
     /* The spill area: a layer's cold neurons that are active beyond its
      * cache, read for one token (layers load one after another). */
-    int64_t max_cold = 1, total;
-    for (int l = 0; l < n_layer; l++)
-        max_cold = ff - n_hot[l] > max_cold ? ff - n_hot[l] : max_cold;
-    total = max_cold;
+    const int64_t spill_cap = max_cold(n_layer, ff, n_hot);
+    int64_t total = spill_cap;
     for (int l = 0; l < n_layer; l++) {
         const int64_t cold = ff - n_hot[l];
         total += cap < cold ? cap : cold;
     }
-    t->spill_cap = (int32_t)max_cold;
+    t->spill_cap = (int32_t)spill_cap;
     t->region = aligned_alloc(SI_FLASH_BLOCK, (size_t)total * rec_bytes);
     t->region_bias = malloc((size_t)total * sizeof(float));
     t->spill_of = malloc((size_t)ff * sizeof(int32_t));
-    t->spill_pos = malloc((size_t)max_cold * sizeof(int32_t));
+    t->spill_pos = malloc((size_t)spill_cap * sizeof(int32_t));
     if (!t->region || !t->region_bias || !t->spill_of || !t->spill_pos)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash caches (%.1f MiB)",
                         (double)total * (double)rec_bytes / 1048576.0);
     for (int64_t p = 0; p < ff; p++)
         t->spill_of[p] = -1;
-    int64_t off = max_cold;
+    int64_t off = spill_cap;
     for (int l = 0; l < n_layer; l++) {
         struct si_flash_layer *L = &t->L[l];
         const int64_t cold = ff - n_hot[l];
@@ -133,7 +141,7 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     struct si_flash_layer *L = &t->L[l];
     struct si_flash_cache *c = &L->fc;
     const struct si_flash_format *f = &t->store->f;
-    const double t0 = now();
+    const double t0 = si__now();
     *msg = "";
     /* Neighbours in the store get neighbouring slots: one read for a run. */
     qsort_r(L->act, (size_t)na, sizeof *L->act, cmp_row, L->row);
@@ -180,9 +188,9 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     const int64_t nc = si_flash_plan(t->store, l, L->fid, nl, L->dst, L->req);
     const int64_t nr =
         nc + si_flash_plan(t->store, l, L->fid + nl, t->spill_n, L->dst + nl, L->req + nc);
-    const double t1 = now();
+    const double t1 = si__now();
     rc = si_flash_read(t->store, L->req, nr);
-    const double t2 = now();
+    const double t2 = si__now();
     if (rc != SI_OK)
         *msg = "reading the flash store failed";
     for (int64_t k = 0; k < nl; k++)
@@ -196,7 +204,7 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     L->loads += nl;
     L->hits += st.hits;
     L->io += t2 - t1;
-    L->manage += (t1 - t0) + (now() - t2);
+    L->manage += (t1 - t0) + (si__now() - t2);
     return rc;
 }
 

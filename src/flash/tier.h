@@ -52,6 +52,12 @@ struct si_flash_tier {
 /* Host bytes of a layer's load arrays and cache bookkeeping besides its records. */
 int64_t si_flash_tier_layer_bytes(int64_t n_ff);
 
+/* Host bytes of the spill area of a tier whose layers have n_hot[l] hot
+ * neurons of n_ff: room for the most cold neurons of a layer (records,
+ * biases, positions) and each position's spill index. */
+int64_t si_flash_tier_spill_bytes(int32_t n_layer, int64_t n_ff, const int64_t *n_hot,
+                                  size_t rec_bytes);
+
 /* Host bytes per cached record: the record, its bias, its slot and id entries. */
 int64_t si_flash_tier_record_bytes(size_t rec_bytes);
 

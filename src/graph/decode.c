@@ -81,7 +81,8 @@ static void add_carried(const struct si_engine *e, int l, struct si__args *a)
 static int submit_attention(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     if (e->na <= 1) {
         si__add(&a, e->h_x, STARPU_RW);
         add_carried(e, l, &a);
@@ -134,7 +135,8 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
 static int submit_predictor(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_xb, STARPU_R);
     si__add(&a, L->h_fc1, STARPU_R);
     si__add(&a, L->h_fc2, STARPU_R);
@@ -150,7 +152,8 @@ static int submit_loads(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
     const int32_t first_cold = L->hot ? 1 : 0;
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     int rc = 0;
     for (int32_t j = first_cold; j < L->nsl && rc == 0 && e->p.mode == SI_SPARSITY_GATE; j++) {
         a.n = 0;
@@ -240,7 +243,8 @@ static int submit_down(struct si_engine *e, int l, int32_t token)
 static int submit_merge(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_x, STARPU_RW);
     si__add(&a, L->h_y, STARPU_RW);
     return si__run(e, &si__cl_merge, L->name_merge, l, -1, token, &a, 0);
@@ -272,7 +276,8 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
 static int submit_head(struct si_engine *e, int32_t token)
 {
     const int nl = e->m->hp.n_layer;
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     if (e->na <= 1) {
         si__add(&a, e->h_x, STARPU_RW);
         add_carried(e, nl, &a);
@@ -307,7 +312,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     const double t0 = si__now();
     e->flash_msg[0] = '\0';
 
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_x, STARPU_W);
     int rc = si__run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
     for (int l = 0; l < hp->n_layer && rc == 0; l++)

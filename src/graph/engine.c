@@ -73,6 +73,17 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t ff = hp->n_ff, nl = hp->n_layer;
+    int64_t *n_hot = malloc((size_t)nl * sizeof *n_hot);
+    const int32_t **perm = malloc((size_t)nl * sizeof *perm);
+    if (n_hot == NULL || perm == NULL) {
+        free(n_hot);
+        free(perm);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
+    }
+    for (int l = 0; l < nl; l++) {
+        n_hot[l] = e->L[l].n_hot;
+        perm[l] = e->L[l].perm;
+    }
     int64_t model = (int64_t)e->m->gguf->data_size;
     if (!e->p.model_in_memory)
         for (int l = 0; l < nl; l++) {
@@ -86,45 +97,31 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     int64_t layers = 0;
     for (int l = 0; l < nl; l++)
         layers += flash_layer_bytes(e, l);
-    /* The spill area: a layer's cold neurons that are active beyond its
-     * cache, read for one token (layers load one after another). */
-    int64_t max_cold = 1;
-    for (int l = 0; l < nl; l++)
-        max_cold = ff - e->L[l].n_hot > max_cold ? ff - e->L[l].n_hot : max_cold;
-    const int64_t spill =
-        max_cold * ((int64_t)e->rec_bytes + (int64_t)(sizeof(float) + sizeof(int32_t))) +
-        ff * (int64_t)sizeof(int32_t);
+    const int64_t spill = si_flash_tier_spill_bytes((int32_t)nl, ff, n_hot, e->rec_bytes);
     const int64_t resident = model + kv + layers + spill;
     const int64_t per_rec = si_flash_tier_record_bytes(e->rec_bytes);
     int64_t cap = ff;
+    int rc = SI_OK;
     if (e->p.flash_cache > 0) {
         cap = e->p.flash_cache;
     } else if (e->p.dram_budget > 0) {
         const int64_t avail = e->p.dram_budget - resident;
         if (avail < per_rec * nl)
-            return si__errf(err, err_size, SI_E_BUDGET,
-                            "DRAM budget of %.1f MiB is below what the flash tier keeps "
-                            "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
-                            "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
-                            "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
-                            "one cached neuron per layer (%.2f MiB)",
-                            mib(e->p.dram_budget), mib(resident), mib(model), mib(kv), mib(layers),
-                            mib(spill), mib(per_rec * nl));
-        cap = avail / per_rec / nl;
+            rc = si__errf(err, err_size, SI_E_BUDGET,
+                          "DRAM budget of %.1f MiB is below what the flash tier keeps "
+                          "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
+                          "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
+                          "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
+                          "one cached neuron per layer (%.2f MiB)",
+                          mib(e->p.dram_budget), mib(resident), mib(model), mib(kv), mib(layers),
+                          mib(spill), mib(per_rec * nl));
+        else
+            cap = avail / per_rec / nl;
     }
     e->stats.dram_resident = resident;
-    int64_t *n_hot = malloc((size_t)nl * sizeof *n_hot);
-    const int32_t **perm = malloc((size_t)nl * sizeof *perm);
-    int rc = n_hot != NULL && perm != NULL ? SI_OK : SI_E_NOMEM;
-    for (int l = 0; rc == SI_OK && l < nl; l++) {
-        n_hot[l] = e->L[l].n_hot;
-        perm[l] = e->L[l].perm;
-    }
     if (rc == SI_OK)
         rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, e->rec_bytes,
                                 e->p.flash_window, cap, n_hot, perm, err, err_size);
-    else
-        si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
     free(n_hot);
     free(perm);
     if (rc != SI_OK)

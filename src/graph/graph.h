@@ -52,7 +52,8 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
                int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes, int n,
                uint32_t where);
 
-/* A task's handles and their access modes, in the codelet's order. */
+/* A task's handles and their access modes, in the codelet's order (set n
+ * to 0 to start; an initializer would zero the arrays for every task). */
 struct si__args {
     starpu_data_handle_t h[SI__MAX_SLICES + 16];
     enum starpu_data_access_mode md[SI__MAX_SLICES + 16];

@@ -13,7 +13,8 @@
 static int submit_batch_attention(struct si_engine *e, int l)
 {
     struct si__layer_state *L = &e->L[l];
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_bx, STARPU_RW);
     si__add(&a, e->h_bxb, STARPU_W);
     si__add(&a, e->h_bxb3, STARPU_W);
@@ -65,7 +66,8 @@ static int submit_batch_down(struct si_engine *e, int l)
 static int submit_batch_merge(struct si_engine *e, int l)
 {
     struct si__layer_state *L = &e->L[l];
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_bx, STARPU_RW);
     if (!e->sparse)
         for (int32_t b = 0; b < e->nd; b++)
@@ -98,7 +100,8 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
     e->btok = tokens;
     e->bn = n;
     e->bp0 = e->ref->n_past;
-    struct si__args a = {.n = 0};
+    struct si__args a;
+    a.n = 0;
     si__add(&a, e->h_bx, STARPU_W);
     int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
     for (int l = 0; l < hp->n_layer && rc == 0; l++)
