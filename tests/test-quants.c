@@ -657,11 +657,94 @@ static void test_quantize(void)
         CHECK(get16(out + 2 * j) == ref_to_bf16(f[j]), "BF16 quantize at %d", j);
 
     /* What cannot be written. */
-    CHECK(!si_type_quantizable(SI_TYPE_Q4_K), "Q4_K quantizable");
-    CHECK(!si_type_quantizable(SI_TYPE_Q6_K), "Q6_K quantizable");
-    CHECK(si_quantize_row(SI_TYPE_Q4_K, x, row, 256) == 0, "Q4_K quantized");
+    CHECK(!si_type_quantizable(SI_TYPE_Q2_K), "Q2_K quantizable");
+    CHECK(!si_type_quantizable(SI_TYPE_IQ4_NL), "IQ4_NL quantizable");
+    CHECK(si_quantize_row(SI_TYPE_Q2_K, x, row, 256) == 0, "Q2_K quantized");
+    CHECK(si_quantize_row(SI_TYPE_Q4_K, x, row, 255) == 0, "Q4_K row of 255 quantized");
     CHECK(si_quantize_row(SI_TYPE_Q8_0, x, row, 31) == 0, "Q8_0 row of 31 quantized");
     CHECK(si_quantize_row(99, x, row, 32) == 0, "type 99 quantized");
+}
+
+/*
+ * The K super-blocks: rows quantized and read back (si_dequantize_row, the
+ * scalar oracle's layout) stay within what their grids allow.  Each
+ * sub-block's values x lie in [lo, hi]; its grid is d sc q - dmin m for
+ * q = 0 .. top (Q6_K: d sc q, q = -32 .. 31), with d and dmin halves and
+ * sc, m small integers rounded from the sub-block's own scale and min.  A
+ * value is at most half a grid step from the grid where the grid covers
+ * it, and beyond that by at most how much the rounded scale and min miss
+ * the sub-block's range.  Sub-blocks of very different amplitudes (2^j)
+ * catch a scale or min packed into the wrong bits: those decode at another
+ * magnitude.
+ */
+static void test_quantize_k(void)
+{
+    const uint32_t types[] = {SI_TYPE_Q4_K, SI_TYPE_Q5_K, SI_TYPE_Q6_K};
+    enum { N = 256 * 4 };
+    static float x[N], y[N];
+    static uint8_t row[N / 256 * 210];
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const uint32_t t = types[i];
+        const bool six = t == SI_TYPE_Q6_K;
+        const int sub = six ? 16 : 32, top = t == SI_TYPE_Q4_K ? 15 : 31;
+        CHECK(si_type_quantizable(t), "%s not quantizable", si_type_name(t));
+        for (int rep = 0; rep < 6; rep++) {
+            for (int k = 0; k < N; k++) {
+                const double amp = ldexp(1.0, (k % 256) / sub % 8 - 4);
+                x[k] = rep == 0   ? (float)uniform(-amp, amp)
+                       : rep == 1 ? (float)uniform(0, amp)           /* all positive */
+                       : rep == 2 ? (float)uniform(-amp, -0.5 * amp) /* all negative */
+                       : rep == 3 ? 0.0f
+                       : rep == 4 ? (float)uniform(-1, 1) * (k % 97 == 0 ? 40.0f : 1.0f)
+                                  : (float)(k % 7) * 0.25f - 0.5f;
+            }
+            size_t bytes = si_quantize_row(t, x, row, N);
+            CHECK(bytes == (size_t)N / 256 * si_type_get(t)->size, "%s: %zu bytes",
+                  si_type_name(t), bytes);
+            si_dequantize_row(t, row, y, N);
+            double worst = 0, sq = 0;
+            for (int b = 0; b < N / 256; b++) {
+                const uint8_t *blk = row + (size_t)b * si_type_get(t)->size;
+                const double d = ref_half(get16(blk + (six ? 208 : 0)));
+                const double dmin = six ? 0 : ref_half(get16(blk + 2));
+                for (int j = 0; j < 256 / sub; j++) {
+                    const float *xs = x + 256 * b + sub * j, *ys = y + 256 * b + sub * j;
+                    double lo = six ? 0 : fmin(0, xs[0]), hi = xs[0], amax = 0;
+                    for (int l = 0; l < sub; l++) {
+                        lo = fmin(lo, xs[l]);
+                        hi = fmax(hi, xs[l]);
+                        amax = fmax(amax, fabs(xs[l]));
+                    }
+                    /* the sub-block's exact grid, and the one stored */
+                    const double scale = six ? amax / 31 : (hi - lo) / top, min = -lo;
+                    int sc = 0, m = 0;
+                    if (!six)
+                        ref_k_scale(blk + 4, j, &sc, &m);
+                    const double ds = six ? d * (int8_t)blk[192 + j] : d * sc, dm = dmin * m;
+                    const double bound = 0.5 * ds + fabs(min - dm) +
+                                         (six ? 32 : top) * fabs(scale - ds) +
+                                         1e-6 * (fabs(hi) + fabs(lo) + amax) + 1e-30;
+                    for (int l = 0; l < sub; l++) {
+                        const double e = fabs((double)xs[l] - (double)ys[l]);
+                        worst = fmax(worst, e / bound);
+                        sq += e * e;
+                        if (e > bound) {
+                            CHECK(false, "%s rep %d: block %d sub %d: |x - dq(q(x))| = %.3g > %.3g",
+                                  si_type_name(t), rep, b, j, e, bound);
+                            break;
+                        }
+                    }
+                }
+            }
+            if (rep == 3)
+                CHECK(sq == 0, "%s: zeros do not read back as zeros", si_type_name(t));
+            if (rep == 0) {
+                /* uniform data: the error is about a grid step / sqrt(12), not more */
+                double rms = sqrt(sq / N), step = 1.0 / 16 * 2 / top; /* the smallest amplitude's */
+                CHECK(rms < 40 * step, "%s: rms error %.3g", si_type_name(t), rms);
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------ quantized activations */
@@ -1276,6 +1359,7 @@ int main(void)
     test_conversions();
     test_kernels();
     test_quantize();
+    test_quantize_k();
     test_act();
     test_mad4();
     test_dot_act2();

@@ -31,7 +31,10 @@ static void synth_usage(FILE *f)
             "      --arch A        llama-relu (default), llama-silu, bamboo, opt\n"
             "      --preset P      tiny (default; opt-* presets imply --arch opt), 7b, 13b,\n"
             "                      opt-6.7b, opt-13b\n"
-            "      --type T        big matrices: f32 (default), f16, q8_0, q4_0, q4_1\n"
+            "      --type T        big matrices: f32 (default), f16, bf16, q8_0, q4_0,\n"
+            "                      q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; or q4_k_m, q5_k_m:\n"
+            "                      llama.cpp's mixes (attn_v and ffn_down in q6_k in some\n"
+            "                      layers, the output in q6_k)\n"
             "      --n-embd N      override the preset's dimensions (likewise --n-ff,\n"
             "                      --n-layer, --n-head, --n-head-kv, --n-vocab, --n-ctx)\n"
             "      --sparsity S    mean fraction of inactive FFN neurons (default 0.9)\n"
@@ -55,19 +58,23 @@ static void progress(void *user, uint64_t done, uint64_t total)
     si_progress_update(pg, (int64_t)done);
 }
 
-static bool parse_type(const char *s, uint32_t *out)
+/* A --type: a type, or a K type's "_M" mix (q4_k_m, q5_k_m). */
+static bool parse_type(const char *s, struct si_synth_params *p)
 {
     static const struct {
         const char *name;
         uint32_t type;
-    } types[] = {{"f32", SI_TYPE_F32},
-                 {"f16", SI_TYPE_F16},
-                 {"q8_0", SI_TYPE_Q8_0},
-                 {"q4_0", SI_TYPE_Q4_0},
-                 {"q4_1", SI_TYPE_Q4_1}};
+        bool mix_m;
+    } types[] = {
+        {"f32", SI_TYPE_F32, false},   {"f16", SI_TYPE_F16, false},   {"bf16", SI_TYPE_BF16, false},
+        {"q8_0", SI_TYPE_Q8_0, false}, {"q4_0", SI_TYPE_Q4_0, false}, {"q4_1", SI_TYPE_Q4_1, false},
+        {"q5_0", SI_TYPE_Q5_0, false}, {"q5_1", SI_TYPE_Q5_1, false}, {"q4_k", SI_TYPE_Q4_K, false},
+        {"q5_k", SI_TYPE_Q5_K, false}, {"q6_k", SI_TYPE_Q6_K, false}, {"q4_k_m", SI_TYPE_Q4_K, true},
+        {"q5_k_m", SI_TYPE_Q5_K, true}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcasecmp(s, types[i].name) == 0) {
-            *out = types[i].type;
+            p->type = types[i].type;
+            p->mix_m = types[i].mix_m;
             return true;
         }
     return false;
@@ -211,8 +218,10 @@ int si_cmd_synth(int argc, char **argv)
                                     "opt-13b)", v);
             preset = v;
         } else if (strcmp(a, "--type") == 0) {
-            if (!parse_type(v, &p.type))
-                return si_cli_error("--type: unknown type '%s' (f32, f16, q8_0, q4_0, q4_1)", v);
+            if (!parse_type(v, &p))
+                return si_cli_error("--type: unknown type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, "
+                                    "q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)",
+                                    v);
         } else if (strcmp(a, "--sparsity") == 0) {
             if (!si_cli_float(a, v, 0.0, 1.0, &x))
                 return 1;
@@ -266,7 +275,7 @@ int si_cmd_synth(int argc, char **argv)
     double bytes = (double)si_synth_data_bytes(&p);
     printf("wrote %s: %s, %s, d %lld, ff %lld, %lld layers, %lld heads (%lld kv), vocab %lld, "
            "%.2f GiB of tensors in %.1f s (%.0f MiB/s)\n",
-           out, si_synth_arch_name(p.arch), si_type_name(p.type), (long long)p.n_embd,
+           out, si_synth_arch_name(p.arch), si_synth_type_name(&p), (long long)p.n_embd,
            (long long)p.n_ff, (long long)p.n_layer, (long long)p.n_head, (long long)p.n_head_kv,
            (long long)p.n_vocab, bytes / 1073741824.0, dt, bytes / 1048576.0 / (dt > 0 ? dt : 1));
     if (n_measure == 0)

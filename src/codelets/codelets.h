@@ -86,14 +86,14 @@ static inline float si__ffn_dot(uint32_t t, const void *row, const void *xa, con
     return xa != NULL ? si_vec_dot_act(t, row, xa, n) : si_vec_dot(t, row, x, n);
 }
 
-/* The activation of one neuron from its rows (gate may be NULL for the
- * plain kind, b NULL without an up bias), as the reference computes it. */
-static inline float si__ffn_neuron(const struct si_engine *e, const void *gate, const void *up,
-                                   const float *b, const void *xa, const float *xb)
+/* The activation of one neuron from its rows of type t (gate may be NULL
+ * for the plain kind, b NULL without an up bias), as the reference
+ * computes it. */
+static inline float si__ffn_neuron(const struct si_engine *e, uint32_t t, const void *gate,
+                                   const void *up, const float *b, const void *xa, const float *xb)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
-    const uint32_t t = e->gu_type;
     if (hp->ffn_kind == SI_FFN_PLAIN)
         return si_act_apply(hp->act, b != NULL ? si__ffn_dot(t, up, xa, xb, d) + *b
                                                : si__ffn_dot(t, up, xa, xb, d));
@@ -103,23 +103,24 @@ static inline float si__ffn_neuron(const struct si_engine *e, const void *gate, 
 }
 
 /* h[q] = the activation of the neuron whose record is number ix[q] (records
- * of e->rec_bytes; gate and up point at the first record's rows, b at the
+ * of format f; gate and up point at the first record's rows, b at the
  * first record's bias or NULL), q < k: the sparse kernel on the converted
  * input xa, or the reference's float dots without one. */
-static inline void si__ffn_act_records(const struct si_engine *e, const char *gate,
-                                       const char *up, const float *b, const void *xa,
-                                       const float *xb, const int32_t *ix, int64_t k, float *h)
+static inline void si__ffn_act_records(const struct si_engine *e, const struct si__ffn_fmt *f,
+                                       const char *gate, const char *up, const float *b,
+                                       const void *xa, const float *xb, const int32_t *ix,
+                                       int64_t k, float *h)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const size_t rb = e->rec_bytes;
+    const size_t rb = f->rec_bytes;
     if (xa != NULL) {
-        si_k_ffn_act_sparse(hp->ffn_kind, hp->act, e->gu_type, gate, up, b, rb, hp->n_embd, xa,
+        si_k_ffn_act_sparse(hp->ffn_kind, hp->act, f->gu_type, gate, up, b, rb, hp->n_embd, xa,
                             ix, k, h);
         return;
     }
     for (int64_t q = 0; q < k; q++) {
         const size_t o = (size_t)ix[q] * rb;
-        h[q] = si__ffn_neuron(e, gate != NULL ? gate + o : NULL, up + o,
+        h[q] = si__ffn_neuron(e, f->gu_type, gate != NULL ? gate + o : NULL, up + o,
                               b != NULL ? b + ix[q] : NULL, xa, xb);
     }
 }

@@ -25,14 +25,14 @@
  * over all the neurons (down_cpu).  Returns n: dense mode computes every
  * neuron.
  */
-static int64_t ffn_dense_slice(struct si_engine *e, const float *xb, const char *gate,
-                               const char *up, const float *b, int64_t n, struct si__scratch *sc,
-                               float *h)
+static int64_t ffn_dense_slice(struct si_engine *e, const struct si__ffn_fmt *f, const float *xb,
+                               const char *gate, const char *up, const float *b, int64_t n,
+                               struct si__scratch *sc, float *h)
 {
-    const void *xa = si__ffn_convert_input(e, e->gu_type, xb, sc->xq);
+    const void *xa = si__ffn_convert_input(e, f->gu_type, xb, sc->xq);
     for (int64_t i = 0; i < n; i++)
-        h[i] = si__ffn_neuron(e, gate != NULL ? gate + (size_t)i * e->gu_row : NULL,
-                              up + (size_t)i * e->gu_row, b != NULL ? b + i : NULL, xa, xb);
+        h[i] = si__ffn_neuron(e, f->gu_type, gate != NULL ? gate + (size_t)i * f->gu_row : NULL,
+                              up + (size_t)i * f->gu_row, b != NULL ? b + i : NULL, xa, xb);
     return n; /* every neuron, zero or not */
 }
 
@@ -44,34 +44,35 @@ static int64_t ffn_dense_slice(struct si_engine *e, const float *xb, const char 
  * through.  y = the sum of the activations times the down_t rows
  * (si_k_ffn_down_sparse).  Returns how many activations are not zero.
  */
-static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char *pre,
-                                const char *rec, const float *b, const int32_t *idx, int64_t n,
-                                float thr, struct si__scratch *sc, float *y, int64_t *rd)
+static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f, const float *xb,
+                                const char *pre, const char *rec, const float *b,
+                                const int32_t *idx, int64_t n, float thr, struct si__scratch *sc,
+                                float *y, int64_t *rd)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
-    const size_t rb = e->rec_bytes;
-    const uint32_t t = e->gu_type;
+    const size_t rb = f->rec_bytes;
+    const uint32_t t = f->gu_type;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
-    const char *gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
-    const char *up = e->up_off >= 0 ? rec + e->up_off : NULL;
+    const char *gate = f->gate_off >= 0 ? rec + f->gate_off : NULL;
+    const char *up = f->up_off >= 0 ? rec + f->up_off : NULL;
     int64_t k = 0;
     if (idx != NULL) {
         while (k < n && idx[k] >= 0)
             k++;
         memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
-        si__ffn_act_records(e, gate, up, b, xa, xb, sc->ix, k, sc->h);
-        *rd = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+        si__ffn_act_records(e, f, gate, up, b, xa, xb, sc->ix, k, sc->h);
+        *rd = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
         const bool relu = hp->act == SI_ACT_RELU;
-        *rd = n * (int64_t)e->gu_row; /* every gating row */
+        *rd = n * (int64_t)f->gu_row; /* every gating row */
         /* Every gating dot first, row after row: the rows are dense, and
          * one sequential stream is what this machine reads fastest
          * (interleaving 2 or 4 rows read half as fast from DRAM:
          * docs/measurements.md). */
         float *g = sc->g;
         for (int64_t i = 0; i < n; i++)
-            g[i] = si__ffn_dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+            g[i] = si__ffn_dot(t, pre + (size_t)i * f->gu_row, xa, xb, d);
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             for (int64_t i = 0; i < n; i++) {
                 const float h = si_act_apply(hp->act, b != NULL ? g[i] + b[i] : g[i]);
@@ -90,7 +91,7 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                 sc->h[m] = a;
                 sc->ix[m++] = (int32_t)i;
             }
-            *rd += m * (int64_t)e->gu_row;
+            *rd += m * (int64_t)f->gu_row;
             /* ...then their up dots two at a time, the next pair's rows
              * prefetched while these are read (they are scattered records). */
             float u[2];
@@ -120,11 +121,11 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const float *xb, const char
                 }
         }
     }
-    si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, rb, d, sc->h, sc->ix, k, y);
+    si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, rb, d, sc->h, sc->ix, k, y);
     int64_t computed = 0;
     for (int64_t q = 0; q < k; q++)
         computed += sc->h[q] != 0.0f;
-    *rd += computed * (int64_t)e->dt_row; /* the kernel skips zeros */
+    *rd += computed * (int64_t)f->dt_row; /* the kernel skips zeros */
     return computed;
 }
 
@@ -188,8 +189,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
         i++;
         out = y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        computed = ffn_dense_slice(e, xb, gate, up, b, n, sc, y);
-        rd = n * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+        computed = ffn_dense_slice(e, &L->f, xb, gate, up, b, n, sc, y);
+        rd = n * (int64_t)L->f.gu_row * (gate != NULL ? 2 : 1);
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -200,7 +201,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
                                  : NULL;
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
-        computed = ffn_sparse_slice(e, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y, &rd);
+        computed = ffn_sparse_slice(e, &L->f, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y, &rd);
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)
@@ -225,6 +226,7 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__layer_state *L = &e->L[a->l];
+    const struct si__ffn_fmt *f = &L->f;
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
@@ -243,8 +245,8 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
         if (e->pre_sep)
             pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        gate = e->gate_off >= 0 ? rec + e->gate_off : NULL;
-        up = e->up_off >= 0 ? rec + e->up_off : NULL;
+        gate = f->gate_off >= 0 ? rec + f->gate_off : NULL;
+        up = f->up_off >= 0 ? rec + f->up_off : NULL;
     }
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
     i++;
@@ -258,23 +260,23 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
         /* gating rows and up rows have different strides: two products */
         float *g = h + hp->n_ff;
         if (hp->ffn_kind == SI_FFN_PLAIN) {
-            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, h, st);
+            rc = si_cuda_matvec(f->gu_type, pre, f->gu_row, n, d, xb, h, st);
             if (rc == cudaSuccess)
                 rc = si_cuda_ffn_combine(NULL, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
         } else {
-            rc = si_cuda_matvec(e->gu_type, pre, e->gu_row, n, d, xb, g, st);
+            rc = si_cuda_matvec(f->gu_type, pre, f->gu_row, n, d, xb, g, st);
             if (rc == cudaSuccess)
-                rc = si_cuda_matvec(e->gu_type, up, e->rec_bytes, n, d, xb, h, st);
+                rc = si_cuda_matvec(f->gu_type, up, f->rec_bytes, n, d, xb, h, st);
             if (rc == cudaSuccess)
                 rc = si_cuda_ffn_combine(g, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
         }
     } else {
-        rc = si_cuda_ffn_gate_up(e->gu_type, gate, up, e->sparse ? e->rec_bytes : e->gu_row, n, d,
+        rc = si_cuda_ffn_gate_up(f->gu_type, gate, up, e->sparse ? f->rec_bytes : f->gu_row, n, d,
                                  b, xb, idx != NULL ? idx : iota, n, (int)hp->ffn_kind,
                                  (int)hp->act, e->sparse ? h : out, st);
     }
     if (rc == cudaSuccess && e->sparse) {
-        rc = si_cuda_ffn_down(e->dt_type, rec + e->dt_off, e->rec_bytes, n, d, h,
+        rc = si_cuda_ffn_down(f->dt_type, rec + f->dt_off, f->rec_bytes, n, d, h,
                               idx != NULL ? idx : iota, n, out, st);
     }
     if (rc != cudaSuccess)
@@ -282,8 +284,8 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
     /* Bytes: the whole slice (an upper bound in predictor mode, whose mask
      * stays on the GPU). */
-    L->rd[a->j] = !e->sparse ? n * (int64_t)e->gu_row * (e->has_gate ? 2 : 1)
-                             : n * (int64_t)(e->rec_bytes + (e->pre_sep ? e->gu_row : 0));
+    L->rd[a->j] = !e->sparse ? n * (int64_t)f->gu_row * (e->has_gate ? 2 : 1)
+                             : n * (int64_t)(f->rec_bytes + (e->pre_sep ? f->gu_row : 0));
     si__account(e, SI_TASK_FFN_HOT, t0);
 }
 #endif

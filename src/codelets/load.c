@@ -63,8 +63,9 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
-    const size_t rb = e->rec_bytes;
-    const uint32_t t = e->gu_type;
+    const struct si__ffn_fmt *f = &L->f;
+    const size_t rb = f->rec_bytes;
+    const uint32_t t = f->gu_type;
     double t0 = si__now();
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     /* Records by their index in the region (the cache's and the spill
@@ -75,8 +76,8 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
     const float *b = bias ? e->ft.region_bias : NULL;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
-    const char *gate = e->gate_off >= 0 ? mat + e->gate_off : NULL;
-    const char *up = e->up_off >= 0 ? mat + e->up_off : NULL;
+    const char *gate = f->gate_off >= 0 ? mat + f->gate_off : NULL;
+    const char *up = f->up_off >= 0 ? mat + f->up_off : NULL;
     int64_t k = 0;
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
@@ -84,8 +85,8 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             if (s >= 0) /* < 0 only after a failed load (reported by eval) */
                 sc->ix[k++] = s;
         }
-        si__ffn_act_records(e, gate, up, b, xa, xb, sc->ix, k, sc->h);
-        L->rd[a->j] = k * (int64_t)e->gu_row * (gate != NULL ? 2 : 1);
+        si__ffn_act_records(e, f, gate, up, b, xa, xb, sc->ix, k, sc->h);
+        L->rd[a->j] = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
             const int32_t s = si_flash_tier_record(&e->ft, a->l, p0 + idx[q]);
@@ -94,7 +95,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             float h = L->gact[p0 + idx[q]];
             if (hp->ffn_kind != SI_FFN_PLAIN) {
                 float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
-                L->rd[a->j] += (int64_t)e->gu_row; /* after gmask's gating rows */
+                L->rd[a->j] += (int64_t)f->gu_row; /* after gmask's gating rows */
                 if (b != NULL)
                     u += b[s];
                 h = si_act_gated(hp->ffn_kind, h, u);
@@ -105,12 +106,12 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             sc->ix[k++] = s;
         }
     }
-    si_k_ffn_down_sparse(e->dt_type, mat + e->dt_off, rb, d, sc->h, sc->ix, k, y);
+    si_k_ffn_down_sparse(f->dt_type, mat + f->dt_off, rb, d, sc->h, sc->ix, k, y);
     int64_t computed = 0;
     for (int64_t q = 0; q < k; q++)
         computed += sc->h[q] != 0.0f;
     L->active[a->j] = computed;
-    L->rd[a->j] += computed * (int64_t)e->dt_row;
+    L->rd[a->j] += computed * (int64_t)f->dt_row;
     si__account(e, SI_TASK_FFN_COLD, t0);
 }
 

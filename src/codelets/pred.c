@@ -56,7 +56,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
-    const uint32_t t = e->gu_type;
+    const uint32_t t = L->f.gu_type;
     const float thr = e->gthr[a->l];
     const bool relu = hp->act == SI_ACT_RELU;
     double t0 = si__now();
@@ -68,7 +68,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
-        const float g = si__ffn_dot(t, pre + (size_t)i * e->gu_row, xa, xb, d);
+        const float g = si__ffn_dot(t, pre + (size_t)i * L->f.gu_row, xa, xb, d);
         float v;
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             v = si_act_apply(hp->act, b != NULL ? g + b[i] : g);
@@ -84,7 +84,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     }
     for (int64_t q = k; q < n; q++)
         idx[q] = -1;
-    L->rd[a->j] = n * (int64_t)e->gu_row; /* ffn_cold adds the records' rows */
+    L->rd[a->j] = n * (int64_t)L->f.gu_row; /* ffn_cold adds the records' rows */
     si__account(e, SI_TASK_PRED, t0);
 }
 

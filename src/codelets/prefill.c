@@ -133,8 +133,9 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    const struct si__ffn_fmt *f = &L->f;
     const char *gate = NULL, *up = NULL, *rec = NULL;
-    size_t gs = e->gu_row, us = e->gu_row;
+    size_t gs = f->gu_row, us = f->gu_row;
     if (!e->sparse) {
         if (e->has_gate)
             gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -143,11 +144,11 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         if (e->has_gate) {
-            gate = pre != NULL ? pre : rec + e->gate_off;
-            gs = pre != NULL ? e->gu_row : e->rec_bytes;
+            gate = pre != NULL ? pre : rec + f->gate_off;
+            gs = pre != NULL ? f->gu_row : f->rec_bytes;
         }
-        up = e->up_off >= 0 ? rec + e->up_off : pre;
-        us = e->up_off >= 0 ? e->rec_bytes : e->gu_row;
+        up = f->up_off >= 0 ? rec + f->up_off : pre;
+        us = f->up_off >= 0 ? f->rec_bytes : f->gu_row;
     }
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
     i++;
@@ -157,20 +158,20 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
     if (q) {
         size_t xa_row = 0;
-        const uint32_t at = si_act_type(e->gu_type);
+        const uint32_t at = si_act_type(f->gu_type);
         si_type_row_size(at, d, &xa_row);
         char *xa = sc->gemm;
         for (int64_t t = 0; t < bn; t++)
             si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
         if (gate != NULL)
-            gemm_act(e->gu_type, gate, gs, n, d, xa, xa_row, bn, sc->bg, n);
-        gemm_act(e->gu_type, up, us, n, d, xa, xa_row, bn, sc->bu, n);
+            gemm_act(f->gu_type, gate, gs, n, d, xa, xa_row, bn, sc->bg, n);
+        gemm_act(f->gu_type, up, us, n, d, xa, xa_row, bn, sc->bu, n);
     } else {
         int rc = SI_OK;
         if (gate != NULL)
-            rc = si_k_gemm(e->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
+            rc = si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
         if (rc == SI_OK)
-            rc = si_k_gemm(e->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
+            rc = si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
     }
     if (b != NULL)
@@ -189,15 +190,15 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
                     sc->h[k] = h[c];
                     sc->ix[k++] = (int32_t)c;
                 }
-            si_k_ffn_down_sparse(e->dt_type, rec + e->dt_off, e->rec_bytes, d, sc->h, sc->ix, k,
+            si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, f->rec_bytes, d, sc->h, sc->ix, k,
                                  y + t * d);
         }
     } else {
-        const char *dt = rec + e->dt_off;
+        const char *dt = rec + f->dt_off;
         for (int64_t k0 = 0; k0 < n; k0 += SI__DT_TILE) {
             const int64_t kb = n - k0 < SI__DT_TILE ? n - k0 : SI__DT_TILE;
             for (int64_t k = 0; k < kb; k++)
-                si_dequantize_row(e->dt_type, dt + (size_t)(k0 + k) * e->rec_bytes,
+                si_dequantize_row(f->dt_type, dt + (size_t)(k0 + k) * f->rec_bytes,
                                   sc->dt + (size_t)k * d, d);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bn, (int)d, (int)kb, 1.0f,
                         sc->bu + k0, (int)n, sc->dt, (int)d, k0 == 0 ? 0.0f : 1.0f, y, (int)d);

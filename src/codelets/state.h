@@ -48,12 +48,30 @@ struct si__scratch {
 };
 
 /*
+ * How one layer's FFN rows are stored (graph/layout.c's si__ffn_fmt_of):
+ * each layer has its own, as files mix types across layers (Q4_K_M keeps
+ * ffn_down in Q6_K in some layers, Q4_K in others).  Dense mode reads the
+ * file's tensors (gu_type; ffn_down's own type); the sparse layouts read
+ * neuron records: the neuron's gate and up rows, then its down_t row.
+ */
+struct si__ffn_fmt {
+    uint32_t gu_type;   /* type of the gate and up rows (one type in a layer) */
+    size_t gu_row;      /* bytes of a gate or up row */
+    uint32_t dt_type;   /* sparse: type of the down_t rows */
+    size_t dt_row;      /* sparse: bytes of a down_t row */
+    size_t rec_bytes;   /* sparse: bytes of a neuron record */
+    ptrdiff_t gate_off, up_off; /* sparse: offsets in a record, -1: not there */
+    size_t dt_off;      /* sparse: offset of the down_t row in a record */
+};
+
+/*
  * One layer's FFN.  Its neurons are in slices: slots 0 .. nsl - 1 of the
  * arrays below are the non-empty slices in order, the hot one first when
  * hot is set.  Handles whose name ends in _c are the children of the
  * handle of the same name (one per slot).
  */
 struct si__layer_state {
+    struct si__ffn_fmt f; /* how its rows are stored */
     int64_t n_hot;
     bool hot;         /* slot 0 is the hot slice */
     int32_t nsl;      /* non-empty slices */
@@ -66,8 +84,8 @@ struct si__layer_state {
     uint32_t *len_p;  /* (nsl) floats of partial output per slice (dense: its
                        * neurons' activations) */
 
-    void *rec;        /* sparse layouts: (n_ff, rec_bytes) neuron records */
-    void *pre;        /* gate mode: (n_ff, gu_row) the gating rows, position order */
+    void *rec;        /* sparse layouts: (n_ff, f.rec_bytes) neuron records */
+    void *pre;        /* gate mode: (n_ff, f.gu_row) the gating rows, position order */
     float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
     void *fc2p;       /* predictor fc2 rows in position order */
     int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
@@ -106,16 +124,9 @@ struct si_engine {
     bool cuda_hot;      /* hot slices run on CUDA workers */
     int32_t n_slices;   /* cold slices per layer */
     int64_t chunk;      /* dense: slices are whole units of this many neurons */
-    uint32_t gu_type;   /* type of the gate and up rows */
-    uint32_t dt_type;   /* sparse: type of the down_t rows */
-    size_t gu_row;      /* bytes of a gate or up row */
-    size_t dt_row;      /* sparse: bytes of a down_t row */
-    size_t rec_bytes;   /* sparse: bytes of a neuron record */
     bool pre_sep;       /* gate mode: the rows that gate a neuron (gate, or
                          * up for the plain kind) in their own array, read
                          * densely, instead of in the records */
-    ptrdiff_t gate_off, up_off; /* sparse: offsets in a record, -1: not there */
-    size_t dt_off;      /* sparse: offset of the down_t row in a record */
     bool has_gate;
     float *gthr;        /* (n_layer) gate mode's threshold of each layer */
     int64_t hot_bytes;

@@ -73,21 +73,22 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
     const struct si_layer *W = &e->m->w.layers[l];
     struct si__layer_state *L = &e->L[l];
     const int64_t ff = hp->n_ff, d = hp->n_embd;
-    const size_t rb = e->rec_bytes;
+    const struct si__ffn_fmt *f = &L->f;
+    const size_t rb = f->rec_bytes;
     char *rec = L->rec;
     for (int64_t p = 0; p < ff; p++) {
         const int32_t i = L->perm[p];
         char *r = rec + (size_t)p * rb;
-        if (e->gate_off >= 0)
-            memcpy(r + e->gate_off, row_of(&W->ffn_gate, i), e->gu_row);
-        if (e->up_off >= 0)
-            memcpy(r + e->up_off, row_of(&W->ffn_up, i), e->gu_row);
+        if (f->gate_off >= 0)
+            memcpy(r + f->gate_off, row_of(&W->ffn_gate, i), f->gu_row);
+        if (f->up_off >= 0)
+            memcpy(r + f->up_off, row_of(&W->ffn_up, i), f->gu_row);
         if (e->pre_sep)
-            memcpy((char *)L->pre + (size_t)p * e->gu_row,
-                   row_of(e->has_gate ? &W->ffn_gate : &W->ffn_up, i), e->gu_row);
+            memcpy((char *)L->pre + (size_t)p * f->gu_row,
+                   row_of(e->has_gate ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
         if (W->ffn_down_t.data != NULL)
-            memcpy(rec + (size_t)p * rb + e->dt_off, row_of(&W->ffn_down_t, i), e->dt_row);
+            memcpy(rec + (size_t)p * rb + f->dt_off, row_of(&W->ffn_down_t, i), f->dt_row);
     }
     if (W->ffn_down_t.data == NULL) {
         /* col holds ffn_down as (n_embd, n_ff) floats, one output per row */
@@ -99,7 +100,7 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
         for (int64_t p = 0; p < ff; p++) {
             for (int64_t o = 0; o < d; o++)
                 t[o] = col[(size_t)o * ff + L->perm[p]];
-            si_quantize_row(e->dt_type, t, rec + (size_t)p * rb + e->dt_off, d);
+            si_quantize_row(f->dt_type, t, rec + (size_t)p * rb + f->dt_off, d);
         }
         free(t);
     }
@@ -135,7 +136,7 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     for (int64_t p = 0; p < ff; p++) {
         const int32_t i = L->perm[p];
         if (e->pre_sep)
-            memcpy((char *)L->pre + (size_t)p * e->gu_row, row_of(g, i), e->gu_row);
+            memcpy((char *)L->pre + (size_t)p * L->f.gu_row, row_of(g, i), L->f.gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
     }
     if (e->pre_sep && e->m->gguf->map != NULL)
@@ -226,10 +227,10 @@ static void register_layer(struct si_engine *e, int l)
     const int64_t ff = hp->n_ff;
     if (!e->sparse) {
         if (e->has_gate) {
-            vec(&L->h_gate, W->ffn_gate.data, (size_t)ff, e->gu_row);
+            vec(&L->h_gate, W->ffn_gate.data, (size_t)ff, L->f.gu_row);
             split(L->h_gate, L, L->len_n, L->h_gate_c);
         }
-        vec(&L->h_up, W->ffn_up.data, (size_t)ff, e->gu_row);
+        vec(&L->h_up, W->ffn_up.data, (size_t)ff, L->f.gu_row);
         split(L->h_up, L, L->len_n, L->h_up_c);
         const struct si_tensor *dn = &W->ffn_down;
         starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
@@ -243,17 +244,17 @@ static void register_layer(struct si_engine *e, int l)
             sizeof(float));
     } else {
         if (e->pre_sep) {
-            vec(&L->h_gate, L->pre, (size_t)ff, e->gu_row);
+            vec(&L->h_gate, L->pre, (size_t)ff, L->f.gu_row);
             split(L->h_gate, L, L->len_n, L->h_gate_c);
         }
         if (e->flash) {
             /* the hot records alone (slot 0), the cold ones in the cache */
             if (L->hot)
-                vec(&L->h_rec_c[0], L->rec, (size_t)L->n_hot, e->rec_bytes);
+                vec(&L->h_rec_c[0], L->rec, (size_t)L->n_hot, L->f.rec_bytes);
             const struct si_flash_cache *fc = &e->ft.L[l].fc;
-            vec(&L->h_cache, fc->mat, fc->cap > 0 ? (size_t)fc->cap : 1, e->rec_bytes);
+            vec(&L->h_cache, fc->mat, fc->cap > 0 ? (size_t)fc->cap : 1, L->f.rec_bytes);
         } else {
-            vec(&L->h_rec, L->rec, (size_t)ff, e->rec_bytes);
+            vec(&L->h_rec, L->rec, (size_t)ff, L->f.rec_bytes);
             split(L->h_rec, L, L->len_n, L->h_rec_c);
         }
         vec(&L->h_upb, L->up_b, (size_t)ff, sizeof(float));
@@ -379,7 +380,7 @@ void si__register_engine(struct si_engine *e)
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
     if (e->flash)
-        vec(&e->h_spill, e->ft.region, (size_t)e->ft.spill_cap, e->rec_bytes);
+        vec(&e->h_spill, e->ft.region, (size_t)e->ft.spill_cap, e->ft.rec_bytes);
     if (e->na > 1) {
         for (int32_t j = 0; j < e->na; j++)
             vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));

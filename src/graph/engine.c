@@ -97,9 +97,10 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     int64_t layers = 0;
     for (int l = 0; l < nl; l++)
         layers += flash_layer_bytes(e, l);
-    const int64_t spill = si_flash_tier_spill_bytes((int32_t)nl, ff, n_hot, e->rec_bytes);
+    const size_t rb = e->L[0].f.rec_bytes; /* the store's, for every layer */
+    const int64_t spill = si_flash_tier_spill_bytes((int32_t)nl, ff, n_hot, rb);
     const int64_t resident = model + kv + layers + spill;
-    const int64_t per_rec = si_flash_tier_record_bytes(e->rec_bytes);
+    const int64_t per_rec = si_flash_tier_record_bytes(rb);
     int64_t cap = ff;
     int rc = SI_OK;
     if (e->p.flash_cache > 0) {
@@ -120,7 +121,7 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     }
     e->stats.dram_resident = resident;
     if (rc == SI_OK)
-        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, e->rec_bytes,
+        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb,
                                 e->p.flash_window, cap, n_hot, perm, err, err_size);
     free(n_hot);
     free(perm);
@@ -132,7 +133,7 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     for (int l = 0; l < nl; l++) {
         struct si__layer_state *L = &e->L[l];
         if (L->n_hot > 0 &&
-            (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * e->rec_bytes)) == NULL)
+            (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * rb)) == NULL)
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the hot neurons");
     }
     return SI_OK;
@@ -181,6 +182,7 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
 {
     const struct si_hparams *hp = &e->m->hp;
     const size_t ff = (size_t)hp->n_ff, slots = (size_t)e->n_slices + 2;
+    si__ffn_fmt_of(e, l, &L->f);
     L->s0 = calloc(slots, sizeof *L->s0);
     L->rows = calloc(slots, sizeof *L->rows);
     L->perm = calloc(ff, sizeof *L->perm);
@@ -211,11 +213,11 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     }
     if (e->sparse) {
         /* flash: only the hot records, allocated once the plan is known */
-        L->rec = e->flash ? NULL : malloc(ff * e->rec_bytes);
+        L->rec = e->flash ? NULL : malloc(ff * L->f.rec_bytes);
         L->up_b = malloc(ff * sizeof(float));
         if ((!e->flash && !L->rec) || !L->up_b)
             return SI_E_NOMEM;
-        if (e->pre_sep && (L->pre = malloc(ff * e->gu_row)) == NULL)
+        if (e->pre_sep && (L->pre = malloc(ff * L->f.gu_row)) == NULL)
             return SI_E_NOMEM;
     }
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
@@ -241,11 +243,11 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
 {
     const struct si__layer_state *L = &e->L[l];
     const int64_t ff = e->m->hp.n_ff, d = e->m->hp.n_embd;
-    int64_t b = L->n_hot * (int64_t)e->rec_bytes; /* hot records */
+    int64_t b = L->n_hot * (int64_t)L->f.rec_bytes; /* hot records */
     b += si_flash_tier_layer_bytes(ff);           /* the tier's load arrays and cache bookkeeping */
     b += ff * (int64_t)(sizeof(float) + sizeof(int32_t)); /* up_b, perm */
     if (e->pre_sep)
-        b += ff * (int64_t)e->gu_row; /* gating rows */
+        b += ff * (int64_t)L->f.gu_row; /* gating rows */
     if (e->p.mode == SI_SPARSITY_PREDICTOR)
         b += (int64_t)e->m->w.layers[l].fc2.nbytes; /* fc2 by position */
     if (L->idx != NULL)
@@ -447,15 +449,22 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             goto oom;
         if (e->n_batch > 1) {
             const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
-            size_t gs = si_k_gemm_scratch_size(e->gu_type, hp->n_embd),
-                   gd = si_k_gemm_scratch_size(W0->ffn_down.type, hp->n_ff);
             sc->bg = malloc(bff * sizeof(float));
             sc->bu = malloc(bff * sizeof(float));
-            size_t xa = 0; /* or n_batch inputs converted for gemm_act */
-            si_type_row_size(si_act_type(e->gu_type), hp->n_embd, &xa);
-            xa *= (size_t)e->n_batch;
-            gs = gs > gd ? gs : gd;
-            sc->gemm = malloc((gs > xa ? gs : xa) + 64);
+            /* si_k_gemm's tile for any layer's rows, or n_batch inputs
+             * converted for gemm_act */
+            size_t gs = 0;
+            for (int l = 0; l < hp->n_layer; l++) {
+                const struct si_layer *W = &m->w.layers[l];
+                size_t xa = 0;
+                si_type_row_size(si_act_type(W->ffn_up.type), hp->n_embd, &xa);
+                const size_t s[3] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
+                                     si_k_gemm_scratch_size(W->ffn_down.type, hp->n_ff),
+                                     xa * (size_t)e->n_batch};
+                for (int k = 0; k < 3; k++)
+                    gs = s[k] > gs ? s[k] : gs;
+            }
+            sc->gemm = malloc(gs + 64);
             sc->dt = malloc((size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float));
             if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt)
                 goto oom;
@@ -551,8 +560,11 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             return rc;
         }
     } else if (e->sparse) {
-        float *col = NULL;
-        if (W0->ffn_down_t.data == NULL &&
+        float *col = NULL; /* for the layers without ffn_down_t in the file */
+        bool transpose = false;
+        for (int l = 0; l < hp->n_layer; l++)
+            transpose |= m->w.layers[l].ffn_down_t.data == NULL;
+        if (transpose &&
             (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
             goto oom;
         for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)

@@ -17,9 +17,13 @@
 
 /* --- layout.c */
 
-/* The FFN layout of mode on m: the fields of e from sparse to rec_bytes
+/* The FFN layout of mode on m: e's sparse, has_gate, chunk and pre_sep
  * (e->m and e->p set). */
 void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e);
+
+/* How layer l's FFN rows are stored under that layout (with the flash
+ * tier: the store's records). */
+void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f);
 
 /* The GPU reserve of engine e (its layout set). */
 void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r);

@@ -16,17 +16,23 @@
 
 /*
  * Neurons per unit of dense mode's slices: 256 where the FFN width is a
- * multiple of it (and of the weights' and activations' blocks), else a
- * block, else the whole width.
+ * multiple of it (and of every layer's ffn_down blocks, of weights and of
+ * activations), else
+ * the largest such block, else the whole width.  Blocks are 32 or 256
+ * values: the largest is a multiple of the others.
  */
 static int64_t dense_unit(const struct si_model *m)
 {
-    const struct si_tensor *w = &m->w.layers[0].ffn_down;
-    const struct si_type_traits *tw = si_type_get(w->type);
-    const struct si_type_traits *ta = si_type_get(si_act_type(w->type));
+    int64_t block = 1;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const uint32_t t = m->w.layers[l].ffn_down.type;
+        const int64_t bw = si_type_get(t)->block, ba = si_type_get(si_act_type(t))->block;
+        block = bw > block ? bw : block;
+        block = ba > block ? ba : block;
+    }
     int64_t unit = 256;
-    if (unit % tw->block != 0 || unit % ta->block != 0 || m->hp.n_ff % unit != 0)
-        unit = tw->block > ta->block ? tw->block : ta->block;
+    if (unit % block != 0 || m->hp.n_ff % unit != 0)
+        unit = block;
     if (m->hp.n_ff % unit != 0)
         unit = m->hp.n_ff;
     return unit;
@@ -35,62 +41,77 @@ static int64_t dense_unit(const struct si_model *m)
 /* The FFN layout of mode on m (graph.h). */
 void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e)
 {
-    const struct si_hparams *hp = &m->hp;
-    const struct si_layer *W0 = &m->w.layers[0];
     e->sparse = mode != SI_SPARSITY_DENSE;
-    e->has_gate = hp->ffn_kind != SI_FFN_PLAIN;
-    e->gu_type = W0->ffn_up.type;
-    e->gu_row = W0->ffn_up.row_bytes;
+    e->has_gate = m->hp.ffn_kind != SI_FFN_PLAIN;
     e->chunk = dense_unit(m);
+    /* Predictor mode reads a chosen neuron's rows together: all in its
+     * record.  Gate mode reads every gating row: those apart, dense. */
+    e->pre_sep = mode == SI_SPARSITY_GATE;
+}
+
+/* How layer l's FFN rows are stored under e's layout (graph.h). */
+void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f)
+{
+    const struct si_layer *W = &e->m->w.layers[l];
+    memset(f, 0, sizeof *f);
+    f->gu_type = W->ffn_up.type;
+    f->gu_row = W->ffn_up.row_bytes;
+    f->gate_off = f->up_off = -1;
     if (!e->sparse)
         return;
     /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
      * other types rounded to F16) */
-    if (W0->ffn_down_t.data != NULL) {
-        e->dt_type = W0->ffn_down_t.type;
-        e->dt_row = W0->ffn_down_t.row_bytes;
+    if (W->ffn_down_t.data != NULL) {
+        f->dt_type = W->ffn_down_t.type;
+        f->dt_row = W->ffn_down_t.row_bytes;
     } else {
-        uint32_t t = W0->ffn_down.type;
-        e->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
-        si_type_row_size(e->dt_type, hp->n_embd, &e->dt_row);
+        uint32_t t = W->ffn_down.type;
+        f->dt_type = t == SI_TYPE_F32 || t == SI_TYPE_F16 ? t : SI_TYPE_F16;
+        si_type_row_size(f->dt_type, e->m->hp.n_embd, &f->dt_row);
     }
-    /* Predictor mode reads a chosen neuron's rows together: all in its
-     * record.  Gate mode reads every gating row: those apart, dense. */
-    e->pre_sep = mode == SI_SPARSITY_GATE;
     size_t off = 0;
-    e->gate_off = e->up_off = -1;
     if (e->has_gate && !e->pre_sep) {
-        e->gate_off = (ptrdiff_t)off;
-        off += e->gu_row;
+        f->gate_off = (ptrdiff_t)off;
+        off += f->gu_row;
     }
     if (e->has_gate || !e->pre_sep) {
-        e->up_off = (ptrdiff_t)off;
-        off += e->gu_row;
+        f->up_off = (ptrdiff_t)off;
+        off += f->gu_row;
     }
-    e->dt_off = off;
-    e->rec_bytes = (e->dt_off + e->dt_row + 31) / 32 * 32;
+    f->dt_off = off;
+    f->rec_bytes = (f->dt_off + f->dt_row + 31) / 32 * 32;
     if (e->p.flash != NULL) {
-        /* the store's records, which the cache holds as they are on disk */
-        const struct si_flash_format *f = &e->p.flash->f;
-        e->gate_off = e->gate_off >= 0 ? (ptrdiff_t)f->gate_off : -1;
-        e->up_off = e->up_off >= 0 ? (ptrdiff_t)f->up_off : -1;
-        e->dt_off = f->dt_off;
-        e->rec_bytes = f->rec_bytes;
+        /* the store's records, which the cache holds as they are on disk
+         * (one format for every layer: si__check_params) */
+        const struct si_flash_format *s = &e->p.flash->f;
+        f->gate_off = f->gate_off >= 0 ? (ptrdiff_t)s->gate_off : -1;
+        f->up_off = f->up_off >= 0 ? (ptrdiff_t)s->up_off : -1;
+        f->dt_off = s->dt_off;
+        f->rec_bytes = s->rec_bytes;
     }
 }
 
 /* Bytes the GPU holds per hot neuron (sparse) or per hot unit of neurons
  * (dense): the handles' children of the hot slice (data.c's register_layer,
- * codelets/ffn.c's ffn_cuda), in dense mode its output (the activations) too. */
+ * codelets/ffn.c's ffn_cuda), in dense mode its output (the activations)
+ * too; with types mixed across layers, the widest layer's (an upper bound
+ * for the others: the budget holds). */
 static int64_t hot_unit_bytes(const struct si_engine *e)
 {
-    const struct si_hparams *hp = &e->m->hp;
-    if (e->sparse)
-        return (int64_t)e->rec_bytes + (e->pre_sep ? (int64_t)e->gu_row : 0) +
-               (int64_t)sizeof(float) + /* record, gating row, bias, */
-               (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0); /* index */
-    (void)hp;
-    return e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)e->gu_row + 2 * (int64_t)sizeof(float));
+    /* the widest layer's: the plan budgets one size of unit for all */
+    int64_t most = 0;
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        struct si__ffn_fmt f;
+        si__ffn_fmt_of(e, l, &f);
+        const int64_t b =
+            e->sparse ? (int64_t)f.rec_bytes + (e->pre_sep ? (int64_t)f.gu_row : 0) +
+                            (int64_t)sizeof(float) + /* record, gating row, bias, */
+                            (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0)
+                      : e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)f.gu_row +
+                                    2 * (int64_t)sizeof(float));
+        most = b > most ? b : most;
+    }
+    return most;
 }
 
 /*
@@ -145,7 +166,6 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
                      char *err, size_t err_size)
 {
     const struct si_hparams *hp = &m->hp;
-    const struct si_layer *W = &m->w.layers[0];
     if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
         return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
     if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
@@ -171,33 +191,31 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
         return si__errf(err, err_size, SI_E_INVALID,
                         "profile is for %d layers of %d neurons, the model has %d of %d",
                         p->profile->n_layer, p->profile->n_ff, hp->n_layer, hp->n_ff);
-    if (hp->ffn_kind != SI_FFN_PLAIN && W->ffn_gate.type != W->ffn_up.type)
-        return si__errf(err, err_size, SI_E_UNSUPPORTED,
-                        "the engine needs ffn_gate and ffn_up of one type (%s, %s)",
-                        si_type_name(W->ffn_gate.type), si_type_name(W->ffn_up.type));
-    for (int l = 1; l < hp->n_layer; l++) {
+    /* Each layer may have its own types (si__ffn_fmt); within a layer a
+     * neuron's gate and up rows are dotted with one converted input. */
+    for (int l = 0; l < hp->n_layer; l++) {
         const struct si_layer *V = &m->w.layers[l];
-        if (V->ffn_up.type != W->ffn_up.type || V->ffn_down.type != W->ffn_down.type ||
-            (hp->ffn_kind != SI_FFN_PLAIN && V->ffn_gate.type != W->ffn_gate.type) ||
-            (V->ffn_down_t.data != NULL) != (W->ffn_down_t.data != NULL) ||
-            (V->ffn_down_t.data != NULL && V->ffn_down_t.type != W->ffn_down_t.type))
+        if (hp->ffn_kind != SI_FFN_PLAIN && V->ffn_gate.type != V->ffn_up.type)
             return si__errf(err, err_size, SI_E_UNSUPPORTED,
-                            "the engine needs every layer's FFN tensors of the same types "
-                            "(layer %d differs from layer 0)",
-                            l);
+                            "the engine needs ffn_gate and ffn_up of one type in a layer (layer "
+                            "%d: %s, %s); --engine ref runs this model",
+                            l, si_type_name(V->ffn_gate.type), si_type_name(V->ffn_up.type));
     }
     if (p->redux && ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL))
         return si__errf(err, err_size, SI_E_UNSUPPORTED,
                         "redux merging runs on CPU workers only (no --vram-budget with it)");
     if (ncuda > 0 && (p->vram_budget > 0 || p->placement != NULL) && !p->hot_on_cpu) {
-        uint32_t dt = p->mode == SI_SPARSITY_DENSE ? W->ffn_down.type
-                      : W->ffn_down_t.data != NULL ? W->ffn_down_t.type
-                                                   : SI_TYPE_F16;
-        if (!cuda_type(W->ffn_up.type) || !cuda_type(dt))
-            return si__errf(err, err_size, SI_E_UNSUPPORTED,
-                            "no CUDA FFN kernels for %s/%s weights (F32, F16, Q8_0, Q4_0, Q4_1 "
-                            "have them): run without --vram-budget",
-                            si_type_name(W->ffn_up.type), si_type_name(dt));
+        for (int l = 0; l < hp->n_layer; l++) {
+            const struct si_layer *V = &m->w.layers[l];
+            uint32_t dt = p->mode == SI_SPARSITY_DENSE ? V->ffn_down.type
+                          : V->ffn_down_t.data != NULL ? V->ffn_down_t.type
+                                                       : SI_TYPE_F16;
+            if (!cuda_type(V->ffn_up.type) || !cuda_type(dt))
+                return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                                "no CUDA FFN kernels for %s/%s weights (layer %d; F32, F16, Q8_0, "
+                                "Q4_0, Q4_1 have them): run without --vram-budget",
+                                si_type_name(V->ffn_up.type), si_type_name(dt), l);
+        }
     }
     if (p->flash != NULL) {
         if (p->mode == SI_SPARSITY_DENSE)
@@ -213,6 +231,14 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
         if (p->flash->f.n_layer != hp->n_layer || p->flash->f.n_ff != hp->n_ff ||
             p->flash->f.n_embd != hp->n_embd)
             return si__errf(err, err_size, SI_E_INVALID, "the flash store is for another model");
+        /* the store's one record format for every layer (si__ffn_fmt_of) */
+        for (int l = 0; l < hp->n_layer; l++)
+            if (m->w.layers[l].ffn_up.type != p->flash->f.gu_type)
+                return si__errf(err, err_size, SI_E_INVALID,
+                                "the flash store holds %s rows, layer %d's ffn_up is %s: the "
+                                "store is for another model",
+                                si_type_name(p->flash->f.gu_type), l,
+                                si_type_name(m->w.layers[l].ffn_up.type));
     }
     return SI_OK;
 }

@@ -117,6 +117,115 @@ static void quantize_asym(const float *x, uint8_t *b, int64_t n, int bits)
     }
 }
 
+/*
+ * The K super-blocks of 256 (layouts in quants_scalar.c).  Not ggml's
+ * searching quantizers: round to nearest with each sub-block's range, the
+ * sub-block scales (and mins) themselves quantized to 6 bits (Q6_K: 8)
+ * against the super-block's half scale.  Enough for synthetic models of
+ * the types downloads use; files made by llama.cpp are only read.
+ */
+#define QK_K 256
+
+static float half_rounded(float f)
+{
+    return si_fp16_to_fp32(si_fp32_to_fp16(f));
+}
+
+static int round_clamp(float v, int lo, int hi)
+{
+    int q = (int)lrintf(v);
+    return q < lo ? lo : q > hi ? hi : q;
+}
+
+/* Q4_K (bits 4) and Q5_K (bits 5): 8 sub-blocks of 32, x = d sc_j q - dmin m_j. */
+static void quantize_k(const float *x, uint8_t *b, int64_t n, int bits)
+{
+    const size_t size = bits == 4 ? 144 : 176;
+    const int top = (1 << bits) - 1;
+    for (int64_t i = 0; i < n; i += QK_K, b += size, x += QK_K) {
+        float scale[8], min[8], smax = 0.0f, mmax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0.0f, hi = x[32 * j]; /* the range, 0 within it (min >= 0) */
+            for (int l = 32 * j; l < 32 * j + 32; l++) {
+                lo = fminf(lo, x[l]);
+                hi = fmaxf(hi, x[l]);
+            }
+            scale[j] = hi > lo ? (hi - lo) / (float)top : 0.0f;
+            min[j] = -lo;
+            smax = fmaxf(smax, scale[j]);
+            mmax = fmaxf(mmax, min[j]);
+        }
+        const float d = half_rounded(smax / 63.0f), dmin = half_rounded(mmax / 63.0f);
+        int sc[8], m[8];
+        for (int j = 0; j < 8; j++) {
+            sc[j] = d > 0.0f ? round_clamp(scale[j] / d, 0, 63) : 0;
+            m[j] = dmin > 0.0f ? round_clamp(min[j] / dmin, 0, 63) : 0;
+        }
+        put_half(b, d);
+        put_half(b + 2, dmin);
+        uint8_t *s12 = b + 4; /* si__k_scale_min's packing, inverted */
+        for (int j = 0; j < 4; j++) {
+            s12[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+            s12[j + 4] = (uint8_t)((m[j] & 63) | (m[j + 4] >> 4) << 6);
+            s12[j + 8] = (uint8_t)((sc[j + 4] & 0xf) | (m[j + 4] & 0xf) << 4);
+        }
+        int q[QK_K];
+        for (int j = 0; j < 8; j++) {
+            const float ds = d * (float)sc[j], dm = dmin * (float)m[j];
+            for (int l = 32 * j; l < 32 * j + 32; l++)
+                q[l] = ds > 0.0f ? round_clamp((x[l] + dm) / ds, 0, top) : 0;
+        }
+        uint8_t *qh = b + 16, *qs = b + (bits == 4 ? 16 : 48);
+        if (bits == 5)
+            memset(qh, 0, 32);
+        /* value 64c + l: low nibble of qs[32c + l], 64c + 32 + l: high nibble;
+         * their fifth bits: bits 2c and 2c + 1 of qh[l] */
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+                qs[32 * c + l] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+                if (bits == 5)
+                    qh[l] |= (uint8_t)((lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
+            }
+    }
+}
+
+/* Q6_K: 16 sub-blocks of 16, x = d sc_j q, q in -32 .. 31, sc_j an int8. */
+static void quantize_q6_k(const float *x, uint8_t *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += QK_K, b += 210, x += QK_K) {
+        float scale[16], amax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float m = 0.0f;
+            for (int l = 16 * j; l < 16 * j + 16; l++)
+                m = fmaxf(m, fabsf(x[l]));
+            scale[j] = m / 31.0f;
+            amax = fmaxf(amax, scale[j]);
+        }
+        const float d = half_rounded(amax / 127.0f);
+        int8_t *sc = (int8_t *)(b + 192);
+        int q[QK_K];
+        for (int j = 0; j < 16; j++) {
+            sc[j] = (int8_t)(d > 0.0f ? round_clamp(scale[j] / d, 0, 127) : 0);
+            const float ds = d * (float)sc[j];
+            for (int l = 16 * j; l < 16 * j + 16; l++)
+                q[l] = (ds > 0.0f ? round_clamp(x[l] / ds, -32, 31) : 0) + 32;
+        }
+        put_half(b + 208, d);
+        /* the inverse of quants_scalar.c's q6_k_values */
+        for (int h = 0; h < 2; h++) {
+            uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+            const int *y = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((y[l] & 0xf) | (y[l + 64] & 0xf) << 4);
+                ql[l + 32] = (uint8_t)((y[l + 32] & 0xf) | (y[l + 96] & 0xf) << 4);
+                qh[l] = (uint8_t)((y[l] >> 4) | (y[l + 32] >> 4) << 2 | (y[l + 64] >> 4) << 4 |
+                                  (y[l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
 size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n)
 {
     size_t bytes;
@@ -152,6 +261,15 @@ size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n)
     case SI_TYPE_Q5_1:
         quantize_asym(src, b, n, 5);
         break;
+    case SI_TYPE_Q4_K:
+        quantize_k(src, b, n, 4);
+        break;
+    case SI_TYPE_Q5_K:
+        quantize_k(src, b, n, 5);
+        break;
+    case SI_TYPE_Q6_K:
+        quantize_q6_k(src, b, n);
+        break;
     }
     return bytes;
 }
@@ -174,6 +292,9 @@ bool si_type_quantizable(uint32_t t)
     case SI_TYPE_Q4_1:
     case SI_TYPE_Q5_0:
     case SI_TYPE_Q5_1:
+    case SI_TYPE_Q4_K:
+    case SI_TYPE_Q5_K:
+    case SI_TYPE_Q6_K:
         return true;
     default:
         return false;

@@ -37,7 +37,9 @@ float si_vec_dot(uint32_t t, const void *row, const float *x, int64_t n);
  * Write n floats as a row of type t at dst (si_type_row_size() bytes);
  * returns the bytes written.  Quantizable types: F32, F16, BF16, Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1 (round to nearest with the block's scale chosen as ggml's
- * reference quantizers choose it).
+ * reference quantizers choose it), Q4_K, Q5_K, Q6_K (round to nearest with
+ * each sub-block's range; not ggml's searching quantizers, whose files are
+ * read as they are).
  */
 size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n);
 

@@ -149,6 +149,24 @@ static int64_t channel_width(const struct si_synth_params *p)
     return tr != NULL ? tr->block : 1;
 }
 
+bool si_synth_more_bits(int64_t l, int64_t n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+const char *si_synth_type_name(const struct si_synth_params *p)
+{
+    if (p->mix_m)
+        return p->type == SI_TYPE_Q4_K ? "Q4_K_M" : p->type == SI_TYPE_Q5_K ? "Q5_K_M" : "?_M";
+    return si_type_name(p->type);
+}
+
+/* attn_v and ffn_down (and ffn_down_t) of layer l. */
+static uint32_t more_bits_type(const struct si_synth_params *p, int64_t l)
+{
+    return p->mix_m && si_synth_more_bits(l, p->n_layer) ? SI_TYPE_Q6_K : p->type;
+}
+
 /* Predictor tensors: F32 in F32 models, F16 otherwise. */
 static uint32_t predictor_type(const struct si_synth_params *p)
 {
@@ -165,10 +183,14 @@ int si_synth_check(const struct si_synth_params *p, char *err, size_t err_size)
     const int E = SI_E_INVALID;
     if ((unsigned)p->arch >= SI_SYNTH_ARCH_COUNT)
         return si__errf(err, err_size, E, "unknown architecture %d", (int)p->arch);
-    if (p->type != SI_TYPE_F32 && p->type != SI_TYPE_F16 && p->type != SI_TYPE_Q8_0 &&
-        p->type != SI_TYPE_Q4_0 && p->type != SI_TYPE_Q4_1)
-        return si__errf(err, err_size, E, "type %s is not one of f32, f16, q8_0, q4_0, q4_1",
-                    si_type_name(p->type));
+    if (p->type >= SI_TYPE_COUNT || !si_type_quantizable(p->type))
+        return si__errf(err, err_size, E,
+                        "type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                        "q4_k, q5_k, q6_k can)",
+                        si_type_name(p->type));
+    if (p->mix_m && p->type != SI_TYPE_Q4_K && p->type != SI_TYPE_Q5_K)
+        return si__errf(err, err_size, E, "the _M mix is for q4_k and q5_k, not %s",
+                        si_type_name(p->type));
     const int64_t block = si_type_get(p->type)->block;
     const int64_t big = (int64_t)1 << 20;
     if (p->n_embd < 1 || p->n_embd > big || p->n_ff < 1 || p->n_ff > big || p->n_layer < 1 ||
@@ -593,7 +615,7 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
         const char *qkv[3] = {"q", "k", "v"};
         for (int i = 0; i < 3; i++) {
             NAME("blk.%lld.attn_%s.weight", L, qkv[i]);
-            T(K_RANDOM, t, d, i == 0 ? d : kv, l, a_in);
+            T(K_RANDOM, i == 2 ? more_bits_type(p, l) : t, d, i == 0 ? d : kv, l, a_in);
             if (opt) {
                 NAME("blk.%lld.attn_%s.bias", L, qkv[i]);
                 T(K_RANDOM, f32, i == 0 ? d : kv, 1, l, 0.02f * s3);
@@ -621,7 +643,7 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
             T(p->arch == SI_SYNTH_BAMBOO ? K_PLANTED : K_RANDOM, t, d, ff, l, a_in);
         }
         NAME("blk.%lld.ffn_down.weight", L);
-        T(K_NO_CHAN, t, ff, d, l, a_down);
+        T(K_NO_CHAN, more_bits_type(p, l), ff, d, l, a_down);
         if (opt) {
             NAME("blk.%lld.ffn_down.bias", L);
             T(K_ZEROS, f32, d, 1, l, 0);
@@ -634,7 +656,7 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
             NAME("blk.%lld.fc2.weight", L);
             T(K_RANDOM, pt, p->predictor_rank, ff, l, s3 / sqrtf((float)p->predictor_rank));
             NAME("blk.%lld.ffn_down_t.weight", L);
-            T(K_DOWN_T, t, d, ff, l, a_down);
+            T(K_DOWN_T, more_bits_type(p, l), d, ff, l, a_down);
         }
     }
     NAME("output_norm.weight");
@@ -644,7 +666,7 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
         T(K_ZEROS, f32, d, 1, -1, 0);
     }
     NAME("output.weight");
-    T(K_RANDOM, t, d, p->n_vocab, -1, a_in);
+    T(K_RANDOM, p->mix_m ? SI_TYPE_Q6_K : t, d, p->n_vocab, -1, a_in);
 #undef T
 #undef NAME
     return SI_OK;
@@ -769,7 +791,7 @@ static int set_metadata(struct si_gguf_writer *w, const struct si_synth_params *
     } while (0)
     snprintf(name, sizeof name, "starinfer synthetic %s d%lld ff%lld L%lld %s",
              si_synth_arch_name(p->arch), (long long)p->n_embd, (long long)p->n_ff,
-             (long long)p->n_layer, si_type_name(p->type));
+             (long long)p->n_layer, si_synth_type_name(p));
     SET(si_gguf_writer_set_str(w, "general.architecture", arch));
     SET(si_gguf_writer_set_str(w, "general.name", name));
     SET(si_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx));

@@ -58,7 +58,11 @@ typedef void (*si_synth_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 struct si_synth_params {
     enum si_synth_arch arch;
-    uint32_t type; /* enum si_type of the big matrices: F32, F16, Q8_0, Q4_0 or Q4_1 */
+    uint32_t type; /* enum si_type of the big matrices: any si_type_quantizable() */
+    bool mix_m;    /* with Q4_K or Q5_K: the "_M" mix of llama.cpp's Q4_K_M and
+                    * Q5_K_M files: attn_v and ffn_down in Q6_K in the first and
+                    * last eighth of the layers and every third layer between
+                    * (si_synth_more_bits), the output in Q6_K */
     int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
     double sparsity;     /* mean fraction of FFN neurons that stay inactive (0.9) */
     double hot_fraction; /* the most active hot_fraction of neurons (0.2) ... */
@@ -69,6 +73,12 @@ struct si_synth_params {
     si_synth_progress_fn progress;
     void *progress_user;
 };
+
+/* Whether layer l of n gets Q6_K attn_v and ffn_down in the "_M" mix. */
+bool si_synth_more_bits(int64_t l, int64_t n);
+
+/* The big matrices' types as a name: "F32", ..., "Q4_K_M". */
+const char *si_synth_type_name(const struct si_synth_params *p);
 
 /* The "tiny" preset, llama-relu, F32, seed 1, sparsity 0.9, 0.2:0.8. */
 struct si_synth_params si_synth_default_params(void);
