@@ -564,9 +564,11 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
         return fail(SI_E_BUDGET,
                     "DRAM budget of %.1f MiB is below the %.1f MiB the model keeps resident "
                     "(tensor data %.1f MiB, KV cache %.1f MiB for %d tokens); the flash tier, "
-                    "which reads cold FFN neurons from disk, needs the StarPU engine in gate "
-                    "or predictor mode",
-                    mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx);
+                    "which reads cold FFN neurons from disk, needs %s",
+                    mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx,
+                    p->engine != SI_ENGINE_STARPU
+                        ? "the StarPU engine (--engine starpu) in gate or predictor mode"
+                        : "gate or predictor mode (--sparsity gate or predictor)");
     *flash = true;
     return SI_OK;
 }

@@ -42,9 +42,11 @@ expect_error "not a GGUF file (magic 'hell')" chat -m "$tmp/text.gguf"
 expect_error "--temp: 'hot' is not a number" chat -m "$tmp/tiny.gguf" --temp hot
 expect_error "-n: -2 is out of range" chat -m "$tmp/tiny.gguf" -n -2
 expect_error "chat: --sparsity needs --engine starpu" \
-    chat -m "$tmp/tiny.gguf" --sparsity gate
-expect_error "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine" \
+    chat -m "$tmp/tiny.gguf" --engine ref --sparsity gate
+expect_error "the flash tier, which reads cold FFN neurons from disk, needs gate or predictor mode" \
     chat -m "$tmp/tiny.gguf" --dram-budget 64K
+expect_error "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine" \
+    chat -m "$tmp/tiny.gguf" --engine ref --dram-budget 64K
 expect_error "/nonexistent.txt: No such file or directory" chat -m "$tmp/tiny.gguf" -f /nonexistent.txt
 # The conversation outgrows a small context on the second turn.
 printf 'hello there\nhow are you\n' | "$si" chat -m "$tmp/tiny.gguf" -c 64 -n 2 --temp 0 >"$tmp/out" 2>"$tmp/err"

@@ -56,6 +56,9 @@ expect_error 1 "not a GGUF file" generate -m "$tmp/text.gguf" -p a
 expect_error 1 "perplexity: no text given" perplexity -m x.gguf
 expect_error 1 "--ctx-size must be at least 16" perplexity -m x.gguf -f y -c 8
 expect_error 1 "/nonexistent.txt: No such file or directory" perplexity -m x.gguf -f /nonexistent.txt
+expect_error 1 "perplexity: --batch-size is the engine's: it needs --engine starpu" \
+    perplexity -m x.gguf -f y --engine ref -b 8
+expect_error 1 "--engine: 'gpu' is neither starpu nor ref" perplexity -m x.gguf -f y --engine gpu
 "$si" generate --help | grep -q -- '--top-k' || fail "generate --help lacks --top-k"
 "$si" generate --help | grep -q -- '--engine E' || fail "generate --help lacks --engine"
 "$si" perplexity --help | grep -q -- '--chunks' || fail "perplexity --help lacks --chunks"
@@ -66,7 +69,7 @@ expect_error 1 "/nonexistent.txt: No such file or directory" perplexity -m x.ggu
     fail "synth: $(cat "$tmp/out")"
 grep -q 'measured: sparsity 0.8[89]\|measured: sparsity 0.9[01]' "$tmp/out" || fail "synth: measured sparsity: $(cat "$tmp/out")"
 "$si" info --no-workers "$tmp/tiny.gguf" | grep -q '^architecture *: "llama"' || fail "info on a synth model"
-"$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids >"$tmp/out" 2>"$tmp/err" ||
+"$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids --engine ref >"$tmp/out" 2>"$tmp/err" ||
     fail "generate on a synth model: $(cat "$tmp/err")"
 grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(cat "$tmp/out")"
 "$si" generate -m "$tmp/tiny.gguf" -p "hello" -n 8 --temp 0 --ids --engine starpu --sparsity gate \
@@ -74,10 +77,12 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
-expect_error 1 "generate: --sparsity needs --engine starpu" generate -m x.gguf -p a --sparsity gate
+expect_error 1 "generate: --sparsity needs --engine starpu" \
+    generate -m x.gguf -p a --engine ref --sparsity gate
 expect_error 1 "generate: --vram-budget needs --engine starpu" \
-    generate -m x.gguf -p a --vram-budget 1G
-expect_error 1 "generate: --merge redux needs --engine starpu" generate -m x.gguf -p a --merge redux
+    generate -m x.gguf -p a --engine ref --vram-budget 1G
+expect_error 1 "generate: --merge redux needs --engine starpu" \
+    generate -m x.gguf -p a --engine ref --merge redux
 expect_error 1 "-n: 99999999999999999999 is out of range" \
     generate -m x.gguf -p a -n 99999999999999999999
 expect_error 1 "--temp: 1e999 is out of range" generate -m x.gguf -p a --temp 1e999

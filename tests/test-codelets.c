@@ -44,6 +44,10 @@ int main(void)
         {"bdown", &si__cl_bdown, false},
         {"bmerge", &si__cl_bmerge, false},
         {"bhead", &si__cl_bhead, false},
+        {"bhead_rows", &si__cl_bhead_rows, false},
+        {"bakv", &si__cl_bakv, false},
+        {"bacore", &si__cl_bacore, false},
+        {"baout", &si__cl_baout, false},
     };
     const int n = (int)(sizeof kinds / sizeof kinds[0]);
     for (int i = 0; i < n; i++) {

@@ -311,6 +311,95 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     profile_free(pr);
 }
 
+/*
+ * si_engine_eval_batch_logits: the logits of every position from `first` on
+ * (what perplexity scores), against the reference's token by token, with
+ * batches of 8 (batches with and without scored tokens, one cut inside a
+ * batch), token by token (n_batch 1), and exact prefill; then the errors.
+ */
+static void batch_logits(const char *what, const struct si_model *m, double tol)
+{
+    enum { N = 21, FIRST = 5 };
+    const int32_t nv = m->hp.n_vocab;
+    int32_t toks[N];
+    for (int i = 0; i < N; i++)
+        toks[i] = i == 0 ? 1 : (int32_t)((i * 53 + 17) % nv);
+    float *want = malloc((size_t)N * (size_t)nv * sizeof(float));
+    float *got = malloc((size_t)(N - FIRST) * (size_t)nv * sizeof(float));
+    struct si_ref *r = NULL;
+    char err[512];
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = 64;
+    rp.act_quant = false; /* sgemm's float activations, as the batches' */
+    CHECK(want != NULL && got != NULL, "memory");
+    if (want == NULL || got == NULL || si_ref_init(&r, m, rp, err, sizeof err) != SI_OK) {
+        CHECK(false, "%s: reference", what);
+        free(want);
+        free(got);
+        return;
+    }
+    for (int i = 0; i < N; i++) {
+        si_ref_eval(r, toks[i]);
+        memcpy(want + (size_t)i * (size_t)nv, r->logits, (size_t)nv * sizeof(float));
+    }
+    si_ref_free(r);
+    const struct {
+        int32_t n_batch;
+        bool exact;
+        double tol;
+    } runs[] = {{8, false, tol}, {1, false, 1e-5}, {8, true, 1e-5}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        struct si_engine_params ep = si_engine_default_params();
+        ep.ref = rp;
+        ep.ref.act_quant = runs[k].exact; /* exact prefill: the reference's converted inputs */
+        ep.n_batch = runs[k].n_batch;
+        ep.exact_prefill = runs[k].exact;
+        struct si_engine *e = NULL;
+        if (si_engine_init(&e, m, ep, err, sizeof err) != SI_OK) {
+            CHECK(false, "%s: engine: %s", what, err);
+            continue;
+        }
+        if (runs[k].exact) { /* the reference again, with converted inputs */
+            rp.act_quant = true;
+            if (si_ref_init(&r, m, rp, err, sizeof err) == SI_OK) {
+                for (int i = 0; i < N; i++) {
+                    si_ref_eval(r, toks[i]);
+                    memcpy(want + (size_t)i * (size_t)nv, r->logits, (size_t)nv * sizeof(float));
+                }
+                si_ref_free(r);
+            }
+            rp.act_quant = false;
+        }
+        memset(got, 0, (size_t)(N - FIRST) * (size_t)nv * sizeof(float));
+        int rc = si_engine_eval_batch_logits(e, toks, N, FIRST, got);
+        CHECK(rc == SI_OK, "%s: batch logits: %s", what, si_status_str(rc));
+        double worst = 0;
+        for (int i = FIRST; i < N; i++)
+            worst = fmax(worst, rel_err(got + (size_t)(i - FIRST) * (size_t)nv,
+                                        want + (size_t)i * (size_t)nv, nv));
+        printf("%-46s n_batch %d%s: logits of %d positions, max rel err %.2e\n", what,
+               runs[k].n_batch, runs[k].exact ? " exact" : "", N - FIRST, worst);
+        CHECK(worst <= runs[k].tol, "%s n_batch %d: batch logits differ by %.3g (tolerance %.1g)",
+              what, runs[k].n_batch, worst, runs[k].tol);
+        CHECK(rel_err(si_engine_logits(e), want + (size_t)(N - 1) * (size_t)nv, nv) <= runs[k].tol,
+              "%s: si_engine_logits is not the last token's", what);
+        /* the positions carry on: one more token matches the reference's next */
+        si_engine_reset(e);
+        CHECK(si_engine_eval_batch_logits(e, toks, N, N, got) == SI_OK, "%s: no rows", what);
+        CHECK(si_engine_eval_batch_logits(e, toks, 2, 0, got) == SI_E_BUDGET ||
+                  si_engine_eval_batch_logits(e, toks, 2, 0, got) == SI_OK,
+              "%s: after no rows", what);
+        si_engine_reset(e);
+        CHECK(si_engine_eval_batch_logits(e, toks, N, N + 1, got) == SI_E_INVALID,
+              "%s: first past n accepted", what);
+        CHECK(si_engine_eval_batch_logits(e, toks, N, 0, NULL) == SI_E_INVALID,
+              "%s: no buffer accepted", what);
+        si_engine_free(e);
+    }
+    free(want);
+    free(got);
+}
+
 static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol)
 {
     char path[] = "/tmp/si-test-engine-XXXXXX";
@@ -447,6 +536,8 @@ static void synthetic_types(void)
                 compare(what, m, exact[k], 0);
             for (size_t k = 0; k < sizeof reordered / sizeof reordered[0]; k++)
                 compare(what, m, reordered[k], 2e-2);
+            if (p.mix_m) /* dequantized rows in sgemm against block dots */
+                batch_logits(what, m, 3e-3);
         } else if (rc == SI_OK) {
             CHECK(false, "load %s: %s", path, err);
         }
@@ -561,6 +652,7 @@ int main(void)
                     (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false}, 1e-4);
             compare("gemma3-270m Q4_K_M", m,
                     (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false}, 1e-4);
+            batch_logits("gemma3-270m Q4_K_M", m, 3e-3);
             si_model_free(m);
         } else {
             CHECK(false, "%s", err);

@@ -57,7 +57,7 @@ one_error() {
     echo "ok: $(cat "$tmp/err")"
 }
 one_error "generate: --trace records StarPU's tasks: it needs --engine starpu" \
-    "$si" generate -m "$tmp/m.gguf" -p hi --trace "$tmp/x"
+    "$si" generate -m "$tmp/m.gguf" -p hi --engine ref --trace "$tmp/x"
 one_error "--trace: starpu_fxt_tool not found in PATH" \
     env PATH=/usr/bin:/bin "$si" generate -m "$tmp/m.gguf" -p hi --engine starpu --trace "$tmp/y"
 [ -e "$tmp/y" ] && { echo "FAIL: a refused --trace made its folder"; exit 1; }

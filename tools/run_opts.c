@@ -16,9 +16,9 @@ void si_run_opts_init(struct si_run_opts *o, const char *cmd, long long n_predic
     o->n_predict_min = n_predict_min;
     o->use_mmap = true;
     o->cp = si_context_default_params();
-    /* The CLI keeps the reference as its default engine (see the README);
-     * the library's default is the StarPU engine. */
-    o->cp.engine = SI_ENGINE_REF;
+    /* The StarPU engine, as the library's default; --engine ref for the
+     * single-threaded reference (the oracle the tests compare with). */
+    o->cp.engine = SI_ENGINE_STARPU;
     o->cp.caller_worker = si_cli_caller_worker();
     o->cp.log = si_run_log;
 }
@@ -218,8 +218,8 @@ void si_run_usage(FILE *f, bool chat)
                "      --ignore-eos        do not stop at end-of-generation tokens\n"
                "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
                "      --no-mmap           read the model into memory instead of mapping it\n"
-               "      --engine E          ref (default: the single-threaded reference) or\n"
-               "                          starpu (the task graph on StarPU's workers)\n"
+               "      --engine E          starpu (default: the task graph on StarPU's\n"
+               "                          workers) or ref (the single-threaded reference)\n"
                "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
                "                          activation is zero (ReLU) or below --gate-threshold;\n"
                "                          predictor: the neurons the model's predictor picks\n"

@@ -60,17 +60,142 @@ static void bembed_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_PREFILL_EMBED, t0);
 }
 
+/* The products y[t] = W x[t] for the batch's n_tok inputs x (rows of n_cols
+ * floats): the reference's dots on converted activations where exactness
+ * is asked or the batch is small (gemm_act, the same bits as decoding),
+ * else si_k_gemm.  xa: scratch for the converted inputs. */
+static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
+                           const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
+                           void *scratch);
+
+/* The row of q | k | v of the batch's token t: in bqkv[r], r its range of
+ * btp (the buffers of the attn_batch_L.r tasks, buffers[0 .. nr) of the
+ * tasks that read them). */
+static float *qkv_row(const struct si_engine *e, void *buffers[], int64_t t)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
+    int r = 0;
+    while (t >= e->btp[r + 1])
+        r++;
+    return (float *)STARPU_VECTOR_GET_PTR(buffers[r]) + (size_t)t * row;
+}
+
+/*
+ * attn_batch_L.r: the batch's tokens [btp[r], btp[r+1]): the attention's
+ * normalised inputs, q, k and v for all of them at once (GEMMs), then per
+ * token at its position si_ref_attn_group_prepare_at over every head
+ * (biases, QK norm, RoPE, in place), into their rows of bqkv_r.
+ * Buffers: x_batch (R), Wq, Wk, Wv (R), bqkv_r (W).
+ */
 static void battn_cpu(void *buffers[], void *cl_arg)
 {
-    (void)buffers;
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    double t0 = si__now();
-    for (int32_t t = 0; t < e->bn; t++) {
-        struct saved sv = point_at(e, t);
-        si_ref_attn(e->ref, a->l);
-        restore(e, sv);
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->m->w.layers[a->l];
+    const int64_t d = hp->n_embd, hd = hp->head_dim, t0 = e->btp[a->j], nt = e->btp[a->j + 1] - t0;
+    const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
+    double start = si__now();
+    const float *bx = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[4]) + t0 * row;
+    float *y = sc->hx;
+    for (int64_t t = 0; t < nt; t++)
+        si_ref_attn_input(e->ref, a->l, bx + (t0 + t) * d, y + t * d, sc->tmp);
+    if (nt > 0) {
+        batch_products(e, &W->wq, qd, y, d, nt, out, row, sc->gemm);
+        batch_products(e, &W->wk, kvd, y, d, nt, out + qd, row, sc->gemm);
+        batch_products(e, &W->wv, kvd, y, d, nt, out + qd + kvd, row, sc->gemm);
     }
+    for (int64_t t = 0; t < nt; t++) {
+        float *q = out + t * row;
+        si_ref_attn_group_prepare_at(e->ref, a->l, (int)(e->bp0 + t0 + t), 0, hp->n_head_kv, q,
+                                     q + qd, q + qd + kvd, sc->ascr);
+    }
+    si__account(e, SI_TASK_PREFILL_ATTN, start);
+}
+
+/*
+ * attn_kv_batch_L.g: kv-head group g's k and v of every token of the batch
+ * into the cache's rows (si_ref_attn_group_cache_at).
+ * Buffers: bqkv_* (R), K_g, V_g (RW).
+ */
+static void bakv_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+    double t0 = si__now();
+    for (int64_t t = 0; t < e->bn; t++) {
+        const float *q = qkv_row(e, buffers, t);
+        si_ref_attn_group_cache_at(e->ref, a->l, (int)(e->bp0 + t), (int)e->a_g[a->j],
+                                   (int)e->a_g[a->j + 1], q + qd, q + qd + kvd);
+    }
+    si__account(e, SI_TASK_PREFILL_ATTN, t0);
+}
+
+/*
+ * attn_core_batch_L.g.r (j = g * nr + r): kv-head group g's attention for
+ * the batch's tokens [btr[r], btr[r+1]), each at its position (their q
+ * prepared, every position up to theirs cached), into those rows of
+ * att_j, a row of the group's query heads per token.
+ * Buffers: bqkv_* (R), K_g, V_g (R), att_j (W).
+ */
+static void bacore_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const int g = a->j / e->nr, r = a->j % e->nr, nr = e->nr;
+    const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int64_t g0 = e->a_g[g], g1 = e->a_g[g + 1], q0 = g0 * group * hd,
+                  nq = (g1 - g0) * group * hd;
+    double t0 = si__now();
+    float *att = (float *)STARPU_VECTOR_GET_PTR(buffers[nr + 2]);
+    for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++) {
+        si_ref_attn_group_attend_at(e->ref, a->l, (int)(e->bp0 + t), (int)g0, (int)g1,
+                                    qkv_row(e, buffers, t), sc->aatt, sc->ascr);
+        memcpy(att + t * nq, sc->aatt + q0, (size_t)nq * sizeof(float));
+    }
+    si__account(e, SI_TASK_PREFILL_ATTN, t0);
+}
+
+/*
+ * attn_out_batch_L: the groups' attention outputs gathered per token, Wo
+ * times them for every token at once, then per token the reference's
+ * finish (bias, post-norm, residual; the FFN's normalised input).
+ * Buffers: att_* (R), Wo (R), x_batch (RW), ffn_in_batch (W), xb3_batch (W).
+ */
+static void baout_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd, bn = e->bn, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int ng = e->ng;
+    double t0 = si__now();
+    const int nb = ng * e->nr;
+    float *att = sc->bqkv, *o = sc->hx;
+    for (int j = 0; j < nb; j++) {
+        const int g = j / e->nr, r = j % e->nr;
+        const float *ag = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
+        const int64_t w = e->att_len[g], off = e->a_g[g] * (hp->n_head / hp->n_head_kv) *
+                                                   hp->head_dim;
+        for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++)
+            memcpy(att + t * qd + off, ag + t * w, (size_t)w * sizeof(float));
+    }
+    float *bx = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
+    float *bxb = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 2]);
+    float *bxb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 3]);
+    const struct si_tensor *wo = &e->m->w.layers[a->l].wo;
+    batch_products(e, wo, d, att, qd, bn, o, d, sc->gemm);
+    for (int64_t t = 0; t < bn; t++)
+        si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bxb + t * d,
+                                bxb3 + t * d, sc->tmp);
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
 
@@ -109,6 +234,25 @@ static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_r
                 y[t * ldy + r] = si_vec_dot_act(type, w + (size_t)r * row_bytes,
                                                 xa + (size_t)t * xa_stride, n_cols);
     }
+}
+
+static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
+                           const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
+                           void *scratch)
+{
+    if (e->p.ref.act_quant && (e->p.exact_prefill || n_tok < SI__BLAS_MIN_BATCH)) {
+        size_t xa_row = 0;
+        const uint32_t at = si_act_type(w->type);
+        si_type_row_size(at, n_cols, &xa_row);
+        char *xa = scratch;
+        for (int64_t t = 0; t < n_tok; t++)
+            si_quantize_act(at, x + t * n_cols, xa + (size_t)t * xa_row, n_cols);
+        gemm_act(w->type, w->data, w->row_bytes, n_rows, n_cols, xa, xa_row, n_tok, y, ldy);
+        return;
+    }
+    int rc = si_k_gemm(w->type, w->data, w->row_bytes, n_rows, n_cols, x, n_cols, n_tok, y, ldy,
+                       scratch);
+    STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
 }
 
 /*
@@ -292,10 +436,56 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 
+/*
+ * The LM head over the batch's tokens bout0 .. bn - 1, vocabulary rows
+ * [lh[j], lh[j+1]) of each: their final norms, then the rows times them,
+ * as bffn_cpu multiplies (the reference's dots with converted activations
+ * where exactness is asked or the batch is small, else si_k_gemm).
+ * Buffers: x_batch (R), the LM head (R), this slice of the logits rows (W).
+ */
+static void bhead_rows_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_model *m = e->m;
+    const int64_t d = m->hp.n_embd, nt = e->bn - e->bout0;
+    double t0 = si__now();
+    const float *bx = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const char *w = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    float *y = (float *)STARPU_MATRIX_GET_PTR(buffers[2]);
+    const int64_t ldy = STARPU_MATRIX_GET_LD(buffers[2]);
+    const struct si_tensor *o = &m->w.output;
+    const int64_t r0 = (int64_t)e->lh[a->j], nr = (int64_t)e->lh[a->j + 1] - r0;
+    const char *rows = w + (size_t)r0 * o->row_bytes;
+    for (int64_t t = 0; t < nt; t++)
+        si_ref_head_input(e->ref, bx + (size_t)(e->bout0 + t) * (size_t)d, sc->hx + t * d,
+                          sc->tmp);
+    if (e->p.ref.act_quant && (e->p.exact_prefill || nt < SI__BLAS_MIN_BATCH)) {
+        size_t xa_row = 0;
+        const uint32_t at = si_act_type(o->type);
+        si_type_row_size(at, d, &xa_row);
+        char *xa = sc->gemm;
+        for (int64_t t = 0; t < nt; t++)
+            si_quantize_act(at, sc->hx + t * d, xa + (size_t)t * xa_row, d);
+        gemm_act(o->type, rows, o->row_bytes, nr, d, xa, xa_row, nt, y, ldy);
+    } else {
+        int rc = si_k_gemm(o->type, rows, o->row_bytes, nr, d, sc->hx, d, nt, y, ldy, sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "LM head GEMM refused its shapes");
+    }
+    si__account(e, SI_TASK_PREFILL_HEAD, t0);
+}
+
 static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED,
                                                .symbol = "si_embed_batch"};
 static struct starpu_perfmodel battn_model = {.type = STARPU_HISTORY_BASED,
-                                              .symbol = "si_attn_batch"};
+                                              .symbol = "si_attn_qkv_batch"};
+static struct starpu_perfmodel bakv_model = {.type = STARPU_HISTORY_BASED,
+                                             .symbol = "si_attn_kv_batch"};
+static struct starpu_perfmodel bacore_model = {.type = STARPU_HISTORY_BASED,
+                                               .symbol = "si_attn_core_batch"};
+static struct starpu_perfmodel baout_model = {.type = STARPU_HISTORY_BASED,
+                                              .symbol = "si_attn_out_batch"};
 static struct starpu_perfmodel bffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_gemm"};
 static struct starpu_perfmodel bdown_model = {.type = STARPU_HISTORY_BASED,
                                               .symbol = "si_ffn_down_batch"};
@@ -313,9 +503,28 @@ struct starpu_codelet si__cl_bembed = {
 };
 struct starpu_codelet si__cl_battn = {
     .cpu_funcs = {battn_cpu},
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
     .model = &battn_model,
     .name = "attn_batch",
+};
+struct starpu_codelet si__cl_bakv = {
+    .cpu_funcs = {bakv_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bakv_model,
+    .name = "attn_kv_batch",
+};
+struct starpu_codelet si__cl_bacore = {
+    .cpu_funcs = {bacore_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bacore_model,
+    .name = "attn_core_batch",
+};
+struct starpu_codelet si__cl_baout = {
+    .cpu_funcs = {baout_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &baout_model,
+    .name = "attn_out_batch",
 };
 struct starpu_codelet si__cl_bffn = {
     .cpu_funcs = {bffn_cpu},
@@ -334,6 +543,16 @@ struct starpu_codelet si__cl_bmerge = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bmerge_model,
     .name = "merge_batch",
+};
+static struct starpu_perfmodel bhead_rows_model = {.type = STARPU_HISTORY_BASED,
+                                                   .symbol = "si_head_rows_batch"};
+
+struct starpu_codelet si__cl_bhead_rows = {
+    .cpu_funcs = {bhead_rows_cpu},
+    .nbuffers = 3,
+    .modes = {STARPU_R, STARPU_R, STARPU_W},
+    .model = &bhead_rows_model,
+    .name = "norm+lm_head_batch",
 };
 struct starpu_codelet si__cl_bhead = {
     .cpu_funcs = {bhead_cpu},

@@ -42,6 +42,10 @@ struct si__scratch {
     void *hq;    /* the activations converted for the down dots */
     float *bg, *bu; /* (n_batch, n_ff) prefill: gate and up products */
     void *gemm;     /* si_k_gemm's dequantization tile */
+    float *hx;      /* (n_batch, n_embd) prefill: the attention's or the LM head's
+                     * normalised inputs, the attention's projection */
+    float *bqkv;    /* (n_batch, q + 2 kv widths) prefill: a group's q, k, v rows,
+                     * or the whole attention output */
     float *dt;      /* (SI__DT_TILE, n_embd) prefill: down_t rows as floats */
     double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
     int64_t count[SI_TASK_KIND_COUNT];
@@ -108,8 +112,11 @@ struct si__layer_state {
 
     char name_attn[24], name_pred[24], name_merge[24], name_load[24];
     char (*name_gmask)[32]; /* (nsl) */
-    char name_battn[24], name_bmerge[24], name_aout[24];
+    char name_battn[32], name_bmerge[24], name_aout[24];
     char (*name_agrp)[32]; /* (ng) */
+    char (*name_bagrp)[40]; /* (nr) attn_batch_L.r */
+    char (*name_bakv)[40];  /* (ng) */
+    char (*name_bacore)[64]; /* (ng * nr) */
     char (*name_ao)[32];   /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
@@ -170,11 +177,30 @@ struct si_engine {
     const int32_t *btok;
     int32_t bn, bp0;
     float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
+    /* A batch's attention, its tokens in nr ranges twice over: of equal
+     * length (btp: attn_batch_L.r, its products and RoPE into bqkv[r],
+     * a row of q | k | v per token), and of equal attention work (btr:
+     * attn_core_batch_L.g.r, kv-head group g's attention for those
+     * tokens into batt[g * nr + r], a row of the group's heads per
+     * token), with attn_kv_batch_L.g caching group g's k and v between;
+     * attn_out_batch_L gathers them. */
+    int32_t nr;
+    int32_t *btp, *btr;     /* (nr + 1) token ranges of the batch being run */
+    float **bqkv, **batt;
+    starpu_data_handle_t *h_bqkv, *h_batt;
     float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
                              * (dense: (n_batch, bwidth[j]) activations) */
     int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
     int64_t *bwidth;        /* (n_slices + 1) dense: the widest slice of each slot */
     starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
+    /* The batch's logits (si_engine_eval_batch_logits): tokens bout0 ..
+     * bn - 1 of the batch, a row each, in nlh tasks of vocabulary rows
+     * [lh[j], lh[j+1]), each writing its columns of the rows (h_blog_c[j]). */
+    int32_t bout0;
+    int32_t nlh;
+    size_t *lh;                      /* (nlh + 1) */
+    starpu_data_handle_t *h_blog_c;
+    char (*name_lhb)[32];            /* (nlh) */
 
     bool flash;        /* cold neurons from p.flash */
     struct si_flash_tier ft; /* their region, caches and loads */

@@ -4,6 +4,7 @@
 #include "graph/graph.h"
 
 #include "codelets/codelets.h"
+#include "graph/runtime.h"
 #include "flash/tier.h"
 #include "internal.h"
 #include "model/quants.h"
@@ -201,7 +202,7 @@ static void register_layer(struct si_engine *e, int l)
     const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
     for (int i = 0; i < 4; i++)
         vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
-    if (e->na > 1 && e->ng > 1) {
+    if (e->ng > 1) {
         /* Each attention task writes its kv heads' columns of the cache: the
          * layer's cache as a matrix (a row per position, in bytes), a child
          * per group of columns. */
@@ -353,6 +354,34 @@ static void unregister_layer(struct si_engine *e, int l)
     unsplit(L->h_y, L, NULL);
 }
 
+/* The logits rows of a batch at p (rows x n_vocab floats): a handle per
+ * slice of the vocabulary, its columns [lh[j], lh[j+1]) of every row
+ * (si_engine_eval_batch_logits).  Separate registrations, not a partition:
+ * undoing one waits inside StarPU, which the CLI's thread, worker 0, must
+ * not do. */
+void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows)
+{
+    const uint32_t nv = (uint32_t)e->m->hp.n_vocab;
+    for (int32_t j = 0; j < e->nlh; j++)
+        starpu_matrix_data_register(&e->h_blog_c[j], STARPU_MAIN_RAM, (uintptr_t)(p + e->lh[j]),
+                                    nv, (uint32_t)(e->lh[j + 1] - e->lh[j]), (uint32_t)rows,
+                                    sizeof(float));
+}
+
+/* Wait for the tasks writing the handles of si__register_batch_logits (the
+ * calling thread running tasks if it is worker 0), then unregister them. */
+void si__unregister_batch_logits(struct si_engine *e)
+{
+    for (int32_t j = 0; j < e->nlh; j++) {
+        if (e->h_blog_c[j] == NULL)
+            continue;
+        si_runtime_acquire(e->h_blog_c[j], STARPU_R);
+        starpu_data_release(e->h_blog_c[j]);
+        starpu_data_unregister(e->h_blog_c[j]);
+        e->h_blog_c[j] = NULL;
+    }
+}
+
 /* ------------------------------------------------------------ engine */
 
 /* Register the engine-wide handles (activations, logits, the LM head, the
@@ -408,6 +437,12 @@ void si__register_engine(struct si_engine *e)
         if (e->n_batch > 1)
             vec(&e->h_bdout[k], e->bdout[k], (size_t)e->n_batch * no, sizeof(float));
     }
+    const size_t qkv = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
+    for (int32_t j = 0; j < e->nr && e->n_batch > 1; j++)
+        vec(&e->h_bqkv[j], e->bqkv[j], (size_t)e->n_batch * qkv, sizeof(float));
+    for (int32_t j = 0; j < e->ng * e->nr && e->n_batch > 1; j++)
+        vec(&e->h_batt[j], e->batt[j], (size_t)e->n_batch * e->att_len[j / e->nr],
+            sizeof(float));
     if (e->n_batch > 1) {
         const size_t bd = (size_t)e->n_batch * d;
         vec(&e->h_bx, e->bx, bd, sizeof(float));
@@ -450,6 +485,12 @@ void si__unregister_engine(struct si_engine *e)
         starpu_data_unregister(e->h_att);
         starpu_data_unregister(e->h_x2);
     }
+    for (int32_t j = 0; e->h_batt != NULL && j < e->ng * e->nr; j++)
+        if (e->h_batt[j] != NULL)
+            starpu_data_unregister(e->h_batt[j]);
+    for (int32_t j = 0; e->h_bqkv != NULL && j < e->nr; j++)
+        if (e->h_bqkv[j] != NULL)
+            starpu_data_unregister(e->h_bqkv[j]);
     if (e->h_bx != NULL) {
         starpu_data_unregister(e->h_bx);
         starpu_data_unregister(e->h_bxb);

@@ -89,8 +89,10 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
         si__add(&a, e->h_xb, STARPU_W);
         if (e->h_xb3 != NULL)
             si__add(&a, e->h_xb3, STARPU_W);
-        si__add(&a, L->h_k, STARPU_RW);
-        si__add(&a, L->h_v, STARPU_RW);
+        for (int32_t g = 0; g < e->ng; g++) { /* the caches, in the batches' groups */
+            si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
+            si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+        }
         for (int i = 0; i < 4; i++)
             si__add(&a, L->h_w[i], STARPU_R);
         return si__run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, 0);

@@ -272,6 +272,9 @@ static void free_layer(struct si__layer_state *L)
     free(L->name_ffn);
     free(L->name_bffn);
     free(L->name_agrp);
+    free(L->name_bagrp);
+    free(L->name_bakv);
+    free(L->name_bacore);
     free(L->h_k_c);
     free(L->h_v_c);
     free(L->kv_cols);
@@ -377,8 +380,11 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         if (na > SI__MAX_SLICES)
             na = SI__MAX_SLICES;
         e->na = na > 1 ? na : 1;
-        /* attn_L.j tasks: whole kv heads each (their query heads with them) */
-        e->ng = e->na < hp->n_head_kv ? e->na : hp->n_head_kv;
+        /* attn_L.j tasks: whole kv heads each (their query heads with them);
+         * a batch's attention goes by kv-head groups too (attn_batch_L.j),
+         * one per CPU worker when decoding does not split it */
+        const int32_t gw = e->na > 1 ? e->na : e->n_batch > 1 ? (int32_t)ncpu : 1;
+        e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
         /* With only CPU FFN tasks that take the FFN input first hand, each
          * computes it (attn_out's residual and norm: n_embd values) instead
          * of waiting for an attn_out task: one dependency less per layer. */
@@ -464,9 +470,30 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                 for (int k = 0; k < 3; k++)
                     gs = s[k] > gs ? s[k] : gs;
             }
+            { /* and the LM head's (si_engine_eval_batch_logits), the attention's */
+                const uint32_t ot = m->w.output.type;
+                size_t xa = 0, g = si_k_gemm_scratch_size(ot, hp->n_embd);
+                si_type_row_size(si_act_type(ot), hp->n_embd, &xa);
+                xa *= (size_t)e->n_batch;
+                gs = g > gs ? g : gs;
+                gs = xa > gs ? xa : gs;
+                for (int l = 0; l < hp->n_layer; l++) {
+                    const struct si_layer *W = &m->w.layers[l];
+                    const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
+                    for (int i = 0; i < 4; i++) {
+                        g = si_k_gemm_scratch_size(aw[i]->type, aw[i]->ne[0]);
+                        si_type_row_size(si_act_type(aw[i]->type), aw[i]->ne[0], &xa);
+                        xa *= (size_t)e->n_batch;
+                        gs = g > gs ? g : gs;
+                        gs = xa > gs ? xa : gs;
+                    }
+                }
+            }
             sc->gemm = malloc(gs + 64);
             sc->dt = malloc((size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float));
-            if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt)
+            sc->hx = malloc((size_t)e->n_batch * (size_t)hp->n_embd * sizeof(float));
+            sc->bqkv = malloc((size_t)e->n_batch * qd * sizeof(float));
+            if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
                 goto oom;
         }
     }
@@ -481,11 +508,67 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
         if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows || !e->bwidth)
             goto oom;
+        /* The batch LM head: a task per CPU worker, rows of the vocabulary */
+        int32_t nlh = (int32_t)ncpu;
+        if (nlh > hp->n_vocab)
+            nlh = hp->n_vocab;
+        if (nlh > SI__MAX_SLICES)
+            nlh = SI__MAX_SLICES;
+        e->nlh = nlh;
+        e->lh = calloc((size_t)nlh + 1, sizeof *e->lh);
+        e->h_blog_c = calloc((size_t)nlh, sizeof *e->h_blog_c);
+        e->name_lhb = calloc((size_t)nlh, sizeof *e->name_lhb);
+        if (!e->lh || !e->h_blog_c || !e->name_lhb)
+            goto oom;
+        for (int32_t j = 0; j <= nlh; j++)
+            e->lh[j] = (size_t)((int64_t)j * hp->n_vocab / nlh);
+        for (int32_t j = 0; j < nlh; j++)
+            snprintf(e->name_lhb[j], sizeof e->name_lhb[j], "norm+lm_head_batch.%d", j);
     }
-    if (e->na > 1) {
-        const int64_t na = e->na, ng = e->ng, group = hp->n_head / hp->n_head_kv;
+    {
+        /* The kv-head groups; with several, the caches' columns by group
+         * (data.c) and, for batches, each group's attention output. */
+        const int64_t ng = e->ng, group = hp->n_head / hp->n_head_kv;
         e->a_g = calloc((size_t)ng + 1, sizeof *e->a_g);
         e->att_len = calloc((size_t)ng, sizeof *e->att_len);
+        const int64_t nr = e->nr = (int32_t)ncpu;
+        const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
+        e->btp = calloc((size_t)nr + 1, sizeof *e->btp);
+        e->btr = calloc((size_t)nr + 1, sizeof *e->btr);
+        e->bqkv = calloc((size_t)nr, sizeof *e->bqkv);
+        e->h_bqkv = calloc((size_t)nr, sizeof *e->h_bqkv);
+        e->batt = calloc((size_t)(ng * nr), sizeof *e->batt);
+        e->h_batt = calloc((size_t)(ng * nr), sizeof *e->h_batt);
+        if (!e->a_g || !e->att_len || !e->btp || !e->btr || !e->bqkv || !e->h_bqkv || !e->batt ||
+            !e->h_batt)
+            goto oom;
+        for (int64_t j = 0; j <= ng; j++)
+            e->a_g[j] = j * hp->n_head_kv / ng;
+        for (int64_t j = 0; j < ng; j++)
+            e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
+        for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
+            if ((e->bqkv[j] = malloc((size_t)e->n_batch * row * sizeof(float))) == NULL)
+                goto oom;
+        for (int64_t j = 0; j < ng * nr && e->n_batch > 1; j++)
+            if ((e->batt[j] = malloc((size_t)e->n_batch * e->att_len[j / nr] * sizeof(float))) ==
+                NULL)
+                goto oom;
+        for (int l = 0; l < hp->n_layer; l++) {
+            struct si__layer_state *L = &e->L[l];
+            L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
+            L->name_bagrp = calloc((size_t)nr, sizeof *L->name_bagrp);
+            L->name_bakv = calloc((size_t)ng, sizeof *L->name_bakv);
+            L->name_bacore = calloc((size_t)(ng * nr), sizeof *L->name_bacore);
+            L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
+            L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
+            L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
+            if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore || !L->h_k_c ||
+                !L->h_v_c || !L->kv_cols)
+                goto oom;
+        }
+    }
+    if (e->na > 1) {
+        const int64_t na = e->na, ng = e->ng;
         e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
         e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
         e->name_head = calloc((size_t)na, sizeof *e->name_head);
@@ -495,13 +578,9 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->h_att_c = calloc((size_t)ng, sizeof *e->h_att_c);
         e->x2 = calloc((size_t)hp->n_embd, sizeof(float));
         e->head_len = calloc((size_t)na, sizeof *e->head_len);
-        if (!e->a_g || !e->att_len || !e->a_o || !e->a_h || !e->name_head || !e->h_logits_c ||
-            !e->o || !e->h_o || !e->h_att_c || !e->x2 || !e->head_len)
+        if (!e->a_o || !e->a_h || !e->name_head || !e->h_logits_c || !e->o || !e->h_o ||
+            !e->h_att_c || !e->x2 || !e->head_len)
             goto oom;
-        for (int64_t j = 0; j <= ng; j++)
-            e->a_g[j] = j * hp->n_head_kv / ng;
-        for (int64_t j = 0; j < ng; j++)
-            e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
         for (int64_t j = 0; j <= na; j++) {
             e->a_o[j] = j * hp->n_embd / na;
             e->a_h[j] = j * hp->n_vocab / na;
@@ -513,12 +592,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                 goto oom;
         for (int l = 0; l < hp->n_layer; l++) {
             struct si__layer_state *L = &e->L[l];
-            L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
             L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
-            L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
-            L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
-            L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
-            if (!L->name_agrp || !L->name_ao || !L->h_k_c || !L->h_v_c || !L->kv_cols)
+            if (!L->name_ao)
                 goto oom;
         }
     }
@@ -586,10 +661,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         for (int32_t j = 0; L->name_gmask != NULL && j < L->nsl; j++)
             snprintf(L->name_gmask[j], sizeof L->name_gmask[j], "gmask_L%d.%d", l,
                      j - (L->hot ? 1 : 0));
-        snprintf(L->name_battn, sizeof L->name_battn, "attn_batch_L%d", l);
+        snprintf(L->name_battn, sizeof L->name_battn, "attn_out_batch_L%d", l);
         snprintf(L->name_aout, sizeof L->name_aout, "attn_out_L%d", l);
         for (int32_t j = 0; j < e->ng && e->na > 1; j++)
             snprintf(L->name_agrp[j], sizeof L->name_agrp[j], "attn_L%d.%d", l, j);
+        for (int32_t j = 0; j < e->nr; j++)
+            snprintf(L->name_bagrp[j], sizeof L->name_bagrp[j], "attn_batch_L%d.%d", l, j);
+        for (int32_t j = 0; j < e->ng; j++)
+            snprintf(L->name_bakv[j], sizeof L->name_bakv[j], "attn_kv_batch_L%d.%d", l, j);
+        for (int32_t j = 0; j < e->ng * e->nr; j++)
+            snprintf(L->name_bacore[j], sizeof L->name_bacore[j], "attn_core_batch_L%d.%d.%d", l,
+                     j / e->nr, j % e->nr);
         for (int32_t j = 0; j < e->na && e->na > 1; j++)
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
@@ -656,6 +738,16 @@ void si_engine_free(struct si_engine *e)
     free(e->x2);
     free(e->a_g);
     free(e->att_len);
+    for (int32_t j = 0; e->batt != NULL && j < e->ng * e->nr; j++)
+        free(e->batt[j]);
+    for (int32_t j = 0; e->bqkv != NULL && j < e->nr; j++)
+        free(e->bqkv[j]);
+    free(e->batt);
+    free(e->h_batt);
+    free(e->bqkv);
+    free(e->h_bqkv);
+    free(e->btp);
+    free(e->btr);
     free(e->a_o);
     free(e->a_h);
     free(e->name_head);
@@ -671,6 +763,9 @@ void si_engine_free(struct si_engine *e)
     free(e->bx);
     free(e->bxb);
     free(e->bxb3);
+    free(e->lh);
+    free(e->h_blog_c);
+    free(e->name_lhb);
     if (e->scratch != NULL)
         for (unsigned w = 0; w < e->n_workers; w++) {
             free(e->scratch[w].aq); /* one allocation for the attention buffers */
@@ -684,6 +779,8 @@ void si_engine_free(struct si_engine *e)
             free(e->scratch[w].bu);
             free(e->scratch[w].gemm);
             free(e->scratch[w].dt);
+            free(e->scratch[w].hx);
+            free(e->scratch[w].bqkv);
         }
     if (e->L != NULL)
         for (int l = 0; l < e->m->hp.n_layer; l++)

@@ -149,6 +149,19 @@ int si_engine_eval(struct si_engine *e, int32_t token);
  */
 int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n);
 
+/*
+ * si_engine_eval_batch, and the logits of tokens[first .. n) into logits
+ * ((n - first) rows of n_vocab): each batch's LM head as a GEMM over the
+ * batch's tokens from `first` on, in row slices of the vocabulary, one task
+ * per CPU worker (norm+lm_head_batch.j); a batch with no such token skips
+ * the LM head.  What perplexity needs: the logits of many positions, as
+ * llama.cpp's batches give them.  si_engine_logits then holds the last
+ * token's when it is one of them.  0 <= first <= n; the errors of
+ * si_engine_eval_batch.
+ */
+int si_engine_eval_batch_logits(struct si_engine *e, const int32_t *tokens, int32_t n,
+                                int32_t first, float *logits);
+
 /* The logits of the last evaluated token (n_vocab). */
 const float *si_engine_logits(const struct si_engine *e);
 

@@ -45,6 +45,11 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size);
 void si__register_engine(struct si_engine *e);
 void si__unregister_engine(struct si_engine *e);
 
+/* A batch's logits rows at p as the handles h_blog_c, one per vocabulary
+ * slice; si__unregister_batch_logits waits for their tasks and drops them. */
+void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows);
+void si__unregister_batch_logits(struct si_engine *e);
+
 /* Bytes of every handle the engine lets onto the CUDA node. */
 int64_t si__gpu_accounted(const struct si_engine *e);
 

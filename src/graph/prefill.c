@@ -7,24 +7,77 @@
 #include "starinfer.h"
 
 #include <starpu.h>
+#include <string.h>
 
-/* x_b += attention_l(norm(x_b)) for the batch's tokens in order (K, V of
- * the new positions written); xb_b = the FFN's input. */
+/*
+ * x_b += attention_l(norm(x_b)) for the batch's tokens (K, V of the new
+ * positions written); xb_b = the FFN's input.  Token ranges prepare q, k, v
+ * (attn_batch_L.r: the products as GEMMs, biases, QK norm, RoPE); each
+ * kv-head group's k and v go into the cache (attn_kv_batch_L.g); each
+ * group attends in token ranges of about equal work (attn_core_batch_L.g.r);
+ * attn_out_batch_L multiplies by Wo (a GEMM) and adds the residual.
+ */
 static int submit_batch_attention(struct si_engine *e, int l)
 {
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
-    a.n = 0;
-    si__add(&a, e->h_bx, STARPU_RW);
-    si__add(&a, e->h_bxb, STARPU_W);
-    si__add(&a, e->h_bxb3, STARPU_W);
-    for (int32_t g = 0; g < e->ng; g++) { /* the cache, in its groups' parts */
+    int rc = 0;
+    for (int32_t r = 0; r < e->nr && rc == 0; r++) {
+        a.n = 0;
+        si__add(&a, e->h_bx, STARPU_R);
+        for (int i = 0; i < 3; i++)
+            si__add(&a, L->h_w[i], STARPU_R);
+        si__add(&a, e->h_bqkv[r], STARPU_W);
+        rc = si__run(e, &si__cl_battn, L->name_bagrp[r], l, r, 0, &a, STARPU_CPU);
+    }
+    for (int32_t g = 0; g < e->ng && rc == 0; g++) {
+        a.n = 0;
+        for (int32_t r = 0; r < e->nr; r++)
+            si__add(&a, e->h_bqkv[r], STARPU_R);
         si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
         si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+        rc = si__run(e, &si__cl_bakv, L->name_bakv[g], l, g, 0, &a, STARPU_CPU);
+        for (int32_t r = 0; r < e->nr && rc == 0; r++) {
+            a.n = 0;
+            for (int32_t p = 0; p < e->nr; p++)
+                si__add(&a, e->h_bqkv[p], STARPU_R);
+            si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_R);
+            si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_R);
+            si__add(&a, e->h_batt[g * e->nr + r], STARPU_W);
+            rc = si__run(e, &si__cl_bacore, L->name_bacore[g * e->nr + r], l, g * e->nr + r, 0,
+                         &a, STARPU_CPU);
+        }
     }
-    for (int i = 0; i < 4; i++)
-        si__add(&a, L->h_w[i], STARPU_R);
-    return si__run(e, &si__cl_battn, L->name_battn, l, -1, 0, &a, 0);
+    if (rc == 0) {
+        a.n = 0;
+        for (int32_t j = 0; j < e->ng * e->nr; j++)
+            si__add(&a, e->h_batt[j], STARPU_R);
+        si__add(&a, L->h_w[3], STARPU_R);
+        si__add(&a, e->h_bx, STARPU_RW);
+        si__add(&a, e->h_bxb, STARPU_W);
+        si__add(&a, e->h_bxb3, STARPU_W);
+        rc = si__run(e, &si__cl_baout, L->name_battn, l, -1, 0, &a, STARPU_CPU);
+    }
+    return rc;
+}
+
+/* The batch's tokens in nr ranges of equal length (btp) and of about equal
+ * attention work (btr: token t attends to bp0 + t + 1 positions). */
+static void token_ranges(struct si_engine *e)
+{
+    const int64_t p0 = e->bp0, n = e->bn, nr = e->nr;
+    const double total = (double)n * (double)p0 + (double)n * (double)(n + 1) / 2;
+    int64_t t = 0;
+    double done = 0;
+    e->btp[0] = e->btr[0] = 0;
+    for (int64_t r = 1; r < nr; r++) {
+        const double want = total * (double)r / (double)nr;
+        while (t < n && done + (double)(p0 + t + 1) <= want)
+            done += (double)(p0 + t++ + 1);
+        e->btr[r] = (int32_t)t;
+        e->btp[r] = (int32_t)(r * n / nr);
+    }
+    e->btp[nr] = e->btr[nr] = (int32_t)n;
 }
 
 /* out_j = FFN slice j (xb_b) for every token: GEMM tasks, on CPU workers
@@ -92,30 +145,69 @@ static int submit_batch_layer(struct si_engine *e, int l)
     return rc;
 }
 
-/* One batch of at most n_batch tokens (checked by the caller): embed, the
- * layers, then the last token's logits. */
-static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
+/* The LM head over the batch's tokens bout0 .. bn - 1 into h_blog's rows:
+ * a task per slice of the vocabulary. */
+static int submit_batch_logits(struct si_engine *e)
+{
+    struct si__args a;
+    int rc = 0;
+    for (int32_t j = 0; j < e->nlh && rc == 0; j++) {
+        a.n = 0;
+        si__add(&a, e->h_bx, STARPU_R);
+        si__add(&a, e->h_out, STARPU_R);
+        si__add(&a, e->h_blog_c[j], STARPU_W);
+        rc = si__run(e, &si__cl_bhead_rows, e->name_lhb[j], -1, j, 0, &a, STARPU_CPU);
+    }
+    return rc;
+}
+
+/*
+ * One batch of at most n_batch tokens (checked by the caller): embed, the
+ * layers, then the last token's logits; or, with out, the logits of tokens
+ * out_first .. n - 1 into out (none when out_first == n: no LM head).
+ */
+static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int32_t out_first,
+                      float *out)
 {
     const struct si_hparams *hp = &e->m->hp;
     e->btok = tokens;
     e->bn = n;
     e->bp0 = e->ref->n_past;
+    e->bout0 = out_first;
+    token_ranges(e);
     struct si__args a;
     a.n = 0;
     si__add(&a, e->h_bx, STARPU_W);
     int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
     for (int l = 0; l < hp->n_layer && rc == 0; l++)
         rc = submit_batch_layer(e, l);
-    if (rc == 0) {
-        a.n = 0;
-        si__add(&a, e->h_bx, STARPU_R);
-        si__add(&a, e->h_xb, STARPU_RW);
-        si__add(&a, e->h_logits, STARPU_W);
-        si__add(&a, e->h_out, STARPU_R);
-        rc = si__run(e, &si__cl_bhead, "norm+lm_head", -1, -1, 0, &a, 0);
+    if (out != NULL) {
+        if (out_first < n) {
+            si__register_batch_logits(e, out, n - out_first);
+            if (rc == 0)
+                rc = submit_batch_logits(e);
+            si__unregister_batch_logits(e); /* waits for the head's tasks */
+        }
+        si_runtime_acquire(e->h_bx, STARPU_R); /* and for the layers' */
+        starpu_data_release(e->h_bx);
+        if (rc == 0) {
+            e->ref->n_past = e->bp0 + n;
+            if (out_first < n) /* si_engine_logits: the last token's */
+                memcpy(e->ref->logits, out + (size_t)(n - 1 - out_first) * (size_t)hp->n_vocab,
+                       (size_t)hp->n_vocab * sizeof(float));
+        }
+    } else {
+        if (rc == 0) {
+            a.n = 0;
+            si__add(&a, e->h_bx, STARPU_R);
+            si__add(&a, e->h_xb, STARPU_RW);
+            si__add(&a, e->h_logits, STARPU_W);
+            si__add(&a, e->h_out, STARPU_R);
+            rc = si__run(e, &si__cl_bhead, "norm+lm_head", -1, -1, 0, &a, 0);
+        }
+        si_runtime_acquire(e->h_logits, STARPU_R);
+        starpu_data_release(e->h_logits);
     }
-    si_runtime_acquire(e->h_logits, STARPU_R);
-    starpu_data_release(e->h_logits);
     if (rc != 0) {
         si_runtime_wait_all();
         return SI_E_RUNTIME;
@@ -123,10 +215,12 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
     return SI_OK;
 }
 
-int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
+/* si_engine_eval_batch and si_engine_eval_batch_logits (out NULL: the former). */
+static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, int32_t first,
+                       float *out)
 {
     const struct si_hparams *hp = &e->m->hp;
-    if (n < 1 || tokens == NULL)
+    if (n < 1 || tokens == NULL || (out != NULL && (first < 0 || first > n)))
         return SI_E_INVALID;
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
@@ -135,18 +229,25 @@ int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
         return SI_E_RUNTIME;
     if ((int64_t)e->ref->n_past + n > e->ref->p.n_ctx)
         return SI_E_BUDGET;
-    if (e->n_batch <= 1 || n == 1) {
+    if (e->n_batch <= 1 || (n == 1 && out == NULL)) {
         for (int32_t i = 0; i < n; i++) {
             int rc = si_engine_eval(e, tokens[i]);
             if (rc != SI_OK)
                 return rc;
+            if (out != NULL && i >= first)
+                memcpy(out + (size_t)(i - first) * (size_t)hp->n_vocab, e->ref->logits,
+                       (size_t)hp->n_vocab * sizeof(float));
         }
         return SI_OK;
     }
     const double t0 = si__now();
     for (int32_t i = 0; i < n; i += e->n_batch) {
-        int32_t nb = n - i < e->n_batch ? n - i : e->n_batch;
-        int rc = eval_batch(e, tokens + i, nb);
+        const int32_t nb = n - i < e->n_batch ? n - i : e->n_batch;
+        /* this batch's tokens from `first` on, and where their rows go */
+        const int32_t f = out == NULL ? nb : first <= i ? 0 : first - i < nb ? first - i : nb;
+        float *o = out == NULL || f == nb ? out
+                                          : out + (size_t)(i + f - first) * (size_t)hp->n_vocab;
+        int rc = eval_batch(e, tokens + i, nb, f, o);
         if (rc != SI_OK) {
             e->bn = 0;
             return rc;
@@ -156,4 +257,17 @@ int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
     e->stats.batch_tokens += n;
     e->stats.batch_seconds += si__now() - t0;
     return SI_OK;
+}
+
+int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n)
+{
+    return eval_tokens(e, tokens, n, 0, NULL);
+}
+
+int si_engine_eval_batch_logits(struct si_engine *e, const int32_t *tokens, int32_t n,
+                                int32_t first, float *logits)
+{
+    if (logits == NULL)
+        return SI_E_INVALID;
+    return eval_tokens(e, tokens, n, first, logits);
 }

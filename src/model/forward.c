@@ -432,17 +432,21 @@ size_t si_ref_attn_scratch_floats(const struct si_ref *s)
            (size_t)hp->n_head_kv * hd + hd + si_k_attn_tiled_scratch(hp->head_dim, hp->n_head);
 }
 
+static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
+                   float *att, float *score, float *krow, uint16_t *q16, float *tile);
+
 /* si_ref_attn_group with its scratch in pieces (tmp: 2 max(n_embd,
  * head_dim) floats; score: n_head n_ctx; krow: n_head_kv head_dim; q16:
- * 2 head_dim; tile: si_k_attn_tiled_scratch). */
-static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
+ * 2 head_dim; tile: si_k_attn_tiled_scratch); att NULL: only q and k
+ * prepared (biases, QK norm, RoPE), neither cached nor attended. */
+static void attn_group(const struct si_ref *s, int l, int pos, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *tmp, float *score, float *krow,
                        uint16_t *q16, float *tile)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
     const struct si_layer *L = &m->w.layers[l];
-    const int pos = s->n_past, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int h0 = g0 * group, h1 = g1 * group;
     const size_t kvd = (size_t)hp->n_head_kv * hd;
     float *qg = q + (size_t)h0 * hd, *kg = k + (size_t)g0 * hd, *vg = v + (size_t)g0 * hd;
@@ -469,8 +473,18 @@ static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
     if (hp->q_scale != 1.0f)
         for (int64_t i = 0; i < (int64_t)(h1 - h0) * hd; i++)
             qg[i] *= hp->q_scale;
+    if (att == NULL)
+        return;
     cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    attend(s, l, pos, h0, h1, q, att, score, krow, q16, tile);
+}
+
+/* The attention proper of query heads [h0, h1) at position pos, their q
+ * ready (attn_group's first part done for every position up to pos). */
+static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
+                   float *att, float *score, float *krow, uint16_t *q16, float *tile)
+{
     if (s->p.kv_f16 && !s->attn_f32)
         attention_f16(s, l, pos, h0, h1, q, att, q16);
     else if (s->p.kv_f16)
@@ -482,19 +496,67 @@ static void attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, 
 void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *scratch)
 {
+    si_ref_attn_group_at(s, l, s->n_past, g0, g1, q, k, v, att, scratch);
+}
+
+/* scratch's pieces, as si_ref_attn_scratch_floats counts them */
+struct attn_scratch {
+    float *tmp, *score, *krow, *tile;
+    uint16_t *q16;
+};
+
+static struct attn_scratch attn_scratch(const struct si_ref *s, float *scratch)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    struct attn_scratch a;
+    a.tmp = scratch;
+    a.score = a.tmp + 2 * (d > hd ? d : hd);
+    a.krow = a.score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
+    a.q16 = (uint16_t *)(a.krow + (size_t)hp->n_head_kv * hd);
+    a.tile = a.krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
+    return a;
+}
+
+void si_ref_attn_group_prepare_at(const struct si_ref *s, int l, int pos, int g0, int g1,
+                                  float *q, float *k, float *v, float *scratch)
+{
+    struct attn_scratch a = attn_scratch(s, scratch);
+    attn_group(s, l, pos, g0, g1, q, k, v, NULL, a.tmp, a.score, a.krow, a.q16, a.tile);
+}
+
+void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, int g1,
+                                const float *k, const float *v)
+{
+    const size_t hd = (size_t)s->m->hp.head_dim, kvd = (size_t)s->m->hp.n_head_kv * hd;
+    cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+}
+
+void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0, int g1,
+                                 const float *q, float *att, float *scratch)
+{
+    const int group = s->m->hp.n_head / s->m->hp.n_head_kv;
+    struct attn_scratch a = attn_scratch(s, scratch);
+    attend(s, l, pos, g0 * group, g1 * group, q, att, a.score, a.krow, a.q16, a.tile);
+}
+
+void si_ref_attn_group_at(const struct si_ref *s, int l, int pos, int g0, int g1, float *q,
+                          float *k, float *v, float *att, float *scratch)
+{
     const struct si_hparams *hp = &s->m->hp;
     const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     float *tmp = scratch, *score = tmp + 2 * (d > hd ? d : hd);
     float *krow = score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
     uint16_t *q16 = (uint16_t *)(krow + (size_t)hp->n_head_kv * hd);
     float *tile = krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
-    attn_group(s, l, g0, g1, q, k, v, att, tmp, score, krow, q16, tile);
+    attn_group(s, l, pos, g0, g1, q, k, v, att, tmp, score, krow, q16, tile);
 }
 
 void si_ref_attn_core(struct si_ref *s, int l)
 {
-    attn_group(s, l, 0, s->m->hp.n_head_kv, s->q, s->k, s->v, s->att, s->tmp, s->score, s->krow,
-               s->q16, s->attn_tile);
+    attn_group(s, l, s->n_past, 0, s->m->hp.n_head_kv, s->q, s->k, s->v, s->att, s->tmp,
+               s->score, s->krow, s->q16, s->attn_tile);
 }
 
 void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, float *o,

@@ -168,6 +168,36 @@ static void eval_hook(void *user, const struct si_ref *s, int l)
                 s->hu[i] = 0.0f;
 }
 
+void si_ppl_add(struct si_ppl_sum *s, const float *lg, int32_t nv, int32_t next)
+{
+    /* -log softmax(logits)[next], with the max subtracted. */
+    float mx = lg[0];
+    for (int32_t k = 1; k < nv; k++)
+        mx = lg[k] > mx ? lg[k] : mx;
+    double sum = 0;
+    for (int32_t k = 0; k < nv; k++)
+        sum += exp((double)(lg[k] - mx));
+    const double l = log(sum) - (double)(lg[next] - mx);
+    s->nll += l;
+    s->nll2 += l * l;
+    s->count++;
+}
+
+double si_ppl_value(const struct si_ppl_sum *s)
+{
+    return s->count > 0 ? exp(s->nll / (double)s->count) : 1.0;
+}
+
+void si_ppl_finish(const struct si_ppl_sum *s, struct si_eval_ppl *out)
+{
+    const double count = (double)(s->count > 0 ? s->count : 1);
+    const double mean = s->nll / count;
+    const double var = s->count > 1 ? (s->nll2 / count - mean * mean) / (count - 1) : 0;
+    out->ppl = exp(mean);
+    out->ppl_err = out->ppl * sqrt(var > 0 ? var : 0);
+    out->n_scored = s->count;
+}
+
 int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const int32_t *tokens,
                        int64_t n, const struct si_eval_params *ep, struct si_eval_ppl *out,
                        char *err, size_t err_size)
@@ -234,8 +264,8 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
 
     const int32_t nv = m->hp.n_vocab;
     const int64_t first = ctx / 2;
-    double nll = 0, nll2 = 0, active = 0, evaluated = 0;
-    int64_t count = 0;
+    double active = 0, evaluated = 0;
+    struct si_ppl_sum sum = {0};
     const double t0 = si__now();
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         const int32_t *chunk = tokens + ch * ctx;
@@ -261,27 +291,12 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
             evaluated += (double)m->hp.n_layer * (double)m->hp.n_ff;
             if (j < first)
                 continue;
-            /* -log softmax(logits)[next], with the max subtracted. */
-            const float *lg = s->logits;
-            float mx = lg[0];
-            for (int32_t k = 1; k < nv; k++)
-                mx = lg[k] > mx ? lg[k] : mx;
-            double sum = 0;
-            for (int32_t k = 0; k < nv; k++)
-                sum += exp((double)(lg[k] - mx));
-            const double l = log(sum) - (double)(lg[chunk[j + 1]] - mx);
-            nll += l;
-            nll2 += l * l;
-            count++;
+            si_ppl_add(&sum, s->logits, nv, chunk[j + 1]);
         }
         if (ep->progress != NULL)
-            ep->progress(ep->progress_user, ch + 1, n_chunks, exp(nll / (double)count));
+            ep->progress(ep->progress_user, ch + 1, n_chunks, si_ppl_value(&sum));
     }
-    const double mean = nll / (double)count;
-    const double var = count > 1 ? (nll2 / (double)count - mean * mean) / (double)(count - 1) : 0;
-    out->ppl = exp(mean);
-    out->ppl_err = out->ppl * sqrt(var > 0 ? var : 0);
-    out->n_scored = count;
+    si_ppl_finish(&sum, out);
     out->n_chunks = n_chunks;
     out->ffn_computed = evaluated > 0 ? active / evaluated : 0;
     out->seconds = si__now() - t0;

@@ -44,7 +44,22 @@ struct si_eval_ppl {
     double seconds;
 };
 
-/* Called after each chunk. */
+/* The sums perplexity is made of, position by position (si_eval_perplexity
+ * and the engine's perplexity in tools/cmd_perplexity.c alike). */
+struct si_ppl_sum {
+    double nll, nll2; /* sums of -log p(next) and of its square */
+    int64_t count;
+};
+
+/* Add -log softmax(logits)[next] (n_vocab logits). */
+void si_ppl_add(struct si_ppl_sum *s, const float *logits, int32_t n_vocab, int32_t next);
+
+/* exp of the mean so far (1 with nothing added). */
+double si_ppl_value(const struct si_ppl_sum *s);
+
+/* out's ppl, ppl_err (llama.cpp's standard error) and n_scored from s. */
+void si_ppl_finish(const struct si_ppl_sum *s, struct si_eval_ppl *out);
+
 /* After each chunk: chunks done, of n_chunks, and the perplexity so far. */
 typedef void (*si_eval_progress_fn)(void *user, int64_t chunk, int64_t n_chunks, double ppl);
 
