@@ -567,8 +567,8 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
                     "which reads cold FFN neurons from disk, needs %s",
                     mib(p->dram_budget), mib(weights + kv), mib(weights), mib(kv), n_ctx,
                     p->engine != SI_ENGINE_STARPU
-                        ? "the StarPU engine (--engine starpu) in gate or predictor mode"
-                        : "gate or predictor mode (--sparsity gate or predictor)");
+                        ? "the StarPU engine in gate or predictor mode"
+                        : "gate or predictor mode (the engine is in dense mode)");
     *flash = true;
     return SI_OK;
 }
@@ -588,6 +588,11 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     bool flash;
     if ((rc = check_dram(llm, &p, n_ctx, &flash)) != SI_OK)
         return rc;
+    if (!flash && p.flash_window != 0)
+        return fail(SI_E_INVALID,
+                    "the flash window (--flash-window) is the flash tier's: it needs a flash store "
+                    "(--flash-store) or a DRAM budget below what the model keeps resident, in gate "
+                    "or predictor mode");
 
     struct si_context *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)

@@ -102,7 +102,9 @@ expect_error 1 "convert: no model" convert --bundle
 expect_error 1 "No such file or directory" convert -m "$tmp/none.gguf" --bundle
 expect_error 1 "exclude each other" convert -m "$tmp/r.gguf" --bundle --split
 expect_error 1 "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine in gate or predictor mode" \
-    generate -m "$tmp/r.gguf" -p hi --engine starpu --dram-budget 4M
+    generate -m "$tmp/r.gguf" -p hi --engine ref --dram-budget 4M
+expect_error 1 "the flash tier, which reads cold FFN neurons from disk, needs gate or predictor mode (the engine is in dense mode)" \
+    generate -m "$tmp/r.gguf" -p hi --dram-budget 4M
 expect_error 1 "below what the flash tier keeps resident" \
     generate -m "$tmp/r.gguf" -p hi --engine starpu --sparsity gate --dram-budget 1M
 expect_error 1 "no flash store (write it with \`starinfer convert --bundle\`)" \
@@ -114,8 +116,12 @@ expect_error 1 "not a flash store" \
 expect_error 1 "--flash-window: 'x' is not" \
     generate -m "$tmp/r.gguf" -p hi --engine starpu --flash-window x
 expect_error 1 "generate: --flash-store needs --engine starpu (the flash tier)" \
-    generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
+    generate -m "$tmp/r.gguf" -p hi --engine ref --flash-store "$tmp/r.gguf.flash"
 expect_error 1 "generate: --flash-window needs --engine starpu (the flash tier)" \
+    generate -m "$tmp/r.gguf" -p hi --engine ref --flash-window 3
+expect_error 1 "the flash tier needs the gate or predictor sparsity mode" \
+    generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
+expect_error 1 "the flash window (--flash-window) is the flash tier's" \
     generate -m "$tmp/r.gguf" -p hi --flash-window 3
 # Tokens whose active neurons outnumber a layer's cache: the excess is read
 # into the spill area for that token, and the output is still the same.

@@ -119,6 +119,8 @@ expect_error "VRAM budget of 100 bytes (0.00 MiB) is below the" \
     generate -m "$tmp/m.gguf" -p a -n 1 --engine starpu --sparsity gate --placement "$tmp/pl.gguf" \
     --vram-budget 100
 expect_error "generate: --placement needs --engine starpu" \
+    generate -m "$tmp/m.gguf" -p a --engine ref --placement "$tmp/pl.gguf"
+expect_error "a placement needs the gate or predictor sparsity mode" \
     generate -m "$tmp/m.gguf" -p a --placement "$tmp/pl.gguf"
 expect_error "placement of 2 layers x 512 neurons, but the model has 2 x 256" \
     generate -m "$tmp/other.gguf" -p a -n 1 --engine starpu --sparsity gate --placement "$tmp/pl.gguf"

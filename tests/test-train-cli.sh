@@ -75,10 +75,14 @@ grep -q '^dense  *[0-9.]* +/- .* +0\.00%  *1\.0000  ' "$tmp/out" ||
 grep -q '^gate  *[0-9.]* +/- .* +0\.00%  *0\.[0-9]*  ' "$tmp/out" ||
     fail "eval: gate on ReLU is exact and computes the active neurons only: $(grep ^gate "$tmp/out")"
 grep -q '^predictor  *[0-9.]* +/- ' "$tmp/out" || fail "eval: predictor line"
-# Dense perplexity is `starinfer perplexity`'s.
-ppl=$("$si" perplexity -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+# Dense perplexity is `starinfer perplexity --engine ref`'s (eval runs on the reference).
+ppl=$("$si" perplexity -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 --engine ref 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
 dense=$(awk '$1 == "dense" {print $2}' "$tmp/out")
 [ -n "$ppl" ] && [ "$ppl" = "$dense" ] || fail "eval's dense perplexity $dense, starinfer perplexity's $ppl"
+# and the engine's (the default), its batches' arithmetic within 1% of it
+ppl=$("$si" perplexity -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+awk -v a="$ppl" -v b="$dense" 'BEGIN { r = a / b - 1; exit (a == "" || r > 0.01 || r < -0.01) }' ||
+    fail "the engine's perplexity $ppl is not within 1% of the reference's $dense"
 "$si" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 --modes predictor >"$tmp/out" 2>"$tmp/err" ||
     fail "eval --modes predictor: $(cat "$tmp/err")"
 grep -q '^dense' "$tmp/out" && fail "eval --modes predictor ran dense"
