@@ -145,8 +145,8 @@ static int submit_batch_layer(struct si_engine *e, int l)
     return rc;
 }
 
-/* The LM head over the batch's tokens bout0 .. bn - 1 into h_blog's rows:
- * a task per slice of the vocabulary. */
+/* The LM head over the batch's tokens bout0 .. bn - 1 into their logits rows
+ * (h_blog_c): a task per slice of the vocabulary. */
 static int submit_batch_logits(struct si_engine *e)
 {
     struct si__args a;
