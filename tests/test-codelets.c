@@ -47,6 +47,7 @@ int main(void)
         {"bhead_rows", &si__cl_bhead_rows, false},
         {"bakv", &si__cl_bakv, false},
         {"bacore", &si__cl_bacore, false},
+        {"bao", &si__cl_bao, false},
         {"baout", &si__cl_baout, false},
     };
     const int n = (int)(sizeof kinds / sizeof kinds[0]);

@@ -41,8 +41,8 @@
  *   battn         attn_batch_L.r: x_batch (R), Wq Wk Wv (R), bqkv_r (W)
  *   bakv          attn_kv_batch_L.g: bqkv_* (R), K_g, V_g (RW)
  *   bacore        attn_core_batch_L.g.r: bqkv_* (R), K_g, V_g (R), att_{g,r} (W)
- *   baout         attn_out_batch_L: att_* (R), Wo (R), x_batch (RW), xb_batch (W),
- *                 xb3_batch (W)
+ *   bao           attn_o_batch_L.j: att_* (R), Wo (R), bo_j (W)
+ *   baout         attn_out_batch_L: bo_* (R), x_batch (RW), xb_batch (W), xb3_batch (W)
  *   bffn          ffn_batch_L.j: xb_batch (R), the slice's weights as ffn's (R), out j (W)
  *   bdown         ffn_down_batch_L.k: out of each slice (R), rows k of ffn_down (R), down_k (W)
  *   bmerge        merge_batch_L: x_batch (RW), down_* or out_* (R), xb3_batch (R)
@@ -68,7 +68,8 @@ extern struct starpu_codelet si__cl_hot, si__cl_cold, si__cl_down;
 extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum;
 extern struct starpu_codelet si__cl_load, si__cl_flash;
 extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
-    si__cl_bmerge, si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_baout;
+    si__cl_bmerge, si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_bao,
+    si__cl_baout;
 
 /* --- the FFN's arithmetic, shared by ffn.c, pred.c and load.c (inline: the
  * per-row helpers of the hottest loops) */

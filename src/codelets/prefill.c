@@ -164,35 +164,61 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
 }
 
 /*
- * attn_out_batch_L: the groups' attention outputs gathered per token, Wo
- * times them for every token at once, then per token the reference's
- * finish (bias, post-norm, residual; the FFN's normalised input).
- * Buffers: att_* (R), Wo (R), x_batch (RW), ffn_in_batch (W), xb3_batch (W).
+ * attn_o_batch_L.j: the groups' attention outputs gathered per token, then
+ * Wo's rows [bo_c[j], bo_c[j+1]) times them for every token at once, into
+ * bo_j (a row of that many per token).
+ * Buffers: att_* (R), Wo (R), bo_j (W).
+ */
+static void bao_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    struct si__scratch *sc = si__scratch_of(e);
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t bn = e->bn, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int nb = e->ng * e->nr;
+    const int64_t c0 = e->bo_c[a->j], w = e->bo_c[a->j + 1] - c0;
+    double t0 = si__now();
+    float *att = sc->bqkv;
+    for (int j = 0; j < nb; j++) {
+        const int g = j / e->nr, r = j % e->nr;
+        const float *ag = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
+        const int64_t gw = e->att_len[g], off = e->a_g[g] * (hp->n_head / hp->n_head_kv) *
+                                                    hp->head_dim;
+        for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++)
+            memcpy(att + t * qd + off, ag + t * gw, (size_t)gw * sizeof(float));
+    }
+    float *o = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
+    if (w > 0) {
+        const struct si_tensor wo = si__rows_of(&e->m->w.layers[a->l].wo, c0, c0 + w);
+        batch_products(e, &wo, w, att, qd, bn, o, w, sc->gemm);
+    }
+    si__account(e, SI_TASK_PREFILL_ATTN, t0);
+}
+
+/*
+ * attn_out_batch_L: the projections gathered per token, then per token the
+ * reference's finish (bias, post-norm, residual; the FFN's normalised input).
+ * Buffers: bo_* (R), x_batch (RW), ffn_in_batch (W), xb3_batch (W).
  */
 static void baout_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
-    const struct si_hparams *hp = &e->m->hp;
-    const int64_t d = hp->n_embd, bn = e->bn, qd = (int64_t)hp->n_head * hp->head_dim;
-    const int ng = e->ng;
+    const int64_t d = e->m->hp.n_embd, bn = e->bn;
+    const int nr = e->nr;
     double t0 = si__now();
-    const int nb = ng * e->nr;
-    float *att = sc->bqkv, *o = sc->hx;
-    for (int j = 0; j < nb; j++) {
-        const int g = j / e->nr, r = j % e->nr;
-        const float *ag = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
-        const int64_t w = e->att_len[g], off = e->a_g[g] * (hp->n_head / hp->n_head_kv) *
-                                                   hp->head_dim;
-        for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++)
-            memcpy(att + t * qd + off, ag + t * w, (size_t)w * sizeof(float));
+    float *o = sc->hx;
+    for (int j = 0; j < nr; j++) {
+        const float *bo = (const float *)STARPU_VECTOR_GET_PTR(buffers[j]);
+        const int64_t c0 = e->bo_c[j], w = e->bo_c[j + 1] - c0;
+        for (int64_t t = 0; t < bn && w > 0; t++)
+            memcpy(o + t * d + c0, bo + t * w, (size_t)w * sizeof(float));
     }
-    float *bx = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
-    float *bxb = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 2]);
-    float *bxb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 3]);
-    const struct si_tensor *wo = &e->m->w.layers[a->l].wo;
-    batch_products(e, wo, d, att, qd, bn, o, d, sc->gemm);
+    float *bx = (float *)STARPU_VECTOR_GET_PTR(buffers[nr]);
+    float *bxb = (float *)STARPU_VECTOR_GET_PTR(buffers[nr + 1]);
+    float *bxb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[nr + 2]);
     for (int64_t t = 0; t < bn; t++)
         si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bxb + t * d,
                                 bxb3 + t * d, sc->tmp);
@@ -484,6 +510,8 @@ static struct starpu_perfmodel bakv_model = {.type = STARPU_HISTORY_BASED,
                                              .symbol = "si_attn_kv_batch"};
 static struct starpu_perfmodel bacore_model = {.type = STARPU_HISTORY_BASED,
                                                .symbol = "si_attn_core_batch"};
+static struct starpu_perfmodel bao_model = {.type = STARPU_HISTORY_BASED,
+                                            .symbol = "si_attn_o_batch"};
 static struct starpu_perfmodel baout_model = {.type = STARPU_HISTORY_BASED,
                                               .symbol = "si_attn_out_batch"};
 static struct starpu_perfmodel bffn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_gemm"};
@@ -519,6 +547,12 @@ struct starpu_codelet si__cl_bacore = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bacore_model,
     .name = "attn_core_batch",
+};
+struct starpu_codelet si__cl_bao = {
+    .cpu_funcs = {bao_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bao_model,
+    .name = "attn_o_batch",
 };
 struct starpu_codelet si__cl_baout = {
     .cpu_funcs = {baout_cpu},

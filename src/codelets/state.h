@@ -117,6 +117,7 @@ struct si__layer_state {
     char (*name_bagrp)[40]; /* (nr) attn_batch_L.r */
     char (*name_bakv)[40];  /* (ng) */
     char (*name_bacore)[64]; /* (ng * nr) */
+    char (*name_bao)[40];    /* (nr) */
     char (*name_ao)[32];   /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
@@ -188,6 +189,11 @@ struct si_engine {
     int32_t *btp, *btr;     /* (nr + 1) token ranges of the batch being run */
     float **bqkv, **batt;
     starpu_data_handle_t *h_bqkv, *h_batt;
+    /* ... attn_o_batch_L.j: Wo's rows [bo_c[j], bo_c[j+1]) for every token
+     * into bo[j] (n_batch, that many), which attn_out_batch_L gathers. */
+    int64_t *bo_c;          /* (nr + 1) */
+    float **bo;
+    starpu_data_handle_t *h_bo;
     float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
                              * (dense: (n_batch, bwidth[j]) activations) */
     int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */

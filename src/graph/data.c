@@ -443,6 +443,12 @@ void si__register_engine(struct si_engine *e)
     for (int32_t j = 0; j < e->ng * e->nr && e->n_batch > 1; j++)
         vec(&e->h_batt[j], e->batt[j], (size_t)e->n_batch * e->att_len[j / e->nr],
             sizeof(float));
+    for (int32_t j = 0; j < e->nr && e->n_batch > 1; j++)
+        vec(&e->h_bo[j], e->bo[j],
+            (size_t)e->n_batch * (size_t)(e->bo_c[j + 1] - e->bo_c[j] > 0
+                                              ? e->bo_c[j + 1] - e->bo_c[j]
+                                              : 1),
+            sizeof(float));
     if (e->n_batch > 1) {
         const size_t bd = (size_t)e->n_batch * d;
         vec(&e->h_bx, e->bx, bd, sizeof(float));
@@ -491,6 +497,9 @@ void si__unregister_engine(struct si_engine *e)
     for (int32_t j = 0; e->h_bqkv != NULL && j < e->nr; j++)
         if (e->h_bqkv[j] != NULL)
             starpu_data_unregister(e->h_bqkv[j]);
+    for (int32_t j = 0; e->h_bo != NULL && j < e->nr; j++)
+        if (e->h_bo[j] != NULL)
+            starpu_data_unregister(e->h_bo[j]);
     if (e->h_bx != NULL) {
         starpu_data_unregister(e->h_bx);
         starpu_data_unregister(e->h_bxb);

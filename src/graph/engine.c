@@ -275,6 +275,7 @@ static void free_layer(struct si__layer_state *L)
     free(L->name_bagrp);
     free(L->name_bakv);
     free(L->name_bacore);
+    free(L->name_bao);
     free(L->h_k_c);
     free(L->h_v_c);
     free(L->kv_cols);
@@ -539,9 +540,20 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->h_bqkv = calloc((size_t)nr, sizeof *e->h_bqkv);
         e->batt = calloc((size_t)(ng * nr), sizeof *e->batt);
         e->h_batt = calloc((size_t)(ng * nr), sizeof *e->h_batt);
+        e->bo_c = calloc((size_t)nr + 1, sizeof *e->bo_c);
+        e->bo = calloc((size_t)nr, sizeof *e->bo);
+        e->h_bo = calloc((size_t)nr, sizeof *e->h_bo);
         if (!e->a_g || !e->att_len || !e->btp || !e->btr || !e->bqkv || !e->h_bqkv || !e->batt ||
-            !e->h_batt)
+            !e->h_batt || !e->bo_c || !e->bo || !e->h_bo)
             goto oom;
+        for (int64_t j = 0; j <= nr; j++)
+            e->bo_c[j] = j * hp->n_embd / nr;
+        for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
+            if ((e->bo[j] = malloc((size_t)e->n_batch *
+                                   (size_t)(e->bo_c[j + 1] > e->bo_c[j] ? e->bo_c[j + 1] - e->bo_c[j]
+                                                                        : 1) *
+                                   sizeof(float))) == NULL)
+                goto oom;
         for (int64_t j = 0; j <= ng; j++)
             e->a_g[j] = j * hp->n_head_kv / ng;
         for (int64_t j = 0; j < ng; j++)
@@ -559,11 +571,12 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             L->name_bagrp = calloc((size_t)nr, sizeof *L->name_bagrp);
             L->name_bakv = calloc((size_t)ng, sizeof *L->name_bakv);
             L->name_bacore = calloc((size_t)(ng * nr), sizeof *L->name_bacore);
+            L->name_bao = calloc((size_t)nr, sizeof *L->name_bao);
             L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
             L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
             L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
-            if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore || !L->h_k_c ||
-                !L->h_v_c || !L->kv_cols)
+            if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore ||
+                !L->name_bao || !L->h_k_c || !L->h_v_c || !L->kv_cols)
                 goto oom;
         }
     }
@@ -672,6 +685,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         for (int32_t j = 0; j < e->ng * e->nr; j++)
             snprintf(L->name_bacore[j], sizeof L->name_bacore[j], "attn_core_batch_L%d.%d.%d", l,
                      j / e->nr, j % e->nr);
+        for (int32_t j = 0; j < e->nr; j++)
+            snprintf(L->name_bao[j], sizeof L->name_bao[j], "attn_o_batch_L%d.%d", l, j);
         for (int32_t j = 0; j < e->na && e->na > 1; j++)
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
@@ -748,6 +763,11 @@ void si_engine_free(struct si_engine *e)
     free(e->h_bqkv);
     free(e->btp);
     free(e->btr);
+    for (int32_t j = 0; e->bo != NULL && j < e->nr; j++)
+        free(e->bo[j]);
+    free(e->bo);
+    free(e->h_bo);
+    free(e->bo_c);
     free(e->a_o);
     free(e->a_h);
     free(e->name_head);

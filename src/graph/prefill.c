@@ -15,7 +15,8 @@
  * (attn_batch_L.r: the products as GEMMs, biases, QK norm, RoPE); each
  * kv-head group's k and v go into the cache (attn_kv_batch_L.g); each
  * group attends in token ranges of about equal work (attn_core_batch_L.g.r);
- * attn_out_batch_L multiplies by Wo (a GEMM) and adds the residual.
+ * attn_o_batch_L.j multiply by slices of Wo's rows (GEMMs); attn_out_batch_L
+ * adds the residual.
  */
 static int submit_batch_attention(struct si_engine *e, int l)
 {
@@ -48,11 +49,18 @@ static int submit_batch_attention(struct si_engine *e, int l)
                          &a, STARPU_CPU);
         }
     }
+    for (int32_t j = 0; j < e->nr && rc == 0; j++) {
+        a.n = 0;
+        for (int32_t k = 0; k < e->ng * e->nr; k++)
+            si__add(&a, e->h_batt[k], STARPU_R);
+        si__add(&a, L->h_w[3], STARPU_R);
+        si__add(&a, e->h_bo[j], STARPU_W);
+        rc = si__run(e, &si__cl_bao, L->name_bao[j], l, j, 0, &a, STARPU_CPU);
+    }
     if (rc == 0) {
         a.n = 0;
-        for (int32_t j = 0; j < e->ng * e->nr; j++)
-            si__add(&a, e->h_batt[j], STARPU_R);
-        si__add(&a, L->h_w[3], STARPU_R);
+        for (int32_t j = 0; j < e->nr; j++)
+            si__add(&a, e->h_bo[j], STARPU_R);
         si__add(&a, e->h_bx, STARPU_RW);
         si__add(&a, e->h_bxb, STARPU_W);
         si__add(&a, e->h_bxb3, STARPU_W);
