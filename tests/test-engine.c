@@ -311,6 +311,30 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     profile_free(pr);
 }
 
+/* The synthetic model p, written to a temporary file (its name into path,
+ * at least 32 bytes) and loaded; NULL (the failure checked, the file gone)
+ * when either step fails.  The caller frees the model and unlinks path. */
+static struct si_model *synth_model(const struct si_synth_params *p, const char *what, char *path)
+{
+    strcpy(path, "/tmp/si-test-engine-XXXXXX");
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0)
+        return NULL;
+    close(fd);
+    char err[512];
+    struct si_model *m = NULL;
+    int rc = si_synth_write(p, path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth %s: %s", what, err);
+    if (rc == SI_OK) {
+        rc = si_model_load(&m, path, err, sizeof err);
+        CHECK(rc == SI_OK, "load %s: %s", what, err);
+    }
+    if (rc != SI_OK)
+        unlink(path);
+    return m;
+}
+
 /*
  * si_engine_eval_batch_logits: the logits of every position from `first` on
  * (what perplexity scores), against the reference's token by token, with
@@ -402,12 +426,6 @@ static void batch_logits(const char *what, const struct si_model *m, double tol)
 
 static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol)
 {
-    char path[] = "/tmp/si-test-engine-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp");
-    if (fd < 0)
-        return;
-    close(fd);
     struct si_synth_params p = si_synth_default_params();
     si_synth_preset("tiny", &p);
     si_synth_arch_parse(arch, &p.arch);
@@ -418,13 +436,10 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
     p.predictor_rank = 32; /* fc1/fc2 and ffn_down_t */
     if (p.arch == SI_SYNTH_OPT)
         p.n_head_kv = p.n_head; /* OPT has no grouped-query attention */
-    char err[512];
-    int rc = si_synth_write(&p, path, err, sizeof err);
-    CHECK(rc == SI_OK, "synth %s: %s", arch, err);
-    struct si_model *m = NULL;
-    if (rc == SI_OK && si_model_load(&m, path, err, sizeof err) == SI_OK) {
-        char what[96];
-        snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
+    char path[32], what[96];
+    snprintf(what, sizeof what, "synthetic %s %s", arch, si_type_name(type));
+    struct si_model *m = synth_model(&p, what, path);
+    if (m != NULL) {
         const struct config silu[] = {
             {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false},
             {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, true},
@@ -458,11 +473,9 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
-    } else if (rc == SI_OK) {
-        CHECK(false, "load %s: %s", arch, err);
+        si_model_free(m);
+        unlink(path);
     }
-    si_model_free(m);
-    unlink(path);
 }
 
 /*
@@ -487,12 +500,6 @@ static void synthetic_types(void)
         {"bamboo", SI_TYPE_Q5_K, true},      {"opt", SI_TYPE_Q4_K, true},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char path[] = "/tmp/si-test-engine-types-XXXXXX";
-        int fd = mkstemp(path);
-        CHECK(fd >= 0, "mkstemp");
-        if (fd < 0)
-            return;
-        close(fd);
         struct si_synth_params p = si_synth_default_params();
         si_synth_preset("tiny", &p);
         si_synth_arch_parse(cases[c].arch, &p.arch);
@@ -505,12 +512,10 @@ static void synthetic_types(void)
         p.n_head_kv = p.arch == SI_SYNTH_OPT ? 8 : 4;
         p.seed = 5;
         p.predictor_rank = 32; /* fc1/fc2, and ffn_down_t in each layer's down type */
-        char err[512], what[96];
-        int rc = si_synth_write(&p, path, err, sizeof err);
-        CHECK(rc == SI_OK, "synth %s %s: %s", cases[c].arch, si_synth_type_name(&p), err);
-        struct si_model *m = NULL;
-        if (rc == SI_OK && si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            snprintf(what, sizeof what, "synthetic %s %s", cases[c].arch, si_synth_type_name(&p));
+        char path[32], what[96];
+        snprintf(what, sizeof what, "synthetic %s %s", cases[c].arch, si_synth_type_name(&p));
+        struct si_model *m = synth_model(&p, what, path);
+        if (m != NULL) {
             const bool silu = p.arch == SI_SYNTH_LLAMA_SILU;
             if (p.mix_m)
                 CHECK(m->w.layers[0].ffn_down.type != m->w.layers[3].ffn_down.type,
@@ -538,11 +543,9 @@ static void synthetic_types(void)
                 compare(what, m, reordered[k], 2e-2);
             if (p.mix_m) /* dequantized rows in sgemm against block dots */
                 batch_logits(what, m, 3e-3);
-        } else if (rc == SI_OK) {
-            CHECK(false, "load %s: %s", path, err);
+            si_model_free(m);
+            unlink(path);
         }
-        si_model_free(m);
-        unlink(path);
     }
 }
 

@@ -35,6 +35,7 @@
  */
 #include "flash/cache.h"
 #include "flash/store.h"
+#include "internal.h" /* si__now */
 #include "model/gguf.h"
 #include "model/model.h"
 #include "starinfer.h"
@@ -44,14 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng;
 
@@ -92,10 +85,10 @@ static int read_layers(struct si_flash_store *s, int64_t per_layer, char *buf, s
                                                SI_FLASH_BLOCK,
                                            buf + (o % buf_bytes)};
         }
-        const double t0 = now();
+        const double t0 = si__now();
         if (si_flash_read(s, req, n) != SI_OK)
             return 1;
-        *io += now() - t0;
+        *io += si__now() - t0;
         *nreq += n;
     }
     return 0;
@@ -260,7 +253,7 @@ int main(int argc, char **argv)
                 bytes_t = (double)per_layer * nl;
             } else {
                 for (int32_t l = 0; l < nl; l++) {
-                    const double t0 = now();
+                    const double t0 = si__now();
                     const int32_t *a = act[t * nl + l];
                     int64_t na = n_act[t * nl + l], nk = 0, ns = 0, nld = 0;
                     /* as the engine's load task: in store order, the excess
@@ -308,12 +301,12 @@ int main(int argc, char **argv)
                                     (char *)req[k].dst + (size_t)p * f->rec_bytes};
                         n_req = q;
                     }
-                    const double t1 = now();
+                    const double t1 = si__now();
                     if (si_flash_read(s, req, n_req) != SI_OK) {
                         fprintf(stderr, "bench-flash: read failed\n");
                         return 1;
                     }
-                    io_t += now() - t1;
+                    io_t += si__now() - t1;
                     man_t += t1 - t0;
                     for (int64_t k = 0; k < n_req; k++)
                         bytes_t += (double)req[k].len;

@@ -13,6 +13,7 @@
  */
 #include "cli.h"
 #include "graph/engine.h"
+#include "internal.h" /* si__now */
 #include "placement/hwmodel.h"
 #include "graph/runtime.h"
 #include "model/model.h"
@@ -26,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_SCHEDS 32
@@ -35,13 +35,6 @@ static const char *default_prompt =
     "The GNU General Public License is a free, copyleft license for software and other kinds of "
     "works. The licenses for most software are designed to take away your freedom to share and "
     "change it.";
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void bench_usage(FILE *f)
 {
@@ -159,7 +152,7 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
     if (si_runtime_start(&rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
     ep.profile = prof;
-    double t0 = now();
+    double t0 = si__now();
     if (ep.vram_budget > 0 && si_runtime_ncuda() == 0) {
         si_cli_error("bench: --vram-budget needs a GPU, and StarPU has no CUDA worker (no CUDA "
                      "device, STARPU_NCUDA=0, or StarPU built without CUDA)");
@@ -169,12 +162,12 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
         si_cli_error("%s", err);
         goto out;
     }
-    double t1 = now();
+    double t1 = si__now();
     if (si_engine_eval_batch(eng, toks, n_prompt) != SI_OK) {
         si_cli_error("bench: evaluation of the prompt failed");
         goto out;
     }
-    double t2 = now();
+    double t2 = si__now();
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the decoded ids */
     const int32_t n_vocab = m->hp.n_vocab;
     for (int32_t i = 0; i < n_predict; i++) {
@@ -184,14 +177,14 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
             if (logits[t] > logits[best])
                 best = t;
         h = (h ^ (uint64_t)(uint32_t)best) * 1099511628211ull;
-        double s = now();
+        double s = si__now();
         if (si_engine_eval(eng, best) != SI_OK) {
             si_cli_error("bench: evaluation failed at decoded token %d", i);
             goto out;
         }
-        lat[i] = 1e3 * (now() - s);
+        lat[i] = 1e3 * (si__now() - s);
     }
-    double t3 = now();
+    double t3 = si__now();
     struct si_engine_stats st = si_engine_get_stats(eng);
     double busy = 0.0;
     for (int k = 0; k < SI_TASK_PREFILL_EMBED; k++)

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "graph/engine.h"
 #include "graph/runtime.h"
+#include "internal.h" /* si__now */
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -19,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void perplexity_usage(FILE *f)
 {
@@ -55,13 +55,6 @@ static void on_chunk(void *user, int64_t chunk, int64_t n_chunks, double ppl)
     fflush(stdout);
 }
 
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /*
  * The same chunks, BOS and scored halves as si_eval_perplexity, through the
  * engine: each chunk's first ctx - 1 tokens in pieces of n_batch, the
@@ -92,7 +85,7 @@ static int engine_perplexity(const struct si_model *m, struct si_engine_params e
         goto out;
     }
     struct si_ppl_sum sum = {0};
-    const double t0 = wall();
+    const double t0 = si__now();
     for (int64_t ch = 0; ch < n_chunks; ch++) {
         memcpy(chunk, toks + ch * ctx, (size_t)ctx * sizeof *chunk);
         if (bos >= 0)
@@ -119,7 +112,7 @@ static int engine_perplexity(const struct si_model *m, struct si_engine_params e
     }
     si_ppl_finish(&sum, res);
     res->n_chunks = n_chunks;
-    res->seconds = wall() - t0;
+    res->seconds = si__now() - t0;
     /* where the time went, as generate's engine lines say it */
     const struct si_engine_stats st = si_engine_get_stats(e);
     fprintf(stderr, "engine: %u CPU + %u CUDA workers, batches of %lld, per token:",

@@ -1,5 +1,6 @@
 /* cmd_profile.c - `starinfer profile`: count FFN neuron activations over a text. */
 #include "cli.h"
+#include "internal.h" /* si__now */
 #include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -15,18 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void profile_usage(FILE *f)
 {
@@ -194,7 +187,7 @@ int si_cmd_profile(int argc, char **argv)
         si_cli_error("%s", err);
         goto out;
     }
-    double t0 = now();
+    double t0 = si__now();
     if (!relu)
         si_progress_begin(&pg, "profile 1/2 thresholds", n, "tokens", 1);
     for (int64_t w = 0; w < n_windows && !relu; w++) {
@@ -226,7 +219,7 @@ int si_cmd_profile(int argc, char **argv)
             goto out;
         }
     }
-    const double secs = now() - t0;
+    const double secs = si__now() - t0;
     si_progress_update(&pg, n);
     si_progress_end(&pg);
     if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {

@@ -1,5 +1,6 @@
 /* cmd_train.c - `starinfer train-predictor`: train PowerInfer predictors in C. */
 #include "cli.h"
+#include "internal.h" /* si__now */
 #include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -16,17 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has it */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void train_usage(FILE *f)
 {
@@ -368,13 +361,13 @@ int si_cmd_train(int argc, char **argv)
         goto out;
     }
     tty = si_progress_wanted();
-    const double t_start = now();
+    const double t_start = si__now();
 
     const float *thresholds = NULL;
     double t_calib = 0, t_collect = 0;
     const bool reuse = samples_file != NULL && access(samples_file, F_OK) == 0;
     if (reuse) {
-        bar_t0 = now();
+        bar_t0 = si__now();
         if (si_train_samples_read(&samples, &rule, &kept_thr, &target, samples_file, m, err,
                                   sizeof err) != SI_OK) {
             si_cli_error("%s", err);
@@ -387,7 +380,7 @@ int si_cmd_train(int argc, char **argv)
         }
         thresholds = relu ? NULL : kept_thr;
         printf("train-predictor: %s, %" PRId64 " samples per layer read from %s (%.1f s)\n",
-               model, samples->n, samples_file, now() - bar_t0);
+               model, samples->n, samples_file, si__now() - bar_t0);
     } else {
         /* The active rule: thresholds from the profile, or a first pass. */
         if (!relu && profile != NULL) {
@@ -411,7 +404,7 @@ int si_cmd_train(int argc, char **argv)
                 si_cli_error("%s", err);
                 goto out;
             }
-            bar_t0 = now();
+            bar_t0 = si__now();
             si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
@@ -429,14 +422,14 @@ int si_cmd_train(int argc, char **argv)
                 si_cli_error("%s", err);
                 goto out;
             }
-            t_calib = now() - bar_t0;
+            t_calib = si__now() - bar_t0;
         } else if (!relu) {
             if (si_profile_init(&prof, hp->n_layer, hp->n_ff, err, sizeof err) != SI_OK ||
                 si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
             }
-            bar_t0 = now();
+            bar_t0 = si__now();
             si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
@@ -454,7 +447,7 @@ int si_cmd_train(int argc, char **argv)
                 si_cli_error("%s", err);
                 goto out;
             }
-            t_calib = now() - bar_t0;
+            t_calib = si__now() - bar_t0;
         }
         thresholds = relu ? NULL : own_thr != NULL ? own_thr : prof->thresholds;
 
@@ -464,7 +457,7 @@ int si_cmd_train(int argc, char **argv)
             si_cli_error("%s", err);
             goto out;
         }
-        bar_t0 = now();
+        bar_t0 = si__now();
         si_progress_begin(&pg, "train-predictor samples", n, "tokens", 1);
         for (int64_t w = 0; w < n_windows; w++) {
             const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
@@ -479,7 +472,7 @@ int si_cmd_train(int argc, char **argv)
         si_progress_update(&pg, n);
         si_progress_end(&pg);
 
-        t_collect = now() - bar_t0;
+        t_collect = si__now() - bar_t0;
         if (samples_file != NULL &&
             si_train_samples_write(samples, rule, thresholds, target, samples_file, err,
                                    sizeof err) != SI_OK) {
@@ -540,7 +533,7 @@ int si_cmd_train(int argc, char **argv)
         si_cli_error("out of memory");
         goto out;
     }
-    const double t_train0 = now();
+    const double t_train0 = si__now();
     int64_t pred_params = 0;
     int32_t below = 0;
     printf("layer  active  width trials  recall  precision  pred.sparsity  loss (init -> "
@@ -563,7 +556,7 @@ int si_cmd_train(int argc, char **argv)
                L->after.pred_sparsity, L->before.loss, L->after.loss, L->train_loss, L->seconds);
         fflush(stdout);
     }
-    const double t_train = now() - t_train0;
+    const double t_train = si__now() - t_train0;
     if (predict_sparsity > 0) {
         double got = 0;
         float T = 0;
@@ -596,7 +589,7 @@ int si_cmd_train(int argc, char **argv)
            si_eval_model_params(m),
            si_type_name(type), below, hp->n_layer, recall);
     printf("time: %.1f s training (%.1f s a layer), %.1f s in all -> %s\n", t_train,
-           t_train / hp->n_layer, now() - t_start, output);
+           t_train / hp->n_layer, si__now() - t_start, output);
     rc = 0;
 out:
     for (int32_t l = 0; layers != NULL && l < m->hp.n_layer; l++)

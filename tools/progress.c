@@ -1,19 +1,13 @@
 /* progress.c - the progress line of long commands (see progress.h). */
 #include "progress.h"
 
+#include "internal.h" /* si__now */
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 bool si_progress_wanted(void)
 {
@@ -28,7 +22,7 @@ void si_progress_begin(struct si_progress *p, const char *label, int64_t total, 
 {
     memset(p, 0, sizeof *p);
     p->on = si_progress_wanted();
-    p->t0 = now();
+    p->t0 = si__now();
     p->last = -1.0;
     p->total = total > 0 ? total : 0;
     p->scale = scale > 0 ? scale : 1.0;
@@ -48,7 +42,7 @@ void si_progress_update(struct si_progress *p, int64_t done)
 {
     if (!p->on)
         return;
-    const double t = now();
+    const double t = si__now();
     if (done < p->total && p->last >= 0.0 && t - p->last < 0.1)
         return;
     p->last = t;

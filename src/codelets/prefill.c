@@ -465,7 +465,7 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
 /*
  * The LM head over the batch's tokens bout0 .. bn - 1, vocabulary rows
  * [lh[j], lh[j+1]) of each: their final norms, then the rows times them,
- * as bffn_cpu multiplies (the reference's dots with converted activations
+ * through batch_products (the reference's dots with converted activations
  * where exactness is asked or the batch is small, else si_k_gemm).
  * Buffers: x_batch (R), the LM head (R), this slice of the logits rows (W).
  */
@@ -481,24 +481,13 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
     const char *w = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
     float *y = (float *)STARPU_MATRIX_GET_PTR(buffers[2]);
     const int64_t ldy = STARPU_MATRIX_GET_LD(buffers[2]);
-    const struct si_tensor *o = &m->w.output;
     const int64_t r0 = (int64_t)e->lh[a->j], nr = (int64_t)e->lh[a->j + 1] - r0;
-    const char *rows = w + (size_t)r0 * o->row_bytes;
+    struct si_tensor rows = si__rows_of(&m->w.output, r0, r0 + nr);
+    rows.data = w + (size_t)r0 * rows.row_bytes; /* the handle's copy */
     for (int64_t t = 0; t < nt; t++)
         si_ref_head_input(e->ref, bx + (size_t)(e->bout0 + t) * (size_t)d, sc->hx + t * d,
                           sc->tmp);
-    if (e->p.ref.act_quant && (e->p.exact_prefill || nt < SI__BLAS_MIN_BATCH)) {
-        size_t xa_row = 0;
-        const uint32_t at = si_act_type(o->type);
-        si_type_row_size(at, d, &xa_row);
-        char *xa = sc->gemm;
-        for (int64_t t = 0; t < nt; t++)
-            si_quantize_act(at, sc->hx + t * d, xa + (size_t)t * xa_row, d);
-        gemm_act(o->type, rows, o->row_bytes, nr, d, xa, xa_row, nt, y, ldy);
-    } else {
-        int rc = si_k_gemm(o->type, rows, o->row_bytes, nr, d, sc->hx, d, nt, y, ldy, sc->gemm);
-        STARPU_ASSERT_MSG(rc == SI_OK, "LM head GEMM refused its shapes");
-    }
+    batch_products(e, &rows, nr, sc->hx, d, nt, y, ldy, sc->gemm);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 

@@ -493,11 +493,6 @@ static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const
         attention_f32(s, l, pos, h0, h1, q, att, score, krow);
 }
 
-void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
-                       float *v, float *att, float *scratch)
-{
-    si_ref_attn_group_at(s, l, s->n_past, g0, g1, q, k, v, att, scratch);
-}
 
 /* scratch's pieces, as si_ref_attn_scratch_floats counts them */
 struct attn_scratch {
@@ -541,16 +536,11 @@ void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0,
     attend(s, l, pos, g0 * group, g1 * group, q, att, a.score, a.krow, a.q16, a.tile);
 }
 
-void si_ref_attn_group_at(const struct si_ref *s, int l, int pos, int g0, int g1, float *q,
-                          float *k, float *v, float *att, float *scratch)
+void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
+                       float *v, float *att, float *scratch)
 {
-    const struct si_hparams *hp = &s->m->hp;
-    const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
-    float *tmp = scratch, *score = tmp + 2 * (d > hd ? d : hd);
-    float *krow = score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
-    uint16_t *q16 = (uint16_t *)(krow + (size_t)hp->n_head_kv * hd);
-    float *tile = krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
-    attn_group(s, l, pos, g0, g1, q, k, v, att, tmp, score, krow, q16, tile);
+    struct attn_scratch a = attn_scratch(s, scratch);
+    attn_group(s, l, s->n_past, g0, g1, q, k, v, att, a.tmp, a.score, a.krow, a.q16, a.tile);
 }
 
 void si_ref_attn_core(struct si_ref *s, int l)

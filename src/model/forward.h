@@ -177,16 +177,13 @@ void si_ref_attn_finish(struct si_ref *s, int l);
  */
 void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *scratch);
-/* si_ref_attn_group for the token at position pos (its cache row), whatever
- * n_past says: a batch's tokens, one after the other. */
-void si_ref_attn_group_at(const struct si_ref *s, int l, int pos, int g0, int g1, float *q,
-                          float *k, float *v, float *att, float *scratch);
-/* Its three parts, for a batch whose tokens' steps may then run in any
- * order and at the same time: prepare (biases, QK norm, RoPE of q, k, v in
- * place: no shared state touched), cache (k and v into the cache's row pos,
- * those kv heads' columns), then attend (q, prepared, against the cache's
- * rows up to pos, into att) once every position up to pos is cached.  The
- * same bits as si_ref_attn_group_at. */
+/* si_ref_attn_group in three parts, each for the token at position pos (its
+ * cache row, whatever n_past says), for a batch whose tokens' steps may
+ * then run in any order and at the same time: prepare (biases, QK norm,
+ * RoPE of q, k, v in place: no shared state touched), cache (k and v into
+ * the cache's row pos, those kv heads' columns), then attend (q, prepared,
+ * against the cache's rows up to pos, into att) once every position up to
+ * pos is cached.  The same bits as si_ref_attn_group. */
 void si_ref_attn_group_prepare_at(const struct si_ref *s, int l, int pos, int g0, int g1,
                                   float *q, float *k, float *v, float *scratch);
 void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, int g1,
