@@ -523,6 +523,8 @@ struct si_stats {
     int64_t gpu_budget;        /* the VRAM budget the engine placed under (0: none) */
     int64_t gpu_accounted;     /* GPU bytes of the engine's handles: reserve + hot slices */
     int64_t gpu_allocated_peak; /* the most StarPU had allocated on the CUDA nodes */
+    int64_t packed_bytes;      /* weights the engine holds packed 8 rows at a time
+                                * (its own copy, read faster; docs/engine.md) */
     int64_t step_tokens;       /* tokens the engine evaluated one by one */
     double step_seconds;       /* their wall time */
     int64_t step_tasks;        /* tasks submitted for them */

@@ -1140,6 +1140,7 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.gpu_budget = e.gpu_budget;
         s.gpu_accounted = e.gpu_accounted;
         s.gpu_allocated_peak = e.gpu_allocated_peak;
+        s.packed_bytes = e.packed_bytes;
         s.step_tokens = e.tokens - b->tokens;
         s.step_seconds = e.seconds - b->seconds;
         s.step_tasks = e.tasks - b->tasks;

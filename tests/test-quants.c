@@ -21,6 +21,7 @@
  * within 1e-6 of |y| + |a| * (the value's terms), a few float roundings.
  */
 #include "model/act.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
@@ -1354,6 +1355,105 @@ static void test_dot_act2(void)
     }
 }
 
+/*
+ * Packed groups (model/pack8.h): for every table this CPU runs (and VNNI's),
+ * each row's packed dot equals that table's dot_act of the unpacked row bit
+ * for bit; unpacking gives back the rows byte for byte; extreme values
+ * (all quants at the ends of their range) and odd addresses included.
+ */
+static void test_pack8(void)
+{
+    const struct si__quants_table *tables[3] = {&si__quants_scalar, &si__quants_avx2,
+                                                &si__quants_vnni};
+    const bool usable[3] = {true, si__quants_avx2_usable(), si__quants_vnni_usable()};
+    const uint32_t types[] = {SI_TYPE_Q4_0, SI_TYPE_Q8_0};
+    int compared = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti], at = si_act_type(t);
+        CHECK(si_pack8_type(t) && si_pack8_block_bytes(t) == 8 * si_type_get(t)->size,
+              "%s: packed block size", si_type_name(t));
+        const int64_t lens[] = {32, 96, 576, 4096};
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+            const int64_t n = lens[j];
+            size_t rb = 0, ab = 0;
+            si_type_row_size(t, n, &rb);
+            si_type_row_size(at, n, &ab);
+            uint8_t *rows = malloc(8 * rb + 1), *pk = malloc(8 * rb + 1), *back = malloc(rb);
+            uint8_t *xa = malloc(ab + 1);
+            float *x = malloc((size_t)n * sizeof *x);
+            for (int round = 0; round < 8; round++) {
+                const bool extreme = round % 4 == 3;
+                for (int r = 0; r < 8; r++) {
+                    for (int64_t k = 0; k < n; k++)
+                        x[k] = extreme ? ((k + r) % 2 ? 1.0f : -1.0f) : (float)uniform(-1, 1);
+                    si_quantize_row(t, x, rows + 1 + (size_t)r * rb, n);
+                }
+                for (int64_t k = 0; k < n; k++)
+                    x[k] = extreme ? ((k % 3) ? 4.0f : -4.0f) : (float)uniform(-2, 2);
+                si_quantize_act(at, x, xa + 1, n);
+                si_pack8(t, rows + 1, rb, n, pk + 1);
+                for (int r = 0; r < 8; r++) {
+                    si_unpack8_row(t, pk + 1, r, n, back);
+                    CHECK(memcmp(back, rows + 1 + (size_t)r * rb, rb) == 0,
+                          "%s n=%lld: row %d unpacked differs", si_type_name(t), (long long)n, r);
+                }
+                for (int k = 0; k < 3; k++) {
+                    const struct si__quants_kernels *kern = &tables[k]->type[t];
+                    if (!usable[k])
+                        continue;
+                    CHECK(kern->dot_act8 != NULL, "%s %s: no packed dot", tables[k]->name,
+                          si_type_name(t));
+                    if (kern->dot_act8 == NULL)
+                        continue;
+                    /* VNNI's table holds only its own kernels: its rows'
+                     * dot is the AVX2 table's (the same bits). */
+                    si__dot_act_fn dot = kern->dot_act != NULL ? kern->dot_act
+                                                               : si__quants_avx2.type[t].dot_act;
+                    float got[8];
+                    kern->dot_act8(pk + 1, xa + 1, n, got);
+                    for (int r = 0; r < 8; r++) {
+                        const float want = dot(rows + 1 + (size_t)r * rb, xa + 1, n);
+                        CHECK(memcmp(&got[r], &want, sizeof want) == 0,
+                              "%s %s n=%lld row %d: packed %a, dot_act %a", tables[k]->name,
+                              si_type_name(t), (long long)n, r, (double)got[r], (double)want);
+                        compared++;
+                    }
+                }
+                for (int k = 0; k < 3; k++) {
+                    const struct si__quants_kernels *kern = &tables[k]->type[t];
+                    if (!usable[k] || k == 2)
+                        continue; /* VNNI's table has no dequantizers */
+                    float *d8 = malloc(8 * (size_t)n * sizeof *d8), *d1 = malloc((size_t)n * 4);
+                    kern->dequantize8(pk + 1, n, d8);
+                    for (int r = 0; r < 8; r++) {
+                        kern->dequantize(rows + 1 + (size_t)r * rb, d1, n);
+                        CHECK(memcmp(d8 + (size_t)r * n, d1, (size_t)n * 4) == 0,
+                              "%s %s n=%lld row %d: dequantize8 differs", tables[k]->name,
+                              si_type_name(t), (long long)n, r);
+                    }
+                    free(d8);
+                    free(d1);
+                }
+                float got[8];
+                si_vec_dot_act8(t, pk + 1, xa + 1, n, got);
+                for (int r = 0; r < 8; r++) {
+                    const float want = si_vec_dot_act(t, rows + 1 + (size_t)r * rb, xa + 1, n);
+                    CHECK(memcmp(&got[r], &want, sizeof want) == 0,
+                          "%s n=%lld row %d: si_vec_dot_act8 differs", si_type_name(t),
+                          (long long)n, r);
+                }
+            }
+            free(rows);
+            free(pk);
+            free(back);
+            free(xa);
+            free(x);
+        }
+    }
+    CHECK(!si_pack8_type(SI_TYPE_F16) && !si_pack8_type(SI_TYPE_Q4_K), "unpacked types");
+    printf("pack8: %d packed dots equal to their rows' dot_act\n", compared);
+}
+
 int main(void)
 {
     test_conversions();
@@ -1364,5 +1464,6 @@ int main(void)
     test_mad4();
     test_dot_act2();
     test_vnni();
+    test_pack8();
     return test_result();
 }

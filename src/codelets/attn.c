@@ -42,7 +42,7 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     const struct si_hparams *hp = &e->m->hp;
-    const struct si_layer *W = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     double t0 = si__now();
     const int j = a->j, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
@@ -76,7 +76,7 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     /* The children are consecutive parts of one array in main memory. */
     const float *att = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[e->ng + 1]);
-    struct si_tensor wo = si__rows_of(&e->m->w.layers[a->l].wo, e->a_o[a->j], e->a_o[a->j + 1]);
+    struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, e->a_o[a->j], e->a_o[a->j + 1]);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &wo, att);
     si__account(e, SI_TASK_ATTN_PROJ, t0);
 }

@@ -123,6 +123,7 @@ struct si_engine_stats {
     int64_t gpu_budget;
     int64_t gpu_accounted;
     int64_t gpu_allocated_peak;
+    int64_t packed_bytes; /* weights packed 8 rows at a time (graph/weights.c) */
     /* The flash tier (zeros without one): host bytes resident besides the
      * caches (the model's tensors other than the FFN's, KV cache, hot
      * records, gating rows, predictor copies, per-layer buffers), the

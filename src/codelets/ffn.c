@@ -20,19 +20,44 @@
 #endif
 
 /*
- * Dense layout, neurons [n0, n0 + n) in file order: their activations into
- * h, as the reference computes them; the down projection runs afterwards
- * over all the neurons (down_cpu).  Returns n: dense mode computes every
- * neuron.
+ * Dense layout, neurons [n0, n0 + n) in file order (gate and up: their
+ * rows, at the slice's buffers): their activations into h, as the
+ * reference computes them; the down projection runs afterwards over all the
+ * neurons (down_cpu).  Where the engine packed the layer's gate and up
+ * (graph/weights.c; n0 a multiple of 8), their dots come 8 rows at a time
+ * (si_ref_matvec_act), the same values.  Returns n: dense mode computes
+ * every neuron.
  */
-static int64_t ffn_dense_slice(struct si_engine *e, const struct si__ffn_fmt *f, const float *xb,
+static int64_t ffn_dense_slice(struct si_engine *e, int l, int64_t n0, const float *xb,
                                const char *gate, const char *up, const float *b, int64_t n,
                                struct si__scratch *sc, float *h)
 {
-    const void *xa = si__ffn_convert_input(e, f->gu_type, xb, sc->xq);
+    const struct si_layer *W = &e->w->layers[l];
+    const uint32_t t = W->ffn_up.type;
+    const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
+    if (xa != NULL && W->ffn_up.pk > 0) {
+        const struct si_hparams *hp = &e->m->hp;
+        struct si_tensor uv = si__rows_of(&W->ffn_up, n0, n0 + n);
+        uv.data = up;
+        si_ref_matvec_act(h, &uv, xa);
+        float *g = sc->g;
+        if (gate != NULL) {
+            struct si_tensor gv = si__rows_of(&W->ffn_gate, n0, n0 + n);
+            gv.data = gate;
+            si_ref_matvec_act(g, &gv, xa);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const float u = b != NULL ? h[i] + b[i] : h[i];
+            h[i] = hp->ffn_kind == SI_FFN_PLAIN
+                       ? si_act_apply(hp->act, u)
+                       : si_act_gated(hp->ffn_kind, si_act_apply(hp->act, g[i]), u);
+        }
+        return n;
+    }
+    const size_t rb = W->ffn_up.row_bytes;
     for (int64_t i = 0; i < n; i++)
-        h[i] = si__ffn_neuron(e, f->gu_type, gate != NULL ? gate + (size_t)i * f->gu_row : NULL,
-                              up + (size_t)i * f->gu_row, b != NULL ? b + i : NULL, xa, xb);
+        h[i] = si__ffn_neuron(e, t, gate != NULL ? gate + (size_t)i * rb : NULL,
+                              up + (size_t)i * rb, b != NULL ? b + i : NULL, xa, xb);
     return n; /* every neuron, zero or not */
 }
 
@@ -179,7 +204,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc);
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
     /* The up bias (zeros in the handle for files without one: not added) */
-    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     float *out;
     float *y;
     int64_t computed, rd = 0;
@@ -189,7 +214,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
         i++;
         out = y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        computed = ffn_dense_slice(e, &L->f, xb, gate, up, b, n, sc, y);
+        computed = ffn_dense_slice(e, a->l, L->s0[a->j], xb, gate, up, b, n, sc, y);
         rd = n * (int64_t)L->f.gu_row * (gate != NULL ? 2 : 1);
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
@@ -230,7 +255,7 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
-    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     cudaStream_t st = starpu_cuda_get_local_stream();
     double t0 = si__now();
     int i = 0;
@@ -320,8 +345,7 @@ static void down_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     double t0 = si__now();
     si__ffn_gather(L, buffers, 0, sc->h);
-    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
-    rows.ne[1] = e->dn[a->j + 1] - e->dn[a->j];
+    struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
     rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
     si_ref_matvec(e->p.ref.act_quant, sc->hq, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]),
                   &rows, sc->h);

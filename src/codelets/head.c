@@ -44,7 +44,7 @@ static void head_rows_cpu(void *buffers[], void *cl_arg)
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[nc + 2]);
     const double tm = si__residual_in(e, e->m->hp.n_layer, buffers, 1, x, sc->xl, sc);
     si_ref_head_input(e->ref, sc->xl, sc->xn, sc->tmp);
-    struct si_tensor w = si__rows_of(&e->m->w.output, e->a_h[a->j], e->a_h[a->j + 1]);
+    struct si_tensor w = si__rows_of(&e->w->output, e->a_h[a->j], e->a_h[a->j + 1]);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &w, sc->xn);
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_HEAD, si__now() - t0 - tm);

@@ -73,7 +73,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const char *mat = e->ft.region;
     const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
-    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     const float *b = bias ? e->ft.region_bias : NULL;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     const char *gate = f->gate_off >= 0 ? mat + f->gate_off : NULL;

@@ -20,7 +20,7 @@ static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, cons
                        const float *xb3, float *xb2, float *x_out, float *tmp)
 {
     const struct si__layer_state *L = &e->L[l];
-    const struct si_layer *W = &e->m->w.layers[l];
+    const struct si_layer *W = &e->w->layers[l];
     const int64_t d = e->m->hp.n_embd;
     bool first = true;
     for (int32_t k = 0; !e->sparse && k < e->nd; k++)
@@ -78,7 +78,7 @@ static void merge_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si_ref *s = e->ref;
-    const struct si_layer *W = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->w->layers[a->l];
     const int64_t d = e->m->hp.n_embd;
     double t0 = si__now();
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);

@@ -6,6 +6,8 @@
 #include "codelets/ops.h"
 
 #include "model/act.h"
+#include "model/model.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -67,6 +69,30 @@ size_t si_k_gemm_scratch_size(uint32_t type, int64_t n_cols)
     return (size_t)SI_K_GEMM_TILE_ROWS * (size_t)n_cols * sizeof(float);
 }
 
+/* si_k_gemm's tiles: rows [0, pk) packed 8 at a time (pk may end inside
+ * a group), the rest in the row layout. */
+static int gemm_tiles(uint32_t type, const void *w, size_t row_bytes, int64_t pk, int64_t n_rows,
+                      int64_t n_cols, const float *x, int64_t ldx, int64_t n_tok, float *y,
+                      int64_t ldy, void *scratch)
+{
+    float *tile = scratch;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += SI_K_GEMM_TILE_ROWS) {
+        const int64_t nr =
+            n_rows - r0 < SI_K_GEMM_TILE_ROWS ? n_rows - r0 : SI_K_GEMM_TILE_ROWS;
+        int64_t i = 0;
+        for (; i < nr && r0 + i < pk; i += 8) /* groups: at multiples of 8 of the tile */
+            si_dequantize8(type, row_at(w, row_bytes, r0 + i), n_cols, tile + (size_t)i * n_cols);
+        if (r0 + i > pk) /* past a group that ends the packed rows, or none here */
+            i = pk > r0 ? pk - r0 : 0;
+        for (; i < nr; i++)
+            si_dequantize_row(type, row_at(w, row_bytes, r0 + i), tile + (size_t)i * n_cols,
+                              n_cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)nr, (int)n_cols,
+                    1.0f, x, (int)ldx, tile, (int)n_cols, 0.0f, y + r0, (int)ldy);
+    }
+    return SI_OK;
+}
+
 int si_k_gemm(uint32_t type, const void *w, size_t row_bytes, int64_t n_rows, int64_t n_cols,
               const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, void *scratch)
 {
@@ -92,15 +118,21 @@ int si_k_gemm(uint32_t type, const void *w, size_t row_bytes, int64_t n_rows, in
                     (int)ldy);
         return SI_OK;
     }
-    float *tile = scratch;
-    for (int64_t r0 = 0; r0 < n_rows; r0 += SI_K_GEMM_TILE_ROWS) {
-        const int64_t nr =
-            n_rows - r0 < SI_K_GEMM_TILE_ROWS ? n_rows - r0 : SI_K_GEMM_TILE_ROWS;
-        for (int64_t i = 0; i < nr; i++)
-            si_dequantize_row(type, row_at(w, row_bytes, r0 + i), tile + (size_t)i * n_cols,
-                              n_cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)nr, (int)n_cols,
-                    1.0f, x, (int)ldx, tile, (int)n_cols, 0.0f, y + r0, (int)ldy);
-    }
-    return SI_OK;
+    return gemm_tiles(type, w, row_bytes, 0, n_rows, n_cols, x, ldx, n_tok, y, ldy, scratch);
+}
+
+int si_k_gemm_tensor(const struct si_tensor *w, const float *x, int64_t ldx, int64_t n_tok,
+                     float *y, int64_t ldy, void *scratch)
+{
+    if (w->pk == 0)
+        return si_k_gemm(w->type, w->data, w->row_bytes, w->ne[1], w->ne[0], x, ldx, n_tok, y,
+                         ldy, scratch);
+    if (!si_pack8_type(w->type) || w->pk > w->ne[1] || n_tok < 0 || x == NULL || y == NULL ||
+        scratch == NULL || ldx < w->ne[0] || ldy < w->ne[1] || w->ne[1] > INT_MAX ||
+        w->ne[0] > INT_MAX || n_tok > INT_MAX || ldx > INT_MAX || ldy > INT_MAX)
+        return SI_E_INVALID;
+    if (n_tok == 0)
+        return SI_OK;
+    return gemm_tiles(w->type, w->data, w->row_bytes, w->pk, w->ne[1], w->ne[0], x, ldx, n_tok, y,
+                      ldy, scratch);
 }

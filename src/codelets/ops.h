@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct si_tensor; /* model/model.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -65,6 +67,11 @@ size_t si_k_gemm_scratch_size(uint32_t type, int64_t n_cols);
  */
 int si_k_gemm(uint32_t type, const void *w, size_t row_bytes, int64_t n_rows, int64_t n_cols,
               const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy, void *scratch);
+
+/* si_k_gemm on the rows of w (ne[1] rows of ne[0] values), packed ones
+ * (w->pk, model/pack8.h) included: the same values. */
+int si_k_gemm_tensor(const struct si_tensor *w, const float *x, int64_t ldx, int64_t n_tok,
+                     float *y, int64_t ldy, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__layer_state *L = &e->L[a->l];
-    const struct si_layer *W = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     double t0 = si__now();
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
@@ -62,7 +62,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     const char *pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
     int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);

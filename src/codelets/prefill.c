@@ -8,6 +8,7 @@
 #include "codelets/ops.h"
 #include "model/act.h"
 #include "model/forward.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -94,7 +95,7 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
-    const struct si_layer *W = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->w->layers[a->l];
     const int64_t d = hp->n_embd, hd = hp->head_dim, t0 = e->btp[a->j], nt = e->btp[a->j + 1] - t0;
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
     double start = si__now();
@@ -190,7 +191,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     }
     float *o = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
     if (w > 0) {
-        const struct si_tensor wo = si__rows_of(&e->m->w.layers[a->l].wo, c0, c0 + w);
+        const struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, c0, c0 + w);
         batch_products(e, &wo, w, att, qd, bn, o, w, sc->gemm);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
@@ -247,14 +248,27 @@ static void batch_act(const struct si_engine *e, int l, float *g, float *u, int6
  * y[t][r] = row r . xa[t] for a tile of rows at a time (the rows stay in
  * cache while every token of the batch uses them): the reference's own dot
  * on activations converted by si_quantize_act, so each value equals the
- * token-by-token one bit for bit.  xa[t] at xa + t * xa_stride bytes.
+ * token-by-token one bit for bit; the first pk rows packed 8 at a time
+ * (model/pack8.h), a tile being one group.  xa[t] at xa + t * xa_stride
+ * bytes.
  */
-static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_rows, int64_t n_cols,
-                     const char *xa, size_t xa_stride, int64_t n_tok, float *y, int64_t ldy)
+static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t pk, int64_t n_rows,
+                     int64_t n_cols, const char *xa, size_t xa_stride, int64_t n_tok, float *y,
+                     int64_t ldy)
 {
     enum { TILE = 8 };
     for (int64_t r0 = 0; r0 < n_rows; r0 += TILE) {
         const int64_t r1 = r0 + TILE < n_rows ? r0 + TILE : n_rows;
+        if (r0 < pk) {
+            /* a group; pk ends inside one only where the rows end */
+            float o[8];
+            for (int64_t t = 0; t < n_tok; t++) {
+                si_vec_dot_act8(type, w + (size_t)r0 * row_bytes, xa + (size_t)t * xa_stride,
+                                n_cols, o);
+                memcpy(y + t * ldy + r0, o, (size_t)(r1 - r0) * sizeof *o);
+            }
+            continue;
+        }
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t r = r0; r < r1; r++)
                 y[t * ldy + r] = si_vec_dot_act(type, w + (size_t)r * row_bytes,
@@ -262,10 +276,14 @@ static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t n_r
     }
 }
 
+/* The batch's products with the rows of w (n_rows of them, packed or not):
+ * gemm_act on converted activations where exactness is asked for or the
+ * batch is small, else si_k_gemm_tensor. */
 static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
                            const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
                            void *scratch)
 {
+    STARPU_ASSERT(n_rows == w->ne[1]);
     if (e->p.ref.act_quant && (e->p.exact_prefill || n_tok < SI__BLAS_MIN_BATCH)) {
         size_t xa_row = 0;
         const uint32_t at = si_act_type(w->type);
@@ -273,11 +291,11 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
         char *xa = scratch;
         for (int64_t t = 0; t < n_tok; t++)
             si_quantize_act(at, x + t * n_cols, xa + (size_t)t * xa_row, n_cols);
-        gemm_act(w->type, w->data, w->row_bytes, n_rows, n_cols, xa, xa_row, n_tok, y, ldy);
+        gemm_act(w->type, w->data, w->row_bytes, w->pk, n_rows, n_cols, xa, xa_row, n_tok, y,
+                 ldy);
         return;
     }
-    int rc = si_k_gemm(w->type, w->data, w->row_bytes, n_rows, n_cols, x, n_cols, n_tok, y, ldy,
-                       scratch);
+    int rc = si_k_gemm_tensor(w, x, n_cols, n_tok, y, ldy, scratch);
     STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
 }
 
@@ -299,17 +317,23 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd, n = L->s0[a->j + 1] - L->s0[a->j], bn = e->bn;
-    const bool bias = e->m->w.layers[a->l].ffn_up_b.data != NULL;
+    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     double t0 = si__now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
     const struct si__ffn_fmt *f = &L->f;
     const char *gate = NULL, *up = NULL, *rec = NULL;
     size_t gs = f->gu_row, us = f->gu_row;
+    int64_t gpk = 0, upk = 0; /* dense: packed rows of the slice's gate and up */
     if (!e->sparse) {
-        if (e->has_gate)
+        const struct si_layer *W = &e->w->layers[a->l];
+        const int64_t n0 = L->s0[a->j];
+        if (e->has_gate) {
             gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+            gpk = si__rows_of(&W->ffn_gate, n0, n0 + n).pk;
+        }
         up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        upk = si__rows_of(&W->ffn_up, n0, n0 + n).pk;
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
@@ -334,14 +358,21 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn; t++)
             si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
         if (gate != NULL)
-            gemm_act(f->gu_type, gate, gs, n, d, xa, xa_row, bn, sc->bg, n);
-        gemm_act(f->gu_type, up, us, n, d, xa, xa_row, bn, sc->bu, n);
+            gemm_act(f->gu_type, gate, gs, gpk, n, d, xa, xa_row, bn, sc->bg, n);
+        gemm_act(f->gu_type, up, us, upk, n, d, xa, xa_row, bn, sc->bu, n);
     } else {
+        /* the rows as tensors (strides gs, us: records in sparse layouts) */
+        const struct si_tensor gt = {.data = gate, .type = f->gu_type, .ne = {d, n, 1, 1},
+                                     .nbytes = (size_t)n * gs, .row_bytes = gs, .pk = gpk},
+                               ut = {.data = up, .type = f->gu_type, .ne = {d, n, 1, 1},
+                                     .nbytes = (size_t)n * us, .row_bytes = us, .pk = upk};
         int rc = SI_OK;
         if (gate != NULL)
-            rc = si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
+            rc = gpk > 0 ? si_k_gemm_tensor(&gt, xb, d, bn, sc->bg, n, sc->gemm)
+                         : si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
         if (rc == SI_OK)
-            rc = si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
+            rc = upk > 0 ? si_k_gemm_tensor(&ut, xb, d, bn, sc->bu, n, sc->gemm)
+                         : si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
     }
     if (b != NULL)
@@ -394,8 +425,7 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t ff = e->m->hp.n_ff, bn = e->bn, no = e->dn[a->j + 1] - e->dn[a->j];
     double t0 = si__now();
-    struct si_tensor rows = e->m->w.layers[a->l].ffn_down;
-    rows.ne[1] = no;
+    struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
     rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]);
     const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
@@ -405,8 +435,7 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn; t++)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
     } else {
-        int rc = si_k_gemm(rows.type, rows.data, rows.row_bytes, no, ff, sc->bu, ff, bn, y, no,
-                           sc->gemm);
+        int rc = si_k_gemm_tensor(&rows, sc->bu, ff, bn, y, no, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
     }
     si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
@@ -418,7 +447,7 @@ static void bmerge_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__layer_state *L = &e->L[a->l];
     struct si_ref *s = e->ref;
-    const struct si_layer *W = &e->m->w.layers[a->l];
+    const struct si_layer *W = &e->w->layers[a->l];
     const int64_t d = e->m->hp.n_embd;
     double t0 = si__now();
     for (int32_t t = 0; t < e->bn; t++) {
@@ -482,7 +511,7 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
     float *y = (float *)STARPU_MATRIX_GET_PTR(buffers[2]);
     const int64_t ldy = STARPU_MATRIX_GET_LD(buffers[2]);
     const int64_t r0 = (int64_t)e->lh[a->j], nr = (int64_t)e->lh[a->j + 1] - r0;
-    struct si_tensor rows = si__rows_of(&m->w.output, r0, r0 + nr);
+    struct si_tensor rows = si__rows_of(&e->w->output, r0, r0 + nr);
     rows.data = w + (size_t)r0 * rows.row_bytes; /* the handle's copy */
     for (int64_t t = 0; t < nt; t++)
         si_ref_head_input(e->ref, bx + (size_t)(e->bout0 + t) * (size_t)d, sc->hx + t * d,

@@ -126,6 +126,13 @@ struct si__layer_state {
 
 struct si_engine {
     const struct si_model *m;
+    /* The weights the tasks read: the model's, or own_w, a copy whose
+     * matrices read whole are packed 8 rows at a time (graph/weights.c)
+     * into the n_packed buffers of packed. */
+    const struct si_weights *w;
+    struct si_weights *own_w;
+    void **packed;
+    int32_t n_packed;
     struct si_engine_params p;
     struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
     bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
@@ -256,10 +263,27 @@ static inline bool si__is_hot(const struct si_engine *e, int l, int j)
 static inline struct si_tensor si__rows_of(const struct si_tensor *w, int64_t r0, int64_t r1)
 {
     struct si_tensor v = *w;
+    /* Packed rows are split at groups of 8 (si__split8). */
+    STARPU_ASSERT_MSG(r0 >= w->pk || r0 % 8 == 0, "a packed matrix split inside a group");
     v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
     v.ne[1] = r1 - r0;
     v.nbytes = (size_t)(r1 - r0) * w->row_bytes;
+    v.pk = w->pk > r0 ? (w->pk < r1 ? w->pk : r1) - r0 : 0;
     return v;
+}
+
+/* Boundary k of `parts` row ranges over n rows: k * n / parts, rounded down
+ * to a multiple of 8 (the groups of packed matrices) where n has 8 rows
+ * for each part (si__split8_ok), n for the last. */
+static inline bool si__split8_ok(int64_t n, int64_t parts)
+{
+    return n >= 8 * parts;
+}
+static inline int64_t si__split8(int64_t n, int64_t k, int64_t parts)
+{
+    if (k >= parts)
+        return n;
+    return si__split8_ok(n, parts) ? k * n / parts / 8 * 8 : k * n / parts;
 }
 
 #endif /* SI_CODELETS_STATE_H */

@@ -194,7 +194,7 @@ static void unsplit(starpu_data_handle_t h, struct si__layer_state *L,
 static void register_layer(struct si_engine *e, int l)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const struct si_layer *W = &e->m->w.layers[l];
+    const struct si_layer *W = &e->w->layers[l];
     struct si__layer_state *L = &e->L[l];
     struct si_ref *s = e->ref;
     const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
@@ -400,7 +400,7 @@ void si__register_engine(struct si_engine *e)
         starpu_data_set_name(e->h_xb3, "attn_out");
     }
     vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
-    vec(&e->h_out, m->w.output.data, m->w.output.nbytes, 1);
+    vec(&e->h_out, e->w->output.data, e->w->output.nbytes, 1);
     vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
     starpu_vector_data_register(&e->h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
     starpu_data_set_name(e->h_x, "x");

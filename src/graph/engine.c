@@ -319,6 +319,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     if (e == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     e->m = m;
+    e->w = &m->w;
     e->p = p;
     e->flash = p.flash != NULL;
     si__layout_of(m, p.mode, e);
@@ -363,7 +364,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         }
         for (int32_t k = 0; k <= e->nd; k++)
-            e->dn[k] = (int64_t)k * hp->n_embd / e->nd;
+            e->dn[k] = si__split8(hp->n_embd, k, e->nd);
     }
     e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
     if (e->flash)
@@ -522,7 +523,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         if (!e->lh || !e->h_blog_c || !e->name_lhb)
             goto oom;
         for (int32_t j = 0; j <= nlh; j++)
-            e->lh[j] = (size_t)((int64_t)j * hp->n_vocab / nlh);
+            e->lh[j] = (size_t)si__split8(hp->n_vocab, j, nlh);
         for (int32_t j = 0; j < nlh; j++)
             snprintf(e->name_lhb[j], sizeof e->name_lhb[j], "norm+lm_head_batch.%d", j);
     }
@@ -547,7 +548,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             !e->h_batt || !e->bo_c || !e->bo || !e->h_bo)
             goto oom;
         for (int64_t j = 0; j <= nr; j++)
-            e->bo_c[j] = j * hp->n_embd / nr;
+            e->bo_c[j] = si__split8(hp->n_embd, j, nr);
         for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
             if ((e->bo[j] = malloc((size_t)e->n_batch *
                                    (size_t)(e->bo_c[j + 1] > e->bo_c[j] ? e->bo_c[j + 1] - e->bo_c[j]
@@ -595,8 +596,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             !e->h_att_c || !e->x2 || !e->head_len)
             goto oom;
         for (int64_t j = 0; j <= na; j++) {
-            e->a_o[j] = j * hp->n_embd / na;
-            e->a_h[j] = j * hp->n_vocab / na;
+            e->a_o[j] = si__split8(hp->n_embd, j, na);
+            e->a_h[j] = si__split8(hp->n_vocab, j, na);
         }
         for (int64_t j = 0; j < na; j++)
             snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
@@ -662,6 +663,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             si_engine_free(e);
             return rc;
         }
+    }
+    if ((rc = si__weights_pack(e, err, err_size)) != SI_OK) {
+        si_engine_free(e);
+        return rc;
     }
     e->p.profile = NULL; /* used during init only */
     e->p.placement = NULL;
@@ -734,6 +739,7 @@ void si_engine_free(struct si_engine *e)
         si_runtime_wait_all();
         si__unregister_engine(e);
     }
+    si__weights_free(e);
     for (int32_t k = 0; k < e->nd; k++) {
         if (e->dout != NULL)
             free(e->dout[k]);

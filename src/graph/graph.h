@@ -42,6 +42,11 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
  * records read from the store, fc2 in position order. */
 int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size);
 
+/* weights.c: e->w, the matrices decoding reads whole packed where they can
+ * be (after the plan: the splits and hot slices known); and their memory. */
+int si__weights_pack(struct si_engine *e, char *err, size_t err_size);
+void si__weights_free(struct si_engine *e);
+
 void si__register_engine(struct si_engine *e);
 void si__unregister_engine(struct si_engine *e);
 

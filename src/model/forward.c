@@ -3,10 +3,12 @@
 
 #include "model/act.h"
 #include "model/kernels.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,15 +28,43 @@ struct si_ref_params si_ref_default_params(void)
  */
 void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x)
 {
-    const char *row = w->data;
     if (act_quant) {
         si_quantize_act(si_act_type(w->type), x, xq, w->ne[0]);
-        for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
-            y[r] = si_vec_dot_act(w->type, row, xq, w->ne[0]);
+        si_ref_matvec_act(y, w, xq);
         return;
     }
+    assert(w->pk == 0 && "packed rows need converted activations");
+    const char *row = w->data;
     for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
         y[r] = si_vec_dot(w->type, row, x, w->ne[0]);
+}
+
+void si_ref_matvec_act(float *y, const struct si_tensor *w, const void *xq)
+{
+    const char *row = w->data;
+    int64_t r = 0;
+    for (; r < w->pk; r += 8, row += 8 * w->row_bytes) {
+        if (r + 8 <= w->pk) {
+            si_vec_dot_act8(w->type, row, xq, w->ne[0], y + r);
+        } else {
+            /* the view ends inside this group: its first rows only */
+            float g[8];
+            si_vec_dot_act8(w->type, row, xq, w->ne[0], g);
+            memcpy(y + r, g, (size_t)(w->pk - r) * sizeof *g);
+        }
+    }
+    row = (const char *)w->data + (size_t)w->pk * w->row_bytes;
+    for (r = w->pk; r < w->ne[1]; r++, row += w->row_bytes)
+        y[r] = si_vec_dot_act(w->type, row, xq, w->ne[0]);
+}
+
+const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf)
+{
+    if (r >= w->pk)
+        return (const char *)w->data + (size_t)r * w->row_bytes;
+    const char *group = (const char *)w->data + (size_t)(r / 8) * 8 * w->row_bytes;
+    si_unpack8_row(w->type, group, (int)(r % 8), w->ne[0], buf);
+    return buf;
 }
 
 /* y = W x as si_ref_matvec, or as llama.cpp multiplies a token of a batch of

@@ -204,8 +204,15 @@ void si_ref_ffn_finish_into(const struct si_ref *s, int l, const float *x, float
                             const float *xb3, float *x_out, float *tmp);
 /* y = W x (W's rows of ne[0] elements), as every matrix-vector product of the
  * reference: with act_quant, x is converted into xq (room for
- * si_type_row_size(si_act_type(W type), ne[0]) bytes) first. */
+ * si_type_row_size(si_act_type(W type), ne[0]) bytes) first.  Rows packed 8
+ * at a time (w->pk, act_quant only) give the same values, read faster. */
 void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x);
+/* y[r] = row r of w dotted with xq (converted as above) for r < ne[1],
+ * packed groups through si_vec_dot_act8. */
+void si_ref_matvec_act(float *y, const struct si_tensor *w, const void *xq);
+/* Row r of w in the row layout: a pointer into w, or, for a packed row,
+ * the row unpacked into buf (w->row_bytes bytes). */
+const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf);
 /* A predictor (PowerInfer's fc1, ReLU, fc2) on the FFN input x:
  * active[i] = 1 for the neurons whose fc2 output reaches threshold, else 0
  * (fc2's rows: n_ff, in whatever order fc2's rows are).  r1 (rank floats)

@@ -81,13 +81,18 @@ struct si_hparams {
     bool parallel_residual; /* falcon: attention and FFN both read the layer input */
 };
 
-/* A tensor as stored in the file: a view into the mapping. */
+/* A tensor as stored in the file: a view into the mapping.  An engine may
+ * hold its own copy of a matrix with rows packed 8 at a time
+ * (model/pack8.h): pk > 0 says its first pk rows are (groups from data on;
+ * pk % 8 != 0 only where the view ends inside a group), the others in the
+ * row layout after them.  The model's own tensors have pk = 0. */
 struct si_tensor {
     const void *data;
     uint32_t type; /* enum si_type */
     int64_t ne[4];
     size_t nbytes;
     size_t row_bytes; /* bytes of one row of ne[0] elements */
+    int64_t pk;       /* rows packed by si_pack8, from the first */
 };
 
 struct si_layer {

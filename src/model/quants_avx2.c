@@ -240,6 +240,38 @@ BLOCK32_KERNELS(q4_1, 20)
 BLOCK32_KERNELS(q5_0, 22)
 BLOCK32_KERNELS(q5_1, 24)
 
+/* dequantize of each row of a group packed by si_pack8 (model/pack8.h),
+ * row r at dst + r * n, with the arithmetic of decode_q8_0 and decode_q4_0. */
+static void dequantize8_q8_0(const void *group, int64_t n, float *dst)
+{
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += 32, g += 8 * 34)
+        for (int r = 0; r < 8; r++) {
+            const __m256 d = _mm256_set1_ps(half_at(g + 2 * r));
+            const uint8_t *q = g + 16 + 32 * r;
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(dst + r * n + i + 8 * k,
+                                 _mm256_mul_ps(to_float(i8x8(q + 8 * k)), d));
+        }
+}
+
+static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
+{
+    const __m256i low = _mm256_set1_epi32(0xf);
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += 32, g += 8 * 18)
+        for (int r = 0; r < 8; r++) {
+            const float d = half_at(g + 2 * r);
+            const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(-8.0f * d);
+            const uint8_t *run = g + 16 + 32 * (r / 2);
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = u8x8(run + 8 * k);
+                const __m256i q = r % 2 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, low);
+                _mm256_storeu_ps(dst + r * n + i + 8 * k, _mm256_fmadd_ps(to_float(q), vd, vm));
+            }
+        }
+}
+
 /* ------------------------------------------------------ K super-blocks */
 
 /*
@@ -816,11 +848,13 @@ const struct si__quants_table si__quants_avx2 = {
             [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, si__avx2_quantize_act_bf16,
                               si__avx2_dot_act_bf16, mad_bf16, mad4_bf16},
             [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, si__avx2_quantize_act_q8_0,
-                              si__avx2_dot_act_q8_0, mad_q8_0, mad4_q8_0, si__avx2_dot_act2_q8_0},
+                              si__avx2_dot_act_q8_0, mad_q8_0, mad4_q8_0, si__avx2_dot_act2_q8_0,
+                              si__avx2_dot_act8_q8_0, dequantize8_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, si__avx2_quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, si__avx2_quantize_act_q8_k, NULL},
             [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, si__avx2_dot_act_q4_0, mad_q4_0,
-                              mad4_q4_0, si__avx2_dot_act2_q4_0},
+                              mad4_q4_0, si__avx2_dot_act2_q4_0, si__avx2_dot_act8_q4_0,
+                              dequantize8_q4_0},
             [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, si__avx2_dot_act_q4_1, mad_q4_1,
                               mad4_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, si__avx2_dot_act_q5_0, mad_q5_0,

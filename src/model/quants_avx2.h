@@ -1,7 +1,7 @@
 /*
  * quants_avx2.h - what the two files of the AVX2 kernels share: the byte
- * and vector helpers both use, and the kernels of quants_avx2_act.c that
- * the table si__quants_avx2 (quants_avx2.c) lists.
+ * and vector helpers both use, and the kernels of quants_avx2_act.c and
+ * quants_avx2_pack8.c that the tables (quants_avx2.c, quants_avx2_act.c) list.
  *
  * For those two files only, which libstarinfer_avx2.la builds with
  * -mavx2 -mfma -mf16c: include it where __AVX2__, __FMA__ and __F16C__ are
@@ -105,6 +105,13 @@ void si__avx2_dot_act2_q4_0(const void *const rows[2], const void *xa, int64_t n
                             const void *const ahead[2]);
 void si__avx2_dot_act2_q5_0(const void *const rows[2], const void *xa, int64_t n, float out[2],
                             const void *const ahead[2]);
+
+/* Groups of 8 packed rows (si__dot_act8_fn; quants_avx2_pack8.c): AVX2,
+ * and the same with AVX-512 VNNI's integer products (the VNNI table). */
+void si__avx2_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__avx2_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__vnni_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__vnni_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
 
 /* The attention's twins (si__attn_f16_fn and si__attn_tiled_fn). */
 void si__avx2_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,

@@ -493,8 +493,12 @@ const struct si__quants_table si__quants_vnni = {
     .compiled = true,
     .type =
         {
-            [SI_TYPE_Q8_0] = {.dot_act = dot_act_vnni_q8_0, .dot_act2 = dot_act2_vnni_q8_0},
-            [SI_TYPE_Q4_0] = {.dot_act = dot_act_vnni_q4_0, .dot_act2 = dot_act2_vnni_q4_0},
+            [SI_TYPE_Q8_0] = {.dot_act = dot_act_vnni_q8_0,
+                              .dot_act2 = dot_act2_vnni_q8_0,
+                              .dot_act8 = si__vnni_dot_act8_q8_0},
+            [SI_TYPE_Q4_0] = {.dot_act = dot_act_vnni_q4_0,
+                              .dot_act2 = dot_act2_vnni_q4_0,
+                              .dot_act8 = si__vnni_dot_act8_q4_0},
             [SI_TYPE_Q5_0] = {.dot_act = dot_act_vnni_q5_0, .dot_act2 = dot_act2_vnni_q5_0},
             [SI_TYPE_Q4_1] = {.dot_act = dot_act_vnni_q4_1},
             [SI_TYPE_Q5_1] = {.dot_act = dot_act_vnni_q5_1},

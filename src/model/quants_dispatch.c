@@ -88,6 +88,10 @@ static void overlay(const struct si__quants_table *t)
             dst->mad4 = src->mad4;
         if (src->dot_act2 != NULL)
             dst->dot_act2 = src->dot_act2;
+        if (src->dot_act8 != NULL)
+            dst->dot_act8 = src->dot_act8;
+        if (src->dequantize8 != NULL)
+            dst->dequantize8 = src->dequantize8;
     }
     if (t->attn_f16 != NULL)
         active.attn_f16 = t->attn_f16;

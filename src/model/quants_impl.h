@@ -69,6 +69,17 @@ typedef void (*si__mad4_fn)(const void *const rows[4], const float a[4], float *
 typedef void (*si__dot_act2_fn)(const void *const rows[2], const void *xa, int64_t n, float out[2],
                                 const void *const ahead[2]);
 
+/*
+ * out[r] = the table's dot_act(row r, xa, n), bit for bit, r = 0 .. 7, for
+ * the 8 rows of a group packed by si_pack8() (model/pack8.h): the 8 rows'
+ * scales and quants of a block side by side, read as one stream.
+ */
+typedef void (*si__dot_act8_fn)(const void *group, const void *xa, int64_t n, float out[8]);
+
+/* The 8 rows of a packed group as floats, row r at dst + r * n: the values
+ * of the table's dequantize. */
+typedef void (*si__dequantize8_fn)(const void *group, int64_t n, float *dst);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -78,6 +89,8 @@ struct si__quants_kernels {
     si__mad_fn mad;         /* NULL when the type is not supported */
     si__mad4_fn mad4;       /* NULL: mad four times */
     si__dot_act2_fn dot_act2; /* NULL: dot_act twice */
+    si__dot_act8_fn dot_act8; /* packed groups; NULL where si_pack8 does not pack the type */
+    si__dequantize8_fn dequantize8; /* likewise */
 };
 
 /*

@@ -682,6 +682,73 @@ static float dot_act_q4_0(const void *row, const void *xa, int64_t n)
     return sum;
 }
 
+/*
+ * dot_act of each row of a group packed by si_pack8 (model/pack8.h): the
+ * sums of dot_act_q8_0 and dot_act_q4_0, row by row, from the packed
+ * layout (8 scales, then the quants: Q8_0 row after row, Q4_0 two rows a
+ * byte, low nibble the even row).
+ */
+static void dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    float sum[8] = {0};
+    for (int64_t i = 0; i < n; i += QK, w += 8 * 34, a += 34) {
+        const int8_t *qa = (const int8_t *)(a + 2);
+        for (int r = 0; r < 8; r++) {
+            const int8_t *qw = (const int8_t *)(w + 16 + 32 * r);
+            int s = 0;
+            for (int j = 0; j < QK; j++)
+                s += qw[j] * qa[j];
+            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a));
+        }
+    }
+    memcpy(out, sum, sizeof sum);
+}
+
+static void dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    float sum[8] = {0};
+    for (int64_t i = 0; i < n; i += QK, w += 8 * 18, a += 34) {
+        const int8_t *qa = (const int8_t *)(a + 2);
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *run = w + 16 + 32 * (r / 2);
+            const int shift = 4 * (r % 2);
+            int s = 0;
+            for (int j = 0; j < QK; j++)
+                s += (((run[j] >> shift) & 0xf) - 8) * qa[j];
+            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a));
+        }
+    }
+    memcpy(out, sum, sizeof sum);
+}
+
+/* dequantize of each row of a packed group (model/pack8.h), row r at dst + r * n. */
+static void dequantize8_q8_0(const void *group, int64_t n, float *dst)
+{
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += QK, g += 8 * 34)
+        for (int r = 0; r < 8; r++) {
+            const float d = half_at(g + 2 * r);
+            const int8_t *q = (const int8_t *)(g + 16 + 32 * r);
+            for (int j = 0; j < QK; j++)
+                dst[r * n + i + j] = d * q[j];
+        }
+}
+
+static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
+{
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += QK, g += 8 * 18)
+        for (int r = 0; r < 8; r++) {
+            const float d = half_at(g + 2 * r);
+            const uint8_t *run = g + 16 + 32 * (r / 2);
+            const int shift = 4 * (r % 2);
+            for (int j = 0; j < QK; j++)
+                dst[r * n + i + j] = d * (((run[j] >> shift) & 0xf) - 8);
+        }
+}
+
 static float dot_act_q5_0(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
@@ -907,10 +974,12 @@ const struct si__quants_table si__quants_scalar = {
             [SI_TYPE_F32] = {dequantize_f32, dot_f32, quantize_act_f32, dot_act_f32, mad_f32},
             [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16},
             [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16},
-            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0},
+            [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0,
+                              .dot_act8 = dot_act8_q8_0, .dequantize8 = dequantize8_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
-            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0},
+            [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0,
+                              .dot_act8 = dot_act8_q4_0, .dequantize8 = dequantize8_q4_0},
             [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},

@@ -1,0 +1,90 @@
+/*
+ * pack8.c - the packed layout of pack8.h: packing, unpacking, and the
+ * wrapper that runs the packed dot of the kernel table in use.
+ */
+#include "model/pack8.h"
+
+#include "model/quants.h"
+#include "model/quants_dispatch.h"
+#include "model/quants_impl.h"
+#include "model/types.h"
+
+#include <assert.h>
+#include <string.h>
+
+#define QK 32
+
+size_t si_pack8_block_bytes(uint32_t t)
+{
+    switch (t) {
+    case SI_TYPE_Q4_0:
+        return 8 * 18;
+    case SI_TYPE_Q8_0:
+        return 8 * 34;
+    default:
+        return 0;
+    }
+}
+
+/* Value j (0 .. 31, element order) of a Q4_0 block's 16 quant bytes, 0 .. 15. */
+static uint8_t q4_at(const uint8_t *qs, int j)
+{
+    return j < 16 ? qs[j] & 0xf : qs[j - 16] >> 4;
+}
+
+void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *dst)
+{
+    const size_t bb = si_pack8_block_bytes(t), rb = bb / 8;
+    assert(bb != 0 && n % QK == 0);
+    const uint8_t *src = rows;
+    uint8_t *o = dst;
+    for (int64_t b = 0; b < n / QK; b++, o += bb) {
+        for (int r = 0; r < 8; r++)
+            memcpy(o + 2 * r, src + (size_t)r * row_bytes + (size_t)b * rb, 2);
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *qs = src + (size_t)r * row_bytes + (size_t)b * rb + 2;
+            if (t == SI_TYPE_Q8_0) {
+                memcpy(o + 16 + 32 * r, qs, 32);
+                continue;
+            }
+            uint8_t *run = o + 16 + 32 * (r / 2);
+            for (int j = 0; j < 32; j++)
+                run[j] = (uint8_t)(r % 2 == 0 ? q4_at(qs, j) : run[j] | q4_at(qs, j) << 4);
+        }
+    }
+}
+
+void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row)
+{
+    const size_t bb = si_pack8_block_bytes(t), rb = bb / 8;
+    assert(bb != 0 && n % QK == 0 && r >= 0 && r < 8);
+    const uint8_t *g = group;
+    uint8_t *o = row;
+    for (int64_t b = 0; b < n / QK; b++, g += bb, o += rb) {
+        memcpy(o, g + 2 * r, 2);
+        if (t == SI_TYPE_Q8_0) {
+            memcpy(o + 2, g + 16 + 32 * r, 32);
+            continue;
+        }
+        const uint8_t *run = g + 16 + 32 * (r / 2);
+        const int shift = 4 * (r % 2);
+        for (int j = 0; j < 16; j++)
+            o[2 + j] = (uint8_t)(((run[j] >> shift) & 0xf) | ((run[j + 16] >> shift) & 0xf) << 4);
+    }
+}
+
+void si_dequantize8(uint32_t t, const void *group, int64_t n, float *dst)
+{
+    const struct si__quants_kernels *k = &si__quants_active()->type[t];
+    assert(si_pack8_type(t) && n % QK == 0 && k->dequantize8 != NULL);
+    k->dequantize8(group, n, dst);
+}
+
+void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, float out[8])
+{
+    /* Every table has a packed kernel for every packed type (the scalar
+     * one in quants_scalar.c; test-quants checks them all). */
+    const struct si__quants_kernels *k = &si__quants_active()->type[t];
+    assert(si_pack8_type(t) && n % QK == 0 && k->dot_act8 != NULL);
+    k->dot_act8(group, xa, n, out);
+}

@@ -1,0 +1,65 @@
+/*
+ * pack8.h - weight rows packed 8 at a time, for matrix-vector products at
+ * the memory's speed.
+ *
+ * A matrix's rows, in the GGUF row layout, are dotted one at a time: each
+ * block costs a scale conversion and the activation's block is loaded again
+ * for every row, so one core multiplies Q4_0 at about 2.6 GB/s while it can
+ * read 13 (docs/measurements.md, "Packed rows").  Packed, a group of 8
+ * consecutive rows keeps, block after block, the 8 rows' scales side by
+ * side and then their quants, so that a kernel converts 8 scales at once,
+ * loads each activation block once for 8 rows and reads one sequential
+ * stream.  A group takes exactly the bytes of its 8 rows; a packed matrix
+ * is a sequence of groups, so rows [8g, 8g + 8) are the 8 row sizes at
+ * byte 8g * row_bytes, as before packing.
+ *
+ * Per block of 32 values (b = 0, 1, ...; q[r][j] value j of row r's block
+ * in element order):
+ *   Q4_0: 8 scales (f16, row 0 first), then 4 runs of 32 bytes: byte j of
+ *         run p is q[2p][j] | q[2p + 1][j] << 4 (the quants as stored,
+ *         0..15), 144 bytes;
+ *   Q8_0: 8 scales, then the 8 rows' 32 quants one row after the other,
+ *         272 bytes.
+ * Other types are not packed (si_pack8_type() false).
+ *
+ * si_vec_dot_act8() gives each row's si_vec_dot_act(), bit for bit, with
+ * whatever kernel table is in use; the engine packs at load the matrices
+ * it multiplies whole (graph/weights.c) and the results do not change.
+ */
+#ifndef SI_MODEL_PACK8_H
+#define SI_MODEL_PACK8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of one packed block of 8 rows of type t (0: t is not packed). */
+size_t si_pack8_block_bytes(uint32_t t);
+
+/* Whether si_pack8 packs rows of type t (Q4_0, Q8_0). */
+static inline bool si_pack8_type(uint32_t t)
+{
+    return si_pack8_block_bytes(t) != 0;
+}
+
+/*
+ * Packs the 8 rows at rows, rows + row_bytes, ... (n values each, type t,
+ * si_pack8_type(t)) into dst: 8 * row_bytes bytes, not overlapping rows.
+ */
+void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *dst);
+
+/* Row r (0 .. 7) of the packed group at group, back in the row layout at
+ * row (row_bytes bytes). */
+void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row);
+
+/* The 8 rows of the packed group as floats, row r at dst + r * n, the
+ * values si_dequantize_row() gives. */
+void si_dequantize8(uint32_t t, const void *group, int64_t n, float *dst);
+
+/*
+ * out[r] = si_vec_dot_act(t, row r of group, xa, n) for r = 0 .. 7, bit for
+ * bit; xa converted by si_quantize_act(si_act_type(t), ...).
+ */
+void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, float out[8]);
+
+#endif /* SI_MODEL_PACK8_H */
