@@ -130,6 +130,20 @@ static inline void si__ffn_act_records(const struct si_engine *e, const struct s
     }
 }
 
+/* Gate mode's n gating rows of a slice at pre (format f, n_embd values
+ * each), the first pk packed 8 at a time (graph/weights.c), as a tensor
+ * for si_ref_matvec_act. */
+static inline struct si_tensor si__pre_rows(const struct si__ffn_fmt *f, int64_t n_embd,
+                                            const char *pre, int64_t n, int64_t pk)
+{
+    return (struct si_tensor){.data = pre,
+                              .type = f->gu_type,
+                              .ne = {n_embd, n, 1, 1},
+                              .nbytes = (size_t)n * f->gu_row,
+                              .row_bytes = f->gu_row,
+                              .pk = pk};
+}
+
 /* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */
 void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h);
 

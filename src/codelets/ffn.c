@@ -70,7 +70,7 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, int64_t n0, const flo
  * (si_k_ffn_down_sparse).  Returns how many activations are not zero.
  */
 static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f, const float *xb,
-                                const char *pre, const char *rec, const float *b,
+                                const char *pre, int64_t pre_pk, const char *rec, const float *b,
                                 const int32_t *idx, int64_t n, float thr, struct si__scratch *sc,
                                 float *y, int64_t *rd)
 {
@@ -96,8 +96,13 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
          * (interleaving 2 or 4 rows read half as fast from DRAM:
          * docs/measurements.md). */
         float *g = sc->g;
-        for (int64_t i = 0; i < n; i++)
-            g[i] = si__ffn_dot(t, pre + (size_t)i * f->gu_row, xa, xb, d);
+        if (pre_pk > 0) {
+            const struct si_tensor v = si__pre_rows(f, d, pre, n, pre_pk);
+            si_ref_matvec_act(g, &v, xa);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                g[i] = si__ffn_dot(t, pre + (size_t)i * f->gu_row, xa, xb, d);
+        }
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             for (int64_t i = 0; i < n; i++) {
                 const float h = si_act_apply(hp->act, b != NULL ? g[i] + b[i] : g[i]);
@@ -226,7 +231,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
                                  : NULL;
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
-        computed = ffn_sparse_slice(e, &L->f, xb, pre, rec, b, idx, n, e->gthr[a->l], sc, y, &rd);
+        computed = ffn_sparse_slice(e, &L->f, xb, pre, L->pre_pk[a->j], rec, b, idx, n,
+                                    e->gthr[a->l], sc, y, &rd);
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)

@@ -66,9 +66,17 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
     int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
+    float *gd = sc->g;
+    if (L->pre_pk[a->j] > 0) {
+        const struct si_tensor v = si__pre_rows(&L->f, d, pre, n, L->pre_pk[a->j]);
+        si_ref_matvec_act(gd, &v, xa);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            gd[i] = si__ffn_dot(t, pre + (size_t)i * L->f.gu_row, xa, xb, d);
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
-        const float g = si__ffn_dot(t, pre + (size_t)i * L->f.gu_row, xa, xb, d);
+        const float g = gd[i];
         float v;
         if (hp->ffn_kind == SI_FFN_PLAIN) {
             v = si_act_apply(hp->act, b != NULL ? g + b[i] : g);

@@ -337,12 +337,15 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
         rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const int64_t ppk = pre != NULL ? L->pre_pk[a->j] : 0;
         if (e->has_gate) {
             gate = pre != NULL ? pre : rec + f->gate_off;
             gs = pre != NULL ? f->gu_row : f->rec_bytes;
+            gpk = pre != NULL ? ppk : 0;
         }
         up = f->up_off >= 0 ? rec + f->up_off : pre;
         us = f->up_off >= 0 ? f->rec_bytes : f->gu_row;
+        upk = f->up_off >= 0 ? 0 : ppk;
     }
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
     i++;

@@ -80,6 +80,8 @@ struct si__layer_state {
     bool hot;         /* slot 0 is the hot slice */
     int32_t nsl;      /* non-empty slices */
     int64_t *s0;      /* (nsl + 1) slice boundaries, in neuron positions */
+    int64_t *pre_pk;  /* (nsl) gate mode: the slice's first pre_pk gating rows are
+                       * packed 8 at a time from its start (graph/weights.c) */
     int32_t *rows;    /* (nsl) partial-output rows of each slice (sparse) */
     int32_t *perm;    /* (n_ff) position -> file neuron id */
     int64_t *active;  /* (nsl) neurons each slice computed for the last token */

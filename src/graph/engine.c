@@ -184,6 +184,7 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     const size_t ff = (size_t)hp->n_ff, slots = (size_t)e->n_slices + 2;
     si__ffn_fmt_of(e, l, &L->f);
     L->s0 = calloc(slots, sizeof *L->s0);
+    L->pre_pk = calloc(slots, sizeof *L->pre_pk);
     L->rows = calloc(slots, sizeof *L->rows);
     L->perm = calloc(ff, sizeof *L->perm);
     L->active = calloc(slots, sizeof *L->active);
@@ -201,7 +202,7 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     L->h_part_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->part = calloc(e->sparse ? slots * (size_t)hp->n_embd : ff, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
-    if (!L->s0 || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p ||
+    if (!L->s0 || !L->pre_pk || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p ||
         !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c ||
         !L->h_rec_c || !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
@@ -261,6 +262,7 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
 static void free_layer(struct si__layer_state *L)
 {
     free(L->s0);
+    free(L->pre_pk);
     free(L->rows);
     free(L->perm);
     free(L->active);

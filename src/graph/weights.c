@@ -17,7 +17,8 @@
  * activations (act_quant), whose every split into tasks falls on groups of
  * 8 rows (si__split8_ok; the attention's kv-head groups: head_dim a
  * multiple of 8); the FFN's gate, up and down in dense mode, in layers
- * without a hot slice (the GPU's slice reads the row layout).
+ * without a hot slice (the GPU's slice reads the row layout); in gate mode
+ * the engine's gating rows of each cold slice, in place (no copy).
  */
 #include "graph/graph.h"
 
@@ -126,6 +127,31 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
                                                   : true))
                     rc = pack(e, fw[i], mapped);
         }
+    }
+    /* Gate mode's gating rows (the engine's copy, in position order): each
+     * cold slice's packed in place from its start, the rows after its last
+     * group as they are; the hot slice (the GPU's) keeps the row layout. */
+    for (int l = 0; l < hp->n_layer && rc == SI_OK && e->pre_sep; l++) {
+        struct si__layer_state *S = &e->L[l];
+        if (S->pre == NULL || !si_pack8_type(S->f.gu_type))
+            continue;
+        const size_t gb = 8 * S->f.gu_row;
+        char *tmp = malloc(gb);
+        if (tmp == NULL) {
+            rc = SI_E_NOMEM;
+            break;
+        }
+        for (int32_t j = S->hot ? 1 : 0; j < S->nsl; j++) {
+            const int64_t n = S->s0[j + 1] - S->s0[j];
+            char *first = (char *)S->pre + (size_t)S->s0[j] * S->f.gu_row;
+            for (int64_t g = 0; g < n / 8; g++) {
+                si_pack8(S->f.gu_type, first + (size_t)g * gb, S->f.gu_row, hp->n_embd, tmp);
+                memcpy(first + (size_t)g * gb, tmp, gb);
+            }
+            S->pre_pk[j] = n / 8 * 8;
+            e->stats.packed_bytes += (int64_t)(S->pre_pk[j] * (int64_t)S->f.gu_row);
+        }
+        free(tmp);
     }
     /* The LM head (the embedding table too when tied: the embedding keeps
      * reading the model's rows, a few per token). */
