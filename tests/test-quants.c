@@ -1366,7 +1366,7 @@ static void test_pack8(void)
     const struct si__quants_table *tables[3] = {&si__quants_scalar, &si__quants_avx2,
                                                 &si__quants_vnni};
     const bool usable[3] = {true, si__quants_avx2_usable(), si__quants_vnni_usable()};
-    const uint32_t types[] = {SI_TYPE_Q4_0, SI_TYPE_Q8_0};
+    const uint32_t types[] = {SI_TYPE_Q4_0, SI_TYPE_Q4_1, SI_TYPE_Q8_0};
     int compared = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti], at = si_act_type(t);

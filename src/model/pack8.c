@@ -19,6 +19,8 @@ size_t si_pack8_block_bytes(uint32_t t)
     switch (t) {
     case SI_TYPE_Q4_0:
         return 8 * 18;
+    case SI_TYPE_Q4_1:
+        return 8 * 20;
     case SI_TYPE_Q8_0:
         return 8 * 34;
     default:
@@ -38,16 +40,22 @@ void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *d
     assert(bb != 0 && n % QK == 0);
     const uint8_t *src = rows;
     uint8_t *o = dst;
+    const int hb = t == SI_TYPE_Q4_1 ? 4 : 2; /* the block's scale (and min) bytes */
     for (int64_t b = 0; b < n / QK; b++, o += bb) {
-        for (int r = 0; r < 8; r++)
-            memcpy(o + 2 * r, src + (size_t)r * row_bytes + (size_t)b * rb, 2);
         for (int r = 0; r < 8; r++) {
-            const uint8_t *qs = src + (size_t)r * row_bytes + (size_t)b * rb + 2;
+            const uint8_t *blk = src + (size_t)r * row_bytes + (size_t)b * rb;
+            memcpy(o + 2 * r, blk, 2);
+            if (hb == 4)
+                memcpy(o + 16 + 2 * r, blk + 2, 2);
+        }
+        uint8_t *qo = o + 8 * hb;
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *qs = src + (size_t)r * row_bytes + (size_t)b * rb + hb;
             if (t == SI_TYPE_Q8_0) {
-                memcpy(o + 16 + 32 * r, qs, 32);
+                memcpy(qo + 32 * r, qs, 32);
                 continue;
             }
-            uint8_t *run = o + 16 + 32 * (r / 2);
+            uint8_t *run = qo + 32 * (r / 2);
             for (int j = 0; j < 32; j++)
                 run[j] = (uint8_t)(r % 2 == 0 ? q4_at(qs, j) : run[j] | q4_at(qs, j) << 4);
         }
@@ -60,16 +68,20 @@ void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row)
     assert(bb != 0 && n % QK == 0 && r >= 0 && r < 8);
     const uint8_t *g = group;
     uint8_t *o = row;
+    const int hb = t == SI_TYPE_Q4_1 ? 4 : 2;
     for (int64_t b = 0; b < n / QK; b++, g += bb, o += rb) {
         memcpy(o, g + 2 * r, 2);
+        if (hb == 4)
+            memcpy(o + 2, g + 16 + 2 * r, 2);
+        const uint8_t *qg = g + 8 * hb;
         if (t == SI_TYPE_Q8_0) {
-            memcpy(o + 2, g + 16 + 32 * r, 32);
+            memcpy(o + 2, qg + 32 * r, 32);
             continue;
         }
-        const uint8_t *run = g + 16 + 32 * (r / 2);
+        const uint8_t *run = qg + 32 * (r / 2);
         const int shift = 4 * (r % 2);
         for (int j = 0; j < 16; j++)
-            o[2 + j] = (uint8_t)(((run[j] >> shift) & 0xf) | ((run[j + 16] >> shift) & 0xf) << 4);
+            o[hb + j] = (uint8_t)(((run[j] >> shift) & 0xf) | ((run[j + 16] >> shift) & 0xf) << 4);
     }
 }
 

@@ -18,6 +18,7 @@
  *   Q4_0: 8 scales (f16, row 0 first), then 4 runs of 32 bytes: byte j of
  *         run p is q[2p][j] | q[2p + 1][j] << 4 (the quants as stored,
  *         0..15), 144 bytes;
+ *   Q4_1: 8 scales, 8 mins (f16), then the quants as Q4_0's, 160 bytes;
  *   Q8_0: 8 scales, then the 8 rows' 32 quants one row after the other,
  *         272 bytes.
  * Other types are not packed (si_pack8_type() false).
@@ -36,7 +37,7 @@
 /* Bytes of one packed block of 8 rows of type t (0: t is not packed). */
 size_t si_pack8_block_bytes(uint32_t t);
 
-/* Whether si_pack8 packs rows of type t (Q4_0, Q8_0). */
+/* Whether si_pack8 packs rows of type t (Q4_0, Q4_1, Q8_0). */
 static inline bool si_pack8_type(uint32_t t)
 {
     return si_pack8_block_bytes(t) != 0;

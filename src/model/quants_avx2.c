@@ -272,6 +272,23 @@ static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
         }
 }
 
+static void dequantize8_q4_1(const void *group, int64_t n, float *dst)
+{
+    const __m256i low = _mm256_set1_epi32(0xf);
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += 32, g += 8 * 20)
+        for (int r = 0; r < 8; r++) {
+            const __m256 vd = _mm256_set1_ps(half_at(g + 2 * r)),
+                         vm = _mm256_set1_ps(half_at(g + 16 + 2 * r));
+            const uint8_t *run = g + 32 + 32 * (r / 2);
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = u8x8(run + 8 * k);
+                const __m256i q = r % 2 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, low);
+                _mm256_storeu_ps(dst + r * n + i + 8 * k, _mm256_fmadd_ps(to_float(q), vd, vm));
+            }
+        }
+}
+
 /* ------------------------------------------------------ K super-blocks */
 
 /*
@@ -856,7 +873,7 @@ const struct si__quants_table si__quants_avx2 = {
                               mad4_q4_0, si__avx2_dot_act2_q4_0, si__avx2_dot_act8_q4_0,
                               dequantize8_q4_0},
             [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, si__avx2_dot_act_q4_1, mad_q4_1,
-                              mad4_q4_1},
+                              mad4_q4_1, NULL, si__avx2_dot_act8_q4_1, dequantize8_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, si__avx2_dot_act_q5_0, mad_q5_0,
                               NULL, si__avx2_dot_act2_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, si__avx2_dot_act_q5_1, mad_q5_1},

@@ -109,7 +109,9 @@ void si__avx2_dot_act2_q5_0(const void *const rows[2], const void *xa, int64_t n
 /* Groups of 8 packed rows (si__dot_act8_fn; quants_avx2_pack8.c): AVX2,
  * and the same with AVX-512 VNNI's integer products (the VNNI table). */
 void si__avx2_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__avx2_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__vnni_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 void si__vnni_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__vnni_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
 

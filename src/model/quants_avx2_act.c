@@ -500,7 +500,7 @@ const struct si__quants_table si__quants_vnni = {
                               .dot_act2 = dot_act2_vnni_q4_0,
                               .dot_act8 = si__vnni_dot_act8_q4_0},
             [SI_TYPE_Q5_0] = {.dot_act = dot_act_vnni_q5_0, .dot_act2 = dot_act2_vnni_q5_0},
-            [SI_TYPE_Q4_1] = {.dot_act = dot_act_vnni_q4_1},
+            [SI_TYPE_Q4_1] = {.dot_act = dot_act_vnni_q4_1, .dot_act8 = si__vnni_dot_act8_q4_1},
             [SI_TYPE_Q5_1] = {.dot_act = dot_act_vnni_q5_1},
         },
 };

@@ -99,7 +99,46 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
         PACK8_EPILOGUE                                                                             \
     }
 
+/* Q4_1 against Q8_1: the quants as Q4_0's (no -8), and per row the
+ * products of the mins with the activation block's sum chained in one fused
+ * multiply-add per block (dot_act's summs), lane r for row r, added at the
+ * end. */
+#define Q4_1_DOT8_FN(fn, DOTU, ATTR)                                                               \
+    ATTR void fn(const void *group, const void *xa, int64_t n, float out[8])                       \
+    {                                                                                              \
+        const uint8_t *w = group, *a = xa;                                                         \
+        const __m256i low = _mm256_set1_epi8(0xf);                                                 \
+        __m256 acc[8], summs = _mm256_setzero_ps();                                                \
+        for (int r = 0; r < 8; r++)                                                                \
+            acc[r] = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0; i < n; i += 32, w += 8 * 20, a += 36) {                                \
+            for (int l = 0; l < 8 * 20; l += 64)                                                   \
+                _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);                        \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 4));                        \
+            const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),  \
+                                           _mm256_set1_ps(half_at(a)));                            \
+            summs = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))),  \
+                                    _mm256_set1_ps(half_at(a + 2)), summs);                        \
+            for (int p = 0; p < 4; p++) {                                                          \
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * p));          \
+                const __m256i q0 = DOTU(_mm256_setzero_si256(), _mm256_and_si256(v, low), y);     \
+                const __m256i q1 =                                                                 \
+                    DOTU(_mm256_setzero_si256(), _mm256_and_si256(_mm256_srli_epi16(v, 4), low), y); \
+                acc[2 * p] =                                                                       \
+                    _mm256_fmadd_ps(ROW_SCALE(d, 2 * p), _mm256_cvtepi32_ps(q0), acc[2 * p]);      \
+                acc[2 * p + 1] = _mm256_fmadd_ps(ROW_SCALE(d, 2 * p + 1), _mm256_cvtepi32_ps(q1), \
+                                                 acc[2 * p + 1]);                                  \
+            }                                                                                      \
+        }                                                                                          \
+        float m[8];                                                                                \
+        _mm256_storeu_ps(m, summs);                                                                \
+        for (int r = 0; r < 8; r++)                                                                \
+            out[r] = hsum(acc[r]) + m[r];                                                          \
+    }
+
 Q4_0_DOT8_FN(si__avx2_dot_act8_q4_0, dotu_avx2, )
+Q4_1_DOT8_FN(si__avx2_dot_act8_q4_1, dotu_avx2, )
+Q4_1_DOT8_FN(si__vnni_dot_act8_q4_1, dotu_vnni, VNNI)
 Q8_0_DOT8_FN(si__avx2_dot_act8_q8_0, dotu_avx2, )
 Q4_0_DOT8_FN(si__vnni_dot_act8_q4_0, dotu_vnni, VNNI)
 Q8_0_DOT8_FN(si__vnni_dot_act8_q8_0, dotu_vnni, VNNI)

@@ -723,6 +723,25 @@ static void dot_act8_q4_0(const void *group, const void *xa, int64_t n, float ou
     memcpy(out, sum, sizeof sum);
 }
 
+static void dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    float sum[8] = {0};
+    for (int64_t i = 0; i < n; i += QK, w += 8 * 20, a += 36) {
+        const int8_t *qa = (const int8_t *)(a + 4);
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *run = w + 32 + 32 * (r / 2);
+            const int shift = 4 * (r % 2);
+            int s = 0;
+            for (int j = 0; j < QK; j++)
+                s += ((run[j] >> shift) & 0xf) * qa[j];
+            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a)) +
+                      half_at(w + 16 + 2 * r) * half_at(a + 2);
+        }
+    }
+    memcpy(out, sum, sizeof sum);
+}
+
 /* dequantize of each row of a packed group (model/pack8.h), row r at dst + r * n. */
 static void dequantize8_q8_0(const void *group, int64_t n, float *dst)
 {
@@ -746,6 +765,19 @@ static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
             const int shift = 4 * (r % 2);
             for (int j = 0; j < QK; j++)
                 dst[r * n + i + j] = d * (((run[j] >> shift) & 0xf) - 8);
+        }
+}
+
+static void dequantize8_q4_1(const void *group, int64_t n, float *dst)
+{
+    const uint8_t *g = group;
+    for (int64_t i = 0; i < n; i += QK, g += 8 * 20)
+        for (int r = 0; r < 8; r++) {
+            const float d = half_at(g + 2 * r), m = half_at(g + 16 + 2 * r);
+            const uint8_t *run = g + 32 + 32 * (r / 2);
+            const int shift = 4 * (r % 2);
+            for (int j = 0; j < QK; j++)
+                dst[r * n + i + j] = d * ((run[j] >> shift) & 0xf) + m;
         }
 }
 
@@ -980,7 +1012,8 @@ const struct si__quants_table si__quants_scalar = {
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
             [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0,
                               .dot_act8 = dot_act8_q4_0, .dequantize8 = dequantize8_q4_0},
-            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1},
+            [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1,
+                              .dot_act8 = dot_act8_q4_1, .dequantize8 = dequantize8_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
