@@ -310,7 +310,7 @@ struct si_context_params {
                                  * modes; its capacity is the VRAM budget unless
                                  * vram_budget is set; NULL (default): the hottest
                                  * neurons of the profile; read during init only */
-    int32_t n_batch;    /* prefill: tokens per batch of GEMM tasks; 0 (default): 32;
+    int32_t n_batch;    /* prefill: tokens per batch of GEMM tasks; 0 (default): 128;
                          * 1: token by token */
     int32_t n_slices;   /* cold FFN slices per layer; 0 (default): one per CPU worker */
     int32_t attn_split; /* attention's products in this many row slices; 0

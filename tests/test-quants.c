@@ -1434,6 +1434,34 @@ static void test_pack8(void)
                     free(d8);
                     free(d1);
                 }
+                if (si_gemm8_available(t)) {
+                    /* 3 tokens (the activations above, then two more) */
+                    size_t xs = ab;
+                    uint8_t *xs3 = malloc(3 * ab);
+                    int32_t *sums = malloc(3 * (size_t)(n / 32) * sizeof *sums);
+                    float y3[3 * 8];
+                    for (int tk = 0; tk < 3; tk++) {
+                        for (int64_t k = 0; k < n; k++)
+                            x[k] = tk == 0 && extreme ? ((k % 3) ? 4.0f : -4.0f)
+                                                      : (float)uniform(-2, 2);
+                        si_quantize_act(at, x, xs3 + tk * xs, n);
+                        si_act_block_sums(at, xs3 + tk * xs, n, sums + tk * (n / 32));
+                    }
+                    si_gemm8(t, pk + 1, n, xs3, xs, sums, 3, y3, 8);
+                    for (int tk = 0; tk < 3; tk++)
+                        for (int r = 0; r < 8; r++) {
+                            const float want =
+                                si_vec_dot_act(t, rows + 1 + (size_t)r * rb, xs3 + tk * xs, n);
+                            const float tol = 1e-5f * (fabsf(want) + (float)n * 0.01f);
+                            CHECK(fabsf(y3[tk * 8 + r] - want) <= tol,
+                                  "%s n=%lld token %d row %d: gemm8 %.9g, dot_act %.9g",
+                                  si_type_name(t), (long long)n, tk, r, (double)y3[tk * 8 + r],
+                                  (double)want);
+                            compared++;
+                        }
+                    free(xs3);
+                    free(sums);
+                }
                 float got[8];
                 si_vec_dot_act8(t, pk + 1, xa + 1, n, got);
                 for (int r = 0; r < 8; r++) {

@@ -65,7 +65,7 @@ static void bench_usage(FILE *f)
             "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
             "                          an error without a CUDA worker)\n"
             "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
-            "  -b, --batch-size N      prefill tokens per batch (default 32)\n"
+            "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
             "      --attn-split N      attention's products in N row slices (0: automatic)\n"
             "      --trace DIR         trace the first run of each policy with FxT into\n"
             "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"

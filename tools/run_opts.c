@@ -244,7 +244,7 @@ void si_run_usage(FILE *f, bool chat)
                "      --placement FILE    the GPU's neurons (starinfer place, or PowerInfer's\n"
                "                          GPU index); its budget unless --vram-budget\n"
                "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
-               "                          (default 32; 1: token by token like generation)\n"
+               "                          (default 128; 1: token by token like generation)\n"
                "      --attn-split N      engine: attention's products in N row slices (0:\n"
                "                          one per CPU worker when the weights are large\n"
                "                          enough, the default; 1: one task per layer)\n"

@@ -43,7 +43,7 @@ struct si_engine_params {
                       * partial outputs (see docs/measurements.md); gate and
                       * predictor modes (dense mode has no partial sums) */
     int32_t n_batch; /* prefill: tokens per batch of si_engine_eval_batch
-                      * (0: 32; 1: no batches, token by token) */
+                      * (0: 128; 1: no batches, token by token) */
     int32_t attn_split; /* decoding: attention in this many tasks (attn_L.j:
                          * whole kv heads each, so at most n_head_kv of
                          * them; attn_o_L.j: row slices of Wo); 0: one

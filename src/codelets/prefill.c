@@ -276,9 +276,51 @@ static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t pk,
     }
 }
 
+/*
+ * y[t][r] = row r of w . x[t] (x[t] at x + t * ldx) for a packed w through
+ * the batched kernel (si_gemm8: integer products of 8 rows by 16 tokens at
+ * a time): each token converted once into scratch (si__qgemm_scratch), the
+ * rows after the packed ones by the row kernel.  False, nothing done, where
+ * w is not packed or this CPU has no such kernel.
+ */
+static bool qgemm(const struct si_tensor *w, const float *x, int64_t ldx, int64_t n_tok, float *y,
+                  int64_t ldy, void *scratch)
+{
+    if (w->pk == 0 || !si_gemm8_available(w->type))
+        return false;
+    const int64_t n = w->ne[0], nb = n / 32;
+    const uint32_t at = si_act_type(w->type);
+    size_t xr = 0;
+    si_type_row_size(at, n, &xr);
+    char *xa = scratch;
+    int32_t *sums = (int32_t *)(void *)(xa + ((size_t)n_tok * xr + 63) / 64 * 64);
+    for (int64_t t = 0; t < n_tok; t++) {
+        si_quantize_act(at, x + t * ldx, xa + (size_t)t * xr, n);
+        si_act_block_sums(at, xa + (size_t)t * xr, n, sums + t * nb);
+    }
+    const char *row = w->data;
+    for (int64_t r = 0; r < w->pk; r += 8, row += 8 * w->row_bytes) {
+        if (r + 8 <= w->pk) {
+            si_gemm8(w->type, row, n, xa, xr, sums, n_tok, y + r, (size_t)ldy);
+            continue;
+        }
+        float o[8]; /* a view that ends inside a group */
+        for (int64_t t = 0; t < n_tok; t++) {
+            si_vec_dot_act8(w->type, row, xa + (size_t)t * xr, n, o);
+            memcpy(y + t * ldy + r, o, (size_t)(w->pk - r) * sizeof *o);
+        }
+    }
+    row = (const char *)w->data + (size_t)w->pk * w->row_bytes;
+    for (int64_t r = w->pk; r < w->ne[1]; r++, row += w->row_bytes)
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * ldy + r] = si_vec_dot_act(w->type, row, xa + (size_t)t * xr, n);
+    return true;
+}
+
 /* The batch's products with the rows of w (n_rows of them, packed or not):
  * gemm_act on converted activations where exactness is asked for or the
- * batch is small, else si_k_gemm_tensor. */
+ * batch is small, else the batched integer kernel for packed rows (qgemm),
+ * else si_k_gemm_tensor. */
 static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
                            const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
                            void *scratch)
@@ -295,6 +337,8 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
                  ldy);
         return;
     }
+    if (e->p.ref.act_quant && qgemm(w, x, n_cols, n_tok, y, ldy, scratch))
+        return;
     int rc = si_k_gemm_tensor(w, x, n_cols, n_tok, y, ldy, scratch);
     STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
 }
@@ -369,11 +413,12 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
                                      .nbytes = (size_t)n * gs, .row_bytes = gs, .pk = gpk},
                                ut = {.data = up, .type = f->gu_type, .ne = {d, n, 1, 1},
                                      .nbytes = (size_t)n * us, .row_bytes = us, .pk = upk};
+        const bool aq = e->p.ref.act_quant;
         int rc = SI_OK;
-        if (gate != NULL)
+        if (gate != NULL && !(aq && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm)))
             rc = gpk > 0 ? si_k_gemm_tensor(&gt, xb, d, bn, sc->bg, n, sc->gemm)
                          : si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
-        if (rc == SI_OK)
+        if (rc == SI_OK && !(aq && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm)))
             rc = upk > 0 ? si_k_gemm_tensor(&ut, xb, d, bn, sc->bu, n, sc->gemm)
                          : si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
@@ -438,7 +483,9 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn; t++)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
     } else {
-        int rc = si_k_gemm_tensor(&rows, sc->bu, ff, bn, y, no, sc->gemm);
+        int rc = e->p.ref.act_quant && qgemm(&rows, sc->bu, ff, bn, y, no, sc->gemm)
+                     ? SI_OK
+                     : si_k_gemm_tensor(&rows, sc->bu, ff, bn, y, no, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
     }
     si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);

@@ -368,7 +368,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         for (int32_t k = 0; k <= e->nd; k++)
             e->dn[k] = si__split8(hp->n_embd, k, e->nd);
     }
-    e->n_batch = p.n_batch > 0 ? p.n_batch : 32;
+    e->n_batch = p.n_batch > 0 ? p.n_batch : 128;
     if (e->flash)
         e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
     {
@@ -468,17 +468,23 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                 const struct si_layer *W = &m->w.layers[l];
                 size_t xa = 0;
                 si_type_row_size(si_act_type(W->ffn_up.type), hp->n_embd, &xa);
-                const size_t s[3] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
+                size_t xd = 0;
+                si_type_row_size(si_act_type(W->ffn_down.type), hp->n_ff, &xd);
+                /* converted inputs, and their block sums for the batched
+                 * kernel of packed rows (codelets/prefill.c, qgemm) */
+                const size_t nbt = (size_t)e->n_batch;
+                const size_t s[4] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
                                      si_k_gemm_scratch_size(W->ffn_down.type, hp->n_ff),
-                                     xa * (size_t)e->n_batch};
-                for (int k = 0; k < 3; k++)
+                                     (xa + (size_t)hp->n_embd / 8) * nbt + 64,
+                                     (xd + (size_t)hp->n_ff / 8) * nbt + 64};
+                for (int k = 0; k < 4; k++)
                     gs = s[k] > gs ? s[k] : gs;
             }
             { /* and the LM head's (si_engine_eval_batch_logits), the attention's */
                 const uint32_t ot = m->w.output.type;
                 size_t xa = 0, g = si_k_gemm_scratch_size(ot, hp->n_embd);
                 si_type_row_size(si_act_type(ot), hp->n_embd, &xa);
-                xa *= (size_t)e->n_batch;
+                xa = (xa + (size_t)hp->n_embd / 8) * (size_t)e->n_batch + 64;
                 gs = g > gs ? g : gs;
                 gs = xa > gs ? xa : gs;
                 for (int l = 0; l < hp->n_layer; l++) {
@@ -487,7 +493,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                     for (int i = 0; i < 4; i++) {
                         g = si_k_gemm_scratch_size(aw[i]->type, aw[i]->ne[0]);
                         si_type_row_size(si_act_type(aw[i]->type), aw[i]->ne[0], &xa);
-                        xa *= (size_t)e->n_batch;
+                        xa = (xa + (size_t)aw[i]->ne[0] / 8) * (size_t)e->n_batch + 64;
                         gs = g > gs ? g : gs;
                         gs = xa > gs ? xa : gs;
                     }

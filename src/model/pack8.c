@@ -100,3 +100,29 @@ void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, f
     assert(si_pack8_type(t) && n % QK == 0 && k->dot_act8 != NULL);
     k->dot_act8(group, xa, n, out);
 }
+
+bool si_gemm8_available(uint32_t t)
+{
+    return si_pack8_type(t) && si__quants_active()->type[t].gemm8 != NULL;
+}
+
+void si_gemm8(uint32_t t, const void *group, int64_t n, const void *xa, size_t xa_stride,
+              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    const struct si__quants_kernels *k = &si__quants_active()->type[t];
+    assert(k->gemm8 != NULL && n % QK == 0);
+    k->gemm8(group, n, xa, xa_stride, t == SI_TYPE_Q4_1 ? NULL : asum, n_tok, y, ldy);
+}
+
+void si_act_block_sums(uint32_t at, const void *xa, int64_t n, int32_t *sums)
+{
+    if (at != SI_TYPE_Q8_0)
+        return;
+    const uint8_t *a = xa;
+    for (int64_t b = 0; b < n / QK; b++, a += 34) {
+        int32_t s = 0;
+        for (int j = 0; j < QK; j++)
+            s += (int8_t)a[2 + j];
+        sums[b] = s;
+    }
+}

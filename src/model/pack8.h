@@ -63,4 +63,20 @@ void si_dequantize8(uint32_t t, const void *group, int64_t n, float *dst);
  */
 void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, float out[8]);
 
+/*
+ * A batch against a packed group, where the kernels in use have a batched
+ * kernel for t (si_gemm8_available; AVX-512 VNNI): y[i * ldy + r] = row r
+ * . token i for r < 8 and i < n_tok, the tokens converted by
+ * si_quantize_act(si_act_type(t), ...) at xa + i * xa_stride, asum from
+ * si_act_block_sums (n_tok x n / 32).  The values of si_vec_dot_act up to
+ * the order of the float additions (per block instead of per lane).
+ */
+bool si_gemm8_available(uint32_t t);
+void si_gemm8(uint32_t t, const void *group, int64_t n, const void *xa, size_t xa_stride,
+              const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
+
+/* sums[b] = the sum of the 32 quants of block b of n activations converted
+ * to Q8_0 at xa (other activation types: nothing to do). */
+void si_act_block_sums(uint32_t at, const void *xa, int64_t n, int32_t *sums);
+
 #endif /* SI_MODEL_PACK8_H */

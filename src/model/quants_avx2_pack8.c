@@ -136,6 +136,117 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
             out[r] = hsum(acc[r]) + m[r];                                                          \
     }
 
+/*
+ * The batched products (si__gemm8_fn), AVX-512 VNNI on 256-bit registers
+ * (32 of them): per block, the 8 rows' 32 quants as unsigned bytes are
+ * transposed into 8 registers c[k] whose lane r holds row r's values
+ * 4k .. 4k+3; then for each of TILE tokens one chain of 8 dpbusd, each with
+ * 4 activation bytes broadcast, gives the 8 rows' integer sums in the 8
+ * lanes, started at the offset that makes the unsigned quants signed again
+ * (Q4_0: -8 sum(a), Q8_0 stored + 128: -128 sum(a)).  One multiply-add per
+ * token and block turns them into float (and one more adds Q4_1's mins).
+ * The transposition is paid once per block for TILE tokens.
+ */
+enum { GEMM_TILE = 8 };
+
+/* The loops over registers written out, so that the vectors stay in them. */
+#define UNROLL_(n) _Pragma(#n)
+#define UNROLL(n) UNROLL_(GCC unroll n)
+
+/* c[k] lane r = x[r] lane k: an 8 x 8 transposition of 32-bit lanes. */
+VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
+{
+    __m256i t[8], u[8];
+    UNROLL(4)
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
+    }
+    UNROLL(2)
+    for (int h = 0; h < 2; h++) { /* rows 0-3, then 4-7 */
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    UNROLL(4)
+    for (int k = 0; k < 4; k++) {
+        c[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        c[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+/*
+ * The shared body: KIND 0 Q4_0 (activations Q8_0, 34 bytes a block), 1
+ * Q4_1 (Q8_1, 36), 2 Q8_0 (Q8_0).  Tokens past n_tok in the last tile
+ * repeat the last one and are not stored.
+ */
+#define GEMM8_FN(fn, KIND)                                                                         \
+    VNNI void fn(const void *group, int64_t n, const void *xa, size_t xa_stride,                   \
+                 const int32_t *asum, int64_t n_tok, float *y, size_t ldy)                         \
+    {                                                                                              \
+        const int64_t nb = n / 32;                                                                 \
+        const size_t bb = KIND == 0 ? 144 : KIND == 1 ? 160 : 272, ab = KIND == 1 ? 36 : 34;       \
+        const int qo = KIND == 2 ? 16 : KIND == 1 ? 32 : 16; /* the quants' offset in a block */   \
+        const int aq = KIND == 1 ? 4 : 2;                    /* the activations' */                \
+        const __m256i low = _mm256_set1_epi8(0xf), flip = _mm256_set1_epi8((char)0x80);            \
+        for (int64_t t0 = 0; t0 < n_tok; t0 += GEMM_TILE) {                                        \
+            const uint8_t *at[GEMM_TILE];                                                          \
+            const int32_t *st[GEMM_TILE];                                                          \
+            for (int t = 0; t < GEMM_TILE; t++) {                                                  \
+                const int64_t tok = t0 + t < n_tok ? t0 + t : n_tok - 1;                           \
+                at[t] = (const uint8_t *)xa + (size_t)tok * xa_stride;                            \
+                st[t] = asum != NULL ? asum + tok * nb : NULL;                                     \
+            }                                                                                      \
+            __m256 acc[GEMM_TILE];                                                                 \
+            UNROLL(8)                                                                             \
+            for (int t = 0; t < GEMM_TILE; t++)                                                    \
+                acc[t] = _mm256_setzero_ps();                                                      \
+            const uint8_t *w = group;                                                              \
+            for (int64_t b = 0; b < nb; b++, w += bb) {                                            \
+                __m256i x[8], c[8];                                                                \
+                if (KIND == 2) {                                                                   \
+                    UNROLL(8)                                                                      \
+                    for (int r = 0; r < 8; r++)                                                    \
+                        x[r] = _mm256_xor_si256(                                                   \
+                            _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);        \
+                } else {                                                                           \
+                    UNROLL(4)                                                                      \
+                    for (int p = 0; p < 4; p++) {                                                  \
+                        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + qo + 32 * p));  \
+                        x[2 * p] = _mm256_and_si256(v, low);                                       \
+                        x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);            \
+                    }                                                                              \
+                }                                                                                  \
+                transpose8(x, c);                                                                  \
+                const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));            \
+                const __m256 m8 =                                                                  \
+                    KIND == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)))        \
+                              : _mm256_setzero_ps();                                               \
+                UNROLL(8)                                                                         \
+                for (int t = 0; t < GEMM_TILE; t++) {                                              \
+                    const uint8_t *a = at[t] + (size_t)b * ab;                                     \
+                    __m256i s = KIND == 1 ? _mm256_setzero_si256()                                 \
+                                          : _mm256_set1_epi32((KIND == 0 ? -8 : -128) * st[t][b]); \
+                    UNROLL(8)                                                                      \
+                    for (int k = 0; k < 8; k++)                                                    \
+                        s = _mm256_dpbusd_epi32(s, c[k],                                           \
+                                                _mm256_set1_epi32((int)u32_at(a + aq + 4 * k)));   \
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),                                \
+                                             _mm256_mul_ps(d8, _mm256_set1_ps(half_at(a))), acc[t]); \
+                    if (KIND == 1)                                                                 \
+                        acc[t] = _mm256_fmadd_ps(m8, _mm256_set1_ps(half_at(a + 2)), acc[t]);      \
+                }                                                                                  \
+            }                                                                                      \
+            for (int t = 0; t < GEMM_TILE && t0 + t < n_tok; t++)                                  \
+                _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, acc[t]);                              \
+        }                                                                                          \
+    }
+
+GEMM8_FN(si__vnni_gemm8_q4_0, 0)
+GEMM8_FN(si__vnni_gemm8_q4_1, 1)
+GEMM8_FN(si__vnni_gemm8_q8_0, 2)
+
 Q4_0_DOT8_FN(si__avx2_dot_act8_q4_0, dotu_avx2, )
 Q4_1_DOT8_FN(si__avx2_dot_act8_q4_1, dotu_avx2, )
 Q4_1_DOT8_FN(si__vnni_dot_act8_q4_1, dotu_vnni, VNNI)

@@ -92,6 +92,8 @@ static void overlay(const struct si__quants_table *t)
             dst->dot_act8 = src->dot_act8;
         if (src->dequantize8 != NULL)
             dst->dequantize8 = src->dequantize8;
+        if (src->gemm8 != NULL)
+            dst->gemm8 = src->gemm8;
     }
     if (t->attn_f16 != NULL)
         active.attn_f16 = t->attn_f16;

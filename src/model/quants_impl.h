@@ -80,6 +80,17 @@ typedef void (*si__dot_act8_fn)(const void *group, const void *xa, int64_t n, fl
  * of the table's dequantize. */
 typedef void (*si__dequantize8_fn)(const void *group, int64_t n, float *dst);
 
+/*
+ * A batch's products with a packed group: y[t * ldy + r] = row r . token t
+ * for r < 8, t < n_tok, token t's activations at xa + t * xa_stride
+ * (converted by quantize_act), asum[t * (n / 32) + b] the integer sum of
+ * the quants of its block b (Q8_0 activations; NULL for Q8_1, whose blocks
+ * carry their sum).  Sums formed per block, in float per block: the values
+ * of dot_act up to the order of the float additions.
+ */
+typedef void (*si__gemm8_fn)(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                             const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -91,6 +102,7 @@ struct si__quants_kernels {
     si__dot_act2_fn dot_act2; /* NULL: dot_act twice */
     si__dot_act8_fn dot_act8; /* packed groups; NULL where si_pack8 does not pack the type */
     si__dequantize8_fn dequantize8; /* likewise */
+    si__gemm8_fn gemm8;             /* NULL: no batched kernel (the caller dequantizes) */
 };
 
 /*
