@@ -38,6 +38,7 @@ int main(void)
         {"sum", &si__cl_sum, false},
         {"load", &si__cl_load, false},
         {"flash", &si__cl_flash, false},
+        {"pack", &si__cl_pack, false},
         {"bembed", &si__cl_bembed, false},
         {"battn", &si__cl_battn, false},
         {"bffn", &si__cl_bffn, false},

@@ -48,6 +48,8 @@
  *   bmerge        merge_batch_L: x_batch (RW), down_* or out_* (R), xb3_batch (R)
  *   bhead         norm+lm_head: x_batch (R), xb (RW), logits (W), output (R)
  *   bhead_rows    norm+lm_head_batch.j: x_batch (R), output (R), logits rows j (W)
+ * pack.c (set-up)
+ *   pack          pack8: no buffers; cl_arg a struct si__pack_job
  *
  * carried*: the buffers that bring layer l - 1's FFN output to layer l's
  * first tasks (si__n_carried): its slices' partial outputs (dense: the
@@ -70,6 +72,20 @@ extern struct starpu_codelet si__cl_load, si__cl_flash;
 extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
     si__cl_bmerge, si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_bao,
     si__cl_baout;
+extern struct starpu_codelet si__cl_pack;
+
+/* pack8's argument: groups [g0, g1) of 8 rows of type t (n values, row_bytes
+ * each) from src into dst, both at group 0 of the matrix; in place where
+ * src == dst, through tmp (8 * row_bytes); release: then drop src's pages
+ * from the process (src a read-only file mapping). */
+struct si__pack_job {
+    uint32_t type;
+    const char *src;
+    char *dst, *tmp;
+    size_t row_bytes;
+    int64_t n, g0, g1;
+    bool release;
+};
 
 /* --- the FFN's arithmetic, shared by ffn.c, pred.c and load.c (inline: the
  * per-row helpers of the hottest loops) */

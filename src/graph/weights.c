@@ -22,6 +22,8 @@
  */
 #include "graph/graph.h"
 
+#include "codelets/codelets.h" /* the pack8 task */
+#include "graph/runtime.h"
 #include "internal.h" /* si__errf */
 #include "model/gguf.h"
 #include "model/pack8.h"
@@ -52,14 +54,47 @@ static void release(const void *p, size_t n)
         madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-/* Packs t into memory of its own (kept in e->packed); SI_OK, or
- * SI_E_NOMEM.  Tensors that are not packable stay as they are. */
-static int pack(struct si_engine *e, struct si_tensor *t, bool mapped)
+/* The packing to do: a matrix's copy (or gate mode's rows in place) and its
+ * jobs, run as pack8 tasks on every CPU worker at once. */
+struct plan {
+    struct si__pack_job *jobs;
+    int64_t n_jobs, cap;
+    struct todo {
+        struct si_tensor *t; /* NULL: in place */
+        void *dst;
+        bool release;
+    } *todo;
+    int64_t n_todo;
+};
+
+/* Jobs of about 4 MiB over groups [0, groups) of 8 rows. */
+static int add_jobs(struct plan *p, struct si__pack_job proto, int64_t groups)
+{
+    const int64_t per = (int64_t)((4u << 20) / (8 * proto.row_bytes)) + 1;
+    for (int64_t g = 0; g < groups; g += per) {
+        if (p->n_jobs == p->cap) {
+            const int64_t cap = p->cap > 0 ? 2 * p->cap : 64;
+            struct si__pack_job *grown = realloc(p->jobs, (size_t)cap * sizeof *grown);
+            if (grown == NULL)
+                return SI_E_NOMEM;
+            p->jobs = grown;
+            p->cap = cap;
+        }
+        proto.g0 = g;
+        proto.g1 = g + per < groups ? g + per : groups;
+        proto.tmp = NULL;
+        p->jobs[p->n_jobs++] = proto;
+    }
+    return SI_OK;
+}
+
+/* Plans t's copy: memory of its own (kept in e->packed) and its jobs;
+ * SI_OK, or SI_E_NOMEM.  Tensors that are not packable stay as they are. */
+static int plan_copy(struct si_engine *e, struct plan *p, struct si_tensor *t, bool release)
 {
     if (t->data == NULL || !si_pack8_type(t->type) || t->ne[1] < 8 ||
         !si__split8_ok(t->ne[1], most_parts(e)))
         return SI_OK;
-    const int64_t groups = t->ne[1] / 8;
     const size_t bytes = t->nbytes, huge = (size_t)2 << 20;
     void *dst = NULL;
     /* 2 MiB-aligned and advised for transparent huge pages: fewer TLB misses. */
@@ -78,18 +113,50 @@ static int pack(struct si_engine *e, struct si_tensor *t, bool mapped)
         e->packed = grown;
     }
     e->packed[e->n_packed++] = dst;
-    e->stats.packed_bytes += (int64_t)bytes;
-    const size_t gb = 8 * t->row_bytes;
-    for (int64_t g = 0; g < groups; g++)
-        si_pack8(t->type, (const char *)t->data + (size_t)g * gb, t->row_bytes, t->ne[0],
-                 (char *)dst + (size_t)g * gb);
-    memcpy((char *)dst + (size_t)groups * gb, (const char *)t->data + (size_t)groups * gb,
-           bytes - (size_t)groups * gb); /* the rows after the last group */
-    if (mapped)
-        release(t->data, bytes);
-    t->data = dst;
-    t->pk = groups * 8;
-    return SI_OK;
+    struct todo *grown = realloc(p->todo, ((size_t)p->n_todo + 1) * sizeof *grown);
+    if (grown == NULL)
+        return SI_E_NOMEM;
+    p->todo = grown;
+    p->todo[p->n_todo++] = (struct todo){t, dst, release};
+    return add_jobs(p, (struct si__pack_job){.type = t->type,
+                                             .src = t->data,
+                                             .dst = dst,
+                                             .row_bytes = t->row_bytes,
+                                             .n = t->ne[0],
+                                             .release = release},
+                    t->ne[1] / 8);
+}
+
+/* Runs the jobs as tasks and waits for them (the caller may be a worker:
+ * si_runtime_wait_all runs tasks meanwhile); SI_OK, SI_E_NOMEM or
+ * SI_E_RUNTIME. */
+static int run_jobs(struct plan *p)
+{
+    const size_t tmp_bytes = 64 << 10;
+    int rc = SI_OK;
+    for (int64_t k = 0; k < p->n_jobs && rc == SI_OK; k++) {
+        struct si__pack_job *j = &p->jobs[k];
+        if (j->src == j->dst) {
+            const size_t gb = 8 * j->row_bytes;
+            if ((j->tmp = malloc(gb > tmp_bytes ? gb : tmp_bytes)) == NULL) {
+                rc = SI_E_NOMEM;
+                break;
+            }
+        }
+        struct starpu_task *task = starpu_task_create();
+        task->cl = &si__cl_pack;
+        task->cl_arg = j;
+        if (starpu_task_submit(task) != 0) {
+            task->destroy = 0;
+            starpu_task_destroy(task);
+            rc = SI_E_RUNTIME;
+        }
+    }
+    if (si_runtime_wait_all() != SI_OK && rc == SI_OK)
+        rc = SI_E_RUNTIME;
+    for (int64_t k = 0; k < p->n_jobs; k++)
+        free(p->jobs[k].tmp);
+    return rc;
 }
 
 int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
@@ -112,22 +179,27 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     e->own_w = w;
     e->w = w;
     const bool mapped = m->gguf != NULL && m->gguf->map != NULL;
+    struct plan p = {0};
     int rc = SI_OK;
     for (int l = 0; l < hp->n_layer && rc == SI_OK; l++) {
         struct si_layer *L = &layers[l];
         if (hp->head_dim % 8 == 0) {
             struct si_tensor *aw[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
             for (int i = 0; i < 4 && rc == SI_OK; i++)
-                rc = pack(e, aw[i], mapped);
+                rc = plan_copy(e, &p, aw[i], mapped);
         }
         if (!e->sparse && e->L[l].n_hot == 0) {
             struct si_tensor *fw[3] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down};
             for (int i = 0; i < 3 && rc == SI_OK; i++)
                 if (fw[i]->data != NULL && (i < 2 ? e->chunk % 8 == 0 || e->chunk == hp->n_ff
                                                   : true))
-                    rc = pack(e, fw[i], mapped);
+                    rc = plan_copy(e, &p, fw[i], mapped);
         }
     }
+    /* The LM head; when tied, the embedding keeps reading the model's rows,
+     * a few per token, which come back from the file as they are read. */
+    if (rc == SI_OK)
+        rc = plan_copy(e, &p, &w->output, mapped);
     /* Gate mode's gating rows (the engine's copy, in position order): each
      * cold slice's packed in place from its start, the rows after its last
      * group as they are; the hot slice (the GPU's) keeps the row layout. */
@@ -135,30 +207,43 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
         struct si__layer_state *S = &e->L[l];
         if (S->pre == NULL || !si_pack8_type(S->f.gu_type))
             continue;
-        const size_t gb = 8 * S->f.gu_row;
-        char *tmp = malloc(gb);
-        if (tmp == NULL) {
-            rc = SI_E_NOMEM;
-            break;
-        }
-        for (int32_t j = S->hot ? 1 : 0; j < S->nsl; j++) {
+        for (int32_t j = S->hot ? 1 : 0; j < S->nsl && rc == SI_OK; j++) {
             const int64_t n = S->s0[j + 1] - S->s0[j];
             char *first = (char *)S->pre + (size_t)S->s0[j] * S->f.gu_row;
-            for (int64_t g = 0; g < n / 8; g++) {
-                si_pack8(S->f.gu_type, first + (size_t)g * gb, S->f.gu_row, hp->n_embd, tmp);
-                memcpy(first + (size_t)g * gb, tmp, gb);
-            }
+            rc = add_jobs(&p,
+                          (struct si__pack_job){.type = S->f.gu_type,
+                                                .src = first,
+                                                .dst = first,
+                                                .row_bytes = S->f.gu_row,
+                                                .n = hp->n_embd},
+                          n / 8);
             S->pre_pk[j] = n / 8 * 8;
             e->stats.packed_bytes += (int64_t)(S->pre_pk[j] * (int64_t)S->f.gu_row);
         }
-        free(tmp);
     }
-    /* The LM head (the embedding table too when tied: the embedding keeps
-     * reading the model's rows, a few per token). */
     if (rc == SI_OK)
-        rc = pack(e, &w->output, mapped && w->output.data != m->w.token_embd.data);
-    if (rc != SI_OK)
+        rc = run_jobs(&p);
+    for (int64_t k = 0; k < p.n_todo; k++) {
+        /* the rows after the last group, then the views onto the copy */
+        struct si_tensor *t = p.todo[k].t;
+        const int64_t groups = t->ne[1] / 8;
+        const size_t gb = 8 * t->row_bytes;
+        if (rc != SI_OK)
+            break; /* the engine is freed: its copies with it */
+        memcpy((char *)p.todo[k].dst + (size_t)groups * gb,
+               (const char *)t->data + (size_t)groups * gb, t->nbytes - (size_t)groups * gb);
+        if (p.todo[k].release)
+            release(t->data, t->nbytes);
+        t->data = p.todo[k].dst;
+        t->pk = groups * 8;
+        e->stats.packed_bytes += (int64_t)t->nbytes;
+    }
+    free(p.jobs);
+    free(p.todo);
+    if (rc == SI_E_NOMEM)
         return si__errf(err, err_size, rc, "out of memory for the engine's packed weights");
+    if (rc != SI_OK)
+        return si__errf(err, err_size, rc, "StarPU failed a task packing the weights");
     return SI_OK;
 }
 

@@ -28,12 +28,6 @@ size_t si_pack8_block_bytes(uint32_t t)
     }
 }
 
-/* Value j (0 .. 31, element order) of a Q4_0 block's 16 quant bytes, 0 .. 15. */
-static uint8_t q4_at(const uint8_t *qs, int j)
-{
-    return j < 16 ? qs[j] & 0xf : qs[j - 16] >> 4;
-}
-
 void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *dst)
 {
     const size_t bb = si_pack8_block_bytes(t), rb = bb / 8;
@@ -55,9 +49,16 @@ void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *d
                 memcpy(qo + 32 * r, qs, 32);
                 continue;
             }
+            if (r % 2 == 1)
+                continue;
+            /* rows r and r + 1 together: value j of the even row in the low
+             * nibble of byte j, the odd row's in the high one */
+            const uint8_t *qn = qs + row_bytes;
             uint8_t *run = qo + 32 * (r / 2);
-            for (int j = 0; j < 32; j++)
-                run[j] = (uint8_t)(r % 2 == 0 ? q4_at(qs, j) : run[j] | q4_at(qs, j) << 4);
+            for (int j = 0; j < 16; j++) {
+                run[j] = (uint8_t)((qs[j] & 0xf) | (qn[j] & 0xf) << 4);
+                run[j + 16] = (uint8_t)((qs[j] >> 4) | (qn[j] & 0xf0));
+            }
         }
     }
 }
