@@ -1462,6 +1462,39 @@ static void test_pack8(void)
                     free(xs3);
                     free(sums);
                 }
+                { /* the same rows by pointers, in another order */
+                    const void *rp[8], *ah[8];
+                    for (int r = 0; r < 8; r++) {
+                        rp[r] = rows + 1 + (size_t)((r * 3) % 8) * rb;
+                        ah[r] = r % 2 ? rows + 1 + (size_t)r * rb : NULL;
+                    }
+                    for (int k = 0; k < 3; k++) {
+                        const struct si__quants_kernels *kern = &tables[k]->type[t];
+                        if (!usable[k] || kern->dot_act8p == NULL)
+                            continue;
+                        si__dot_act_fn dot = kern->dot_act != NULL
+                                                 ? kern->dot_act
+                                                 : si__quants_avx2.type[t].dot_act;
+                        float o[8];
+                        kern->dot_act8p(rp, xa + 1, n, o, ah);
+                        for (int r = 0; r < 8; r++) {
+                            const float want = dot(rp[r], xa + 1, n);
+                            CHECK(memcmp(&o[r], &want, sizeof want) == 0,
+                                  "%s %s n=%lld row %d: dot_act8p %a, dot_act %a",
+                                  tables[k]->name, si_type_name(t), (long long)n, r,
+                                  (double)o[r], (double)want);
+                            compared++;
+                        }
+                    }
+                    float o[8];
+                    si_vec_dot_act8p(t, rp, xa + 1, n, o, NULL);
+                    for (int r = 0; r < 8; r++) {
+                        const float want = si_vec_dot_act(t, rp[r], xa + 1, n);
+                        CHECK(memcmp(&o[r], &want, sizeof want) == 0,
+                              "%s n=%lld row %d: si_vec_dot_act8p differs", si_type_name(t),
+                              (long long)n, r);
+                    }
+                }
                 float got[8];
                 si_vec_dot_act8(t, pk + 1, xa + 1, n, got);
                 for (int r = 0; r < 8; r++) {

@@ -122,22 +122,23 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
                 sc->ix[m++] = (int32_t)i;
             }
             *rd += m * (int64_t)f->gu_row;
-            /* ...then their up dots two at a time, the next pair's rows
+            /* ...then their up dots eight at a time, the next eight rows
              * prefetched while these are read (they are scattered records). */
-            float u[2];
-            for (int64_t q = 0; q < m; q += 2) {
-                const int two = q + 1 < m ? 2 : 1;
-                const void *rows[2] = {up + (size_t)sc->ix[q] * rb,
-                                       up + (size_t)sc->ix[q + two - 1] * rb};
-                const void *ahead[2] = {q + 2 < m ? up + (size_t)sc->ix[q + 2] * rb : NULL,
-                                        q + 3 < m ? up + (size_t)sc->ix[q + 3] * rb : NULL};
-                if (xa != NULL && two == 2) {
-                    si_vec_dot_act2(t, rows, xa, d, u, ahead);
+            float u[8];
+            for (int64_t q = 0; q < m; q += 8) {
+                const int cnt = m - q < 8 ? (int)(m - q) : 8;
+                if (xa != NULL && cnt == 8) {
+                    const void *rows[8], *ahead[8];
+                    for (int r = 0; r < 8; r++) {
+                        rows[r] = up + (size_t)sc->ix[q + r] * rb;
+                        ahead[r] = q + 8 + r < m ? up + (size_t)sc->ix[q + 8 + r] * rb : NULL;
+                    }
+                    si_vec_dot_act8p(t, rows, xa, d, u, ahead);
                 } else {
-                    for (int r = 0; r < two; r++)
-                        u[r] = si__ffn_dot(t, rows[r], xa, xb, d);
+                    for (int r = 0; r < cnt; r++)
+                        u[r] = si__ffn_dot(t, up + (size_t)sc->ix[q + r] * rb, xa, xb, d);
                 }
-                for (int r = 0; r < two; r++) {
+                for (int r = 0; r < cnt; r++) {
                     const int32_t i = sc->ix[q + r];
                     const float v = b != NULL ? u[r] + b[i] : u[r];
                     sc->h[q + r] = si_act_gated(hp->ffn_kind, sc->h[q + r], v);

@@ -382,6 +382,27 @@ float si_vec_dot_act_batch(uint32_t t, const void *row, const void *xa, int64_t 
     return si_vec_dot_act(t, row, xa, n);
 }
 
+void si_vec_dot_act8p(uint32_t t, const void *const rows[8], const void *xa, int64_t n,
+                      float out[8], const void *const ahead[8])
+{
+    if (!si_type_supported(t)) {
+        assert(!"unsupported tensor type");
+        memset(out, 0, 8 * sizeof *out);
+        return;
+    }
+    const struct si__quants_kernels *k = kernels(t, n);
+    if (k->dot_act8p != NULL) {
+        k->dot_act8p(rows, xa, n, out, ahead);
+        return;
+    }
+    for (int r = 0; r < 8; r += 2) {
+        const void *const two[2] = {rows[r], rows[r + 1]};
+        const void *const next[2] = {ahead != NULL ? ahead[r] : NULL,
+                                     ahead != NULL ? ahead[r + 1] : NULL};
+        si_vec_dot_act2(t, two, xa, n, out + r, next);
+    }
+}
+
 void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int64_t n, float out[2],
                      const void *const ahead[2])
 {

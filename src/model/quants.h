@@ -104,6 +104,15 @@ void si_vec_dot_act2(uint32_t t, const void *const rows[2], const void *xa, int6
                      const void *const ahead[2]);
 
 /*
+ * out[r] = si_vec_dot_act(t, rows[r], xa, n) for r = 0 .. 7, bit for bit,
+ * rows anywhere (a sparse FFN's active neurons): one pass over xa for the 8
+ * where the type has a kernel (AVX2, VNNI: Q4_0, Q8_0), else row by row;
+ * ahead as for si_vec_dot_act2 (NULL, or 8 rows, entries may be NULL).
+ */
+void si_vec_dot_act8p(uint32_t t, const void *const rows[8], const void *xa, int64_t n,
+                      float out[8], const void *const ahead[8]);
+
+/*
  * y[0..n) += a * row[0..n) for a row of type t (F32, F16, BF16, Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the "axpy" that adds one neuron's
  * down-projection row to the output.  The row's values are rounded as

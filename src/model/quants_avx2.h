@@ -113,6 +113,16 @@ void si__avx2_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float 
 void si__avx2_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__vnni_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 
+/* 8 rows at any addresses (si__dot_act8p_fn; quants_avx2_pack8.c). */
+void si__avx2_dot_act8p_q4_0(const void *const rows[8], const void *xa, int64_t n, float out[8],
+                             const void *const ahead[8]);
+void si__avx2_dot_act8p_q8_0(const void *const rows[8], const void *xa, int64_t n, float out[8],
+                             const void *const ahead[8]);
+void si__vnni_dot_act8p_q4_0(const void *const rows[8], const void *xa, int64_t n, float out[8],
+                             const void *const ahead[8]);
+void si__vnni_dot_act8p_q8_0(const void *const rows[8], const void *xa, int64_t n, float out[8],
+                             const void *const ahead[8]);
+
 /* Batches against packed groups (si__gemm8_fn; quants_avx2_pack8.c), VNNI only. */
 void si__vnni_gemm8_q4_0(const void *group, int64_t n, const void *xa, size_t xa_stride,
                          const int32_t *asum, int64_t n_tok, float *y, size_t ldy);

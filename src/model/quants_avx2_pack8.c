@@ -25,6 +25,10 @@
 
 #include <immintrin.h>
 
+/* The loops over registers written out, so that the vectors stay in them. */
+#define UNROLL_(n) _Pragma(#n)
+#define UNROLL(n) UNROLL_(GCC unroll n)
+
 /* How far ahead of the block being read the stream is prefetched: 2 KiB
  * measured best of 0.5, 1, 2 and 4 KiB (docs/measurements.md). */
 #define PREFETCH 2048
@@ -149,9 +153,7 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
  */
 enum { GEMM_TILE = 8 };
 
-/* The loops over registers written out, so that the vectors stay in them. */
-#define UNROLL_(n) _Pragma(#n)
-#define UNROLL(n) UNROLL_(GCC unroll n)
+
 
 /* c[k] lane r = x[r] lane k: an 8 x 8 transposition of 32-bit lanes. */
 VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
@@ -246,6 +248,79 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
 GEMM8_FN(si__vnni_gemm8_q4_0, 0)
 GEMM8_FN(si__vnni_gemm8_q4_1, 1)
 GEMM8_FN(si__vnni_gemm8_q8_0, 2)
+
+/*
+ * dot_act of 8 rows at any addresses (si__dot_act8p_fn): each row's sum in
+ * dot_act's lanes and order, the activation block (and for Q4_0 its -8
+ * sum(a) per lane) loaded once for the 8 rows; SIZE the block's bytes,
+ * QS(w) its 32 quants as unsigned bytes (Q4_0) or signed ones (Q8_0).
+ */
+#define ROWS8_Q4_0_FN(fn, DOTU, ATTR)                                                              \
+    ATTR void fn(const void *const rows[8], const void *xa, int64_t n, float out[8],               \
+                 const void *const ahead[8])                                                       \
+    {                                                                                              \
+        const uint8_t *a = xa;                                                                     \
+        const __m256i one = _mm256_set1_epi8(1);                                                   \
+        __m256 acc[8];                                                                             \
+        UNROLL(8)                                                                                  \
+        for (int r = 0; r < 8; r++)                                                                \
+            acc[r] = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0, o = 0; i < n; i += 32, o += 18, a += 34) {                             \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
+            const __m256i n8 = _mm256_sub_epi32(                                                   \
+                _mm256_setzero_si256(), _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), one, y), 3)); \
+            const float da = half_at(a);                                                           \
+            UNROLL(8)                                                                              \
+            for (int r = 0; r < 8; r++) {                                                          \
+                const uint8_t *w = (const uint8_t *)rows[r] + o;                                   \
+                if (ahead != NULL && ahead[r] != NULL)                                             \
+                    _mm_prefetch((const char *)ahead[r] + o, _MM_HINT_T0);                        \
+                const __m128i t = _mm_loadu_si128((const __m128i *)(w + 2));                       \
+                const __m256i q = _mm256_and_si256(                                                \
+                    _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1),   \
+                    _mm256_set1_epi8(0xf));                                                        \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * da),                          \
+                                         _mm256_cvtepi32_ps(DOTU(n8, q, y)), acc[r]);              \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL(8)                                                                                  \
+        for (int r = 0; r < 8; r++)                                                                \
+            out[r] = hsum(acc[r]);                                                                 \
+    }
+
+#define ROWS8_Q8_0_FN(fn, DOTU, ATTR)                                                              \
+    ATTR void fn(const void *const rows[8], const void *xa, int64_t n, float out[8],               \
+                 const void *const ahead[8])                                                       \
+    {                                                                                              \
+        const uint8_t *a = xa;                                                                     \
+        __m256 acc[8];                                                                             \
+        UNROLL(8)                                                                                  \
+        for (int r = 0; r < 8; r++)                                                                \
+            acc[r] = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0, o = 0; i < n; i += 32, o += 34, a += 34) {                             \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
+            const float da = half_at(a);                                                           \
+            UNROLL(8)                                                                              \
+            for (int r = 0; r < 8; r++) {                                                          \
+                const uint8_t *w = (const uint8_t *)rows[r] + o;                                   \
+                if (ahead != NULL && ahead[r] != NULL)                                             \
+                    _mm_prefetch((const char *)ahead[r] + o, _MM_HINT_T0);                        \
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 2));                    \
+                const __m256i q = DOTU(_mm256_setzero_si256(), _mm256_sign_epi8(x, x),             \
+                                       _mm256_sign_epi8(y, x));                                    \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * da), _mm256_cvtepi32_ps(q),  \
+                                         acc[r]);                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL(8)                                                                                  \
+        for (int r = 0; r < 8; r++)                                                                \
+            out[r] = hsum(acc[r]);                                                                 \
+    }
+
+ROWS8_Q4_0_FN(si__avx2_dot_act8p_q4_0, dotu_avx2, )
+ROWS8_Q8_0_FN(si__avx2_dot_act8p_q8_0, dotu_avx2, )
+ROWS8_Q4_0_FN(si__vnni_dot_act8p_q4_0, dotu_vnni, VNNI)
+ROWS8_Q8_0_FN(si__vnni_dot_act8p_q8_0, dotu_vnni, VNNI)
 
 Q4_0_DOT8_FN(si__avx2_dot_act8_q4_0, dotu_avx2, )
 Q4_1_DOT8_FN(si__avx2_dot_act8_q4_1, dotu_avx2, )

@@ -94,6 +94,8 @@ static void overlay(const struct si__quants_table *t)
             dst->dequantize8 = src->dequantize8;
         if (src->gemm8 != NULL)
             dst->gemm8 = src->gemm8;
+        if (src->dot_act8p != NULL)
+            dst->dot_act8p = src->dot_act8p;
     }
     if (t->attn_f16 != NULL)
         active.attn_f16 = t->attn_f16;

@@ -91,6 +91,15 @@ typedef void (*si__dequantize8_fn)(const void *group, int64_t n, float *dst);
 typedef void (*si__gemm8_fn)(const void *group, int64_t n, const void *xa, size_t xa_stride,
                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
 
+/*
+ * out[r] = the table's dot_act(rows[r], xa, n), bit for bit, r = 0 .. 7, for
+ * 8 rows anywhere (a sparse FFN's active neurons), the activation block
+ * loaded once for the 8; ahead[r] (NULL: none) a row read next, prefetched
+ * a line for each line of rows[r] read.
+ */
+typedef void (*si__dot_act8p_fn)(const void *const rows[8], const void *xa, int64_t n,
+                                 float out[8], const void *const ahead[8]);
+
 struct si__quants_kernels {
     si__dequantize_fn dequantize; /* NULL when the type is not supported */
     si__dot_fn dot;               /* NULL when the type is not supported */
@@ -103,6 +112,7 @@ struct si__quants_kernels {
     si__dot_act8_fn dot_act8; /* packed groups; NULL where si_pack8 does not pack the type */
     si__dequantize8_fn dequantize8; /* likewise */
     si__gemm8_fn gemm8;             /* NULL: no batched kernel (the caller dequantizes) */
+    si__dot_act8p_fn dot_act8p;     /* NULL: dot_act row by row */
 };
 
 /*
