@@ -3,7 +3,8 @@
 # each StarPU scheduler the engine is tested with and one and two CPU workers.
 # The sweep of every type on every synthetic architecture and gemma3 run in
 # three of the configurations (a scheduler of each kind, one and two
-# workers, the CLI's caller worker), the rest with SI_TEST_ENGINE_QUICK=1.
+# workers, the CLI's caller worker) and without VNNI, the rest with
+# SI_TEST_ENGINE_QUICK=1.
 set -u
 rc=0
 for sched in eager lws dmda dmdas; do
@@ -24,4 +25,9 @@ for cfg in "lws 1 1" "lws 2 0" "dmda 2 1"; do
     SI_TEST_ENGINE_QUICK=$3 SI_TEST_CALLER_WORKER=1 STARPU_SCHED=$1 STARPU_NCPU=$2 \
         ./tests/test-engine || rc=1
 done
+# Without AVX-512 VNNI (SI_NO_VNNI=1), as on CPUs that lack it: batched
+# prefill on packed rows then dequantizes them for sgemm (si_k_gemm_tensor)
+# instead of the integer GEMM; the packed matrix-vector kernels are the AVX2 ones.
+echo "== SI_NO_VNNI=1 STARPU_SCHED=eager STARPU_NCPU=2 SI_TEST_ENGINE_QUICK=0"
+SI_NO_VNNI=1 SI_TEST_ENGINE_QUICK=0 STARPU_SCHED=eager STARPU_NCPU=2 ./tests/test-engine || rc=1
 exit $rc
