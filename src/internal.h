@@ -6,7 +6,10 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * Write a one-line message into err[0..err_size) (nothing when err is NULL
@@ -24,6 +27,17 @@ static inline double si__now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Drops the whole pages of [p, p + n) from the process: for a read-only
+ * file mapping whose pages were read (they come back from the file if read
+ * again), so that what was copied is not resident twice. */
+static inline void si__drop_pages(const void *p, size_t n)
+{
+    const uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, b = ((uintptr_t)p + n) / ps * ps;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /*

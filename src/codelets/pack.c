@@ -4,8 +4,6 @@
 #include "model/pack8.h"
 
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 /* Groups [g0, g1) of a matrix's rows into the engine's copy, or in place
  * (src == dst); no buffers (the memory is the engine's own, before any
@@ -24,15 +22,8 @@ static void pack_cpu(void *buffers[], void *cl_arg)
         si_pack8(j->type, dst, j->row_bytes, j->n, j->tmp); /* in place, through tmp */
         memcpy(dst, j->tmp, gb);
     }
-    if (j->release) {
-        /* the source's whole pages, read: out of the process (a file's
-         * pages come back from it if read again) */
-        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        const uintptr_t a = ((uintptr_t)(j->src + (size_t)j->g0 * gb) + page - 1) & ~(page - 1),
-                        b = (uintptr_t)(j->src + (size_t)j->g1 * gb) & ~(page - 1);
-        if (b > a)
-            madvise((void *)a, b - a, MADV_DONTNEED);
-    }
+    if (j->release) /* the source's pages, read: out of the process */
+        si__drop_pages(j->src + (size_t)j->g0 * gb, (size_t)(j->g1 - j->g0) * gb);
 }
 
 static struct starpu_perfmodel pack_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pack8"};

@@ -12,8 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 /* Child C of matrix F: nx x ny elements from byte offset off, F's ld. */
 static void matrix_part(const struct starpu_matrix_interface *F, struct starpu_matrix_interface *C,
@@ -114,14 +112,6 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
     return SI_OK;
 }
 
-static void drop_pages(const void *p, size_t n)
-{
-    const uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + ps - 1) / ps * ps, b = ((uintptr_t)p + n) / ps * ps;
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /*
  * Flash layout of layer l: the gating rows (gate mode) and biases from the
  * model, the hot records from the store (the model's FFN matrices are not
@@ -141,7 +131,7 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
     }
     if (e->pre_sep && e->m->gguf->map != NULL)
-        drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
+        si__drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
     if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
         return si__errf(err, err_size, SI_E_IO,
                         "layer %d: reading the hot neurons from the "

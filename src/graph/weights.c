@@ -13,7 +13,7 @@
  * into memory instead of mapped (--no-mmap) the original stays: that mode
  * holds both copies.
  *
- * What is packed: Q4_0 and Q8_0 matrices (si_pack8_type), with converted
+ * What is packed: Q4_0, Q4_1 and Q8_0 matrices (si_pack8_type), with converted
  * activations (act_quant), whose every split into tasks falls on groups of
  * 8 rows (si__split8_ok; the attention's kv-head groups: head_dim a
  * multiple of 8); the FFN's gate, up and down in dense mode, in layers
@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 /* The most row ranges any split of a matrix makes. */
 static int64_t most_parts(const struct si_engine *e)
@@ -42,16 +41,6 @@ static int64_t most_parts(const struct si_engine *e)
     for (int i = 0; i < 4; i++)
         n = k[i] > n ? k[i] : n;
     return n;
-}
-
-/* Releases the whole pages of [p, p + n) from the process (a file mapping's
- * pages: they are read again from the file if touched). */
-static void release(const void *p, size_t n)
-{
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /* The packing to do: a matrix's copy (or gate mode's rows in place) and its
@@ -233,7 +222,7 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
         memcpy((char *)p.todo[k].dst + (size_t)groups * gb,
                (const char *)t->data + (size_t)groups * gb, t->nbytes - (size_t)groups * gb);
         if (p.todo[k].release)
-            release(t->data, t->nbytes);
+            si__drop_pages(t->data, t->nbytes); /* the pages between the jobs' */
         t->data = p.todo[k].dst;
         t->pk = groups * 8;
         e->stats.packed_bytes += (int64_t)t->nbytes;

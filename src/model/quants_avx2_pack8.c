@@ -252,35 +252,29 @@ GEMM8_FN(si__vnni_gemm8_q8_0, 2)
 /*
  * dot_act of 8 rows at any addresses (si__dot_act8p_fn): each row's sum in
  * dot_act's lanes and order, the activation block (and for Q4_0 its -8
- * sum(a) per lane) loaded once for the 8 rows; SIZE the block's bytes,
- * QS(w) its 32 quants as unsigned bytes (Q4_0) or signed ones (Q8_0).
+ * sum(a) per lane: PREP) loaded once for the 8 rows; SIZE the block's
+ * bytes, ROW_DOT(DOTU, w) the 8 int32 lanes of the block at w dotted with y.
  */
-#define ROWS8_Q4_0_FN(fn, DOTU, ATTR)                                                              \
+#define ROWS8_FN(fn, SIZE, PREP, ROW_DOT, DOTU, ATTR)                                             \
     ATTR void fn(const void *const rows[8], const void *xa, int64_t n, float out[8],               \
                  const void *const ahead[8])                                                       \
     {                                                                                              \
         const uint8_t *a = xa;                                                                     \
-        const __m256i one = _mm256_set1_epi8(1);                                                   \
         __m256 acc[8];                                                                             \
         UNROLL(8)                                                                                  \
         for (int r = 0; r < 8; r++)                                                                \
             acc[r] = _mm256_setzero_ps();                                                          \
-        for (int64_t i = 0, o = 0; i < n; i += 32, o += 18, a += 34) {                             \
+        for (int64_t i = 0, o = 0; i < n; i += 32, o += (SIZE), a += 34) {                         \
             const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
-            const __m256i n8 = _mm256_sub_epi32(                                                   \
-                _mm256_setzero_si256(), _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), one, y), 3)); \
+            PREP(DOTU);                                                                            \
             const float da = half_at(a);                                                           \
             UNROLL(8)                                                                              \
             for (int r = 0; r < 8; r++) {                                                          \
                 const uint8_t *w = (const uint8_t *)rows[r] + o;                                   \
                 if (ahead != NULL && ahead[r] != NULL)                                             \
                     _mm_prefetch((const char *)ahead[r] + o, _MM_HINT_T0);                        \
-                const __m128i t = _mm_loadu_si128((const __m128i *)(w + 2));                       \
-                const __m256i q = _mm256_and_si256(                                                \
-                    _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1),   \
-                    _mm256_set1_epi8(0xf));                                                        \
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * da),                          \
-                                         _mm256_cvtepi32_ps(DOTU(n8, q, y)), acc[r]);              \
+                                         _mm256_cvtepi32_ps(ROW_DOT(DOTU, w)), acc[r]);            \
             }                                                                                      \
         }                                                                                          \
         UNROLL(8)                                                                                  \
@@ -288,39 +282,33 @@ GEMM8_FN(si__vnni_gemm8_q8_0, 2)
             out[r] = hsum(acc[r]);                                                                 \
     }
 
-#define ROWS8_Q8_0_FN(fn, DOTU, ATTR)                                                              \
-    ATTR void fn(const void *const rows[8], const void *xa, int64_t n, float out[8],               \
-                 const void *const ahead[8])                                                       \
-    {                                                                                              \
-        const uint8_t *a = xa;                                                                     \
-        __m256 acc[8];                                                                             \
-        UNROLL(8)                                                                                  \
-        for (int r = 0; r < 8; r++)                                                                \
-            acc[r] = _mm256_setzero_ps();                                                          \
-        for (int64_t i = 0, o = 0; i < n; i += 32, o += 34, a += 34) {                             \
-            const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 2));                        \
-            const float da = half_at(a);                                                           \
-            UNROLL(8)                                                                              \
-            for (int r = 0; r < 8; r++) {                                                          \
-                const uint8_t *w = (const uint8_t *)rows[r] + o;                                   \
-                if (ahead != NULL && ahead[r] != NULL)                                             \
-                    _mm_prefetch((const char *)ahead[r] + o, _MM_HINT_T0);                        \
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 2));                    \
-                const __m256i q = DOTU(_mm256_setzero_si256(), _mm256_sign_epi8(x, x),             \
-                                       _mm256_sign_epi8(y, x));                                    \
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(w) * da), _mm256_cvtepi32_ps(q),  \
-                                         acc[r]);                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        UNROLL(8)                                                                                  \
-        for (int r = 0; r < 8; r++)                                                                \
-            out[r] = hsum(acc[r]);                                                                 \
-    }
+/* Q4_0: -8 sum(a) per lane once per block, then each row's unsigned quants
+ * (its 16 bytes as 32 nibbles in element order) from that start. */
+#define Q4_0_PREP(DOTU)                                                                            \
+    const __m256i n8 = _mm256_sub_epi32(                                                           \
+        _mm256_setzero_si256(),                                                                    \
+        _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), _mm256_set1_epi8(1), y), 3))
+#define Q4_0_ROW_DOT(DOTU, w)                                                                      \
+    DOTU(n8,                                                                                       \
+         _mm256_and_si256(                                                                         \
+             _mm256_inserti128_si256(                                                              \
+                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((w) + 2))),              \
+                 _mm_srli_epi16(_mm_loadu_si128((const __m128i *)((w) + 2)), 4), 1),               \
+             _mm256_set1_epi8(0xf)),                                                               \
+         y)
+/* Q8_0: signed times signed, as dot_act: |x| times y with x's sign. */
+#define Q8_0_PREP(DOTU) (void)0
+#define Q8_0_ROW_DOT(DOTU, w)                                                                      \
+    DOTU(_mm256_setzero_si256(),                                                                   \
+         _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)((w) + 2)),                         \
+                          _mm256_loadu_si256((const __m256i *)((w) + 2))),                        \
+         _mm256_sign_epi8(y, _mm256_loadu_si256((const __m256i *)((w) + 2))))
 
-ROWS8_Q4_0_FN(si__avx2_dot_act8p_q4_0, dotu_avx2, )
-ROWS8_Q8_0_FN(si__avx2_dot_act8p_q8_0, dotu_avx2, )
-ROWS8_Q4_0_FN(si__vnni_dot_act8p_q4_0, dotu_vnni, VNNI)
-ROWS8_Q8_0_FN(si__vnni_dot_act8p_q8_0, dotu_vnni, VNNI)
+ROWS8_FN(si__avx2_dot_act8p_q4_0, 18, Q4_0_PREP, Q4_0_ROW_DOT, dotu_avx2, )
+ROWS8_FN(si__avx2_dot_act8p_q8_0, 34, Q8_0_PREP, Q8_0_ROW_DOT, dotu_avx2, )
+ROWS8_FN(si__vnni_dot_act8p_q4_0, 18, Q4_0_PREP, Q4_0_ROW_DOT, dotu_vnni, VNNI)
+ROWS8_FN(si__vnni_dot_act8p_q8_0, 34, Q8_0_PREP, Q8_0_ROW_DOT, dotu_vnni, VNNI)
+
 
 Q4_0_DOT8_FN(si__avx2_dot_act8_q4_0, dotu_avx2, )
 Q4_1_DOT8_FN(si__avx2_dot_act8_q4_1, dotu_avx2, )
