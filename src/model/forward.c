@@ -72,7 +72,8 @@ const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf)
 static void matvec_as(const struct si_ref *s, int32_t n_tok, bool group4, float *y,
                       const struct si_tensor *w, const float *x)
 {
-    if (n_tok <= 1 || !s->p.act_quant) {
+    if (n_tok <= 1 || !s->p.act_quant || w->pk > 0) {
+        /* (packed rows are of types whose batched dots are their dots) */
         si_ref_matvec(s->p.act_quant, s->xq, y, w, x);
         return;
     }
@@ -158,6 +159,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     if (s == NULL)
         goto oom;
     s->m = m;
+    s->lm_head = &m->w.output;
     s->p = p;
     const size_t d = (size_t)hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
                  kvd = (size_t)hp->n_head_kv * hp->head_dim, ff = (size_t)hp->n_ff;
@@ -656,7 +658,7 @@ void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *
 void si_ref_end(struct si_ref *s)
 {
     si_ref_head_input(s, s->x, s->xb, s->tmp);
-    matvec_as(s, s->batch_out_n, s->batch_out_g4, s->logits, &s->m->w.output, s->xb);
+    matvec_as(s, s->batch_out_n, s->batch_out_g4, s->logits, s->lm_head, s->xb);
     s->n_past++;
 }
 

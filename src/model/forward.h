@@ -90,6 +90,10 @@ struct si_ref {
     int32_t batch_n, batch_out_n;
     bool batch_g4, batch_out_g4;
 
+    /* The LM head's rows si_ref_end multiplies: the model's output, or an
+     * engine's own copy of it (packed 8 rows at a time: the same values). */
+    const struct si_tensor *lm_head;
+
     /* Per layer, the FFN neurons active for the last token (activation != 0),
      * counted when count_active is set: (n_layer). */
     bool count_active;
