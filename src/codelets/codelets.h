@@ -63,6 +63,8 @@
 #include "model/act.h"
 #include "model/quants.h"
 
+#include <math.h>
+
 extern struct starpu_codelet si__cl_embed, si__cl_head, si__cl_head_rows;
 extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_ao, si__cl_aout;
 extern struct starpu_codelet si__cl_pred, si__cl_gmask;
@@ -144,6 +146,53 @@ static inline void si__ffn_act_records(const struct si_engine *e, const struct s
         h[q] = si__ffn_neuron(e, f->gu_type, gate != NULL ? gate + o : NULL, up + o,
                               b != NULL ? b + ix[q] : NULL, xa, xb);
     }
+}
+
+/*
+ * Gate mode past a slice's n gating dots g (gated kinds): the neurons whose
+ * act(gate) passes (ReLU: not zero; else |act| > thr) into sc->ix[0..m), in
+ * order, and their activations into sc->h[0..m): act(gate) times the up
+ * dot (+ its bias b[i]) as si_act_gated combines them, the up rows (up, rb
+ * bytes apart) read 8 at a time through si_vec_dot_act8p with the next 8
+ * prefetched where x is converted (xa), else in float (xb).  Returns m;
+ * h may hold zeros (the up side's ReLU of the Bamboo kind).
+ */
+static inline int64_t si__ffn_gate_pass(const struct si_engine *e, uint32_t t, const char *up,
+                                        size_t rb, const float *b, const float *g, int64_t n,
+                                        float thr, const void *xa, const float *xb,
+                                        struct si__scratch *sc)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t d = hp->n_embd;
+    const bool relu = hp->act == SI_ACT_RELU;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = si_act_apply(hp->act, g[i]);
+        if (relu ? a == 0.0f : !(fabsf(a) > thr))
+            continue;
+        sc->h[m] = a;
+        sc->ix[m++] = (int32_t)i;
+    }
+    float u[8];
+    for (int64_t q = 0; q < m; q += 8) {
+        const int cnt = m - q < 8 ? (int)(m - q) : 8;
+        if (xa != NULL && cnt == 8) {
+            const void *rows[8], *ahead[8];
+            for (int r = 0; r < 8; r++) {
+                rows[r] = up + (size_t)sc->ix[q + r] * rb;
+                ahead[r] = q + 8 + r < m ? up + (size_t)sc->ix[q + 8 + r] * rb : NULL;
+            }
+            si_vec_dot_act8p(t, rows, xa, d, u, ahead);
+        } else {
+            for (int r = 0; r < cnt; r++)
+                u[r] = si__ffn_dot(t, up + (size_t)sc->ix[q + r] * rb, xa, xb, d);
+        }
+        for (int r = 0; r < cnt; r++) {
+            const int32_t i = sc->ix[q + r];
+            sc->h[q + r] = si_act_gated(hp->ffn_kind, sc->h[q + r], b != NULL ? u[r] + b[i] : u[r]);
+        }
+    }
+    return m;
 }
 
 /* Gate mode's n gating rows of a slice at pre (format f, n_embd values

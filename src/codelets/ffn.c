@@ -89,7 +89,6 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
         si__ffn_act_records(e, f, gate, up, b, xa, xb, sc->ix, k, sc->h);
         *rd = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
-        const bool relu = hp->act == SI_ACT_RELU;
         *rd = n * (int64_t)f->gu_row; /* every gating row */
         /* Every gating dot first, row after row: the rows are dense, and
          * one sequential stream is what this machine reads fastest
@@ -112,38 +111,10 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
                 }
             }
         } else {
-            /* The neurons the gate lets through, in order, with act(gate)... */
-            int64_t m = 0;
-            for (int64_t i = 0; i < n; i++) {
-                const float a = si_act_apply(hp->act, g[i]);
-                if (relu ? a == 0.0f : !(fabsf(a) > thr))
-                    continue;
-                sc->h[m] = a;
-                sc->ix[m++] = (int32_t)i;
-            }
+            /* The neurons the gate lets through, then their up dots (scattered
+             * records, eight at a time, the next eight prefetched). */
+            const int64_t m = si__ffn_gate_pass(e, t, up, rb, b, g, n, thr, xa, xb, sc);
             *rd += m * (int64_t)f->gu_row;
-            /* ...then their up dots eight at a time, the next eight rows
-             * prefetched while these are read (they are scattered records). */
-            float u[8];
-            for (int64_t q = 0; q < m; q += 8) {
-                const int cnt = m - q < 8 ? (int)(m - q) : 8;
-                if (xa != NULL && cnt == 8) {
-                    const void *rows[8], *ahead[8];
-                    for (int r = 0; r < 8; r++) {
-                        rows[r] = up + (size_t)sc->ix[q + r] * rb;
-                        ahead[r] = q + 8 + r < m ? up + (size_t)sc->ix[q + 8 + r] * rb : NULL;
-                    }
-                    si_vec_dot_act8p(t, rows, xa, d, u, ahead);
-                } else {
-                    for (int r = 0; r < cnt; r++)
-                        u[r] = si__ffn_dot(t, up + (size_t)sc->ix[q + r] * rb, xa, xb, d);
-                }
-                for (int r = 0; r < cnt; r++) {
-                    const int32_t i = sc->ix[q + r];
-                    const float v = b != NULL ? u[r] + b[i] : u[r];
-                    sc->h[q + r] = si_act_gated(hp->ffn_kind, sc->h[q + r], v);
-                }
-            }
             /* The zeros out, the order kept (the down sums' order). */
             for (int64_t q = 0; q < m; q++)
                 if (sc->h[q] != 0.0f) {

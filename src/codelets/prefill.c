@@ -368,41 +368,11 @@ static void gate_first(const struct si_engine *e, int l, const struct si__ffn_fm
     const int64_t d = hp->n_embd;
     const size_t rb = f->rec_bytes;
     const char *up = rec + f->up_off;
-    const bool relu = hp->act == SI_ACT_RELU;
-    const float thr = e->gthr[l];
     size_t xr = 0;
     si_type_row_size(si_act_type(f->gu_type), d, &xr);
     for (int64_t t = 0; t < e->bn; t++) {
-        const float *g = sc->bg + t * n;
-        const char *x = xa + (size_t)t * xr;
-        int64_t m = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float v = si_act_apply(hp->act, g[i]);
-            if (relu ? v == 0.0f : !(fabsf(v) > thr))
-                continue;
-            sc->h[m] = v;
-            sc->ix[m++] = (int32_t)i;
-        }
-        float u[8];
-        for (int64_t q = 0; q < m; q += 8) {
-            const int cnt = m - q < 8 ? (int)(m - q) : 8;
-            if (cnt == 8) {
-                const void *rows[8], *ahead[8];
-                for (int r = 0; r < 8; r++) {
-                    rows[r] = up + (size_t)sc->ix[q + r] * rb;
-                    ahead[r] = q + 8 + r < m ? up + (size_t)sc->ix[q + 8 + r] * rb : NULL;
-                }
-                si_vec_dot_act8p(f->gu_type, rows, x, d, u, ahead);
-            } else {
-                for (int r = 0; r < cnt; r++)
-                    u[r] = si_vec_dot_act(f->gu_type, up + (size_t)sc->ix[q + r] * rb, x, d);
-            }
-            for (int r = 0; r < cnt; r++) {
-                const int32_t i = sc->ix[q + r];
-                sc->h[q + r] =
-                    si_act_gated(hp->ffn_kind, sc->h[q + r], b != NULL ? u[r] + b[i] : u[r]);
-            }
-        }
+        const int64_t m = si__ffn_gate_pass(e, f->gu_type, up, rb, b, sc->bg + t * n, n,
+                                            e->gthr[l], xa + (size_t)t * xr, NULL, sc);
         si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, rb, d, sc->h, sc->ix, m, y + t * d);
     }
 }
