@@ -23,6 +23,7 @@
  */
 #include "codelets/codelets_cuda.h"
 #include "codelets/ops.h"
+#include "model/act.h"
 #include "model/kernels.h"
 #include "model/model.h"
 #include "model/quants.h"
@@ -125,7 +126,10 @@ static double ref_act(int a, double v)
     case SI_ACT_RELU:
         return v > 0.0 ? v : 0.0;
     case SI_ACT_GELU:
-        return 0.5 * v * (1.0 + tanh(0.7978845608028654 * v * (1.0 + 0.044715 * v * v)));
+        /* the CPU's GELU (llama.cpp's: tanh form, fp16-rounded input and
+         * output), which the CUDA kernels share through model/act.h; the
+         * exact formula differs from it by the fp16 steps (6.9e-4) */
+        return (double)si_act_gelu((float)v);
     case SI_ACT_SILU:
     default:
         return v / (1.0 + exp(-v));
@@ -831,9 +835,9 @@ static void test_refusals(cublasHandle_t handle, cudaStream_t stream)
     CHECK(si_cuda_gemm(handle, SI_TYPE_Q4_0, d, 0, 2, 32, d, 32, 1, d, 2, NULL, 0, stream) ==
               cudaErrorInvalidValue,
           "Q4_0 gemm without scratch accepted");
-    CHECK(si_cuda_gemm(handle, SI_TYPE_Q8_0, d, 0, 2, 1024, d, 1024, 1, d, 2, d, 4096, stream) ==
+    CHECK(si_cuda_gemm(handle, SI_TYPE_Q8_0, d, 0, 2, 1024, d, 1024, 1, d, 2, d, 4095, stream) ==
               cudaErrorInvalidValue,
-          "gemm scratch below one row accepted");
+          "gemm scratch below one row accepted"); /* one row of 1024 floats: 4096 bytes */
     CHECK(si_cuda_gemm(handle, SI_TYPE_F32, d, 0, 4, 8, d, 8, 2, d, 3, NULL, 0, stream) ==
               cudaErrorInvalidValue,
           "gemm ldy < n_rows accepted");
