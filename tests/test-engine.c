@@ -612,6 +612,192 @@ static void tiny_models(void)
     }
 }
 
+/* Every view an FFN hook is given, in order: layer, x, g (or none), h. */
+struct views {
+    const struct si_model *m;
+    int64_t n, cap;
+    int32_t *layer;
+    bool *has_g;
+    float *x, *g, *h;
+};
+
+static void keep_view(void *user, const struct si_ffn_view *v, int l)
+{
+    struct views *k = user;
+    const size_t d = (size_t)k->m->hp.n_embd, ff = (size_t)k->m->hp.n_ff;
+    if (k->n >= k->cap || v->m != k->m)
+        return;
+    const size_t i = (size_t)k->n++;
+    k->layer[i] = l;
+    k->has_g[i] = v->g != NULL;
+    memcpy(k->x + i * d, v->x, d * sizeof(float));
+    if (v->g != NULL)
+        memcpy(k->g + i * ff, v->g, ff * sizeof(float));
+    memcpy(k->h + i * ff, v->h, ff * sizeof(float));
+}
+
+static bool views_init(struct views *k, const struct si_model *m, int64_t cap)
+{
+    const size_t d = (size_t)m->hp.n_embd, ff = (size_t)m->hp.n_ff;
+    *k = (struct views){.m = m, .cap = cap};
+    k->layer = malloc((size_t)cap * sizeof *k->layer);
+    k->has_g = malloc((size_t)cap * sizeof *k->has_g);
+    k->x = malloc((size_t)cap * d * sizeof(float));
+    k->g = calloc((size_t)cap * ff, sizeof(float));
+    k->h = malloc((size_t)cap * ff * sizeof(float));
+    return k->layer && k->has_g && k->x && k->g && k->h;
+}
+
+static void views_free(struct views *k)
+{
+    free(k->layer);
+    free(k->has_g);
+    free(k->x);
+    free(k->g);
+    free(k->h);
+}
+
+/*
+ * The engine's FFN observation (si_engine_ffn_runner: what profile,
+ * train-predictor and eval run on) against the reference's hook: the same
+ * calls in the same order (token by token, layer 0 first), over windows
+ * (one cut short) of several batches each, x, g and h within tol of
+ * max|ref| (exact prefill: the reference's arithmetic; default: converted
+ * activations through the integer GEMM), and profiles that agree; then
+ * the refusals (sparse modes, no batches).
+ */
+static void observe(const char *what, const struct si_model *m, bool exact, double tol)
+{
+    enum { N = 150, WINDOW = 64 };
+    const int32_t nl = m->hp.n_layer;
+    const size_t d = (size_t)m->hp.n_embd, ff = (size_t)m->hp.n_ff;
+    int32_t toks[N];
+    for (int i = 0; i < N; i++)
+        toks[i] = (i * 29 + 3) % m->hp.n_vocab;
+    char err[512], label[160];
+    snprintf(label, sizeof label, "%s observed%s", what, exact ? " (exact prefill)" : "");
+    struct views ref, eng;
+    if (!views_init(&ref, m, (int64_t)N * nl) || !views_init(&eng, m, (int64_t)N * nl)) {
+        CHECK(false, "%s: out of memory", label);
+        views_free(&ref);
+        views_free(&eng);
+        return;
+    }
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+    const struct si_ffn_runner rr = si_ffn_runner_ref(rp);
+    CHECK(rr.run(&rr, m, toks, N, keep_view, &ref, err, sizeof err) == SI_OK, "%s: ref: %s",
+          label, err);
+    struct si_engine_params ep = si_engine_default_params();
+    ep.ref = rp;
+    ep.n_batch = 16;
+    ep.exact_prefill = exact;
+    struct si_engine *e = NULL;
+    int rc = si_engine_init(&e, m, ep, err, sizeof err);
+    CHECK(rc == SI_OK, "%s: init: %s", label, err);
+    if (rc == SI_OK) {
+        const struct si_ffn_runner er = si_engine_ffn_runner(e);
+        rc = er.run(&er, m, toks, N, keep_view, &eng, err, sizeof err);
+        CHECK(rc == SI_OK, "%s: engine: %s", label, err);
+        CHECK(eng.n == ref.n && ref.n == (int64_t)N * nl, "%s: %lld views, the reference %lld",
+              label, (long long)eng.n, (long long)ref.n);
+        int order = 0;
+        double ex = 0, eg = 0, eh = 0, sx = 0, sg = 0, sh = 0;
+        for (int64_t i = 0; i < eng.n && i < ref.n; i++) {
+            order += eng.layer[i] != (int32_t)(i % nl) || ref.layer[i] != (int32_t)(i % nl) ||
+                     eng.has_g[i] != ref.has_g[i] ||
+                     eng.has_g[i] != (m->hp.ffn_kind != SI_FFN_PLAIN);
+            for (size_t k = 0; k < d; k++) {
+                ex = fmax(ex, fabs((double)eng.x[i * d + k] - ref.x[i * d + k]));
+                sx = fmax(sx, fabs((double)ref.x[i * d + k]));
+            }
+            for (size_t k = 0; k < ff; k++) {
+                eg = fmax(eg, fabs((double)eng.g[i * ff + k] - ref.g[i * ff + k]));
+                sg = fmax(sg, fabs((double)ref.g[i * ff + k]));
+                eh = fmax(eh, fabs((double)eng.h[i * ff + k] - ref.h[i * ff + k]));
+                sh = fmax(sh, fabs((double)ref.h[i * ff + k]));
+            }
+        }
+        CHECK(order == 0, "%s: %d views out of order or with the wrong gate", label, order);
+        CHECK(ex <= tol * sx && eg <= tol * fmax(sg, 1e-30) && eh <= tol * sh,
+              "%s: max error x %.3g, g %.3g, h %.3g of %.3g, %.3g, %.3g", label, ex, eg, eh, sx, sg,
+              sh);
+        printf("%s: %lld views in order, max error x %.2g g %.2g h %.2g (relative)\n", label,
+               (long long)eng.n, sx > 0 ? ex / sx : ex, sg > 0 ? eg / sg : eg,
+               sh > 0 ? eh / sh : eh);
+
+        /* A profile through each runner: counts that agree. */
+        struct si_profile *pe = NULL, *pr = NULL;
+        if (si_profile_init(&pe, nl, (int32_t)ff, err, sizeof err) == SI_OK &&
+            si_profile_init(&pr, nl, (int32_t)ff, err, sizeof err) == SI_OK) {
+            CHECK(si_profile_collect(pe, m, &er, toks, N, err, sizeof err) == SI_OK &&
+                      si_profile_collect(pr, m, &rr, toks, N, err, sizeof err) == SI_OK,
+                  "%s: profile: %s", label, err);
+            int64_t diff = 0, total = 0;
+            for (size_t k = 0; k < (size_t)nl * ff; k++) {
+                diff += llabs(pe->counts[k] - pr->counts[k]);
+                total += pr->counts[k];
+            }
+            CHECK(pe->n_tokens == N && total > 0 && (double)diff <= 0.01 * (double)total + 2,
+                  "%s: profile counts differ by %lld of %lld", label, (long long)diff,
+                  (long long)total);
+        }
+        si_profile_free(pe);
+        si_profile_free(pr);
+        si_engine_free(e);
+        e = NULL;
+    }
+    /* Refusals: a sparse mode, token by token. */
+    ep.mode = SI_SPARSITY_GATE;
+    if (si_engine_init(&e, m, ep, err, sizeof err) == SI_OK) {
+        const struct si_ffn_runner er = si_engine_ffn_runner(e);
+        err[0] = '\0';
+        CHECK(er.run(&er, m, toks, 8, keep_view, &eng, err, sizeof err) == SI_E_INVALID &&
+                  strstr(err, "dense mode") != NULL,
+              "%s: gate mode observed: '%s'", label, err);
+        si_engine_free(e);
+        e = NULL;
+    }
+    ep.mode = SI_SPARSITY_DENSE;
+    ep.n_batch = 1;
+    if (si_engine_init(&e, m, ep, err, sizeof err) == SI_OK) {
+        CHECK(si_engine_observe(e, keep_view, &eng) == SI_E_INVALID,
+              "%s: observed without batches", label);
+        si_engine_free(e);
+    }
+    views_free(&ref);
+    views_free(&eng);
+}
+
+/* observe() on synthetic SwiGLU (SiLU), ReLU Q4_0 and OPT (plain) models. */
+static void observe_models(void)
+{
+    static const struct {
+        const char *arch;
+        uint32_t type;
+    } cases[] = {{"llama-silu", SI_TYPE_F32}, {"llama-relu", SI_TYPE_Q4_0}, {"opt", SI_TYPE_F16}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct si_synth_params p = si_synth_default_params();
+        si_synth_preset("tiny", &p);
+        si_synth_arch_parse(cases[c].arch, &p.arch);
+        p.type = cases[c].type;
+        p.n_layer = 3;
+        p.n_ff = 1024;
+        p.seed = 5;
+        if (p.arch == SI_SYNTH_OPT)
+            p.n_head_kv = p.n_head;
+        char path[32], what[96];
+        snprintf(what, sizeof what, "synthetic %s %s", cases[c].arch, si_type_name(p.type));
+        struct si_model *m = synth_model(&p, what, path);
+        if (m == NULL)
+            continue;
+        observe(what, m, true, 0);
+        observe(what, m, false, 1e-2);
+        si_model_free(m);
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     struct si_runtime rt;
@@ -653,6 +839,7 @@ int main(void)
      * parallel residual), F32: every decode graph the engine builds
      * (attention whole or by kv-head group, redux merging, prefill). */
     tiny_models();
+    observe_models();
 
     const char *path = getenv("STARINFER_TEST_MODEL");
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {

@@ -30,6 +30,14 @@
 
 static char dir[] = "/tmp/si-test-profile-XXXXXX";
 
+/* The reference's runner with parameters rp (until the next call). */
+static const struct si_ffn_runner *ref_runner(struct si_ref_params rp)
+{
+    static struct si_ffn_runner r;
+    r = si_ffn_runner_ref(rp);
+    return &r;
+}
+
 static void path_in(char *buf, size_t size, const char *name)
 {
     snprintf(buf, size, "%s/%s", dir, name);
@@ -250,10 +258,10 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
         si_model_free(m);
         return;
     }
-    CHECK(si_profile_calib_collect(c, m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+    CHECK(si_profile_calib_collect(c, m, ref_runner(rp), toks, N_TOK, err, sizeof err) == SI_OK,
           "calib collect: %s", err);
-    CHECK(si_profile_calib_collect(c2, m, rp, toks, WINDOW, err, sizeof err) == SI_OK &&
-              si_profile_calib_collect(c2, m, rp, toks + WINDOW, N_TOK - WINDOW, err,
+    CHECK(si_profile_calib_collect(c2, m, ref_runner(rp), toks, WINDOW, err, sizeof err) == SI_OK &&
+              si_profile_calib_collect(c2, m, ref_runner(rp), toks + WINDOW, N_TOK - WINDOW, err,
                                        sizeof err) == SI_OK,
           "calib collect in two: %s", err);
     CHECK(si_profile_calib_tokens(c) == N_TOK && si_profile_calib_tokens(c2) == N_TOK,
@@ -271,7 +279,7 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
               !memcmp(p->thresholds, p2->thresholds, (size_t)nl * sizeof(float)),
           "thresholds from one call and from two differ");
     CHECK(p->target_sparsity == (float)TARGET, "target %g", (double)p->target_sparsity);
-    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
     CHECK(rc == SI_OK, "collect with thresholds: %s", err);
     for (int32_t l = 0; l < nl; l++) {
         int64_t sum = 0;
@@ -343,7 +351,7 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
         x = x * 6364136223846793005u + 1442695040888963407u;
         other[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
     }
-    CHECK(si_profile_collect(p2, m, rp, other, N_TOK, err, sizeof err) == SI_OK, "collect: %s",
+    CHECK(si_profile_collect(p2, m, ref_runner(rp), other, N_TOK, err, sizeof err) == SI_OK, "collect: %s",
           err);
     for (int32_t l = 0; l < nl; l++) {
         int64_t sum = 0;
@@ -446,7 +454,7 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     CHECK(si_profile_init(&pr, relu_m->hp.n_layer, relu_m->hp.n_ff, err, sizeof err) == SI_OK,
           "init: %s", err);
     if (cr != NULL && pr != NULL) {
-        CHECK(si_profile_calib_collect(cr, relu_m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+        CHECK(si_profile_calib_collect(cr, relu_m, ref_runner(rp), toks, N_TOK, err, sizeof err) == SI_OK,
               "calib: %s", err);
         CHECK(si_profile_set_thresholds(pr, cr, TARGET, NULL, err, sizeof err) == SI_OK,
               "set: %s", err);
@@ -454,13 +462,13 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
         for (int32_t l = 0; l < relu_m->hp.n_layer; l++)
             nonzero += pr->thresholds[l] != 0.0f;
         CHECK(nonzero == 0, "ReLU model: %d thresholds not 0", nonzero);
-        CHECK(si_profile_collect(pr, relu_m, rp, toks, N_TOK, err, sizeof err) == SI_OK,
+        CHECK(si_profile_collect(pr, relu_m, ref_runner(rp), toks, N_TOK, err, sizeof err) == SI_OK,
               "collect: %s", err);
         CHECK(!memcmp(pr->counts, relu_counts,
                       (size_t)relu_m->hp.n_layer * relu_m->hp.n_ff * sizeof(int64_t)),
               "ReLU model: counts with thresholds 0 differ from activation != 0");
         pr->thresholds[0] = 0.1f;
-        CHECK(si_profile_collect(pr, relu_m, rp, toks, 1, err, sizeof err) == SI_E_INVALID &&
+        CHECK(si_profile_collect(pr, relu_m, ref_runner(rp), toks, 1, err, sizeof err) == SI_E_INVALID &&
                   strstr(err, "ReLU model") != NULL,
               "a ReLU model with a threshold: %s", err);
     }
@@ -521,7 +529,7 @@ int main(void)
     rp.n_ctx = WINDOW;
     struct si_profile *p = NULL;
     CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
-    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
     CHECK(rc == SI_OK, "collect: %s", err);
     CHECK(p->n_tokens == N_TOK, "n_tokens %lld", (long long)p->n_tokens);
 
@@ -599,7 +607,7 @@ int main(void)
     CHECK(top > 0.1 && top < 0.3, "top fraction %.3f, planted 0.2", top);
 
     /* Collecting again adds. */
-    rc = si_profile_collect(p, m, rp, toks, N_TOK, err, sizeof err);
+    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
     CHECK(rc == SI_OK, "second collect: %s", err);
     CHECK(p->n_tokens == 2 * N_TOK, "n_tokens after two collects: %lld", (long long)p->n_tokens);
     diff = 0;
@@ -607,21 +615,21 @@ int main(void)
         diff += p->counts[k] != 2 * ref[k];
     CHECK(diff == 0, "%lld neurons not doubled by a second collect", (long long)diff);
     /* Nothing to do, nothing added. */
-    CHECK(si_profile_collect(p, m, rp, NULL, 0, err, sizeof err) == SI_OK, "empty collect: %s",
+    CHECK(si_profile_collect(p, m, ref_runner(rp), NULL, 0, err, sizeof err) == SI_OK, "empty collect: %s",
           err);
     CHECK(p->n_tokens == 2 * N_TOK, "an empty collect counts nothing");
 
     /* Collect's refusals, leaving p unchanged. */
     int32_t bad_toks[3] = {1, m->hp.n_vocab, 2};
     err[0] = '\0';
-    rc = si_profile_collect(p, m, rp, bad_toks, 3, err, sizeof err);
+    rc = si_profile_collect(p, m, ref_runner(rp), bad_toks, 3, err, sizeof err);
     CHECK(rc == SI_E_INVALID && strstr(err, "position 1") != NULL, "token outside vocabulary: %d %s",
           rc, err);
     struct si_profile *q = NULL;
     CHECK(si_profile_init(&q, nl, ff / 2, err, sizeof err) == SI_OK, "init: %s", err);
     if (q != NULL) {
         err[0] = '\0';
-        rc = si_profile_collect(q, m, rp, toks, 10, err, sizeof err);
+        rc = si_profile_collect(q, m, ref_runner(rp), toks, 10, err, sizeof err);
         CHECK(rc == SI_E_INVALID && strstr(err, "256") != NULL && strstr(err, "512") != NULL,
               "shape mismatch in collect: %d %s", rc, err);
         CHECK(q->n_tokens == 0, "a failed collect counts nothing");

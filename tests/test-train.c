@@ -35,6 +35,14 @@ void openblas_set_num_threads(int n);
 
 static char dir[] = "/tmp/si-test-train-XXXXXX";
 
+/* The reference's runner with parameters rp (until the next call). */
+static const struct si_ffn_runner *ref_runner(struct si_ref_params rp)
+{
+    static struct si_ffn_runner r;
+    r = si_ffn_runner_ref(rp);
+    return &r;
+}
+
 static void path_in(char *buf, size_t size, const char *name)
 {
     snprintf(buf, size, "%s/%s", dir, name);
@@ -329,16 +337,16 @@ static void test_model(void)
     CHECK(si_train_samples_init(&s, nl, d, ff, N_TOK - 100, err, sizeof err) == SI_OK, "init: %s",
           err);
     const enum si_active_rule G = SI_ACTIVE_GATE;
-    CHECK(si_train_collect(s, m, rp, G, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
+    CHECK(si_train_collect(s, m, ref_runner(rp), G, NULL, toks, 256, err, sizeof err) == SI_OK, "collect: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, G, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, ref_runner(rp), G, NULL, toks + 256, N_TOK - 256, err, sizeof err) == SI_OK,
           "collect: %s", err);
     CHECK(s->n == N_TOK - 100, "%lld samples kept, room for %d", (long long)s->n, N_TOK - 100);
     /* The masks against the profiler's counts of the same tokens in the same windows. */
     struct si_profile *p = NULL;
     si_profile_init(&p, nl, ff, err, sizeof err);
-    si_profile_collect(p, m, rp, toks, 256, err, sizeof err);
-    si_profile_collect(p, m, rp, toks + 256, N_TOK - 356, err, sizeof err);
+    si_profile_collect(p, m, ref_runner(rp), toks, 256, err, sizeof err);
+    si_profile_collect(p, m, ref_runner(rp), toks + 256, N_TOK - 356, err, sizeof err);
     int64_t diff = 0, pos = 0;
     for (int32_t l = 0; l < nl; l++)
         for (int32_t i = 0; i < ff; i++) {
@@ -585,18 +593,18 @@ static void test_silu(void)
     struct si_train_samples *s = NULL;
     si_train_samples_init(&s, nl, d, ff, 200, err, sizeof err);
     const enum si_active_rule G = SI_ACTIVE_GATE;
-    CHECK(si_train_collect(s, m, rp, G, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
+    CHECK(si_train_collect(s, m, ref_runner(rp), G, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
           "a SiLU model collected without thresholds");
     printf("refused as expected: %s\n", err);
     /* The CATS thresholds of 0.5: about half of the pairs active. */
     struct si_profile_calib *c = NULL;
     struct si_profile *p = NULL;
     si_profile_calib_init(&c, m, err, sizeof err);
-    si_profile_calib_collect(c, m, rp, toks, 200, err, sizeof err);
+    si_profile_calib_collect(c, m, ref_runner(rp), toks, 200, err, sizeof err);
     si_profile_init(&p, nl, ff, err, sizeof err);
     CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_OK, "thresholds: %s",
           err);
-    CHECK(si_train_collect(s, m, rp, G, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, ref_runner(rp), G, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
           "collect: %s", err);
     int64_t pos = 0;
     for (int64_t k = 0; k < s->n; k++)
@@ -613,8 +621,8 @@ static void test_silu(void)
     CHECK(si_active_calib_init(&ac, m, SI_ACTIVE_GATE, err, sizeof err) == SI_OK &&
               si_active_calib_init(&oc, m, SI_ACTIVE_OUTPUT, err, sizeof err) == SI_OK,
           "calib init: %s", err);
-    CHECK(si_active_calib_collect(ac, m, rp, toks, 200, err, sizeof err) == SI_OK &&
-              si_active_calib_collect(oc, m, rp, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_active_calib_collect(ac, m, ref_runner(rp), toks, 200, err, sizeof err) == SI_OK &&
+              si_active_calib_collect(oc, m, ref_runner(rp), toks, 200, err, sizeof err) == SI_OK,
           "calib collect: %s", err);
     CHECK(si_active_calib_thresholds(ac, 0.5, tg, err, sizeof err) == SI_OK &&
               si_active_calib_thresholds(oc, 0.4, to, err, sizeof err) == SI_OK,
@@ -626,7 +634,7 @@ static void test_silu(void)
     si_active_calib_thresholds(oc, 0.4, to, err, sizeof err);
     struct si_train_samples *so = NULL;
     si_train_samples_init(&so, nl, d, ff, 200, err, sizeof err);
-    CHECK(si_train_collect(so, m, rp, SI_ACTIVE_OUTPUT, to, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(so, m, ref_runner(rp), SI_ACTIVE_OUTPUT, to, toks, 200, err, sizeof err) == SI_OK,
           "collect output rule: %s", err);
     pos = 0;
     for (int64_t k = 0; k < so->n; k++)

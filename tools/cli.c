@@ -192,3 +192,45 @@ bool si_cli_caller_worker(void)
     const char *v = getenv("STARINFER_CALLER_WORKER");
     return v == NULL || strcmp(v, "0") != 0;
 }
+
+int si_cli_runner_start(struct si_cli_runner *cr, const struct si_model *m, bool use_ref,
+                        int32_t n_ctx, int32_t n_batch)
+{
+    memset(cr, 0, sizeof *cr);
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = n_ctx;
+    if (use_ref) {
+        cr->r = si_ffn_runner_ref(rp);
+        return 0;
+    }
+    char err[600];
+    if (si_runtime_start(&cr->rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    struct si_engine_params ep = si_engine_default_params();
+    ep.ref = rp;
+    ep.mode = SI_SPARSITY_DENSE;
+    ep.n_batch = n_batch;
+    if (si_engine_init(&cr->e, m, ep, err, sizeof err) != SI_OK) {
+        si_runtime_stop(&cr->rt);
+        return si_cli_error("%s (--engine ref runs every model the reader loads)", err);
+    }
+    cr->r = si_engine_ffn_runner(cr->e);
+    return 0;
+}
+
+void si_cli_runner_stop(struct si_cli_runner *cr)
+{
+    si_engine_free(cr->e);
+    cr->e = NULL;
+    si_runtime_stop(&cr->rt);
+}
+
+bool si_cli_engine_opt(const char *v, bool *use_ref)
+{
+    if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0) {
+        si_cli_error("--engine: '%s' is neither starpu nor ref", v);
+        return false;
+    }
+    *use_ref = !strcmp(v, "ref");
+    return true;
+}

@@ -8,6 +8,10 @@
 #ifndef SI_TOOLS_CLI_H
 #define SI_TOOLS_CLI_H
 
+#include "graph/engine.h"
+#include "graph/runtime.h"
+#include "predict/profile.h" /* struct si_ffn_runner */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +61,49 @@ int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer
  * new array (free() it) of *n >= 1 tokens, or NULL after an error message. */
 int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, size_t len,
                               const char *path, int64_t *n);
+
+/*
+ * The passes over a corpus of profile, train-predictor and eval (r, for
+ * predict/profile.h's collectors): the StarPU engine in dense mode, its
+ * batched prefill of n_batch tokens on every worker, in windows of n_ctx
+ * tokens; or, use_ref, the single-threaded reference.  start: 0, or 1
+ * after an error message (nothing then left to stop); stop frees the
+ * engine and stops StarPU.
+ */
+struct si_cli_runner {
+    struct si_ffn_runner r;
+    struct si_runtime rt;
+    struct si_engine *e;
+};
+int si_cli_runner_start(struct si_cli_runner *cr, const struct si_model *m, bool use_ref,
+                        int32_t n_ctx, int32_t n_batch);
+void si_cli_runner_stop(struct si_cli_runner *cr);
+
+/* The --engine option of those commands: "starpu" (false) or "ref" (true
+ * into *use_ref); false after an error message. */
+bool si_cli_engine_opt(const char *v, bool *use_ref);
+
+/*
+ * Perplexity through the engine with parameters ep (ep.ref.n_ctx the chunk),
+ * as `starinfer perplexity` computes it (tools/cmd_perplexity.c): n_chunks
+ * chunks of toks, each from a reset engine with BOS (when >= 0) first, the
+ * first n_ctx - 1 tokens in batches of ep.n_batch whose LM head gives the
+ * scored half's logits.  With observe (dense mode), the engine observes the
+ * FFNs (si_engine_observe).  res->ffn_computed: the engine's count of the
+ * neurons computed, when it counts them (token by token, ep.n_batch 1).
+ * StarPU started and stopped here.  0, or 1 after an error message.
+ */
+struct si_cli_ppl {
+    si_ffn_hook observe;
+    void *observe_user;
+    void (*progress)(void *user, int64_t chunk, int64_t n_chunks, double ppl);
+    void *progress_user;
+    bool stats_line; /* print where the time went per token */
+};
+struct si_eval_ppl;
+int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params ep,
+                             const int32_t *toks, int64_t n_chunks, int32_t bos,
+                             const struct si_cli_ppl *o, struct si_eval_ppl *res);
 
 /* --trace DIR: si_trace_begin() before StarPU starts (checks that StarPU has
  * FxT and that the converters are installed, creates DIR, sets StarPU's FxT

@@ -20,11 +20,11 @@ static void eval_usage(FILE *f)
     fprintf(f,
             "Usage: " SI_PROG " eval -m MODEL_WITH_PREDICTORS -f HELDOUT_TEXT [OPTIONS]\n"
             "\n"
-            "Evaluate a model's activation predictors (blk.N.fc1/fc2) on a text, on the\n"
-            "reference forward pass: per layer recall, precision and predicted sparsity\n"
-            "(share of neurons skipped) against the neurons really active on the dense\n"
-            "pass, the predictors' size as a share of the model's parameters, and the\n"
-            "perplexity (as `starinfer perplexity` computes it) in the modes\n"
+            "Evaluate a model's activation predictors (blk.N.fc1/fc2) on a text: per layer\n"
+            "recall, precision and predicted sparsity (share of neurons skipped) against\n"
+            "the neurons really active on the dense pass, the predictors' size as a share\n"
+            "of the model's parameters, and the perplexity (as `starinfer perplexity`\n"
+            "computes it) in the modes\n"
             "  dense      every FFN neuron\n"
             "  gate       SiLU/GELU: neurons with |act(gate . x)| at or below the layer's\n"
             "             CATS threshold skipped; ReLU: zeros skipped (exact)\n"
@@ -35,6 +35,11 @@ static void eval_usage(FILE *f)
             "and thresholds train-predictor stored in the model (|act(gate . x)| or the\n"
             "neuron's output |h|), or |act(gate . x)| above the CATS thresholds of\n"
             "--profile.\n"
+            "The modes run on the StarPU engine (dense and gate in batches, predictor\n"
+            "token by token as it decodes; the predictors are compared on a dense pass,\n"
+            "run even when --modes leaves dense out, and gate mode's neurons computed are\n"
+            "counted there), the oracle on the reference; --engine ref runs every mode on\n"
+            "the reference.\n"
             "\n"
             "Options:\n"
             "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
@@ -46,6 +51,8 @@ static void eval_usage(FILE *f)
             "                        (default: those that apply)\n"
             "      --threshold T     predict with this threshold instead of the model's\n"
             "                        powerinfer.sparse_threshold (lower: more neurons)\n"
+            "      --engine E        starpu (default) or ref (the single-threaded\n"
+            "                        reference: llama.cpp's arithmetic bit for bit on AVX2)\n"
             "  -h, --help            show this help\n");
 }
 
@@ -98,7 +105,7 @@ int si_cmd_eval(int argc, char **argv)
     const char *model = NULL, *file = NULL, *profile = NULL, *v;
     long long n_ctx = 512, max_chunks = -1;
     double threshold = 0;
-    bool threshold_given = false;
+    bool threshold_given = false, use_ref = false;
     bool want[M_COUNT] = {false}, modes_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -127,6 +134,9 @@ int si_cmd_eval(int argc, char **argv)
                 !si_cli_float(a, v, -1e6, 1e6, &threshold))
                 return 1;
             threshold_given = true;
+        } else if (!strcmp(a, "--engine")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_engine_opt(v, &use_ref))
+                return 1;
         } else if (!strcmp(a, "--modes")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !parse_modes(v, want))
                 return 1;
@@ -151,6 +161,8 @@ int si_cmd_eval(int argc, char **argv)
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
     struct si_eval_confusion *conf = NULL;
+    struct si_eval_watch *watch = NULL;
+    int64_t *zero_counts = NULL;
     float *stored = NULL;
     int32_t *toks = NULL;
     int rc = 1;
@@ -225,6 +237,27 @@ int si_cmd_eval(int argc, char **argv)
     }
     struct si_eval_ppl res[M_COUNT] = {0};
     bool compared = false;
+    /* The engine compares the predictors on a dense pass, run when not asked
+     * for too (its row then left out). */
+    const bool dense_asked = want[M_DENSE];
+    if (!use_ref)
+        want[M_DENSE] = true;
+    int64_t n_chunks = n / n_ctx;
+    if (max_chunks > 0 && max_chunks < n_chunks)
+        n_chunks = max_chunks;
+    /* Gate mode's per-layer thresholds reach the engine through a profile:
+     * --profile's, or one holding the stored thresholds and no counts. */
+    zero_counts = calloc((size_t)hp->n_layer * (size_t)hp->n_ff, sizeof *zero_counts);
+    if (zero_counts == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    const struct si_profile gate_prof = {.n_layer = hp->n_layer,
+                                         .n_ff = hp->n_ff,
+                                         .counts = zero_counts,
+                                         .thresholds = (float *)thresholds,
+                                         .target_sparsity = (float)target};
+    double gate_share = 0;
     for (int k = 0; k < M_COUNT; k++) {
         if (!want[k])
             continue;
@@ -248,10 +281,41 @@ int si_cmd_eval(int argc, char **argv)
                                     .progress = tty ? on_chunk : NULL,
                                     .progress_user = &pg};
         compared = true;
-        if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
-            si_progress_end(&pg);
-            si_cli_error("%s: %s", mode_names[k], err);
-            goto out;
+        if (use_ref || k == M_ORACLE) {
+            if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
+                si_progress_end(&pg);
+                si_cli_error("%s: %s", mode_names[k], err);
+                goto out;
+            }
+        } else {
+            struct si_engine_params eng = si_engine_default_params();
+            eng.ref = rp;
+            eng.ref.gate_thresholds = NULL;
+            eng.ref.predictor = false;
+            eng.mode = k == M_DENSE  ? SI_SPARSITY_DENSE
+                       : k == M_GATE ? SI_SPARSITY_GATE
+                                     : SI_SPARSITY_PREDICTOR;
+            eng.n_batch = k == M_PRED ? 1 : 128; /* predictors pick per token, as decoding */
+            if (k == M_GATE && !relu)
+                eng.profile = prof != NULL ? prof : &gate_prof;
+            if (k == M_DENSE &&
+                si_eval_watch_init(&watch, m, &ep, eng.ref.act_quant, err, sizeof err) != SI_OK) {
+                si_progress_end(&pg);
+                si_cli_error("%s", err);
+                goto out;
+            }
+            const struct si_cli_ppl o = {.observe = k == M_DENSE ? si_eval_watch_hook : NULL,
+                                         .observe_user = watch,
+                                         .progress = ep.progress,
+                                         .progress_user = &pg};
+            if (si_cli_engine_perplexity(m, eng, toks, n_chunks, bos_tok, &o, &res[k]) != 0) {
+                si_progress_end(&pg);
+                goto out;
+            }
+            if (k == M_DENSE)
+                gate_share = si_eval_watch_active_share(watch);
+            if (k == M_GATE) /* counted on the dense pass (the batches do not count) */
+                res[k].ffn_computed = gate_share;
         }
         if (tty)
             fputs("\r\033[K", stderr);
@@ -260,6 +324,8 @@ int si_cmd_eval(int argc, char **argv)
         if (k == M_DENSE)
             res[k].ffn_computed = 1.0;
     }
+    if (!dense_asked)
+        res[M_DENSE] = (struct si_eval_ppl){0};
 
     const int64_t pp = si_eval_predictor_params(m), mp = si_eval_model_params(m);
     const struct si_eval_ppl *first = &res[0];
@@ -305,6 +371,8 @@ int si_cmd_eval(int argc, char **argv)
     }
     rc = 0;
 out:
+    si_eval_watch_free(watch);
+    free(zero_counts);
     free(conf);
     free(stored);
     free(toks);

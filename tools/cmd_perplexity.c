@@ -60,9 +60,9 @@ static void on_chunk(void *user, int64_t chunk, int64_t n_chunks, double ppl)
  * engine: each chunk's first ctx - 1 tokens in pieces of n_batch, the
  * logits of the scored positions returned by the batches' LM head tasks.
  */
-static int engine_perplexity(const struct si_model *m, struct si_engine_params ep,
+int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params ep,
                              const int32_t *toks, int64_t n_chunks, int32_t bos,
-                             struct si_eval_ppl *res)
+                             const struct si_cli_ppl *o, struct si_eval_ppl *res)
 {
     char err[600];
     struct si_runtime rt = {0};
@@ -76,6 +76,11 @@ static int engine_perplexity(const struct si_model *m, struct si_engine_params e
         return si_cli_error("%s", err);
     if (si_engine_init(&e, m, ep, err, sizeof err) != SI_OK) {
         si_cli_error("%s (--engine ref runs every model the reader loads)", err);
+        goto out;
+    }
+    int orc = o->observe != NULL ? si_engine_observe(e, o->observe, o->observe_user) : SI_OK;
+    if (orc != SI_OK) {
+        si_cli_error("watching the FFNs: %s", si_status_str(orc));
         goto out;
     }
     lg = malloc((size_t)nb * (size_t)nv * sizeof(float));
@@ -108,13 +113,21 @@ static int engine_perplexity(const struct si_model *m, struct si_engine_params e
                 si_ppl_add(&sum, lg + (size_t)(j - f) * (size_t)nv, nv,
                            toks[ch * ctx + p + j + 1]);
         }
-        on_chunk(NULL, ch + 1, n_chunks, si_ppl_value(&sum));
+        if (o->progress != NULL)
+            o->progress(o->progress_user, ch + 1, n_chunks, si_ppl_value(&sum));
     }
     si_ppl_finish(&sum, res);
     res->n_chunks = n_chunks;
     res->seconds = si__now() - t0;
-    /* where the time went, as generate's engine lines say it */
     const struct si_engine_stats st = si_engine_get_stats(e);
+    /* token by token (n_batch 1) the engine counts the neurons computed */
+    if (st.neurons_total > 0)
+        res->ffn_computed =
+            (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total;
+    rc = 0;
+    if (!o->stats_line)
+        goto out;
+    /* where the time went, as generate's engine lines say it */
     fprintf(stderr, "engine: %u CPU + %u CUDA workers, batches of %lld, per token:",
             si_runtime_ncpu(), si_runtime_ncuda(), (long long)nb);
     for (int k = SI_TASK_PREFILL_EMBED; k < SI_TASK_KIND_COUNT; k++)
@@ -123,7 +136,6 @@ static int engine_perplexity(const struct si_model *m, struct si_engine_params e
                     1e3 * st.task_seconds[k] / (double)(st.batch_tokens > 0 ? st.batch_tokens : 1));
     fprintf(stderr, ", wall %.3f ms\n",
             1e3 * res->seconds / (double)(st.batch_tokens > 0 ? st.batch_tokens : 1));
-    rc = 0;
 out:
     free(lg);
     free(chunk);
@@ -226,7 +238,8 @@ int si_cmd_perplexity(int argc, char **argv)
         eng.ref = rp;
         eng.n_batch = (int32_t)n_batch;
         eng.exact_prefill = exact;
-        if (engine_perplexity(m, eng, toks, n_chunks, ep.bos, &res) != 0)
+        const struct si_cli_ppl o = {.progress = on_chunk, .stats_line = true};
+        if (si_cli_engine_perplexity(m, eng, toks, n_chunks, ep.bos, &o, &res) != 0)
             goto out;
     } else if (si_eval_perplexity(m, rp, toks, n, &ep, &res, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);

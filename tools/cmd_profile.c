@@ -26,8 +26,10 @@ static void profile_usage(FILE *f)
     fprintf(f, "Usage: " SI_PROG " profile -m MODEL --corpus TEXT_FILE -o PROFILE [OPTIONS]\n"
                "\n"
                "Count, for every FFN neuron of every layer, how many tokens of a text corpus\n"
-               "activate it, on the reference forward pass, and write the counts as a GGUF\n"
-               "profile (starinfer.profile.* keys, blk.N.ffn_act_count tensors).\n"
+               "activate it, and write the counts as a GGUF profile (starinfer.profile.*\n"
+               "keys, blk.N.ffn_act_count tensors).  The model runs on the StarPU engine in\n"
+               "dense mode (batched prefill on every worker), or with --engine ref on the\n"
+               "single-threaded reference.\n"
                "ReLU models: a neuron is active when its activation is not zero.\n"
                "SiLU/GELU models (CATS): when |act(gate . x)| is above its layer's threshold,\n"
                "the --target-sparsity quantile of |act(gate . x)| over the corpus, found by a\n"
@@ -52,6 +54,10 @@ static void profile_usage(FILE *f)
                "                            through rsvg-convert\n"
                "  -c, --ctx-size N          window length (default 512)\n"
                "  -n, --n-tokens N          count at most the first N tokens (default: all)\n"
+               "      --engine E            starpu (default: the task-graph engine) or ref\n"
+               "                            (the reference: llama.cpp's arithmetic bit for\n"
+               "                            bit on AVX2, one thread)\n"
+               "  -b, --batch-size N        engine: tokens per prefill batch (default 128)\n"
                "  -h, --help                show this help\n");
 }
 
@@ -102,9 +108,9 @@ static int svg_to_png(const char *svg, const char *png)
 int si_cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
-    long long n_ctx = 512, max_tokens = -1;
+    long long n_ctx = 512, max_tokens = -1, n_batch = 128;
     double target = 0.5;
-    bool target_given = false;
+    bool target_given = false, use_ref = false, batch_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -136,6 +142,13 @@ int si_cmd_profile(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
                 !si_cli_int(a, v, 1, INT64_MAX, &max_tokens))
                 return 1;
+        } else if (!strcmp(a, "--engine")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_engine_opt(v, &use_ref))
+                return 1;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 2, 4096, &n_batch))
+                return 1;
+            batch_given = true;
         } else {
             return si_cli_error("profile: unknown option '%s' (see starinfer profile --help)", a);
         }
@@ -146,6 +159,8 @@ int si_cmd_profile(int argc, char **argv)
         return si_cli_error("profile: no text given (-f FILE)");
     if (output == NULL)
         return si_cli_error("profile: no output given (-o PROFILE.gguf)");
+    if (use_ref && batch_given)
+        return si_cli_error("profile: --batch-size is the engine's: it needs --engine starpu");
     if (plot != NULL && !ends_with(plot, ".svg") && !ends_with(plot, ".png"))
         return si_cli_error("--plot: '%s' names neither an .svg nor a .png file", plot);
     if (plot != NULL && ends_with(plot, ".png") && !on_path("rsvg-convert"))
@@ -160,6 +175,7 @@ int si_cmd_profile(int argc, char **argv)
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
     struct si_profile_calib *calib = NULL;
+    struct si_cli_runner cr = {0};
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
@@ -177,8 +193,8 @@ int si_cmd_profile(int argc, char **argv)
 
     /* Window by window (each call starts a fresh window), to show progress:
      * first the thresholds' pass (SiLU/GELU models), then the counting one. */
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = (int32_t)n_ctx;
+    if (si_cli_runner_start(&cr, m, use_ref, (int32_t)n_ctx, (int32_t)n_batch) != 0)
+        goto out;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
     const int passes = relu ? 1 : 2;
@@ -193,7 +209,7 @@ int si_cmd_profile(int argc, char **argv)
     for (int64_t w = 0; w < n_windows && !relu; w++) {
         const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
         si_progress_update(&pg, start);
-        if (si_profile_calib_collect(calib, m, rp, toks + start, len_w, err, sizeof err) !=
+        if (si_profile_calib_collect(calib, m, &cr.r, toks + start, len_w, err, sizeof err) !=
             SI_OK) {
             si_progress_end(&pg);
             si_cli_error("%s", err);
@@ -213,7 +229,7 @@ int si_cmd_profile(int argc, char **argv)
     for (int64_t w = 0; w < n_windows; w++) {
         const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
         si_progress_update(&pg, start);
-        if (si_profile_collect(prof, m, rp, toks + start, len_w, err, sizeof err) != SI_OK) {
+        if (si_profile_collect(prof, m, &cr.r, toks + start, len_w, err, sizeof err) != SI_OK) {
             si_progress_end(&pg);
             si_cli_error("%s", err);
             goto out;
@@ -222,15 +238,17 @@ int si_cmd_profile(int argc, char **argv)
     const double secs = si__now() - t0;
     si_progress_update(&pg, n);
     si_progress_end(&pg);
+    si_cli_runner_stop(&cr);
     if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
 
-    printf("profile: %" PRId64 " token%s in %lld window%s of %lld (%d pass%s, %.1f s, %.1f "
-           "tokens/s a pass), %" PRId32 " layers x %" PRId32 " neurons -> %s\n",
+    printf("profile: %" PRId64 " token%s in %lld window%s of %lld (%d pass%s on the %s, %.1f s, "
+           "%.1f tokens/s a pass), %" PRId32 " layers x %" PRId32 " neurons -> %s\n",
            prof->n_tokens, si_cli_s(prof->n_tokens), (long long)n_windows,
-           si_cli_s(n_windows), n_ctx, passes, passes > 1 ? "es" : "", secs,
+           si_cli_s(n_windows), n_ctx, passes, passes > 1 ? "es" : "",
+           use_ref ? "reference" : "engine", secs,
            secs > 0 ? (double)passes * (double)prof->n_tokens / secs : 0.0, prof->n_layer,
            prof->n_ff, output);
     if (relu)
@@ -297,6 +315,7 @@ int si_cmd_profile(int argc, char **argv)
     }
     rc = 0;
 out:
+    si_cli_runner_stop(&cr);
     si_profile_free(prof);
     si_profile_calib_free(calib);
     si_tokenizer_free(tok);

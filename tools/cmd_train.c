@@ -30,8 +30,9 @@ static void train_usage(FILE *f)
             "ReLU, fc2 r -> n_ff, no bias; neuron predicted active when fc2's output >= 0)\n"
             "and write the model with them as blk.N.fc1.weight {n_embd, r},\n"
             "blk.N.fc2.weight {r, n_ff} and powerinfer.sparse_threshold.\n"
-            "Samples: the reference forward pass over the corpus (windows of --ctx-size)\n"
-            "keeps each layer's FFN input and its active neurons: activation != 0 on ReLU\n"
+            "Samples: the model run over the corpus (windows of --ctx-size; the StarPU\n"
+            "engine's batched prefill, or --engine ref) keeps each layer's FFN input and\n"
+            "its active neurons: activation != 0 on ReLU\n"
             "models; |act(gate . x)| above the layer's CATS threshold on SiLU/GELU ones (from\n"
             "--profile, or found by a first pass for --target-sparsity).  Training: Adam on\n"
             "the balanced (or --loss cost) binary cross-entropy in minibatches (OpenBLAS\n"
@@ -85,6 +86,9 @@ static void train_usage(FILE *f)
             "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
             "                            projection PowerInfer's sparse FFN reads)\n"
             "      --threads N           OpenBLAS threads (default: the online CPUs)\n"
+            "      --engine E            what runs the model for the samples: starpu\n"
+            "                            (default: the task-graph engine, dense, on every\n"
+            "                            worker) or ref (the single-threaded reference)\n"
             "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
             "                            it exists, else collect them and keep them there\n"
             "  -h, --help                show this help\n");
@@ -140,7 +144,7 @@ int si_cmd_train(int argc, char **argv)
     long long max_tokens = 16384, n_ctx = 512, rank = 0, step = 32, min_rank = 0, max_rank = 0;
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
-    bool target_given = false, powerinfer = false, auto_type = true, down_t = false;
+    bool target_given = false, powerinfer = false, auto_type = true, down_t = false, use_ref = false;
     bool thr_given = false;
     double predict_sparsity = 0;
     enum si_train_loss loss = SI_TRAIN_LOSS_BALANCED;
@@ -267,6 +271,10 @@ int si_cmd_train(int argc, char **argv)
         } else if (!strcmp(a, "--samples")) {
             VALUE();
             samples_file = v;
+        } else if (!strcmp(a, "--engine")) {
+            VALUE();
+            if (!si_cli_engine_opt(v, &use_ref))
+                return 1;
         } else if (!strcmp(a, "--powerinfer")) {
             powerinfer = true;
         } else if (!strcmp(a, "--down-t")) {
@@ -316,6 +324,7 @@ int si_cmd_train(int argc, char **argv)
     float *own_thr = NULL;
     struct si_train_samples *samples = NULL;
     struct si_train_layer *layers = NULL;
+    struct si_cli_runner cr = {0};
     int32_t *toks = NULL;
     float *kept_thr = NULL;
     int rc = 1;
@@ -350,8 +359,6 @@ int si_cmd_train(int argc, char **argv)
     if (n > max_tokens)
         n = max_tokens;
 
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = (int32_t)n_ctx;
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
     if (relu && loss == SI_TRAIN_LOSS_COST) {
@@ -382,6 +389,8 @@ int si_cmd_train(int argc, char **argv)
         printf("train-predictor: %s, %" PRId64 " samples per layer read from %s (%.1f s)\n",
                model, samples->n, samples_file, si__now() - bar_t0);
     } else {
+        if (si_cli_runner_start(&cr, m, use_ref, (int32_t)n_ctx, 128) != 0)
+            goto out;
         /* The active rule: thresholds from the profile, or a first pass. */
         if (!relu && profile != NULL) {
             if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
@@ -409,7 +418,7 @@ int si_cmd_train(int argc, char **argv)
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
                 si_progress_update(&pg, start);
-                if (si_active_calib_collect(ocalib, m, rp, toks + start, lw, err, sizeof err) !=
+                if (si_active_calib_collect(ocalib, m, &cr.r, toks + start, lw, err, sizeof err) !=
                     SI_OK) {
                     si_progress_end(&pg);
                     si_cli_error("%s", err);
@@ -434,7 +443,7 @@ int si_cmd_train(int argc, char **argv)
             for (int64_t w = 0; w < n_windows; w++) {
                 const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
                 si_progress_update(&pg, start);
-                if (si_profile_calib_collect(calib, m, rp, toks + start, lw, err, sizeof err) !=
+                if (si_profile_calib_collect(calib, m, &cr.r, toks + start, lw, err, sizeof err) !=
                     SI_OK) {
                     si_progress_end(&pg);
                     si_cli_error("%s", err);
@@ -462,7 +471,7 @@ int si_cmd_train(int argc, char **argv)
         for (int64_t w = 0; w < n_windows; w++) {
             const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
             si_progress_update(&pg, start);
-            if (si_train_collect(samples, m, rp, rule, thresholds, toks + start, lw, err,
+            if (si_train_collect(samples, m, &cr.r, rule, thresholds, toks + start, lw, err,
                                  sizeof err) != SI_OK) {
                 si_progress_end(&pg);
                 si_cli_error("%s", err);
@@ -473,6 +482,7 @@ int si_cmd_train(int argc, char **argv)
         si_progress_end(&pg);
 
         t_collect = si__now() - bar_t0;
+        si_cli_runner_stop(&cr); /* the workers' cores go to training */
         if (samples_file != NULL &&
             si_train_samples_write(samples, rule, thresholds, target, samples_file, err,
                                    sizeof err) != SI_OK) {
@@ -482,8 +492,8 @@ int si_cmd_train(int argc, char **argv)
     }
     if (!reuse) {
         printf("train-predictor: %s, %" PRId64 " tokens of %s in windows of %lld: %.1f s to "
-               "collect (%.1f tokens/s)",
-               model, samples->n, file, n_ctx, t_collect,
+               "collect on the %s (%.1f tokens/s)",
+               model, samples->n, file, n_ctx, t_collect, use_ref ? "reference" : "engine",
                t_collect > 0 ? (double)samples->n / t_collect : 0.0);
         if (!relu)
             printf(", %.1f s for the thresholds", t_calib);
@@ -592,6 +602,7 @@ int si_cmd_train(int argc, char **argv)
            t_train / hp->n_layer, si__now() - t_start, output);
     rc = 0;
 out:
+    si_cli_runner_stop(&cr);
     for (int32_t l = 0; layers != NULL && l < m->hp.n_layer; l++)
         si_train_layer_clear(&layers[l]);
     free(layers);

@@ -377,6 +377,25 @@ static void gate_first(const struct si_engine *e, int l, const struct si__ffn_fm
     }
 }
 
+/* Observation (si_engine_observe): a slice's columns [n0, n0 + n) of the
+ * batch's gate products g and activations h into layer l's kept rows, and
+ * (the slice starting at neuron 0) the FFN inputs xb. */
+static void keep_observed(const struct si_engine *e, int l, const float *xb,
+                          const float *g, const float *h, int64_t n0, int64_t n)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
+    const size_t row0 = (size_t)l * (size_t)e->obs_nb;
+    for (int64_t t = 0; t < e->bn; t++) {
+        const size_t row = row0 + (size_t)t;
+        if (n0 == 0 && n > 0)
+            memcpy(e->obs_x + row * d, xb + (size_t)t * d, d * sizeof(float));
+        if (hp->ffn_kind != SI_FFN_PLAIN)
+            memcpy(e->obs_g + row * ff + n0, g + t * n, (size_t)n * sizeof(float));
+        memcpy(e->obs_h + row * ff + n0, h + t * n, (size_t)n * sizeof(float));
+    }
+}
+
 /*
  * A slice for the whole batch, every neuron: G = gate X and U = up X, H,
  * then (sparse layouts) Y = down H.  With converted activations (act_quant)
@@ -469,6 +488,8 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
     batch_act(e, a->l, sc->bg, sc->bu, bn * n);
+    if (e->obs_fn != NULL && !e->sparse)
+        keep_observed(e, a->l, xb, sc->bg, sc->bu, L->s0[a->j], n);
     if (!e->sparse) {
         memcpy(y, sc->bu, (size_t)(bn * n) * sizeof(float));
     } else if (q) {

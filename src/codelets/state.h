@@ -217,6 +217,16 @@ struct si_engine {
     starpu_data_handle_t *h_blog_c;
     char (*name_lhb)[32];            /* (nlh) */
 
+    /* FFN observation (si_engine_observe, graph/observe.c): the dense
+     * batch FFN tasks keep, per layer and batch token, the FFN's input
+     * (slice 0's task), gate products and activations (each task its
+     * columns) for obs_fn, called after the batch; batches of at most obs_nb
+     * tokens while it is set. */
+    si_ffn_hook obs_fn;
+    void *obs_user;
+    int32_t obs_nb;
+    float *obs_x, *obs_g, *obs_h; /* (n_layer, obs_nb, n_embd | n_ff | n_ff) */
+
     bool flash;        /* cold neurons from p.flash */
     struct si_flash_tier ft; /* their region, caches and loads */
     starpu_data_handle_t h_spill; /* the tier's spill area */

@@ -748,6 +748,7 @@ void si_engine_free(struct si_engine *e)
         si__unregister_engine(e);
     }
     si__weights_free(e);
+    si_engine_observe(e, NULL, NULL);
     for (int32_t k = 0; k < e->nd; k++) {
         if (e->dout != NULL)
             free(e->dout[k]);

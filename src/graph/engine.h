@@ -111,6 +111,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "placement/plan.h" /* the GPU reserve */
+#include "predict/profile.h" /* struct si_ffn_runner */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,6 +162,27 @@ int si_engine_eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n);
  */
 int si_engine_eval_batch_logits(struct si_engine *e, const int32_t *tokens, int32_t n,
                                 int32_t first, float *logits);
+
+/*
+ * FFN observation, what the profile, predictor training and eval watch
+ * (predict/profile.h): with fn set, every batch of si_engine_eval_batch and
+ * si_engine_eval_batch_logits keeps each layer's FFN input, gate products
+ * and activations for its tokens (the batch FFN tasks copy them), and
+ * after the batch calls fn(user, view, l) on the calling thread for every
+ * token's layers in order: token by token, layer 0 first.  A single token
+ * then goes through the batch path too.  The values are those of the
+ * engine's prefill arithmetic (see si_engine_eval_batch).  Batches are cut
+ * so that the kept values take at most 256 MiB.  Dense mode with batches
+ * only (the sparse modes do not compute every neuron): SI_E_INVALID
+ * otherwise; SI_E_NOMEM.  A view lasts until fn returns; writing to its h
+ * changes nothing.  fn NULL stops observing and frees the buffers.
+ */
+int si_engine_observe(struct si_engine *e, si_ffn_hook fn, void *user);
+
+/* The runner of predict/profile.h on e (observing while it runs): windows
+ * of e's context, each from a reset engine, the tokens as one batched
+ * evaluation.  e must be in dense mode. */
+struct si_ffn_runner si_engine_ffn_runner(struct si_engine *e);
 
 /* The logits of the last evaluated token (n_vocab). */
 const float *si_engine_logits(const struct si_engine *e);

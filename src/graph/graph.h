@@ -107,4 +107,9 @@ static inline void si__add_slice_weights(const struct si_engine *e,
     si__add(a, L->h_upb_c[j], STARPU_R);
 }
 
+/* --- observe.c */
+
+/* After a batch: the observer on each kept (token, layer), in order. */
+void si__observe_batch(struct si_engine *e);
+
 #endif /* SI_GRAPH_GRAPH_H */

@@ -220,6 +220,8 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
         si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
+    if (e->obs_fn != NULL)
+        si__observe_batch(e);
     return SI_OK;
 }
 
@@ -237,7 +239,7 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
         return SI_E_RUNTIME;
     if ((int64_t)e->ref->n_past + n > e->ref->p.n_ctx)
         return SI_E_BUDGET;
-    if (e->n_batch <= 1 || (n == 1 && out == NULL)) {
+    if (e->n_batch <= 1 || (n == 1 && out == NULL && e->obs_fn == NULL)) {
         for (int32_t i = 0; i < n; i++) {
             int rc = si_engine_eval(e, tokens[i]);
             if (rc != SI_OK)
@@ -249,8 +251,9 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
         return SI_OK;
     }
     const double t0 = si__now();
-    for (int32_t i = 0; i < n; i += e->n_batch) {
-        const int32_t nb = n - i < e->n_batch ? n - i : e->n_batch;
+    const int32_t bmax = e->obs_fn != NULL ? e->obs_nb : e->n_batch;
+    for (int32_t i = 0; i < n; i += bmax) {
+        const int32_t nb = n - i < bmax ? n - i : bmax;
         /* this batch's tokens from `first` on, and where their rows go */
         const int32_t f = out == NULL ? nb : first <= i ? 0 : first - i < nb ? first - i : nb;
         float *o = out == NULL || f == nb ? out

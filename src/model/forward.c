@@ -382,8 +382,11 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         for (int64_t i = 0; i < ff; i++)
             s->hu[i] = si_act_gated(hp->ffn_kind, si_act_apply(hp->act, s->hg[i]), s->hu[i]);
     }
-    if (s->ffn_hook != NULL)
-        s->ffn_hook(s->ffn_hook_user, s, l);
+    if (s->ffn_hook != NULL) {
+        const struct si_ffn_view v = {s->m, s->xb, hp->ffn_kind == SI_FFN_PLAIN ? NULL : s->hg,
+                                      s->hu};
+        s->ffn_hook(s->ffn_hook_user, &v, l);
+    }
     const float thr = s->p.gate_thresholds != NULL ? s->p.gate_thresholds[l] : s->p.gate_threshold;
     if (thr > 0.0f && hp->ffn_kind != SI_FFN_PLAIN && hp->act != SI_ACT_RELU)
         for (int64_t i = 0; i < ff; i++)

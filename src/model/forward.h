@@ -44,6 +44,21 @@ struct si_ref_params {
 
 struct si_ref_params si_ref_default_params(void);
 
+/*
+ * One token's FFN of one layer as the FFN hooks see it (the reference's
+ * ffn_hook; the engine's observer, graph/engine.h): x, its input after the
+ * norm (n_embd); g, the gate products gate . x before the activation (n_ff;
+ * NULL for plain FFNs); h, the activations act(g) * (up . x), or act(up . x)
+ * for plain FFNs (n_ff), before any sparsity applies.
+ */
+struct si_ffn_view {
+    const struct si_model *m;
+    const float *x;
+    const float *g;
+    float *h;
+};
+typedef void (*si_ffn_hook)(void *user, const struct si_ffn_view *v, int l);
+
 struct si_ref {
     const struct si_model *m;
     struct si_ref_params p;
@@ -105,11 +120,10 @@ struct si_ref {
 
     /* When not NULL, called by every layer's FFN right after its activation,
      * before any sparsity (gate_threshold, predictor) applies, with
-     * ffn_hook_user, s and the layer.  Gated FFNs then hold the gate
-     * products gate . x (before the activation) in s->hg and
-     * act(gate . x) * up in s->hu; plain FFNs hold act(up . x) in s->hu.
-     * The profiler's CATS thresholds (predict/profile.h) look here. */
-    void (*ffn_hook)(void *user, const struct si_ref *s, int l);
+     * ffn_hook_user, the FFN's view (si_ffn_view; h is s->hu: a hook may zero
+     * neurons, which the down projection then skips) and the layer.  The
+     * profiler's CATS thresholds (predict/profile.h) look here. */
+    si_ffn_hook ffn_hook;
     void *ffn_hook_user;
 };
 

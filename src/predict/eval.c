@@ -128,27 +128,34 @@ int si_eval_stored_thresholds(const struct si_model *m, enum si_active_rule *rul
 }
 
 /* From the FFN hook: the predictors against the truth, and the oracle. */
-struct eval_hook {
+struct si_eval_watch {
     enum si_active_rule rule;
     const float *thresholds; /* NULL: activation != 0 */
     struct si_eval_confusion *conf;
     bool oracle;
+    bool act_quant; /* the predictor's arithmetic (si_ref_params.act_quant) */
+    int64_t n_active, n_seen;
     void *xq;
     float *r1, *y;
     uint8_t *pred, *act;
 };
 
-static void eval_hook(void *user, const struct si_ref *s, int l)
+void si_eval_watch_hook(void *user, const struct si_ffn_view *v, int l)
 {
-    struct eval_hook *h = user;
-    const struct si_model *m = s->m;
+    struct si_eval_watch *h = user;
+    const struct si_model *m = v->m;
     const int64_t ff = m->hp.n_ff;
-    for (int64_t i = 0; i < ff; i++)
-        h->act[i] = h->thresholds == NULL ? s->hu[i] != 0.0f
-                                          : si_active_value(s, h->rule, i) > h->thresholds[l];
+    int64_t n = 0;
+    for (int64_t i = 0; i < ff; i++) {
+        h->act[i] = h->thresholds == NULL ? v->h[i] != 0.0f
+                                          : si_active_value(v, h->rule, i) > h->thresholds[l];
+        n += h->act[i];
+    }
+    h->n_active += n;
+    h->n_seen += ff;
     if (h->conf != NULL) {
         const struct si_layer *L = &m->w.layers[l];
-        si_ref_predict(&L->fc1, &L->fc2, m->predictor_threshold, s->p.act_quant, h->xq, s->xb,
+        si_ref_predict(&L->fc1, &L->fc2, m->predictor_threshold, h->act_quant, h->xq, v->x,
                        h->r1, h->y, h->pred);
         struct si_eval_confusion *c = &h->conf[l];
         for (int64_t i = 0; i < ff; i++) {
@@ -165,7 +172,66 @@ static void eval_hook(void *user, const struct si_ref *s, int l)
     if (h->oracle)
         for (int64_t i = 0; i < ff; i++)
             if (!h->act[i])
-                s->hu[i] = 0.0f;
+                v->h[i] = 0.0f;
+}
+
+int si_eval_watch_init(struct si_eval_watch **out, const struct si_model *m,
+                       const struct si_eval_params *ep, bool act_quant, char *err,
+                       size_t err_size)
+{
+    *out = NULL;
+    if (ep->conf != NULL && !m->has_predictor)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "the model has no predictor (blk.N.fc1/fc2) tensors");
+    if (ep->thresholds == NULL && !si_profile_relu_family(m) && (ep->conf != NULL || ep->oracle))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "telling active neurons of a SiLU/GELU model needs its thresholds");
+    struct si_eval_watch *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    *h = (struct si_eval_watch){.rule = ep->rule,
+                                .thresholds = si_profile_relu_family(m) ? NULL : ep->thresholds,
+                                .conf = ep->conf,
+                                .oracle = ep->oracle,
+                                .act_quant = act_quant};
+    int64_t rank = 0;
+    size_t xq = 0, b;
+    for (int32_t l = 0; m->has_predictor && l < m->hp.n_layer; l++) {
+        const struct si_layer *L = &m->w.layers[l];
+        rank = L->fc1.ne[1] > rank ? L->fc1.ne[1] : rank;
+        if (si_type_row_size(si_act_type(L->fc1.type), L->fc1.ne[0], &b) && b > xq)
+            xq = b;
+        if (si_type_row_size(si_act_type(L->fc2.type), L->fc2.ne[0], &b) && b > xq)
+            xq = b;
+    }
+    h->xq = malloc(xq > 0 ? xq : 1);
+    h->r1 = malloc((size_t)(rank > 0 ? rank : 1) * sizeof(float));
+    h->y = malloc((size_t)m->hp.n_ff * sizeof(float));
+    h->pred = malloc((size_t)m->hp.n_ff);
+    h->act = malloc((size_t)m->hp.n_ff);
+    if (h->xq == NULL || h->r1 == NULL || h->y == NULL || h->pred == NULL || h->act == NULL) {
+        si_eval_watch_free(h);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    }
+    *out = h;
+    return SI_OK;
+}
+
+double si_eval_watch_active_share(const struct si_eval_watch *h)
+{
+    return h->n_seen > 0 ? (double)h->n_active / (double)h->n_seen : 0.0;
+}
+
+void si_eval_watch_free(struct si_eval_watch *h)
+{
+    if (h == NULL)
+        return;
+    free(h->xq);
+    free(h->r1);
+    free(h->y);
+    free(h->pred);
+    free(h->act);
+    free(h);
 }
 
 void si_ppl_add(struct si_ppl_sum *s, const float *lg, int32_t nv, int32_t next)
@@ -214,7 +280,6 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     if (ep->max_chunks > 0 && ep->max_chunks < n_chunks)
         n_chunks = ep->max_chunks;
     struct si_eval_confusion *conf = ep->conf;
-    const float *thresholds = ep->thresholds;
     const int32_t bos = ep->bos;
     for (int64_t i = 0; i < n_chunks * ctx; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
@@ -222,43 +287,22 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
                             "token %" PRId32 " at position %" PRId64
                             " is outside the vocabulary of %" PRId32,
                             tokens[i], i, m->hp.n_vocab);
-    if (conf != NULL && !m->has_predictor)
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "the model has no predictor (blk.N.fc1/fc2) tensors");
-    if ((conf != NULL || ep->oracle) && thresholds == NULL && !si_profile_relu_family(m))
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "telling active neurons of a SiLU/GELU model needs its thresholds");
-
-    struct si_ref *s = NULL;
-    int rc = si_ref_init(&s, m, rp, err, err_size);
-    if (rc != SI_OK)
-        return rc;
-    struct eval_hook h = {.rule = ep->rule,
-                          .thresholds = si_profile_relu_family(m) ? NULL : thresholds,
-                          .conf = conf,
-                          .oracle = ep->oracle};
+    struct si_eval_watch *h = NULL;
+    int rc = SI_OK;
     if (conf != NULL || ep->oracle) {
-        int64_t rank = 0;
-        size_t xq = 0, b;
-        for (int32_t l = 0; l < m->hp.n_layer; l++) {
-            const struct si_layer *L = &m->w.layers[l];
-            rank = L->fc1.ne[1] > rank ? L->fc1.ne[1] : rank;
-            if (si_type_row_size(si_act_type(L->fc1.type), L->fc1.ne[0], &b) && b > xq)
-                xq = b;
-            if (si_type_row_size(si_act_type(L->fc2.type), L->fc2.ne[0], &b) && b > xq)
-                xq = b;
-        }
-        h.xq = malloc(xq > 0 ? xq : 1);
-        h.r1 = malloc((size_t)(rank > 0 ? rank : 1) * sizeof(float));
-        h.y = malloc((size_t)m->hp.n_ff * sizeof(float));
-        h.pred = malloc((size_t)m->hp.n_ff);
-        h.act = malloc((size_t)m->hp.n_ff);
-        if (h.xq == NULL || h.r1 == NULL || h.y == NULL || h.pred == NULL || h.act == NULL) {
-            rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
-            goto out;
-        }
-        s->ffn_hook = eval_hook;
-        s->ffn_hook_user = &h;
+        rc = si_eval_watch_init(&h, m, ep, rp.act_quant, err, err_size);
+        if (rc != SI_OK)
+            return rc;
+    }
+    struct si_ref *s = NULL;
+    rc = si_ref_init(&s, m, rp, err, err_size);
+    if (rc != SI_OK) {
+        si_eval_watch_free(h);
+        return rc;
+    }
+    if (h != NULL) {
+        s->ffn_hook = si_eval_watch_hook;
+        s->ffn_hook_user = h;
     }
     s->count_active = true;
 
@@ -301,11 +345,7 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
     out->ffn_computed = evaluated > 0 ? active / evaluated : 0;
     out->seconds = si__now() - t0;
 out:
-    free(h.xq);
-    free(h.r1);
-    free(h.y);
-    free(h.pred);
-    free(h.act);
+    si_eval_watch_free(h);
     si_ref_free(s);
     return rc;
 }

@@ -87,6 +87,24 @@ int si_eval_perplexity(const struct si_model *m, struct si_ref_params rp, const 
                        int64_t n, const struct si_eval_params *ep, struct si_eval_ppl *out,
                        char *err, size_t err_size);
 
+/*
+ * What si_eval_perplexity watches, as an FFN hook for another evaluator
+ * (the engine's observer, graph/engine.h): each call tells the active
+ * neurons (ep's rule and thresholds), adds the predictors' calls against
+ * them to ep->conf (when set; the predictors computed with act_quant's
+ * arithmetic) and, with ep->oracle, zeroes the inactive ones in the view's
+ * h.  SI_E_INVALID (predictors compared on a model without them, or
+ * thresholds missing on a SiLU/GELU model), SI_E_NOMEM.
+ */
+struct si_eval_watch;
+int si_eval_watch_init(struct si_eval_watch **out, const struct si_model *m,
+                       const struct si_eval_params *ep, bool act_quant, char *err,
+                       size_t err_size);
+void si_eval_watch_hook(void *user, const struct si_ffn_view *v, int l);
+/* The share of the (token, layer, neuron) triples seen that were active. */
+double si_eval_watch_active_share(const struct si_eval_watch *w);
+void si_eval_watch_free(struct si_eval_watch *w);
+
 /* Elements of the predictor tensors (blk.N.fc1, fc2), and of all the others. */
 int64_t si_eval_predictor_params(const struct si_model *m);
 int64_t si_eval_model_params(const struct si_model *m);

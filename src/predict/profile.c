@@ -95,13 +95,19 @@ static int check_tokens(const struct si_model *m, const int32_t *tokens, int64_t
     return SI_OK;
 }
 
-/* Evaluate tokens[0..n) in windows of s's context (reset, BOS first). */
-int si_profile_eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
-                            int64_t n, char *err, size_t err_size)
+/* The reference's runner: tokens[0..n) in windows of rp.n_ctx (reset, BOS
+ * first), the hook on every layer's FFN. */
+static int ref_run(const struct si_ffn_runner *r, const struct si_model *m, const int32_t *tokens,
+                   int64_t n, si_ffn_hook hook, void *user, char *err, size_t err_size)
 {
+    struct si_ref *s = NULL;
+    int rc = si_ref_init(&s, m, r->rp, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    s->ffn_hook = hook;
+    s->ffn_hook_user = user;
     const int64_t window = s->p.n_ctx;
     const int32_t bos = si_profile_window_bos(m);
-    int rc = SI_OK;
     for (int64_t i = 0; i < n && rc == SI_OK; i++) {
         const int64_t j = i % window;
         if (j == 0)
@@ -112,13 +118,19 @@ int si_profile_eval_windows(struct si_ref *s, const struct si_model *m, const in
             rc = si__errf(err, err_size, rc, "evaluation of token %" PRId32 " at position %" PRId64
                           " failed: %s", t, i, si_status_str(rc));
     }
+    si_ref_free(s);
     return rc;
 }
 
-/* The activation a of neuron i in the FFN hook (see forward.h's ffn_hook). */
-static inline float hook_act(const struct si_ref *s, int64_t i)
+struct si_ffn_runner si_ffn_runner_ref(struct si_ref_params rp)
 {
-    return s->m->hp.ffn_kind == SI_FFN_PLAIN ? s->hu[i] : si_act_apply(s->m->hp.act, s->hg[i]);
+    return (struct si_ffn_runner){.run = ref_run, .rp = rp};
+}
+
+/* The activation a of neuron i in the FFN hook (see si_ffn_view). */
+static inline float hook_act(const struct si_ffn_view *v, int64_t i)
+{
+    return v->g == NULL ? v->h[i] : si_act_apply(v->m->hp.act, v->g[i]);
 }
 
 struct count_hook {
@@ -126,21 +138,28 @@ struct count_hook {
     int64_t *counts;
 };
 
-/* Count the neurons with |a| above their layer's threshold. */
-static void count_hook(void *user, const struct si_ref *s, int l)
+/* Count the neurons with |a| above their layer's threshold, or (no
+ * thresholds: ReLU models) with an activation other than 0. */
+static void count_hook(void *user, const struct si_ffn_view *v, int l)
 {
     const struct count_hook *h = user;
-    const int64_t ff = s->m->hp.n_ff;
-    const float t = h->thresholds[l];
+    const int64_t ff = v->m->hp.n_ff;
     int64_t *c = h->counts + (size_t)l * (size_t)ff;
+    if (h->thresholds == NULL) {
+        for (int64_t i = 0; i < ff; i++)
+            c[i] += v->h[i] != 0.0f;
+        return;
+    }
+    const float t = h->thresholds[l];
     for (int64_t i = 0; i < ff; i++)
-        c[i] += fabsf(hook_act(s, i)) > t;
+        c[i] += fabsf(hook_act(v, i)) > t;
 }
 
-int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
-                       const int32_t *tokens, int64_t n, char *err, size_t err_size)
+int si_profile_collect(struct si_profile *p, const struct si_model *m,
+                       const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
+                       char *err, size_t err_size)
 {
-    if (p == NULL || m == NULL)
+    if (p == NULL || m == NULL || run == NULL)
         return si__errf(err, err_size, SI_E_INVALID, "profile collect: invalid arguments");
     if (p->n_layer != m->hp.n_layer || p->n_ff != m->hp.n_ff)
         return si__errf(err, err_size, SI_E_INVALID,
@@ -161,33 +180,19 @@ int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si
     if (n == 0)
         return SI_OK;
 
-    struct si_ref *s = NULL;
-    rc = si_ref_init(&s, m, rp, err, err_size);
-    if (rc != SI_OK)
-        return rc;
     const size_t total = (size_t)p->n_layer * (size_t)p->n_ff;
     /* Counted apart and added at the end, so that a failure leaves p as it was. */
     int64_t *counts = calloc(total, sizeof(int64_t));
-    if (counts == NULL) {
-        si_ref_free(s);
+    if (counts == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the profile counters");
-    }
-    struct count_hook hook = {p->thresholds, counts};
-    if (p->thresholds != NULL && !relu) {
-        s->ffn_hook = count_hook;
-        s->ffn_hook_user = &hook;
-    } else {
-        s->neuron_counts = counts;
-    }
-    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
+    struct count_hook hook = {relu ? NULL : p->thresholds, counts};
+    rc = run->run(run, m, tokens, n, count_hook, &hook, err, err_size);
     if (rc == SI_OK) {
         for (size_t k = 0; k < total; k++)
             p->counts[k] += counts[k];
         p->n_tokens += n;
     }
     free(counts);
-    s->neuron_counts = NULL;
-    si_ref_free(s);
     return rc;
 }
 
@@ -234,12 +239,12 @@ int64_t si_profile_calib_tokens(const struct si_profile_calib *c)
 }
 
 /* Add every |a| of layer l to its histogram. */
-static void hist_hook(void *user, const struct si_ref *s, int l)
+static void hist_hook(void *user, const struct si_ffn_view *v, int l)
 {
     const struct si_profile_calib *c = user;
     uint64_t *h = c->hist + (size_t)l * HIST_BINS;
     for (int64_t i = 0; i < c->n_ff; i++) {
-        const float a = fabsf(hook_act(s, i));
+        const float a = fabsf(hook_act(v, i));
         uint32_t bits;
         memcpy(&bits, &a, sizeof bits);
         h[(bits & 0x7fffffffu) >> HIST_SHIFT]++;
@@ -247,10 +252,10 @@ static void hist_hook(void *user, const struct si_ref *s, int l)
 }
 
 int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *m,
-                             struct si_ref_params rp, const int32_t *tokens, int64_t n,
+                             const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
                              char *err, size_t err_size)
 {
-    if (c == NULL || m == NULL)
+    if (c == NULL || m == NULL || run == NULL)
         return si__errf(err, err_size, SI_E_INVALID, "profile calibration: invalid arguments");
     if (c->n_layer != m->hp.n_layer || c->n_ff != m->hp.n_ff)
         return si__errf(err, err_size, SI_E_INVALID,
@@ -264,15 +269,9 @@ int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *
         c->n_tokens += n;
         return SI_OK;
     }
-    struct si_ref *s = NULL;
-    if ((rc = si_ref_init(&s, m, rp, err, err_size)) != SI_OK)
-        return rc;
-    s->ffn_hook = hist_hook;
-    s->ffn_hook_user = c;
-    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
+    rc = run->run(run, m, tokens, n, hist_hook, c, err, err_size);
     if (rc == SI_OK)
         c->n_tokens += n;
-    si_ref_free(s);
     return rc;
 }
 

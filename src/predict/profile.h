@@ -2,8 +2,9 @@
  * profile.h - activation profiles: per layer and FFN neuron, how many of the
  * tokens of a corpus activated it (its activation was not zero).
  *
- * Collecting runs the reference forward pass (model/forward.h) over the
- * tokens in windows of the reference's context length: the KV cache is reset
+ * Collecting runs the model (the StarPU engine's batched prefill, or the
+ * reference forward pass of model/forward.h: struct si_ffn_runner below)
+ * over the tokens in windows of its context length: the KV cache is reset
  * at the start of each window and, when the model's tokenizer metadata asks
  * for BOS (tokenizer.ggml.add_bos_token, by default true for SentencePiece
  * "llama" tokenizers and false for "gpt2" ones, as model/tokenizer.c decides),
@@ -68,33 +69,48 @@ struct si_profile {
     float target_sparsity;
 };
 
+/*
+ * A pass over a corpus (the profile's two passes, predictor training's
+ * thresholds and samples): tokens[0..n) in windows of the runner's context
+ * (each from an empty cache, BOS in place of its first token when the model
+ * adds one, as si_profile_collect describes), with hook(user, view, l)
+ * called for every evaluated token's layers in order: token by token,
+ * layer 0 first.  si_ffn_runner_ref's runs the reference forward pass with
+ * parameters rp (rp.n_ctx the window); graph/engine.h's
+ * si_engine_ffn_runner the StarPU engine's batched prefill.  run returns
+ * SI_OK or the error, one line in err.
+ */
+struct si_ffn_runner {
+    int (*run)(const struct si_ffn_runner *r, const struct si_model *m, const int32_t *tokens,
+               int64_t n, si_ffn_hook hook, void *user, char *err, size_t err_size);
+    struct si_ref_params rp; /* the reference's parameters */
+    void *self;              /* another runner's state (the engine) */
+};
+
+/* The reference's runner: si_ref_eval token by token with parameters rp. */
+struct si_ffn_runner si_ffn_runner_ref(struct si_ref_params rp);
+
 /* A zeroed profile; SI_OK, SI_E_INVALID (a size below 1) or SI_E_NOMEM. */
 int si_profile_init(struct si_profile **out, int32_t n_layer, int32_t n_ff, char *err,
                     size_t err_size);
 void si_profile_free(struct si_profile *p);
 
 /*
- * Run the reference forward pass (parameters rp; rp.n_ctx 0 is the model's
- * training context, at most 4096) over tokens[0..n) in windows of rp.n_ctx
- * tokens, as described above, adding to p->counts every neuron whose
+ * Run the model through `run` (the reference with rp.n_ctx 0 takes the
+ * model's training context, at most 4096) over tokens[0..n) in windows of
+ * its context, as described above, adding to p->counts every neuron whose
  * activation is not zero (with thresholds on a SiLU/GELU model: whose |a|
  * is above its layer's threshold) and n to p->n_tokens.  p's shape must be the
  * model's and every token inside its vocabulary (SI_E_INVALID otherwise,
  * checked before anything runs).  On failure p is left unchanged.
  */
-int si_profile_collect(struct si_profile *p, const struct si_model *m, struct si_ref_params rp,
-                       const int32_t *tokens, int64_t n, char *err, size_t err_size);
+int si_profile_collect(struct si_profile *p, const struct si_model *m,
+                       const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
+                       char *err, size_t err_size);
 
 /* The token every window starts with, or -1: BOS when the model has one and
  * its tokenizer metadata asks for it (defaults as in model/tokenizer.c). */
 int32_t si_profile_window_bos(const struct si_model *m);
-
-/* Evaluate tokens[0..n) on s in windows of s->p.n_ctx tokens (the cache reset
- * at each, BOS in place of a window's first token when the model adds one),
- * as si_profile_collect does; for other passes over a corpus (predictor
- * training) that watch the FFNs through s->ffn_hook.  SI_OK or the error. */
-int si_profile_eval_windows(struct si_ref *s, const struct si_model *m, const int32_t *tokens,
-                            int64_t n, char *err, size_t err_size);
 
 /* True for models whose FFN activation is ReLU (exact zeros to count). */
 bool si_profile_relu_family(const struct si_model *m);
@@ -107,12 +123,12 @@ int si_profile_calib_init(struct si_profile_calib **out, const struct si_model *
                           size_t err_size);
 void si_profile_calib_free(struct si_profile_calib *c);
 
-/* Run tokens[0..n) through the reference in windows, as si_profile_collect
+/* Run tokens[0..n) through `run` in windows, as si_profile_collect
  * does, adding every |a| to c's histograms (nothing for ReLU-family models).
  * SI_E_INVALID for a token outside the vocabulary or another model's c; after
  * another failure c holds part of the tokens (free it). */
 int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *m,
-                             struct si_ref_params rp, const int32_t *tokens, int64_t n,
+                             const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
                              char *err, size_t err_size);
 
 /* Tokens c has seen. */

@@ -91,12 +91,11 @@ int si_active_rule_parse(const char *name, enum si_active_rule *out)
     return SI_E_NOT_FOUND;
 }
 
-float si_active_value(const struct si_ref *s, enum si_active_rule r, int64_t i)
+float si_active_value(const struct si_ffn_view *v, enum si_active_rule r, int64_t i)
 {
-    const struct si_hparams *hp = &s->m->hp;
-    if (r == SI_ACTIVE_OUTPUT || hp->ffn_kind == SI_FFN_PLAIN)
-        return fabsf(s->hu[i]);
-    return fabsf(si_act_apply(hp->act, s->hg[i]));
+    if (r == SI_ACTIVE_OUTPUT || v->g == NULL)
+        return fabsf(v->h[i]);
+    return fabsf(si_act_apply(v->m->hp.act, v->g[i]));
 }
 
 /* Histogram bins: the top 16 bits of |v|'s float (as the profile's). */
@@ -136,12 +135,12 @@ void si_active_calib_free(struct si_active_calib *c)
     free(c);
 }
 
-static void calib_hook(void *user, const struct si_ref *s, int l)
+static void calib_hook(void *user, const struct si_ffn_view *v, int l)
 {
     const struct si_active_calib *c = user;
     uint64_t *h = c->hist + (size_t)l * HIST_BINS;
     for (int64_t i = 0; i < c->n_ff; i++) {
-        const float a = si_active_value(s, c->rule, i);
+        const float a = si_active_value(v, c->rule, i);
         uint32_t bits;
         memcpy(&bits, &a, sizeof bits);
         h[(bits & 0x7fffffffu) >> HIST_SHIFT]++;
@@ -149,10 +148,10 @@ static void calib_hook(void *user, const struct si_ref *s, int l)
 }
 
 int si_active_calib_collect(struct si_active_calib *c, const struct si_model *m,
-                            struct si_ref_params rp, const int32_t *tokens, int64_t n, char *err,
-                            size_t err_size)
+                            const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
+                            char *err, size_t err_size)
 {
-    if (c == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL) ||
+    if (c == NULL || m == NULL || run == NULL || n < 0 || (n > 0 && tokens == NULL) ||
         c->n_layer != m->hp.n_layer || c->n_ff != m->hp.n_ff)
         return si__errf(err, err_size, SI_E_INVALID, "calibration: invalid arguments");
     for (int64_t i = 0; i < n; i++)
@@ -163,15 +162,7 @@ int si_active_calib_collect(struct si_active_calib *c, const struct si_model *m,
                             tokens[i], i, m->hp.n_vocab);
     if (n == 0)
         return SI_OK;
-    struct si_ref *s = NULL;
-    int rc = si_ref_init(&s, m, rp, err, err_size);
-    if (rc != SI_OK)
-        return rc;
-    s->ffn_hook = calib_hook;
-    s->ffn_hook_user = c;
-    rc = si_profile_eval_windows(s, m, tokens, n, err, err_size);
-    si_ref_free(s);
-    return rc;
+    return run->run(run, m, tokens, n, calib_hook, c, err, err_size);
 }
 
 int si_active_calib_thresholds(const struct si_active_calib *c, double S, float *thresholds,
@@ -222,7 +213,7 @@ struct collect_hook {
 
 /* One sample of layer l: the FFN input and which neurons are active (the
  * profile's rule); the last layer completes the token's sample. */
-static void collect_hook(void *user, const struct si_ref *r, int l)
+static void collect_hook(void *user, const struct si_ffn_view *v, int l)
 {
     struct collect_hook *h = user;
     struct si_train_samples *s = h->s;
@@ -230,22 +221,22 @@ static void collect_hook(void *user, const struct si_ref *r, int l)
         return;
     if (h->thresholds == NULL) {
         for (int32_t i = 0; i < s->n_ff; i++)
-            h->active[i] = r->hu[i] != 0.0f;
+            h->active[i] = v->h[i] != 0.0f;
     } else {
         const float t = h->thresholds[l];
         for (int32_t i = 0; i < s->n_ff; i++)
-            h->active[i] = si_active_value(r, h->rule, i) > t;
+            h->active[i] = si_active_value(v, h->rule, i) > t;
     }
-    si_train_samples_set(s, l, r->xb, h->active);
+    si_train_samples_set(s, l, v->x, h->active);
     if (l == s->n_layer - 1)
         s->n++;
 }
 
-int si_train_collect(struct si_train_samples *s, const struct si_model *m, struct si_ref_params rp,
-                     enum si_active_rule rule, const float *thresholds, const int32_t *tokens,
+int si_train_collect(struct si_train_samples *s, const struct si_model *m,
+                     const struct si_ffn_runner *run, enum si_active_rule rule, const float *thresholds, const int32_t *tokens,
                      int64_t n, char *err, size_t err_size)
 {
-    if (s == NULL || m == NULL || n < 0 || (n > 0 && tokens == NULL))
+    if (s == NULL || m == NULL || run == NULL || n < 0 || (n > 0 && tokens == NULL))
         return si__errf(err, err_size, SI_E_INVALID, "train collect: invalid arguments");
     if (s->n_layer != m->hp.n_layer || s->n_embd != m->hp.n_embd || s->n_ff != m->hp.n_ff)
         return si__errf(err, err_size, SI_E_INVALID,
@@ -268,20 +259,11 @@ int si_train_collect(struct si_train_samples *s, const struct si_model *m, struc
     const int64_t room = s->cap - s->n, todo = n < room ? n : room;
     if (todo <= 0)
         return SI_OK;
-    struct si_ref *r = NULL;
-    int rc = si_ref_init(&r, m, rp, err, err_size);
-    if (rc != SI_OK)
-        return rc;
     struct collect_hook h = {s, rule, relu ? NULL : thresholds, malloc((size_t)s->n_ff)};
-    if (h.active == NULL) {
-        si_ref_free(r);
+    if (h.active == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
-    }
-    r->ffn_hook = collect_hook;
-    r->ffn_hook_user = &h;
-    rc = si_profile_eval_windows(r, m, tokens, todo, err, err_size);
+    const int rc = run->run(run, m, tokens, todo, collect_hook, &h, err, err_size);
     free(h.active);
-    si_ref_free(r);
     return rc;
 }
 

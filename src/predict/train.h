@@ -10,7 +10,8 @@
  * blk.N.fc1.weight with GGUF shape {n_embd, r} and blk.N.fc2.weight {r, n_ff},
  * and powerinfer.sparse_threshold (0 here) for the threshold.
  *
- * Samples.  si_train_collect runs the reference forward pass over a corpus
+ * Samples.  si_train_collect runs the model over a corpus (the StarPU
+ * engine's batched prefill or the reference: predict/profile.h's runners)
  * and keeps, per layer and token, x (as fp16) and the active mask (a bit per
  * neuron).  Active: on ReLU-family models activation != 0; on SiLU/GELU
  * models a per-layer threshold t_l on
@@ -49,6 +50,7 @@
 
 #include "model/forward.h"
 #include "model/model.h"
+#include "predict/profile.h" /* the runners */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,7 +63,7 @@ const char *si_active_rule_name(enum si_active_rule r);
 int si_active_rule_parse(const char *name, enum si_active_rule *out);
 
 /* The value the rule thresholds for neuron i in an FFN hook (forward.h). */
-float si_active_value(const struct si_ref *s, enum si_active_rule r, int64_t i);
+float si_active_value(const struct si_ffn_view *v, enum si_active_rule r, int64_t i);
 
 /* Per layer, a histogram of the rule's values over a corpus, to pick the
  * thresholds of a target sparsity, as si_profile_calib does for the gate
@@ -70,10 +72,10 @@ struct si_active_calib;
 int si_active_calib_init(struct si_active_calib **out, const struct si_model *m,
                          enum si_active_rule r, char *err, size_t err_size);
 void si_active_calib_free(struct si_active_calib *c);
-/* Run tokens[0..n) (windows of rp.n_ctx, as si_profile_collect) into c. */
+/* Run tokens[0..n) through `run` (windows, as si_profile_collect) into c. */
 int si_active_calib_collect(struct si_active_calib *c, const struct si_model *m,
-                            struct si_ref_params rp, const int32_t *tokens, int64_t n, char *err,
-                            size_t err_size);
+                            const struct si_ffn_runner *run, const int32_t *tokens, int64_t n,
+                            char *err, size_t err_size);
 /* thresholds[0..n_layer) for target sparsity S in [0, 1) (0 for S = 0). */
 int si_active_calib_thresholds(const struct si_active_calib *c, double S, float *thresholds,
                                char *err, size_t err_size);
@@ -108,16 +110,17 @@ static inline bool si_train_sample_active(const struct si_train_samples *s, int3
 }
 
 /*
- * Evaluate tokens[0..n) with the reference (parameters rp, windows of
- * rp.n_ctx as si_profile_collect does) and add a sample per token and layer
+ * Evaluate tokens[0..n) through `run` (in windows, as si_profile_collect
+ * does) and add a sample per token and layer
  * until s is full (the tokens beyond are not evaluated).  thresholds: the
  * (n_layer) thresholds of `rule` on a SiLU/GELU model (required there;
  * ignored on ReLU-family models).  SI_E_INVALID for a shape that is not the
  * model's.
  */
-int si_train_collect(struct si_train_samples *s, const struct si_model *m, struct si_ref_params rp,
-                     enum si_active_rule rule, const float *thresholds, const int32_t *tokens,
-                     int64_t n, char *err, size_t err_size);
+int si_train_collect(struct si_train_samples *s, const struct si_model *m,
+                     const struct si_ffn_runner *run, enum si_active_rule rule,
+                     const float *thresholds, const int32_t *tokens, int64_t n, char *err,
+                     size_t err_size);
 
 /*
  * Keep collected samples in a file to train again without the forward
