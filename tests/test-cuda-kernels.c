@@ -2,7 +2,8 @@
  * test-cuda-kernels.c - the raw CUDA launchers of codelets_cuda.h (matvec,
  * sparse FFN gate/up and down, RMSNorm) against plain C, without StarPU.
  *
- * For each kernel and weight type (F32, F16, Q8_0, Q4_0, Q4_1): random data,
+ * For each kernel and weight type (F32, F16, Q8_0, Q4_0, Q4_1, and the K
+ * super-blocks Q4_K, Q5_K, Q6_K of Q4_K_M-style files): random data,
  * quantized with si_quantize_row(), copied to the device and run on a stream
  * of its own; the reference is computed in double from the rows as
  * si_dequantize_row() decodes them.  The error of each output is normalised
@@ -10,7 +11,7 @@
  * by the product of g's and u's), so cancellation does not inflate it:
  *
  *   max_k |gpu_k - ref_k| / scale_k  <=  1e-4 for F32 and F16 rows,
- *                                         1e-3 for Q8_0, Q4_0 and Q4_1 rows.
+ *                                         1e-3 for the quantized rows.
  *
  * (Both sides decode the same blocks exactly; what differs is the order of
  * float accumulation, which costs about sqrt(n) * 2^-24.)  The down projection
@@ -37,10 +38,10 @@
 #include <string.h>
 
 #define TOL_FLOAT 1e-4 /* F32, F16 rows */
-#define TOL_QUANT 1e-3 /* Q8_0, Q4_0, Q4_1 rows */
+#define TOL_QUANT 1e-3 /* quantized rows */
 
-static const uint32_t types[] = {SI_TYPE_F32, SI_TYPE_F16, SI_TYPE_Q8_0, SI_TYPE_Q4_0,
-                                 SI_TYPE_Q4_1};
+static const uint32_t types[] = {SI_TYPE_F32,  SI_TYPE_F16,  SI_TYPE_Q8_0, SI_TYPE_Q4_0,
+                                 SI_TYPE_Q4_1, SI_TYPE_Q4_K, SI_TYPE_Q5_K, SI_TYPE_Q6_K};
 #define N_TYPES (sizeof types / sizeof types[0])
 
 static double tolerance(uint32_t t)
@@ -246,9 +247,15 @@ static const char *kind_name(int k)
     return k == SI_FFN_PLAIN ? "plain" : k == SI_FFN_GATED_RELU2 ? "gated-relu2" : "gated";
 }
 
+/* Rows of the K types are whole super-blocks of 256. */
+static bool k_type(uint32_t t)
+{
+    return t == SI_TYPE_Q4_K || t == SI_TYPE_Q5_K || t == SI_TYPE_Q6_K;
+}
+
 static void test_gate_up(uint32_t t, int kind, int act, bool bias, cudaStream_t stream)
 {
-    const int64_t n_embd = 1024 + 96, n_ff = 2816, n_idx = 941;
+    const int64_t n_embd = k_type(t) ? 1280 : 1024 + 96, n_ff = 2816, n_idx = 941;
     struct rows gate, up;
     rows_make(&up, t, n_ff, n_embd, 0);
     const bool gated = kind != SI_FFN_PLAIN;
@@ -798,9 +805,11 @@ static void test_refusals(cublasHandle_t handle, cudaStream_t stream)
     CHECK(si_cuda_ffn_gate_up(SI_TYPE_F32, d, d, 0, 4, 8, NULL, d, di, 1, 99, SI_ACT_SILU, d,
                               stream) == cudaErrorInvalidValue,
           "unknown FFN kind accepted");
-    CHECK(si_cuda_ffn_down(SI_TYPE_Q4_K, d, 0, 4, 256, d, di, 1, d, stream) ==
+    CHECK(si_cuda_ffn_down(SI_TYPE_Q5_0, d, 0, 4, 256, d, di, 1, d, stream) ==
               cudaErrorInvalidValue,
-          "Q4_K down accepted");
+          "Q5_0 down accepted (no CUDA decoder)");
+    CHECK(si_cuda_matvec(SI_TYPE_Q4_K, d, 0, 4, 128, d, d, stream) == cudaErrorInvalidValue,
+          "Q4_K row of half a super-block accepted");
     CHECK(si_cuda_rmsnorm(d, d, NULL, 0, 1e-6f, stream) == cudaSuccess, "empty rmsnorm refused");
     CHECK(si_cuda_layernorm(NULL, d, NULL, NULL, 8, 1e-5f, stream) == cudaErrorInvalidValue,
           "layernorm without y accepted");
@@ -820,18 +829,18 @@ static void test_refusals(cublasHandle_t handle, cudaStream_t stream)
     CHECK(si_cuda_attn_f16(d, d, (uint16_t *)d, (uint16_t *)d, 0, 1, 1, 1,
                            SI_CUDA_ATTN_MAX_HEAD_DIM + 32, 0.125f, stream) == cudaErrorInvalidValue,
           "head_dim past the maximum accepted");
-    CHECK(si_cuda_predictor(SI_TYPE_Q4_K, d, 0, SI_TYPE_F32, d, 0, 256, 32, 4, d, 0.0f, d, d, di,
+    CHECK(si_cuda_predictor(SI_TYPE_Q5_0, d, 0, SI_TYPE_F32, d, 0, 256, 32, 4, d, 0.0f, d, d, di,
                             di, stream) == cudaErrorInvalidValue,
-          "Q4_K predictor accepted");
+          "Q5_0 predictor accepted");
     CHECK(si_cuda_predictor(SI_TYPE_F32, d, 0, SI_TYPE_Q8_0, d, 0, 32, 48, 4, d, 0.0f, d, d, di,
                             di, stream) == cudaErrorInvalidValue,
           "Q8_0 fc2 rows of 48 accepted");
     CHECK(si_cuda_gemm(NULL, SI_TYPE_F32, d, 0, 4, 8, d, 8, 1, d, 4, NULL, 0, stream) ==
               cudaErrorInvalidValue,
           "gemm without a handle accepted");
-    CHECK(si_cuda_gemm(handle, SI_TYPE_Q4_K, d, 0, 2, 256, d, 256, 1, d, 2, d, 4096, stream) ==
+    CHECK(si_cuda_gemm(handle, SI_TYPE_Q5_0, d, 0, 2, 256, d, 256, 1, d, 2, d, 4096, stream) ==
               cudaErrorInvalidValue,
-          "Q4_K gemm accepted");
+          "Q5_0 gemm accepted");
     CHECK(si_cuda_gemm(handle, SI_TYPE_Q4_0, d, 0, 2, 32, d, 32, 1, d, 2, NULL, 0, stream) ==
               cudaErrorInvalidValue,
           "Q4_0 gemm without scratch accepted");
@@ -909,10 +918,10 @@ int main(void)
 
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = types[ti];
-        const bool q = t != SI_TYPE_F32 && t != SI_TYPE_F16;
+        const bool q = t != SI_TYPE_F32 && t != SI_TYPE_F16, k = k_type(t);
         test_matvec(t, 777, 4096, 0, stream);
-        test_matvec(t, 33, q ? 32 : 1, 0, stream);        /* rows shorter than a warp's reach */
-        test_matvec(t, 100, q ? 1056 : 1001, 12, stream); /* padded rows, odd length */
+        test_matvec(t, 33, k ? 256 : q ? 32 : 1, 0, stream); /* rows shorter than a warp's reach */
+        test_matvec(t, 100, k ? 1280 : q ? 1056 : 1001, 12, stream); /* padded, odd length */
 
         test_gate_up(t, SI_FFN_GATED, SI_ACT_SILU, false, stream);
         test_gate_up(t, SI_FFN_GATED, SI_ACT_GELU, false, stream);
@@ -921,9 +930,9 @@ int main(void)
         test_gate_up(t, SI_FFN_PLAIN, SI_ACT_RELU, true, stream);
         test_gate_up(t, SI_FFN_PLAIN, SI_ACT_GELU, true, stream);
 
-        test_down(t, 1024 + 96, 941, stream);
+        test_down(t, k ? 1280 : 1024 + 96, 941, stream);
         test_down(t, q ? 4096 : 1001, 2816, stream);
-        test_down(t, 64, 0, stream);
+        test_down(t, k ? 256 : 64, 0, stream);
     }
     test_combine(SI_FFN_GATED, SI_ACT_SILU, false, stream);
     test_combine(SI_FFN_GATED, SI_ACT_GELU, true, stream);
@@ -959,10 +968,12 @@ int main(void)
     }
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = types[ti];
-        test_predictor(t, 576, 256, 1636, 0.0f, stream);
-        test_predictor(t, 576, 256, 1636, 20.0f, stream);
         test_gemm(handle, t, 300, 1024, 9, 0, stream);
         test_gemm(handle, t, 300, 1024, 1, 16, stream);
+        if (k_type(t)) /* predictors are written in F32, F16, Q8_0 or Q4_0 */
+            continue;
+        test_predictor(t, 576, 256, 1636, 0.0f, stream);
+        test_predictor(t, 576, 256, 1636, 20.0f, stream);
         test_gemm(handle, t, 5, 64, 70, 0, stream);
     }
     test_refusals(handle, stream);

@@ -1,11 +1,20 @@
 /*
  * cuda_common.cuh - device helpers shared by the CUDA kernels: fp16 decode,
- * warp reductions, and the weight-row decoders for F32, F16, Q8_0, Q4_0 and
- * Q4_1 (GGUF block layouts, as in model/quants_scalar.c):
+ * warp reductions, and the weight-row decoders for F32, F16, Q8_0, Q4_0,
+ * Q4_1 and the K super-blocks Q4_K, Q5_K, Q6_K (GGUF block layouts, as in
+ * model/quants_scalar.c):
  *
  *   Q8_0  34 bytes / 32: half d; int8 qs[32]       x = d*q
  *   Q4_0  18 bytes / 32: half d; u8 qs[16]         x = d*(q-8)
  *   Q4_1  20 bytes / 32: half d, m; u8 qs[16]      x = d*q + m
+ *   Q4_K 144 bytes / 256: half d, dmin; u8 scales[12]; u8 qs[128]
+ *   Q5_K 176 bytes / 256: half d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]
+ *        x = d*s_j*q - dmin*m_j for sub-block j = e / 32, (s_j, m_j) 6-bit
+ *        pairs packed in scales (si__k_scale_min); element e = 64c + 32h + l
+ *        is nibble h of qs[32c + l] (Q5_K: bit 2c + h of qh[l] its fifth bit)
+ *   Q6_K 210 bytes / 256: u8 ql[128]; u8 qh[64]; int8 sc[16]; half d
+ *        x = d*sc[e / 16]*(q-32); element e = 128k + 32g + l is nibble g / 2
+ *        of ql[64k + 32(g & 1) + l] with bits 2g, 2g+1 of qh[32k + l] above
  *
  * In Q4_0 and Q4_1, element j < 16 is the low nibble of qs[j] and element
  * j + 16 its high nibble.  Rows are read with 16-bit loads (32-bit for F32):
@@ -30,6 +39,10 @@
 #define SI_CUDA_Q8_0_BYTES 34
 #define SI_CUDA_Q4_0_BYTES 18
 #define SI_CUDA_Q4_1_BYTES 20
+/* Bytes per 256-element super-block of the K types. */
+#define SI_CUDA_Q4_K_BYTES 144
+#define SI_CUDA_Q5_K_BYTES 176
+#define SI_CUDA_Q6_K_BYTES 210
 
 /* The IEEE half at p (p 2-byte aligned) as a float; exact. */
 static __device__ __forceinline__ float cu_half_at(const uint8_t *p)
@@ -166,6 +179,101 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *ro
     return s;
 }
 
+/* Sub-block j's 6-bit scale and min of a Q4_K/Q5_K super-block's scales. */
+static __device__ __forceinline__ void cu_k_scale_min(const uint8_t *sc, int j, int *s, int *m)
+{
+    if (j < 4) {
+        *s = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *s = (sc[j + 4] & 0xf) | (sc[j - 4] >> 6) << 4;
+        *m = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+    }
+}
+
+/* The quant (0 .. 31) of element e of a Q4_K (qh NULL) or Q5_K super-block. */
+static __device__ __forceinline__ int cu_k_quant(const uint8_t *qs, const uint8_t *qh, int e)
+{
+    const int c = e >> 6, h = (e >> 5) & 1, l = e & 31;
+    const uint8_t v = qs[32 * c + l];
+    int q = h ? v >> 4 : v & 0xf;
+    if (qh != NULL)
+        q |= ((qh[l] >> (2 * c + h)) & 1) << 4;
+    return q;
+}
+
+/* The signed quant (-32 .. 31) of element e of a Q6_K super-block. */
+static __device__ __forceinline__ int cu_q6_k_quant(const uint8_t *p, int e)
+{
+    const int k = e >> 7, g = (e >> 5) & 3, l = e & 31;
+    const uint8_t v = p[64 * k + 32 * (g & 1) + l];
+    const int lo = g >= 2 ? v >> 4 : v & 0xf;
+    return (lo | ((p[128 + 32 * k + l] >> (2 * g)) & 3) << 4) - 32;
+}
+
+/* Q4_K and Q5_K: a unit's 8 elements lie in one sub-block of 32, so
+ * d*s_j * sum(q*x) - dmin*m_j * sum(x); a warp covers one super-block. */
+template <int FIVE>
+static __device__ __forceinline__ float cu_k_dot_lane(const uint8_t *row, const float *x,
+                                                      int64_t n, int lane)
+{
+    const size_t size = FIVE ? SI_CUDA_Q5_K_BYTES : SI_CUDA_Q4_K_BYTES;
+    const int64_t units = n / 8;
+    float s = 0.0f;
+    for (int64_t u = lane; u < units; u += SI_CUDA_WARP) {
+        const int64_t b = u >> 5;
+        const int e0 = (int)(u & 31) * 8;
+        const uint8_t *p = row + b * size;
+        const uint8_t *qh = FIVE ? p + 16 : NULL, *qs = FIVE ? p + 48 : p + 16;
+        int sc, m;
+        cu_k_scale_min(p + 4, e0 >> 5, &sc, &m);
+        const float *xs = x + b * 256 + e0;
+        float t = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            t += (float)cu_k_quant(qs, qh, e0 + k) * xs[k];
+            sx += xs[k];
+        }
+        s += cu_half_at(p) * (float)sc * t - cu_half_at(p + 2) * (float)m * sx;
+    }
+    return s;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_K>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    return cu_k_dot_lane<0>(row, x, n, lane);
+}
+
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q5_K>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    return cu_k_dot_lane<1>(row, x, n, lane);
+}
+
+/* Q6_K: a unit's 8 elements share one scale of 16. */
+template <>
+__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q6_K>(const uint8_t *row, const float *x,
+                                                               int64_t n, int lane)
+{
+    const int64_t units = n / 8;
+    float s = 0.0f;
+    for (int64_t u = lane; u < units; u += SI_CUDA_WARP) {
+        const int64_t b = u >> 5;
+        const int e0 = (int)(u & 31) * 8;
+        const uint8_t *p = row + b * SI_CUDA_Q6_K_BYTES;
+        const float *xs = x + b * 256 + e0;
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            t += (float)cu_q6_k_quant(p, e0 + k) * xs[k];
+        s += cu_half_at(p + 208) * (float)(int8_t)p[192 + (e0 >> 4)] * t;
+    }
+    return s;
+}
+
 /* Element j of a row of type T (for the column-wise down projection). */
 template <int T> static __device__ __forceinline__ float cu_row_elem(const uint8_t *row, int64_t j);
 
@@ -206,9 +314,39 @@ __device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_1>(const uint8_t *row, i
     return cu_half_at(p) * (float)q + cu_half_at(p + 2);
 }
 
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_K>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 8) * SI_CUDA_Q4_K_BYTES;
+    const int e = (int)(j & 255);
+    int sc, m;
+    cu_k_scale_min(p + 4, e >> 5, &sc, &m);
+    return cu_half_at(p) * (float)sc * (float)cu_k_quant(p + 16, NULL, e) -
+           cu_half_at(p + 2) * (float)m;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q5_K>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 8) * SI_CUDA_Q5_K_BYTES;
+    const int e = (int)(j & 255);
+    int sc, m;
+    cu_k_scale_min(p + 4, e >> 5, &sc, &m);
+    return cu_half_at(p) * (float)sc * (float)cu_k_quant(p + 48, p + 16, e) -
+           cu_half_at(p + 2) * (float)m;
+}
+
+template <>
+__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q6_K>(const uint8_t *row, int64_t j)
+{
+    const uint8_t *p = row + (j >> 8) * SI_CUDA_Q6_K_BYTES;
+    const int e = (int)(j & 255);
+    return cu_half_at(p + 208) * (float)(int8_t)p[192 + (e >> 4)] * (float)cu_q6_k_quant(p, e);
+}
+
 /*
  * Bytes of a row of n elements of type t, and the alignment its loads need;
- * 0 when t is not one of the five types or n is not a whole number of blocks.
+ * 0 when t is not one of the eight types or n is not a whole number of blocks.
  */
 static inline size_t cu_row_bytes(uint32_t t, int64_t n, size_t *align)
 {
@@ -230,6 +368,15 @@ static inline size_t cu_row_bytes(uint32_t t, int64_t n, size_t *align)
     case SI_TYPE_Q4_1:
         *align = 2;
         return n % 32 ? 0 : (size_t)(n / 32) * SI_CUDA_Q4_1_BYTES;
+    case SI_TYPE_Q4_K:
+        *align = 2;
+        return n % 256 ? 0 : (size_t)(n / 256) * SI_CUDA_Q4_K_BYTES;
+    case SI_TYPE_Q5_K:
+        *align = 2;
+        return n % 256 ? 0 : (size_t)(n / 256) * SI_CUDA_Q5_K_BYTES;
+    case SI_TYPE_Q6_K:
+        *align = 2;
+        return n % 256 ? 0 : (size_t)(n / 256) * SI_CUDA_Q6_K_BYTES;
     default:
         return 0;
     }

@@ -142,6 +142,15 @@ extern "C" cudaError_t si_cuda_ffn_gate_up(uint32_t type, const void *gate, cons
     case SI_TYPE_Q4_1:
         return gate_up_launch<SI_TYPE_Q4_1>(gate, up, row_stride, n_ff, n_embd, b, x, idx, n, kind,
                                             act, h, stream);
+    case SI_TYPE_Q4_K:
+        return gate_up_launch<SI_TYPE_Q4_K>(gate, up, row_stride, n_ff, n_embd, b, x, idx, n, kind,
+                                            act, h, stream);
+    case SI_TYPE_Q5_K:
+        return gate_up_launch<SI_TYPE_Q5_K>(gate, up, row_stride, n_ff, n_embd, b, x, idx, n, kind,
+                                            act, h, stream);
+    case SI_TYPE_Q6_K:
+        return gate_up_launch<SI_TYPE_Q6_K>(gate, up, row_stride, n_ff, n_embd, b, x, idx, n, kind,
+                                            act, h, stream);
     default:
         return cudaErrorInvalidValue;
     }
@@ -167,6 +176,12 @@ extern "C" cudaError_t si_cuda_ffn_down(uint32_t type, const void *down_t, size_
         return down_launch<SI_TYPE_Q4_0>(down_t, row_stride, n_ff, n_embd, h, idx, n, y, stream);
     case SI_TYPE_Q4_1:
         return down_launch<SI_TYPE_Q4_1>(down_t, row_stride, n_ff, n_embd, h, idx, n, y, stream);
+    case SI_TYPE_Q4_K:
+        return down_launch<SI_TYPE_Q4_K>(down_t, row_stride, n_ff, n_embd, h, idx, n, y, stream);
+    case SI_TYPE_Q5_K:
+        return down_launch<SI_TYPE_Q5_K>(down_t, row_stride, n_ff, n_embd, h, idx, n, y, stream);
+    case SI_TYPE_Q6_K:
+        return down_launch<SI_TYPE_Q6_K>(down_t, row_stride, n_ff, n_embd, h, idx, n, y, stream);
     default:
         return cudaErrorInvalidValue;
     }

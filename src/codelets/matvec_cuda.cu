@@ -55,6 +55,12 @@ extern "C" cudaError_t si_cuda_matvec(uint32_t type, const void *w, size_t row_s
         return matvec_launch<SI_TYPE_Q4_0>(w, row_stride, n_rows, n_cols, x, y, stream);
     case SI_TYPE_Q4_1:
         return matvec_launch<SI_TYPE_Q4_1>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q4_K:
+        return matvec_launch<SI_TYPE_Q4_K>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q5_K:
+        return matvec_launch<SI_TYPE_Q5_K>(w, row_stride, n_rows, n_cols, x, y, stream);
+    case SI_TYPE_Q6_K:
+        return matvec_launch<SI_TYPE_Q6_K>(w, row_stride, n_rows, n_cols, x, y, stream);
     default:
         return cudaErrorInvalidValue;
     }

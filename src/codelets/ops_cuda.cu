@@ -60,6 +60,12 @@ static cudaError_t rows_dot(uint32_t type, const void *w, size_t stride, int64_t
         return rows_dot_launch<SI_TYPE_Q4_0>(w, stride, n_rows, n_cols, x, y, relu, stream);
     case SI_TYPE_Q4_1:
         return rows_dot_launch<SI_TYPE_Q4_1>(w, stride, n_rows, n_cols, x, y, relu, stream);
+    case SI_TYPE_Q4_K:
+        return rows_dot_launch<SI_TYPE_Q4_K>(w, stride, n_rows, n_cols, x, y, relu, stream);
+    case SI_TYPE_Q5_K:
+        return rows_dot_launch<SI_TYPE_Q5_K>(w, stride, n_rows, n_cols, x, y, relu, stream);
+    case SI_TYPE_Q6_K:
+        return rows_dot_launch<SI_TYPE_Q6_K>(w, stride, n_rows, n_cols, x, y, relu, stream);
     default:
         return cudaErrorInvalidValue;
     }
@@ -155,6 +161,18 @@ static cudaError_t dequant(uint32_t type, const void *w, size_t stride, int64_t 
         break;
     case SI_TYPE_Q4_1:
         dequant_kernel<SI_TYPE_Q4_1><<<(unsigned)blocks, DEQUANT_THREADS, 0, stream>>>(
+            p, stride, n_rows, n_cols, out);
+        break;
+    case SI_TYPE_Q4_K:
+        dequant_kernel<SI_TYPE_Q4_K><<<(unsigned)blocks, DEQUANT_THREADS, 0, stream>>>(
+            p, stride, n_rows, n_cols, out);
+        break;
+    case SI_TYPE_Q5_K:
+        dequant_kernel<SI_TYPE_Q5_K><<<(unsigned)blocks, DEQUANT_THREADS, 0, stream>>>(
+            p, stride, n_rows, n_cols, out);
+        break;
+    case SI_TYPE_Q6_K:
+        dequant_kernel<SI_TYPE_Q6_K><<<(unsigned)blocks, DEQUANT_THREADS, 0, stream>>>(
             p, stride, n_rows, n_cols, out);
         break;
     default:

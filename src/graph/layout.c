@@ -158,7 +158,7 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
 static bool cuda_type(uint32_t t)
 {
     return t == SI_TYPE_F32 || t == SI_TYPE_F16 || t == SI_TYPE_Q8_0 || t == SI_TYPE_Q4_0 ||
-           t == SI_TYPE_Q4_1;
+           t == SI_TYPE_Q4_1 || t == SI_TYPE_Q4_K || t == SI_TYPE_Q5_K || t == SI_TYPE_Q6_K;
 }
 
 /* Check the parameters against the model and the workers. */
@@ -213,7 +213,8 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
             if (!cuda_type(V->ffn_up.type) || !cuda_type(dt))
                 return si__errf(err, err_size, SI_E_UNSUPPORTED,
                                 "no CUDA FFN kernels for %s/%s weights (layer %d; F32, F16, Q8_0, "
-                                "Q4_0, Q4_1 have them): run without --vram-budget",
+                                "Q4_0, Q4_1, Q4_K, Q5_K, Q6_K have them): run without "
+                                "--vram-budget",
                                 si_type_name(V->ffn_up.type), si_type_name(dt), l);
         }
     }
