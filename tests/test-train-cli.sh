@@ -48,6 +48,8 @@ w0=$(awk '$1 == "0" {print $3}' "$tmp/out")
 grep -q "blk\.0\.fc1\.weight.*Q8_0.*\[64, $w0\]" "$tmp/info" || fail "fc1 of layer 0 is not Q8_0 [64, $w0]: $(grep fc1 "$tmp/info")"
 grep -q "blk\.1\.fc2\.weight.*Q8_0.*\[[0-9]*, 256\]" "$tmp/info" || fail "fc2 of layer 1: $(grep fc2 "$tmp/info")"
 "$si" info --no-workers --kv "$tmp/pred.gguf" | grep -q 'powerinfer.sparse_threshold' || fail "no powerinfer.sparse_threshold"
+"$si" info --no-workers --kv "$tmp/pred.gguf" | grep -q 'starinfer.predictor.n_samples *UINT64 *1200$' ||
+    fail "no starinfer.predictor.n_samples 1200 (trained predictors, not random ones)"
 grep -q 'ffn_down_t' "$tmp/info" && fail "ffn_down_t written without --down-t or --powerinfer"
 # --powerinfer: the PWRI magic and the transposed down projection.
 "$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pwri.gguf" -n 300 -c 128 --rank 32 \

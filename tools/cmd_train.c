@@ -588,6 +588,7 @@ int si_cmd_train(int argc, char **argv)
         .rule = rule,
         .thresholds = thresholds,
         .target_sparsity = relu ? 0.0 : target,
+        .n_samples = samples->n,
     };
     if (si_train_write(m, layers, &wp, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);

@@ -97,7 +97,30 @@ void si_k_ffn_act_sparse(enum si_ffn_kind kind, enum si_act act, uint32_t type, 
                          const void *up, const float *up_b, size_t row_bytes, int64_t n_embd,
                          const void *xa, const int32_t *idx, int64_t n_idx, float *h)
 {
-    for (int64_t k = 0; k < n_idx; k++) {
+    int64_t k = 0;
+    /* Gated kinds: four neurons' up and gate rows, 8 scattered rows, in one
+     * si_vec_dot_act8p pass over xa (the same bits as a dot per row), the
+     * next four neurons' rows prefetched. */
+    for (; kind != SI_FFN_PLAIN && k + 4 <= n_idx; k += 4) {
+        const void *rows[8], *ahead[8];
+        for (int r = 0; r < 4; r++) {
+            assert(idx[k + r] >= 0 && "negative neuron index");
+            rows[r] = row_at(up, row_bytes, idx[k + r]);
+            rows[4 + r] = row_at(gate, row_bytes, idx[k + r]);
+            const bool more = k + 4 + r < n_idx;
+            ahead[r] = more ? row_at(up, row_bytes, idx[k + 4 + r]) : NULL;
+            ahead[4 + r] = more ? row_at(gate, row_bytes, idx[k + 4 + r]) : NULL;
+        }
+        float v[8];
+        si_vec_dot_act8p(type, rows, xa, n_embd, v, ahead);
+        for (int r = 0; r < 4; r++) {
+            float u = v[r];
+            if (up_b != NULL)
+                u += up_b[idx[k + r]];
+            h[k + r] = si_act_gated(kind, si_act_apply(act, v[4 + r]), u);
+        }
+    }
+    for (; k < n_idx; k++) {
         assert(idx[k] >= 0 && "negative neuron index");
         const void *next_up = NULL, *next_gate = NULL;
         if (kind == SI_FFN_PLAIN) {

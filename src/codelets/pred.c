@@ -22,6 +22,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     struct si_tensor fc2 = W->fc2;
     fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    fc2.pk = L->fc2_pk; /* packed in place (graph/weights.c) */
     /* The reference's predictor on fc2's rows in position order: the
      * selection comes out in position order, then as each slice's list. */
     uint8_t *sel = (uint8_t *)sc->ix; /* n_ff bytes of the n_ff int32 */

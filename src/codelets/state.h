@@ -94,6 +94,7 @@ struct si__layer_state {
     void *pre;        /* gate mode: (n_ff, f.gu_row) the gating rows, position order */
     float *up_b;      /* (n_ff) up bias in position order (zeros without one) */
     void *fc2p;       /* predictor fc2 rows in position order */
+    int64_t fc2_pk;   /* its first rows packed 8 at a time (graph/weights.c) */
     int32_t *idx;     /* (n_ff) predictor mode: each slice's active positions */
     float *part;      /* the slices' partial outputs: (sum of rows, n_embd), or
                        * dense, the n_ff activations */

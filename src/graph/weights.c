@@ -177,6 +177,8 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
             for (int i = 0; i < 4 && rc == SI_OK; i++)
                 rc = plan_copy(e, &p, aw[i], mapped);
         }
+        if (e->p.mode == SI_SPARSITY_PREDICTOR) /* the predictor's first product */
+            rc = rc == SI_OK ? plan_copy(e, &p, &L->fc1, mapped) : rc;
         if (!e->sparse && e->L[l].n_hot == 0) {
             struct si_tensor *fw[3] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down};
             for (int i = 0; i < 3 && rc == SI_OK; i++)
@@ -209,6 +211,24 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
             S->pre_pk[j] = n / 8 * 8;
             e->stats.packed_bytes += (int64_t)(S->pre_pk[j] * (int64_t)S->f.gu_row);
         }
+    }
+    /* The predictor's fc2 (the engine's copy, in position order), packed in
+     * place: its rows are short (the predictor's width), where the row
+     * kernel spends more on each row than on its bytes. */
+    for (int l = 0; l < hp->n_layer && rc == SI_OK && e->p.mode == SI_SPARSITY_PREDICTOR; l++) {
+        struct si__layer_state *S = &e->L[l];
+        const struct si_tensor *fc2 = &m->w.layers[l].fc2;
+        if (S->fc2p == NULL || !si_pack8_type(fc2->type))
+            continue;
+        rc = add_jobs(&p,
+                      (struct si__pack_job){.type = fc2->type,
+                                            .src = S->fc2p,
+                                            .dst = S->fc2p,
+                                            .row_bytes = fc2->row_bytes,
+                                            .n = fc2->ne[0]},
+                      fc2->ne[1] / 8);
+        S->fc2_pk = fc2->ne[1] / 8 * 8;
+        e->stats.packed_bytes += (int64_t)(S->fc2_pk * (int64_t)fc2->row_bytes);
     }
     if (rc == SI_OK)
         rc = run_jobs(&p);

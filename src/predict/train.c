@@ -1006,7 +1006,10 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         goto out;
     }
     if ((rc = si_gguf_writer_copy_kv(w, g)) != SI_OK ||
-        (rc = si_gguf_writer_set_f32(w, "powerinfer.sparse_threshold", wp->threshold)) != SI_OK)
+        (rc = si_gguf_writer_set_f32(w, "powerinfer.sparse_threshold", wp->threshold)) != SI_OK ||
+        (wp->n_samples > 0 &&
+         (rc = si_gguf_writer_set_u64(w, "starinfer.predictor.n_samples",
+                                      (uint64_t)wp->n_samples)) != SI_OK))
         goto fail;
     if (wp->thresholds != NULL &&
         ((rc = si_gguf_writer_set_str(w, "starinfer.predictor.active_rule",

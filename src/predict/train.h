@@ -236,6 +236,7 @@ struct si_train_write_params {
     enum si_active_rule rule;     /* the rule trained on */
     const float *thresholds;      /* (n_layer) its thresholds, or NULL (ReLU) */
     double target_sparsity;       /* their target (stored with them) */
+    int64_t n_samples;            /* samples per layer trained on (> 0: stored) */
 };
 
 /*
@@ -245,7 +246,9 @@ struct si_train_write_params {
  * powerinfer.sparse_threshold; with thresholds, also
  * starinfer.predictor.active_rule ("gate" or "output"),
  * starinfer.predictor.active_threshold FLOAT32[n_layer] and
- * starinfer.predictor.target_sparsity (what `starinfer eval` calls active).
+ * starinfer.predictor.target_sparsity (what `starinfer eval` calls active);
+ * with n_samples, starinfer.predictor.n_samples (UINT64: trained predictors,
+ * not synth's random ones).
  * A PWRI file of a llama model whose activation is not ReLU gets
  * starinfer.ffn_activation, since PWRI llama files are ReLU by default.
  * With down_t, a model without them gets blk.N.ffn_down_t.weight {n_embd,
