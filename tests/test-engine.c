@@ -88,7 +88,8 @@ struct config {
     int prefill; /* the prompt through si_engine_eval_batch: 1 exact_prefill,
                   * 2 OpenBLAS on float activations, 3 the default (converted
                   * activations: the integer GEMM on packed rows with VNNI,
-                  * else sgemm; gate mode's up and down by token) */
+                  * else sgemm; gate mode's, and predictor mode's on ReLU,
+                  * up and down by token) */
     int attn;    /* attn_split (0: the engine's choice) */
     bool gpu;    /* with hot: the hot slice on a CUDA worker (skipped without) */
     bool cats;   /* gate mode on a SiLU model: per-layer thresholds in the profile */
@@ -255,8 +256,14 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     int32_t te = 0, tr = 0;
     if (cf.prefill) {
         CHECK(si_engine_eval_batch(e, prompt, np) == SI_OK, "%s: engine prefill", label);
+        /* Predictor mode's prefill computes every neuron that fires (those
+         * its ReLU gate passes; every neuron for other activations): the
+         * predictor decides from the first decoded token on. */
+        const bool pred = r->p.predictor;
+        r->p.predictor = false;
         for (int i = 0; i < np; i++)
             CHECK(si_ref_eval(r, prompt[i]) == SI_OK, "%s: reference eval at %d", label, i);
+        r->p.predictor = pred;
         worst = rel_err(si_engine_logits(e), r->logits, nv);
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
@@ -485,6 +492,9 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
             {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false, false},
             {SI_SPARSITY_DENSE, n_slices, false, false, 3, 0, false, false},
             {SI_SPARSITY_GATE, n_slices, false, false, 3, 0, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 3, 0, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 1, 0, false, false},
             {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false, false},
             {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false, false},
             {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false},

@@ -280,14 +280,19 @@ static void gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t pk,
  * y[t][r] = row r of w . x[t] (x[t] at x + t * ldx) for a packed w through
  * the batched kernel (si_gemm8: integer products of 8 rows by 16 tokens at
  * a time): each token converted once into scratch (si__qgemm_scratch), the
- * rows after the packed ones by the row kernel.  False, nothing done, where
- * w is not packed or this CPU has no such kernel.
+ * rows after the packed ones by the row kernel.  With a tile (8 rows'
+ * bytes), rows that are not packed (neuron records: w->row_bytes apart) are
+ * packed there 8 at a time on the way, the batch repaying the copy.  False,
+ * nothing done, where w is not packed (and no tile) or this CPU has no such
+ * kernel.
  */
 static bool qgemm(const struct si_tensor *w, const float *x, int64_t ldx, int64_t n_tok, float *y,
-                  int64_t ldy, void *scratch)
+                  int64_t ldy, void *scratch, void *tile)
 {
-    if (w->pk == 0 || !si_gemm8_available(w->type))
+    const bool fly = w->pk == 0 && tile != NULL && si_pack8_type(w->type);
+    if ((w->pk == 0 && !fly) || !si_gemm8_available(w->type))
         return false;
+    const int64_t pk = fly ? w->ne[1] / 8 * 8 : w->pk;
     const int64_t n = w->ne[0], nb = n / 32;
     const uint32_t at = si_act_type(w->type);
     size_t xr = 0;
@@ -299,19 +304,24 @@ static bool qgemm(const struct si_tensor *w, const float *x, int64_t ldx, int64_
         si_act_block_sums(at, xa + (size_t)t * xr, n, sums + t * nb);
     }
     const char *row = w->data;
-    for (int64_t r = 0; r < w->pk; r += 8, row += 8 * w->row_bytes) {
-        if (r + 8 <= w->pk) {
-            si_gemm8(w->type, row, n, xa, xr, sums, n_tok, y + r, (size_t)ldy);
+    for (int64_t r = 0; r < pk; r += 8, row += 8 * w->row_bytes) {
+        const char *g = row;
+        if (fly) {
+            si_pack8(w->type, row, w->row_bytes, n, tile);
+            g = tile;
+        }
+        if (r + 8 <= pk) {
+            si_gemm8(w->type, g, n, xa, xr, sums, n_tok, y + r, (size_t)ldy);
             continue;
         }
         float o[8]; /* a view that ends inside a group */
         for (int64_t t = 0; t < n_tok; t++) {
-            si_vec_dot_act8(w->type, row, xa + (size_t)t * xr, n, o);
-            memcpy(y + t * ldy + r, o, (size_t)(w->pk - r) * sizeof *o);
+            si_vec_dot_act8(w->type, g, xa + (size_t)t * xr, n, o);
+            memcpy(y + t * ldy + r, o, (size_t)(pk - r) * sizeof *o);
         }
     }
-    row = (const char *)w->data + (size_t)w->pk * w->row_bytes;
-    for (int64_t r = w->pk; r < w->ne[1]; r++, row += w->row_bytes)
+    row = (const char *)w->data + (size_t)pk * w->row_bytes;
+    for (int64_t r = pk; r < w->ne[1]; r++, row += w->row_bytes)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * ldy + r] = si_vec_dot_act(w->type, row, xa + (size_t)t * xr, n);
     return true;
@@ -337,7 +347,7 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
                  ldy);
         return;
     }
-    if (e->p.ref.act_quant && qgemm(w, x, n_cols, n_tok, y, ldy, scratch))
+    if (e->p.ref.act_quant && qgemm(w, x, n_cols, n_tok, y, ldy, scratch, NULL))
         return;
     int rc = si_k_gemm_tensor(w, x, n_cols, n_tok, y, ldy, scratch);
     STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
@@ -468,9 +478,15 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
                                      .nbytes = (size_t)n * us, .row_bytes = us, .pk = upk};
         const bool aq = e->p.ref.act_quant;
         int rc = SI_OK;
-        const bool gq = gate != NULL && aq && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm);
-        if (gq && e->pre_sep && sparse_gate(e, a->l)) {
-            /* gate mode: the neurons the gate lets through, token by token */
+        /* records' rows are packed on the way (qgemm's tile: sc->dt, free
+         * until the down rows below) */
+        void *tile = e->sparse ? sc->dt : NULL;
+        const bool gq = gate != NULL && aq && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm, tile);
+        if (gq && e->sparse && sparse_gate(e, a->l) && (e->pre_sep || hp->act == SI_ACT_RELU)) {
+            /* gate mode, and predictor mode on ReLU (whose gate says
+             * exactly which neurons fire; over a batch the predicted ones
+             * are nearly all): the neurons the gate lets through, token
+             * by token */
             gate_first(e, a->l, f, rec, b, sc->gemm, n, y, sc);
             si__account(e, SI_TASK_PREFILL_FFN, t0);
             return;
@@ -478,7 +494,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         if (gate != NULL && !gq)
             rc = gpk > 0 ? si_k_gemm_tensor(&gt, xb, d, bn, sc->bg, n, sc->gemm)
                          : si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
-        if (rc == SI_OK && !(aq && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm)))
+        if (rc == SI_OK && !(aq && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm, tile)))
             rc = upk > 0 ? si_k_gemm_tensor(&ut, xb, d, bn, sc->bu, n, sc->gemm)
                          : si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
@@ -545,7 +561,7 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn; t++)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
     } else {
-        int rc = e->p.ref.act_quant && qgemm(&rows, sc->bu, ff, bn, y, no, sc->gemm)
+        int rc = e->p.ref.act_quant && qgemm(&rows, sc->bu, ff, bn, y, no, sc->gemm, NULL)
                      ? SI_OK
                      : si_k_gemm_tensor(&rows, sc->bu, ff, bn, y, no, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");

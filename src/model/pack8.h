@@ -45,7 +45,8 @@ static inline bool si_pack8_type(uint32_t t)
 
 /*
  * Packs the 8 rows at rows, rows + row_bytes, ... (n values each, type t,
- * si_pack8_type(t)) into dst: 8 * row_bytes bytes, not overlapping rows.
+ * si_pack8_type(t); row_bytes at least one row's size: rows may be apart,
+ * as in neuron records) into dst: 8 rows' bytes, not overlapping rows.
  */
 void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *dst);
 
