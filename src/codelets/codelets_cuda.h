@@ -15,11 +15,11 @@
  *
  * Weight matrices are `n_rows` rows of `n_cols` elements of one type, row r at
  * w + r * row_stride bytes (row_stride 0: packed rows, the row size of the
- * type).  Types: SI_TYPE_F32, F16, Q8_0, Q4_0, Q4_1 (model/types.h; block
- * layouts in cuda_common.cuh).  n_cols must be a multiple of 32 for the
- * quantized types; w and row_stride must be multiples of 4 bytes for F32 and
- * of 2 for the others.  x, y, h, b are float32 vectors; every sum is
- * accumulated in float.
+ * type).  Types: SI_TYPE_F32, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K
+ * (model/types.h; block layouts in cuda_common.cuh).  n_cols must be a
+ * multiple of 32 for the quantized types (256 for the K types); w and
+ * row_stride must be multiples of 4 bytes for F32 and of 2 for the others.
+ * x, y, h, b are float32 vectors; every sum is accumulated in float.
  *
  * The dots take x in float32, as si_vec_dot() does; the CPU FFN kernels
  * (ffn_sparse.h) dot with activations quantized by si_quantize_act() as
@@ -36,6 +36,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * Host twins of the kernels' row decoders (host memory, run on the CPU; no
+ * device needed), for tests/test-cuda-decode: a row's n elements as the
+ * kernels read them, and row . x as a warp sums it.  0, or -1 for a type,
+ * n or alignment the kernels refuse.
+ */
+int si__cuda_host_row_elems(uint32_t type, const void *row, int64_t n, float *out);
+int si__cuda_host_row_dot(uint32_t type, const void *row, const float *x, int64_t n, float *out);
 
 /* y[r] = row r . x for r < n_rows (x has n_cols elements).  One warp per row. */
 cudaError_t si_cuda_matvec(uint32_t type, const void *w, size_t row_stride, int64_t n_rows,
@@ -134,10 +143,9 @@ cudaError_t si_cuda_attn_f16(float *out, const float *q, const uint16_t *k, cons
  * atomics (the same list every run).
  */
 cudaError_t si_cuda_predictor(uint32_t fc1_type, const void *fc1, size_t fc1_stride,
-                              uint32_t fc2_type, const void *fc2, size_t fc2_stride,
-                              int64_t n_embd, int64_t r, int64_t n_ff, const float *x,
-                              float threshold, float *hid, float *z, int32_t *idx, int32_t *count,
-                              cudaStream_t stream);
+                              uint32_t fc2_type, const void *fc2, size_t fc2_stride, int64_t n_embd,
+                              int64_t r, int64_t n_ff, const float *x, float threshold, float *hid,
+                              float *z, int32_t *idx, int32_t *count, cudaStream_t stream);
 
 /*
  * The batched matrix product, si_k_gemm's twin: y[t][r] = row r of w . x[t]
@@ -152,9 +160,9 @@ cudaError_t si_cuda_predictor(uint32_t fc1_type, const void *fc1, size_t fc1_str
  * cudaErrorInitializationError or cudaErrorUnknown.
  */
 cudaError_t si_cuda_gemm(cublasHandle_t handle, uint32_t type, const void *w, size_t row_stride,
-                         int64_t n_rows, int64_t n_cols, const float *x, int64_t ldx,
-                         int64_t n_tok, float *y, int64_t ldy, float *scratch,
-                         size_t scratch_bytes, cudaStream_t stream);
+                         int64_t n_rows, int64_t n_cols, const float *x, int64_t ldx, int64_t n_tok,
+                         float *y, int64_t ldy, float *scratch, size_t scratch_bytes,
+                         cudaStream_t stream);
 
 #ifdef __cplusplus
 }

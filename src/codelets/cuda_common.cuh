@@ -21,8 +21,12 @@
  * a row must start at an even address (a multiple of 4 for F32), which GGUF's
  * 32-byte tensor alignment and even block sizes guarantee.
  *
- * Everything here is `static __device__` and inline: the header has no
- * symbols of its own and may be included by any number of .cu files.
+ * Everything here is static and inline: the header has no symbols of its
+ * own and may be included by any number of .cu files.  The decoders are
+ * host code too (`__host__ __device__`; only the warp sum is device code):
+ * their host twins (si__cuda_host_row_elem, si__cuda_host_row_dot in
+ * matvec_cuda.cu) let tests/test-cuda-decode check them against the scalar
+ * oracle on machines without a GPU.
  */
 #ifndef SI_CODELETS_CUDA_COMMON_CUH
 #define SI_CODELETS_CUDA_COMMON_CUH
@@ -35,6 +39,17 @@
 
 #define SI_CUDA_WARP 32
 
+/* The decoders: inline host and device code. */
+#define SI_CU_HD __host__ __device__ __forceinline__
+
+/* Unrolling asked of the device compiler only: the host pass of the
+ * decoders (their host twins) would warn about an unknown pragma. */
+#ifdef __CUDA_ARCH__
+#define SI_CU_UNROLL _Pragma("unroll")
+#else
+#define SI_CU_UNROLL
+#endif
+
 /* Bytes per 32-element block of the quantized types. */
 #define SI_CUDA_Q8_0_BYTES 34
 #define SI_CUDA_Q4_0_BYTES 18
@@ -45,7 +60,7 @@
 #define SI_CUDA_Q6_K_BYTES 210
 
 /* The IEEE half at p (p 2-byte aligned) as a float; exact. */
-static __device__ __forceinline__ float cu_half_at(const uint8_t *p)
+static SI_CU_HD float cu_half_at(const uint8_t *p)
 {
     return __half2float(__ushort_as_half(*(const uint16_t *)p));
 }
@@ -67,12 +82,10 @@ static __device__ __forceinline__ float cu_warp_sum(float v)
  * that a warp reads 8 consecutive blocks at a time.
  */
 template <int T>
-static __device__ __forceinline__ float cu_row_dot_lane(const uint8_t *row, const float *x,
-                                                        int64_t n, int lane);
+static SI_CU_HD float cu_row_dot_lane(const uint8_t *row, const float *x, int64_t n, int lane);
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F32>(const uint8_t *row, const float *x,
-                                                              int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_F32>(const uint8_t *row, const float *x, int64_t n, int lane)
 {
     const float *w = (const float *)row;
     float s0 = 0.0f, s1 = 0.0f;
@@ -87,8 +100,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F32>(const uint8_t *row
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F16>(const uint8_t *row, const float *x,
-                                                              int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_F16>(const uint8_t *row, const float *x, int64_t n, int lane)
 {
     const uint16_t *w = (const uint16_t *)row;
     float s0 = 0.0f, s1 = 0.0f;
@@ -103,8 +115,8 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_F16>(const uint8_t *row
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q8_0>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q8_0>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     const int64_t units = n / 8;
     float s = 0.0f;
@@ -115,7 +127,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q8_0>(const uint8_t *ro
         const uint16_t *qs = (const uint16_t *)(p + 2 + 8 * q);
         const float *xs = x + b * 32 + 8 * q;
         float t = 0.0f;
-#pragma unroll
+        SI_CU_UNROLL
         for (int j = 0; j < 4; j++) {
             const uint16_t v = qs[j];
             t += (float)(int8_t)(v & 0xff) * xs[2 * j] + (float)(int8_t)(v >> 8) * xs[2 * j + 1];
@@ -126,8 +138,8 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q8_0>(const uint8_t *ro
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_0>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q4_0>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     const int64_t units = n / 8;
     float s = 0.0f;
@@ -139,7 +151,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_0>(const uint8_t *ro
         const float *lo = x + b * 32 + 4 * q; /* elements 4q .. 4q+3 */
         const float *hi = lo + 16;            /* elements 16+4q .. 16+4q+3 */
         float t = 0.0f;
-#pragma unroll
+        SI_CU_UNROLL
         for (int j = 0; j < 2; j++) {
             const uint16_t v = qs[j];
             t += (float)((int)(v & 0xf) - 8) * lo[2 * j] +
@@ -153,8 +165,8 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_0>(const uint8_t *ro
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     const int64_t units = n / 8;
     float s = 0.0f;
@@ -166,7 +178,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *ro
         const float *lo = x + b * 32 + 4 * q;
         const float *hi = lo + 16;
         float t = 0.0f, sx = 0.0f;
-#pragma unroll
+        SI_CU_UNROLL
         for (int j = 0; j < 2; j++) {
             const uint16_t v = qs[j];
             t += (float)(v & 0xf) * lo[2 * j] + (float)((v >> 4) & 0xf) * hi[2 * j] +
@@ -180,7 +192,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_1>(const uint8_t *ro
 }
 
 /* Sub-block j's 6-bit scale and min of a Q4_K/Q5_K super-block's scales. */
-static __device__ __forceinline__ void cu_k_scale_min(const uint8_t *sc, int j, int *s, int *m)
+static SI_CU_HD void cu_k_scale_min(const uint8_t *sc, int j, int *s, int *m)
 {
     if (j < 4) {
         *s = sc[j] & 63;
@@ -192,7 +204,7 @@ static __device__ __forceinline__ void cu_k_scale_min(const uint8_t *sc, int j, 
 }
 
 /* The quant (0 .. 31) of element e of a Q4_K (qh NULL) or Q5_K super-block. */
-static __device__ __forceinline__ int cu_k_quant(const uint8_t *qs, const uint8_t *qh, int e)
+static SI_CU_HD int cu_k_quant(const uint8_t *qs, const uint8_t *qh, int e)
 {
     const int c = e >> 6, h = (e >> 5) & 1, l = e & 31;
     const uint8_t v = qs[32 * c + l];
@@ -203,7 +215,7 @@ static __device__ __forceinline__ int cu_k_quant(const uint8_t *qs, const uint8_
 }
 
 /* The signed quant (-32 .. 31) of element e of a Q6_K super-block. */
-static __device__ __forceinline__ int cu_q6_k_quant(const uint8_t *p, int e)
+static SI_CU_HD int cu_q6_k_quant(const uint8_t *p, int e)
 {
     const int k = e >> 7, g = (e >> 5) & 3, l = e & 31;
     const uint8_t v = p[64 * k + 32 * (g & 1) + l];
@@ -214,8 +226,7 @@ static __device__ __forceinline__ int cu_q6_k_quant(const uint8_t *p, int e)
 /* Q4_K and Q5_K: a unit's 8 elements lie in one sub-block of 32, so
  * d*s_j * sum(q*x) - dmin*m_j * sum(x); a warp covers one super-block. */
 template <int FIVE>
-static __device__ __forceinline__ float cu_k_dot_lane(const uint8_t *row, const float *x,
-                                                      int64_t n, int lane)
+static SI_CU_HD float cu_k_dot_lane(const uint8_t *row, const float *x, int64_t n, int lane)
 {
     const size_t size = FIVE ? SI_CUDA_Q5_K_BYTES : SI_CUDA_Q4_K_BYTES;
     const int64_t units = n / 8;
@@ -229,7 +240,7 @@ static __device__ __forceinline__ float cu_k_dot_lane(const uint8_t *row, const 
         cu_k_scale_min(p + 4, e0 >> 5, &sc, &m);
         const float *xs = x + b * 256 + e0;
         float t = 0.0f, sx = 0.0f;
-#pragma unroll
+        SI_CU_UNROLL
         for (int k = 0; k < 8; k++) {
             t += (float)cu_k_quant(qs, qh, e0 + k) * xs[k];
             sx += xs[k];
@@ -240,23 +251,23 @@ static __device__ __forceinline__ float cu_k_dot_lane(const uint8_t *row, const 
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q4_K>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q4_K>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     return cu_k_dot_lane<0>(row, x, n, lane);
 }
 
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q5_K>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q5_K>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     return cu_k_dot_lane<1>(row, x, n, lane);
 }
 
 /* Q6_K: a unit's 8 elements share one scale of 16. */
 template <>
-__device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q6_K>(const uint8_t *row, const float *x,
-                                                               int64_t n, int lane)
+SI_CU_HD float cu_row_dot_lane<SI_TYPE_Q6_K>(const uint8_t *row, const float *x, int64_t n,
+                                             int lane)
 {
     const int64_t units = n / 8;
     float s = 0.0f;
@@ -266,7 +277,7 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q6_K>(const uint8_t *ro
         const uint8_t *p = row + b * SI_CUDA_Q6_K_BYTES;
         const float *xs = x + b * 256 + e0;
         float t = 0.0f;
-#pragma unroll
+        SI_CU_UNROLL
         for (int k = 0; k < 8; k++)
             t += (float)cu_q6_k_quant(p, e0 + k) * xs[k];
         s += cu_half_at(p + 208) * (float)(int8_t)p[192 + (e0 >> 4)] * t;
@@ -275,27 +286,25 @@ __device__ __forceinline__ float cu_row_dot_lane<SI_TYPE_Q6_K>(const uint8_t *ro
 }
 
 /* Element j of a row of type T (for the column-wise down projection). */
-template <int T> static __device__ __forceinline__ float cu_row_elem(const uint8_t *row, int64_t j);
+template <int T> static SI_CU_HD float cu_row_elem(const uint8_t *row, int64_t j);
 
-template <> __device__ __forceinline__ float cu_row_elem<SI_TYPE_F32>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_F32>(const uint8_t *row, int64_t j)
 {
     return ((const float *)row)[j];
 }
 
-template <> __device__ __forceinline__ float cu_row_elem<SI_TYPE_F16>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_F16>(const uint8_t *row, int64_t j)
 {
     return __half2float(__ushort_as_half(((const uint16_t *)row)[j]));
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q8_0>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q8_0>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 5) * SI_CUDA_Q8_0_BYTES;
     return cu_half_at(p) * (float)(int8_t)p[2 + (j & 31)];
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_0>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q4_0>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 5) * SI_CUDA_Q4_0_BYTES;
     const int e = (int)(j & 31);
@@ -304,8 +313,7 @@ __device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_0>(const uint8_t *row, i
     return cu_half_at(p) * (float)(q - 8);
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_1>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q4_1>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 5) * SI_CUDA_Q4_1_BYTES;
     const int e = (int)(j & 31);
@@ -314,8 +322,7 @@ __device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_1>(const uint8_t *row, i
     return cu_half_at(p) * (float)q + cu_half_at(p + 2);
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_K>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q4_K>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 8) * SI_CUDA_Q4_K_BYTES;
     const int e = (int)(j & 255);
@@ -325,8 +332,7 @@ __device__ __forceinline__ float cu_row_elem<SI_TYPE_Q4_K>(const uint8_t *row, i
            cu_half_at(p + 2) * (float)m;
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q5_K>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q5_K>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 8) * SI_CUDA_Q5_K_BYTES;
     const int e = (int)(j & 255);
@@ -336,8 +342,7 @@ __device__ __forceinline__ float cu_row_elem<SI_TYPE_Q5_K>(const uint8_t *row, i
            cu_half_at(p + 2) * (float)m;
 }
 
-template <>
-__device__ __forceinline__ float cu_row_elem<SI_TYPE_Q6_K>(const uint8_t *row, int64_t j)
+template <> SI_CU_HD float cu_row_elem<SI_TYPE_Q6_K>(const uint8_t *row, int64_t j)
 {
     const uint8_t *p = row + (j >> 8) * SI_CUDA_Q6_K_BYTES;
     const int e = (int)(j & 255);

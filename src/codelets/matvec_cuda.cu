@@ -107,3 +107,100 @@ extern "C" cudaError_t si_cuda_rmsnorm(float *y, const float *x, const float *w,
     rmsnorm_kernel<<<1, RMSNORM_THREADS, 0, stream>>>(y, x, w, n, eps);
     return cudaGetLastError();
 }
+
+/*
+ * Host twins of the decoders (cuda_common.cuh), for tests/test-cuda-decode
+ * on machines without a GPU: the same functions, run on the CPU, the
+ * warp's sum of the 32 lane shares done in cu_warp_sum's order (lane l
+ * adds lane l ^ o's value, o = 16, 8, ..., 1).  A GPU may still round its
+ * products differently (nvcc contracts multiply-adds into FMAs).
+ */
+template <int T> static float host_dot(const uint8_t *row, const float *x, int64_t n)
+{
+    float v[SI_CUDA_WARP], w[SI_CUDA_WARP];
+    for (int l = 0; l < SI_CUDA_WARP; l++)
+        v[l] = cu_row_dot_lane<T>(row, x, n, l);
+    for (int o = SI_CUDA_WARP / 2; o > 0; o >>= 1) {
+        for (int l = 0; l < SI_CUDA_WARP; l++)
+            w[l] = v[l] + v[l ^ o];
+        for (int l = 0; l < SI_CUDA_WARP; l++)
+            v[l] = w[l];
+    }
+    return v[0];
+}
+
+extern "C" int si__cuda_host_row_dot(uint32_t type, const void *row, const float *x, int64_t n,
+                                     float *out)
+{
+    size_t stride = 0;
+    if (!cu_check_rows(type, row, n, &stride) || x == NULL || out == NULL)
+        return -1;
+    const uint8_t *r = (const uint8_t *)row;
+    switch (type) {
+    case SI_TYPE_F32:
+        *out = host_dot<SI_TYPE_F32>(r, x, n);
+        return 0;
+    case SI_TYPE_F16:
+        *out = host_dot<SI_TYPE_F16>(r, x, n);
+        return 0;
+    case SI_TYPE_Q8_0:
+        *out = host_dot<SI_TYPE_Q8_0>(r, x, n);
+        return 0;
+    case SI_TYPE_Q4_0:
+        *out = host_dot<SI_TYPE_Q4_0>(r, x, n);
+        return 0;
+    case SI_TYPE_Q4_1:
+        *out = host_dot<SI_TYPE_Q4_1>(r, x, n);
+        return 0;
+    case SI_TYPE_Q4_K:
+        *out = host_dot<SI_TYPE_Q4_K>(r, x, n);
+        return 0;
+    case SI_TYPE_Q5_K:
+        *out = host_dot<SI_TYPE_Q5_K>(r, x, n);
+        return 0;
+    case SI_TYPE_Q6_K:
+        *out = host_dot<SI_TYPE_Q6_K>(r, x, n);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+extern "C" int si__cuda_host_row_elems(uint32_t type, const void *row, int64_t n, float *out)
+{
+    size_t stride = 0;
+    if (!cu_check_rows(type, row, n, &stride) || out == NULL)
+        return -1;
+    const uint8_t *r = (const uint8_t *)row;
+    for (int64_t j = 0; j < n; j++) {
+        switch (type) {
+        case SI_TYPE_F32:
+            out[j] = cu_row_elem<SI_TYPE_F32>(r, j);
+            break;
+        case SI_TYPE_F16:
+            out[j] = cu_row_elem<SI_TYPE_F16>(r, j);
+            break;
+        case SI_TYPE_Q8_0:
+            out[j] = cu_row_elem<SI_TYPE_Q8_0>(r, j);
+            break;
+        case SI_TYPE_Q4_0:
+            out[j] = cu_row_elem<SI_TYPE_Q4_0>(r, j);
+            break;
+        case SI_TYPE_Q4_1:
+            out[j] = cu_row_elem<SI_TYPE_Q4_1>(r, j);
+            break;
+        case SI_TYPE_Q4_K:
+            out[j] = cu_row_elem<SI_TYPE_Q4_K>(r, j);
+            break;
+        case SI_TYPE_Q5_K:
+            out[j] = cu_row_elem<SI_TYPE_Q5_K>(r, j);
+            break;
+        case SI_TYPE_Q6_K:
+            out[j] = cu_row_elem<SI_TYPE_Q6_K>(r, j);
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
