@@ -214,11 +214,11 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     }
     if (e->sparse) {
         /* flash: only the hot records, allocated once the plan is known */
-        L->rec = e->flash ? NULL : malloc(ff * L->f.rec_bytes);
+        L->rec = e->flash ? NULL : si__weights_alloc(ff * L->f.rec_bytes);
         L->up_b = malloc(ff * sizeof(float));
         if ((!e->flash && !L->rec) || !L->up_b)
             return SI_E_NOMEM;
-        if (e->pre_sep && (L->pre = malloc(ff * L->f.gu_row)) == NULL)
+        if (e->pre_sep && (L->pre = si__weights_alloc(ff * L->f.gu_row)) == NULL)
             return SI_E_NOMEM;
     }
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {

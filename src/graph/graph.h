@@ -45,6 +45,11 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size);
 /* weights.c: e->w, the matrices decoding reads whole packed where they can
  * be (after the plan: the splits and hot slices known); and their memory. */
 int si__weights_pack(struct si_engine *e, char *err, size_t err_size);
+
+/* bytes of weight memory for the engine's own copies (released with free):
+ * from 2 MiB on, 2 MiB-aligned and advised for transparent huge pages (fewer
+ * TLB misses on rows read far apart); NULL when out of memory. */
+void *si__weights_alloc(size_t bytes);
 void si__weights_free(struct si_engine *e);
 
 void si__register_engine(struct si_engine *e);

@@ -77,6 +77,19 @@ static int add_jobs(struct plan *p, struct si__pack_job proto, int64_t groups)
     return SI_OK;
 }
 
+void *si__weights_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *dst = NULL;
+    if (posix_memalign(&dst, bytes >= huge ? huge : 64, bytes > 0 ? bytes : 1) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge)
+        madvise(dst, bytes, MADV_HUGEPAGE);
+#endif
+    return dst;
+}
+
 /* Plans t's copy: memory of its own (kept in e->packed) and its jobs;
  * SI_OK, or SI_E_NOMEM.  Tensors that are not packable stay as they are. */
 static int plan_copy(struct si_engine *e, struct plan *p, struct si_tensor *t, bool release)
@@ -84,15 +97,9 @@ static int plan_copy(struct si_engine *e, struct plan *p, struct si_tensor *t, b
     if (t->data == NULL || !si_pack8_type(t->type) || t->ne[1] < 8 ||
         !si__split8_ok(t->ne[1], most_parts(e)))
         return SI_OK;
-    const size_t bytes = t->nbytes, huge = (size_t)2 << 20;
-    void *dst = NULL;
-    /* 2 MiB-aligned and advised for transparent huge pages: fewer TLB misses. */
-    if (posix_memalign(&dst, bytes >= huge ? huge : 64, bytes) != 0)
+    void *dst = si__weights_alloc(t->nbytes);
+    if (dst == NULL)
         return SI_E_NOMEM;
-#ifdef MADV_HUGEPAGE
-    if (bytes >= huge)
-        madvise(dst, bytes, MADV_HUGEPAGE);
-#endif
     if (e->n_packed % 64 == 0) {
         void **grown = realloc(e->packed, ((size_t)e->n_packed + 64) * sizeof *grown);
         if (grown == NULL) {
