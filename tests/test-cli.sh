@@ -2,7 +2,7 @@
 # test-cli.sh - the starinfer CLI: help, version, one clear error line with a
 # non-zero exit for each kind of bad input, a synthetic model end to end (synth,
 # info, generate, profile), and with STARINFER_TEST_MODEL `info` and `generate`
-# on the real model.
+# on the real model, and Ctrl-C mid-answer in generate and chat.
 set -u
 si=${STARINFER:?STARINFER must name the starinfer binary}
 tmp=$(mktemp -d)
@@ -206,6 +206,40 @@ if [ -n "$model" ] && [ -r "$model" ]; then
     grep -q 'blk.29.ffn_down.weight' "$tmp/out" || fail "info --tensors lacks blk.29.ffn_down.weight"
     grep -q 'tokenizer.ggml.tokens .*ARRAY' "$tmp/out" || fail "info --kv lacks the vocabulary"
     grep -q '^workers' "$tmp/out" && fail "--no-workers still starts StarPU"
+
+    # Ctrl-C (SIGINT) once the answer streams: the text so far stays
+    # printed, one line on stderr, exit 130.  The reference on one thread
+    # is slow enough that the signal lands mid-answer.
+    interrupt() { # interrupt NAME INPUT COMMAND...: run, SIGINT after the first answer bytes
+        local name=$1 input=$2 pid rc i before=$failures
+        shift 2
+        "$@" <"$input" >"$tmp/int.out" 2>"$tmp/int.err" &
+        pid=$!
+        for ((i = 0; i < 600; i++)); do
+            [ "$(wc -c <"$tmp/int.out")" -gt 60 ] && break
+            sleep 0.1
+        done
+        kill -INT "$pid"
+        for ((i = 0; i < 300; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid"
+            fail "$name: still running 30 s after SIGINT"
+        fi
+        wait "$pid"
+        rc=$?
+        [ "$rc" = 130 ] || fail "$name interrupted: exit $rc, expected 130: $(cat "$tmp/int.err")"
+        [ "$(wc -l <"$tmp/int.err")" = 1 ] && grep -q "interrupted" "$tmp/int.err" ||
+            fail "$name interrupted: stderr: $(cat "$tmp/int.err")"
+        [ "$(wc -c <"$tmp/int.out")" -gt 60 ] || fail "$name interrupted: the answer so far is gone"
+        [ "$failures" = "$before" ] && echo "ok: $name, SIGINT mid-answer -> exit $rc, $(cat "$tmp/int.err")"
+    }
+    interrupt generate /dev/null "$si" generate -m "$model" -p "Once upon a time" -n 4000 \
+        --ignore-eos --engine ref
+    printf 'Tell me a long story about a cat.\n' >"$tmp/turn.txt"
+    interrupt chat "$tmp/turn.txt" "$si" chat -m "$model" -n 4000 --ignore-eos --engine ref
 else
     echo "note: STARINFER_TEST_MODEL not set; real-model checks not run"
 fi

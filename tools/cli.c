@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,4 +234,29 @@ bool si_cli_engine_opt(const char *v, bool *use_ref)
     }
     *use_ref = !strcmp(v, "ref");
     return true;
+}
+
+static volatile sig_atomic_t sigint_seen;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    sigint_seen = 1;
+}
+
+void si_cli_sigint_catch(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    /* once (a second Ctrl-C ends the process), and no SA_RESTART: a read
+     * of the next chat turn returns instead of waiting on */
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+bool si_cli_interrupted(void)
+{
+    return sigint_seen != 0;
 }

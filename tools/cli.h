@@ -31,6 +31,15 @@ int si_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * message when it is missing. */
 const char *si_cli_value(int argc, char **argv, int *i);
 
+/* Ctrl-C (SIGINT) in generate and chat: after si_cli_sigint_catch() the
+ * first one only sets si_cli_interrupted() (the token callback then stops
+ * the generation: the answer so far stays printed, the command ends with
+ * status SI_CLI_INTERRUPTED after freeing everything); a second one ends
+ * the process as usual. */
+#define SI_CLI_INTERRUPTED 130
+void si_cli_sigint_catch(void);
+bool si_cli_interrupted(void);
+
 /* Parse a whole integer / float in [min, max] for `flag`; false after an
  * error message. */
 bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out);

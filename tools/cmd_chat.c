@@ -103,7 +103,7 @@ static bool stream_text(void *user, int32_t token, const char *text, size_t len)
     fflush(stdout);
     if (!buf_add(&a->text, text, len))
         a->oom = true;
-    return !a->oom;
+    return !a->oom && !si_cli_interrupted();
 }
 
 int si_cmd_chat(int argc, char **argv)
@@ -181,15 +181,17 @@ int si_cmd_chat(int argc, char **argv)
         system = NULL; /* msgs owns it now */
     }
     if (tty)
-        fprintf(stderr, "chat with %s (%s); /exit or Ctrl-D ends, a line ending with \\ goes on\n",
+        fprintf(stderr,
+                "chat with %s (%s); /exit, Ctrl-D or Ctrl-C ends, a line ending with \\ goes on\n",
                 si_llm_name(llm)[0] ? si_llm_name(llm) : o.model, si_llm_arch(llm));
 
+    si_cli_sigint_catch();
     for (int turn = 1;; turn++) {
         if (tty) {
             printf("> ");
             fflush(stdout);
         }
-        if (!read_turn(&line)) {
+        if (!read_turn(&line) || si_cli_interrupted()) {
             if (tty)
                 printf("\n");
             break;
@@ -273,6 +275,10 @@ int si_cmd_chat(int argc, char **argv)
                                    &res);
         printf("\n");
         fflush(stdout);
+        if (si_cli_interrupted()) {
+            free(ans.text.p);
+            break;
+        }
         if (g != SI_OK || ans.oom) {
             free(ans.text.p);
             si_cli_error("%s", ans.oom ? "out of memory" : si_last_error());
@@ -300,6 +306,10 @@ int si_cmd_chat(int argc, char **argv)
         si_run_print_engine_stats(stderr, &o, &st);
     }
     rc = 0;
+    if (si_cli_interrupted()) {
+        si_cli_error("chat: interrupted");
+        rc = SI_CLI_INTERRUPTED;
+    }
 out:
     for (size_t i = 0; i < n_msgs; i++)
         free((char *)msgs[i].content);

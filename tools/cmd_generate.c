@@ -44,7 +44,7 @@ static bool print_token(void *user, int32_t token, const char *text, size_t len)
         fwrite(text, 1, len, stdout);
     }
     fflush(stdout);
-    return true;
+    return !si_cli_interrupted();
 }
 
 int si_cmd_generate(int argc, char **argv)
@@ -159,14 +159,20 @@ int si_cmd_generate(int argc, char **argv)
     gp.ignore_eos = o.ignore_eos;
     struct gen_out go = {ids};
     struct si_generate_result res;
-    if (si_generate_tokens(ctx, toks, (int32_t)n_prompt, gp, print_token, &go, &res) != SI_OK) {
-        printf("\n");
-        fflush(stdout);
+    si_cli_sigint_catch();
+    const int g = si_generate_tokens(ctx, toks, (int32_t)n_prompt, gp, print_token, &go, &res);
+    printf("\n");
+    fflush(stdout);
+    if (si_cli_interrupted()) {
+        si_cli_error("generate: interrupted after %lld generated token%s", (long long)res.n_generated,
+                     si_cli_s(res.n_generated));
+        rc = SI_CLI_INTERRUPTED;
+        goto out;
+    }
+    if (g != SI_OK) {
         si_cli_error("%s", si_last_error());
         goto out;
     }
-    printf("\n");
-    fflush(stdout);
     fprintf(stderr,
             "prompt: %lld token%s in %.2f s (%.2f tokens/s); generated: %lld token%s in %.2f s "
             "(%.2f tokens/s)\n",
