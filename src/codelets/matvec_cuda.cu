@@ -129,78 +129,62 @@ template <int T> static float host_dot(const uint8_t *row, const float *x, int64
     return v[0];
 }
 
-extern "C" int si__cuda_host_row_dot(uint32_t type, const void *row, const float *x, int64_t n,
-                                     float *out)
+/* Type T's host twin: the n elements into elems, or row . x into *dot. */
+template <int T>
+static void host_row(const uint8_t *row, const float *x, int64_t n, float *elems, float *dot)
+{
+    if (elems != NULL)
+        for (int64_t j = 0; j < n; j++)
+            elems[j] = cu_row_elem<T>(row, j);
+    else
+        *dot = host_dot<T>(row, x, n);
+}
+
+/* The twin of row's type, after the launchers' checks; 0, or -1. */
+static int host_twin(uint32_t type, const void *row, const float *x, int64_t n, float *elems,
+                     float *dot)
 {
     size_t stride = 0;
-    if (!cu_check_rows(type, row, n, &stride) || x == NULL || out == NULL)
+    if (!cu_check_rows(type, row, n, &stride))
         return -1;
     const uint8_t *r = (const uint8_t *)row;
     switch (type) {
     case SI_TYPE_F32:
-        *out = host_dot<SI_TYPE_F32>(r, x, n);
+        host_row<SI_TYPE_F32>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_F16:
-        *out = host_dot<SI_TYPE_F16>(r, x, n);
+        host_row<SI_TYPE_F16>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q8_0:
-        *out = host_dot<SI_TYPE_Q8_0>(r, x, n);
+        host_row<SI_TYPE_Q8_0>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q4_0:
-        *out = host_dot<SI_TYPE_Q4_0>(r, x, n);
+        host_row<SI_TYPE_Q4_0>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q4_1:
-        *out = host_dot<SI_TYPE_Q4_1>(r, x, n);
+        host_row<SI_TYPE_Q4_1>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q4_K:
-        *out = host_dot<SI_TYPE_Q4_K>(r, x, n);
+        host_row<SI_TYPE_Q4_K>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q5_K:
-        *out = host_dot<SI_TYPE_Q5_K>(r, x, n);
+        host_row<SI_TYPE_Q5_K>(r, x, n, elems, dot);
         return 0;
     case SI_TYPE_Q6_K:
-        *out = host_dot<SI_TYPE_Q6_K>(r, x, n);
+        host_row<SI_TYPE_Q6_K>(r, x, n, elems, dot);
         return 0;
     default:
         return -1;
     }
 }
 
+extern "C" int si__cuda_host_row_dot(uint32_t type, const void *row, const float *x, int64_t n,
+                                     float *out)
+{
+    return x == NULL || out == NULL ? -1 : host_twin(type, row, x, n, NULL, out);
+}
+
 extern "C" int si__cuda_host_row_elems(uint32_t type, const void *row, int64_t n, float *out)
 {
-    size_t stride = 0;
-    if (!cu_check_rows(type, row, n, &stride) || out == NULL)
-        return -1;
-    const uint8_t *r = (const uint8_t *)row;
-    for (int64_t j = 0; j < n; j++) {
-        switch (type) {
-        case SI_TYPE_F32:
-            out[j] = cu_row_elem<SI_TYPE_F32>(r, j);
-            break;
-        case SI_TYPE_F16:
-            out[j] = cu_row_elem<SI_TYPE_F16>(r, j);
-            break;
-        case SI_TYPE_Q8_0:
-            out[j] = cu_row_elem<SI_TYPE_Q8_0>(r, j);
-            break;
-        case SI_TYPE_Q4_0:
-            out[j] = cu_row_elem<SI_TYPE_Q4_0>(r, j);
-            break;
-        case SI_TYPE_Q4_1:
-            out[j] = cu_row_elem<SI_TYPE_Q4_1>(r, j);
-            break;
-        case SI_TYPE_Q4_K:
-            out[j] = cu_row_elem<SI_TYPE_Q4_K>(r, j);
-            break;
-        case SI_TYPE_Q5_K:
-            out[j] = cu_row_elem<SI_TYPE_Q5_K>(r, j);
-            break;
-        case SI_TYPE_Q6_K:
-            out[j] = cu_row_elem<SI_TYPE_Q6_K>(r, j);
-            break;
-        default:
-            return -1;
-        }
-    }
-    return 0;
+    return out == NULL ? -1 : host_twin(type, row, NULL, n, out, NULL);
 }
