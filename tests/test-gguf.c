@@ -442,13 +442,13 @@ static void test_real_model(void)
     si_gguf_free(g);
 }
 
-/* Every file of the fuzzing corpus (tests/fuzz/corpus) parses or is refused
+/* Every file of the GGUF fuzzing corpus (tests/fuzz/corpus/gguf) parses or is refused
  * with a message: the libFuzzer run's seeds, replayed in every test run. */
 static void test_corpus(void)
 {
     const char *srcdir = getenv("srcdir");
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", srcdir != NULL ? srcdir : ".");
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/gguf", srcdir != NULL ? srcdir : ".");
     DIR *d = opendir(dir);
     CHECK(d != NULL, "cannot open %s", dir);
     if (d == NULL)

@@ -491,51 +491,71 @@ int si_profile_read(struct si_profile **out, const char *path, const struct si_m
                       path, n_layer, n_ff, m->hp.n_layer, m->hp.n_ff);
         goto out;
     }
-    if ((rc = si_profile_init(&p, n_layer, n_ff, err, err_size)) != SI_OK)
-        goto out;
-    p->n_tokens = (int64_t)n_tokens;
-    for (int32_t l = 0; l < n_layer; l++) {
-        char name[64];
-        snprintf(name, sizeof name, "blk.%" PRId32 ".ffn_act_count", l);
-        int64_t ti = si_gguf_find_tensor(g, name);
-        if (ti < 0) {
-            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: missing tensor %s", path, name);
-            goto out;
-        }
-        const struct si_gguf_tensor *t = &g->tensors[ti];
-        if (t->n_dims != 1 || t->ne[0] != n_ff) {
-            rc = si__errf(err, err_size, SI_E_FORMAT,
-                          "%s: tensor %s has %" PRIu32 " dimensions [%" PRId64 ", %" PRId64
-                          ", ...], expected [%" PRId32 "]",
-                          path, name, t->n_dims, t->ne[0], t->ne[1], n_ff);
-            goto out;
-        }
-        if (t->type != SI_TYPE_I32 && t->type != SI_TYPE_F32) {
-            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: tensor %s is %s, expected I32 or F32",
-                          path, name, si_type_name(t->type));
-            goto out;
-        }
-        int64_t *c = p->counts + (size_t)l * (size_t)n_ff;
-        const unsigned char *d = t->data;
-        for (int32_t i = 0; i < n_ff; i++) {
-            double v;
-            if (t->type == SI_TYPE_I32) {
-                int32_t x;
-                memcpy(&x, d + 4 * (size_t)i, 4);
-                v = x;
-            } else {
-                float x;
-                memcpy(&x, d + 4 * (size_t)i, 4);
-                v = x;
-            }
-            if (!(v >= 0 && v <= (double)p->n_tokens && v == floor(v))) {
+    /* Pass 0 checks every layer's tensor, pass 1 reads the counts: nothing
+     * is allocated for a shape the file does not hold. */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            /* Every count is 4 bytes of the file's tensor data (tensors may
+             * share their bytes): found by tools/fuzz profile, a 600-byte file
+             * that asked for 167 GB of counts. */
+            if ((uint64_t)n_layer * (uint64_t)n_ff * 4 > g->data_size) {
                 rc = si__errf(err, err_size, SI_E_FORMAT,
-                              "%s: tensor %s: count %g of neuron %" PRId32
-                              " is not a whole number in [0, n_tokens = %" PRId64 "]",
-                              path, name, v, i, p->n_tokens);
+                              "%s: %" PRId32 " layers x %" PRId32
+                              " neurons of counts do not fit in the file's %zu"
+                              " bytes of tensor data",
+                              path, n_layer, n_ff, g->data_size);
                 goto out;
             }
-            c[i] = (int64_t)v;
+            if ((rc = si_profile_init(&p, n_layer, n_ff, err, err_size)) != SI_OK)
+                goto out;
+            p->n_tokens = (int64_t)n_tokens;
+        }
+        for (int32_t l = 0; l < n_layer; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%" PRId32 ".ffn_act_count", l);
+            int64_t ti = si_gguf_find_tensor(g, name);
+            if (ti < 0) {
+                rc = si__errf(err, err_size, SI_E_FORMAT, "%s: missing tensor %s", path, name);
+                goto out;
+            }
+            const struct si_gguf_tensor *t = &g->tensors[ti];
+            if (t->n_dims != 1 || t->ne[0] != n_ff) {
+                rc = si__errf(err, err_size, SI_E_FORMAT,
+                              "%s: tensor %s has %" PRIu32 " dimensions [%" PRId64 ", %" PRId64
+                              ", ...], expected [%" PRId32 "]",
+                              path, name, t->n_dims, t->ne[0], t->ne[1], n_ff);
+                goto out;
+            }
+            if (t->type != SI_TYPE_I32 && t->type != SI_TYPE_F32) {
+                rc =
+                    si__errf(err, err_size, SI_E_FORMAT, "%s: tensor %s is %s, expected I32 or F32",
+                             path, name, si_type_name(t->type));
+                goto out;
+            }
+            if (pass == 0)
+                continue;
+            int64_t *c = p->counts + (size_t)l * (size_t)n_ff;
+            const unsigned char *d = t->data;
+            for (int32_t i = 0; i < n_ff; i++) {
+                double v;
+                if (t->type == SI_TYPE_I32) {
+                    int32_t x;
+                    memcpy(&x, d + 4 * (size_t)i, 4);
+                    v = x;
+                } else {
+                    float x;
+                    memcpy(&x, d + 4 * (size_t)i, 4);
+                    v = x;
+                }
+                if (!(v >= 0 && v <= (double)p->n_tokens && v == floor(v))) {
+                    rc = si__errf(err, err_size, SI_E_FORMAT,
+                                  "%s: tensor %s: count %g of neuron %" PRId32
+                                  " is not a whole number in [0, n_tokens = %" PRId64 "]",
+                                  path, name, v, i, p->n_tokens);
+                    goto out;
+                }
+                c[i] = (int64_t)v;
+            }
         }
     }
     if ((rc = read_thresholds(g, path, p, err, err_size)) != SI_OK)

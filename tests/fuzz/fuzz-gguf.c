@@ -1,40 +1,52 @@
 /*
- * fuzz-gguf.c - libFuzzer target for the GGUF reader.
+ * fuzz-gguf.c - fuzz target for the GGUF reader (see fuzz.h).
  *
  * Each input is parsed as a GGUF image; when the reader accepts it, every
  * metadata value, array element and tensor is read back, so that a pointer or
- * size the reader got wrong shows up under AddressSanitizer.  Build and run
- * with tools/fuzz-gguf.
+ * size the reader got wrong shows up under AddressSanitizer.  A refusal must
+ * be one line.
  */
+#include "fuzz.h"
+
+#include "../tiny-model.h"
 #include "model/gguf.h"
 #include "model/types.h"
 
-#include <stddef.h>
-#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Keeps the reads from being optimised away. */
-static volatile uint64_t sink;
+#define touch fuzz_touch
+#define sink fuzz_sink
 
-static uint64_t touch(const void *p, size_t n)
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    const uint8_t *b = p;
-    uint64_t h = 0;
-    for (size_t i = 0; i < n; i++)
-        h = h * 31 + b[i];
-    return h;
+    (void)argc;
+    (void)argv;
+    return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* The tiny model's file (the hand-made seeds are kept in the tree as they are). */
+int fuzz_write_seeds(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tiny-llama.gguf", dir);
+    write_model(path, "llama", FAULT_NONE);
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct si_gguf *g = NULL;
     char err[256];
     if (si_gguf_parse(&g, data, size, err, sizeof err) != 0) {
+        if (err[0] == '\0' || strchr(err, '\n') != NULL)
+            fuzz_fail("the refusal is not one line: '%s'", err);
         sink += strlen(err);
         return 0;
     }
+    fuzz_accepted++;
     uint64_t h = g->version + g->alignment + g->data_offset + g->data_size;
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const struct si_gguf_kv *kv = &g->kv[i];
