@@ -49,7 +49,20 @@
  * si_context must be used by one thread at a time.  Contexts on the StarPU
  * engine share the process's single StarPU instance: each evaluation waits
  * for every submitted StarPU task, the host's included (correct, not
- * concurrent).
+ * concurrent).  Contexts on one model in several threads give each the
+ * tokens it gives alone (tests/test-api-threads, also under ThreadSanitizer).
+ *
+ * Misuse.  The library keeps the set of its live handles and checks a handle
+ * against it before touching it, so these are a status (SI_E_INVALID, or
+ * nothing done for the calls that return nothing) with si_last_error()
+ * saying what happened, never a crash: a context or model freed twice, or
+ * used after si_*_free(); si_context_init() on a freed model; si_llm_free()
+ * while contexts of the model are live (refused: the model is kept, free
+ * them first); a second call into a context while one runs (another thread's,
+ * or the generation's own callback calling back into its context).  A
+ * failed evaluation (a bad token, a full context) leaves the context as it
+ * was before the call.  What the check cannot see: an address that a later
+ * si_llm_load() or si_context_init() reused is that new handle.
  *
  * StarPU.  Contexts on the StarPU engine (the default) need StarPU running.
  * When the host program has already called starpu_init(), the library uses
@@ -144,7 +157,8 @@ SI_API struct si_llm_params si_llm_default_params(void);
  */
 SI_API int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **out);
 
-/* Free a model; every context made from it must be freed first. */
+/* Free a model; every context made from it must be freed first (while one is
+ * live the call is refused and the model kept: see "Misuse" above). */
 SI_API void si_llm_free(struct si_llm *llm);
 
 /* Metadata.  Strings belong to the model and live as long as it does. */

@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -67,6 +68,7 @@ struct si_llm {
     void *buf;  /* the file's bytes when not mapped (the model's tensors point here) */
     char *name; /* general.name, NUL-terminated ("" when absent) */
     char *path; /* as given to si_llm_load (the flash store's default is next to it) */
+    atomic_int n_contexts; /* live contexts made from it */
 };
 
 struct si_llm_params si_llm_default_params(void)
@@ -121,6 +123,8 @@ static int read_file(const char *path, void **out, size_t *size, char *err, size
     return rc;
 }
 
+static void llm_destroy(struct si_llm *llm);
+
 int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **out)
 {
     if (out != NULL)
@@ -161,8 +165,12 @@ int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **o
             snprintf(err, sizeof err, "out of memory");
         }
     }
+    if (rc == SI_OK && !si__live_add(llm, SI__LIVE_LLM)) {
+        rc = SI_E_NOMEM;
+        snprintf(err, sizeof err, "out of memory");
+    }
     if (rc != SI_OK) {
-        si_llm_free(llm);
+        llm_destroy(llm);
         return fail(rc, "%s", err);
     }
     *out = llm;
@@ -170,6 +178,26 @@ int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **o
 }
 
 void si_llm_free(struct si_llm *llm)
+{
+    if (llm == NULL)
+        return;
+    if (!si__live_has(llm, SI__LIVE_LLM)) {
+        fail(SI_E_INVALID, "si_llm_free: not a live model (freed already, or not made by "
+                           "si_llm_load): nothing freed");
+        return;
+    }
+    const int users = atomic_load(&llm->n_contexts);
+    if (users > 0) {
+        fail(SI_E_INVALID, "si_llm_free: %d context%s made from the model %s still live: free "
+                           "them first (the model is kept)",
+             users, users == 1 ? "" : "s", users == 1 ? "is" : "are");
+        return;
+    }
+    si__live_remove(llm, SI__LIVE_LLM);
+    llm_destroy(llm);
+}
+
+static void llm_destroy(struct si_llm *llm)
 {
     if (llm == NULL)
         return;
@@ -383,6 +411,7 @@ struct si_context {
     struct si_engine *eng;  /* NULL on the reference engine */
     struct si_flash_store *fs; /* the flash tier's store, or NULL */
     bool holds_runtime;     /* counted in rt_users */
+    atomic_bool busy;       /* a call that changes it is running (one thread at a time) */
     struct si_sampler *smp;
     int32_t n_ctx;
     int32_t *hist;          /* (n_ctx) the tokens in the cache, n_past of them */
@@ -573,12 +602,17 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
     return SI_OK;
 }
 
+static void context_destroy(struct si_context *ctx);
+
 int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_context **out)
 {
     if (out != NULL)
         *out = NULL;
     if (llm == NULL || out == NULL)
         return fail(SI_E_INVALID, "si_context_init: NULL %s", llm == NULL ? "model" : "out");
+    if (!si__live_has(llm, SI__LIVE_LLM))
+        return fail(SI_E_INVALID, "si_context_init: not a live model (freed already, or not "
+                                  "made by si_llm_load)");
     int rc = check_params(&p);
     if (rc != SI_OK)
         return rc;
@@ -716,20 +750,64 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     }
     ctx->hist = malloc((size_t)n_ctx * sizeof *ctx->hist);
     ctx->smp = make_sampler(&p.sampling, m->hp.n_vocab);
-    if (ctx->hist == NULL || ctx->smp == NULL) {
-        si_context_free(ctx);
+    if (ctx->hist == NULL || ctx->smp == NULL || !si__live_add(ctx, SI__LIVE_CONTEXT)) {
+        context_destroy(ctx);
         return fail(SI_E_NOMEM, "out of memory");
     }
+    atomic_fetch_add(&llm->n_contexts, 1);
     *out = ctx;
     return SI_OK;
 fail_err:
     si_profile_free(prof);
     si_placement_free(plc);
-    si_context_free(ctx);
+    context_destroy(ctx);
     return fail(rc, "%s", err);
 }
 
+/* ctx is a live context (else the failure is recorded): the calls that read it. */
+static bool ctx_ok(const struct si_context *ctx, const char *fn)
+{
+    if (ctx == NULL) {
+        fail(SI_E_INVALID, "%s: NULL context", fn);
+        return false;
+    }
+    if (!si__live_has(ctx, SI__LIVE_CONTEXT)) {
+        fail(SI_E_INVALID, "%s: not a live context (freed already, or not made by "
+                           "si_context_init)", fn);
+        return false;
+    }
+    return true;
+}
+
+/* ctx is a live context and now this thread's, until leave(): the calls that
+ * change it.  A second thread is refused rather than let in. */
+static int enter(struct si_context *ctx, const char *fn)
+{
+    if (!ctx_ok(ctx, fn))
+        return SI_E_INVALID;
+    if (atomic_exchange(&ctx->busy, true))
+        return fail(SI_E_INVALID, "%s: the context is in use by another call (a context is "
+                                  "used by one thread at a time)", fn);
+    return SI_OK;
+}
+
+static void leave(struct si_context *ctx)
+{
+    atomic_store(&ctx->busy, false);
+}
+
 void si_context_free(struct si_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    if (enter(ctx, "si_context_free") != SI_OK)
+        return; /* freed already, or in use: nothing freed */
+    si__live_remove(ctx, SI__LIVE_CONTEXT);
+    atomic_fetch_sub(&ctx->llm->n_contexts, 1);
+    context_destroy(ctx);
+}
+
+static void context_destroy(struct si_context *ctx)
 {
     if (ctx == NULL)
         return;
@@ -747,22 +825,22 @@ void si_context_free(struct si_context *ctx)
 
 const struct si_llm *si_context_llm(const struct si_context *ctx)
 {
-    return ctx->llm;
+    return ctx_ok(ctx, "si_context_llm") ? ctx->llm : NULL;
 }
 
 int32_t si_context_n_ctx(const struct si_context *ctx)
 {
-    return ctx->n_ctx;
+    return ctx_ok(ctx, "si_context_n_ctx") ? ctx->n_ctx : SI_E_INVALID;
 }
 
 int32_t si_context_n_past(const struct si_context *ctx)
 {
-    return ctx->ref->n_past;
+    return ctx_ok(ctx, "si_context_n_past") ? ctx->ref->n_past : SI_E_INVALID;
 }
 
 const int32_t *si_context_tokens(const struct si_context *ctx)
 {
-    return ctx->hist;
+    return ctx_ok(ctx, "si_context_tokens") ? ctx->hist : NULL;
 }
 
 /* A clear message for an evaluation's status. */
@@ -803,10 +881,8 @@ static int eval_one(struct si_context *ctx, int32_t token)
     return SI_OK;
 }
 
-int si_context_eval(struct si_context *ctx, int32_t token)
+static int context_eval(struct si_context *ctx, int32_t token)
 {
-    if (ctx == NULL)
-        return fail(SI_E_INVALID, "si_context_eval: NULL context");
     int rc = check_token(ctx, token);
     if (rc != SI_OK)
         return rc;
@@ -822,11 +898,21 @@ int si_context_eval(struct si_context *ctx, int32_t token)
     return SI_OK;
 }
 
-int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t n)
+int si_context_eval(struct si_context *ctx, int32_t token)
 {
-    if (ctx == NULL || tokens == NULL || n < 1)
+    int rc = enter(ctx, "si_context_eval");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_eval(ctx, token);
+    leave(ctx);
+    return rc;
+}
+
+static int context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t n)
+{
+    if (tokens == NULL || n < 1)
         return fail(SI_E_INVALID, "si_context_eval_batch: %s",
-                    ctx == NULL ? "NULL context" : tokens == NULL ? "NULL tokens" : "no tokens");
+                    tokens == NULL ? "NULL tokens" : "no tokens");
     for (int32_t i = 0; i < n; i++) {
         int rc = check_token(ctx, tokens[i]);
         if (rc != SI_OK)
@@ -865,16 +951,26 @@ int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t
     return SI_OK;
 }
 
+int si_context_eval_batch(struct si_context *ctx, const int32_t *tokens, int32_t n)
+{
+    int rc = enter(ctx, "si_context_eval_batch");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_eval_batch(ctx, tokens, n);
+    leave(ctx);
+    return rc;
+}
+
 const float *si_context_logits(const struct si_context *ctx)
 {
-    if (ctx == NULL || !ctx->have_logits)
+    if (!ctx_ok(ctx, "si_context_logits") || !ctx->have_logits)
         return NULL;
     return ctx->eng != NULL ? si_engine_logits(ctx->eng) : ctx->ref->logits;
 }
 
 void si_context_reset(struct si_context *ctx)
 {
-    if (ctx == NULL)
+    if (enter(ctx, "si_context_reset") != SI_OK)
         return;
     if (ctx->eng != NULL)
         si_engine_reset(ctx->eng);
@@ -882,12 +978,11 @@ void si_context_reset(struct si_context *ctx)
         si_ref_reset(ctx->ref);
     ctx->have_logits = false;
     si_sampler_reset(ctx->smp);
+    leave(ctx);
 }
 
-int si_context_rewind(struct si_context *ctx, int32_t n_keep)
+static int context_rewind(struct si_context *ctx, int32_t n_keep)
 {
-    if (ctx == NULL)
-        return fail(SI_E_INVALID, "si_context_rewind: NULL context");
     if (n_keep < 0 || n_keep > ctx->ref->n_past)
         return fail(SI_E_INVALID, "rewind to %d: the cache holds %d tokens", n_keep,
                     ctx->ref->n_past);
@@ -901,45 +996,64 @@ int si_context_rewind(struct si_context *ctx, int32_t n_keep)
     return SI_OK;
 }
 
+int si_context_rewind(struct si_context *ctx, int32_t n_keep)
+{
+    int rc = enter(ctx, "si_context_rewind");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_rewind(ctx, n_keep);
+    leave(ctx);
+    return rc;
+}
+
 int32_t si_context_reuse_prefix(struct si_context *ctx, const int32_t *tokens, int32_t n)
 {
-    if (ctx == NULL || (tokens == NULL && n > 0) || n < 0)
+    int rc = enter(ctx, "si_context_reuse_prefix");
+    if (rc != SI_OK)
+        return rc;
+    if ((tokens == NULL && n > 0) || n < 0) {
+        leave(ctx);
         return fail(SI_E_INVALID, "si_context_reuse_prefix: %s",
-                    ctx == NULL ? "NULL context" : n < 0 ? "negative count" : "NULL tokens");
+                    n < 0 ? "negative count" : "NULL tokens");
+    }
     int32_t k = 0;
     const int32_t past = ctx->ref->n_past;
     while (k < past && k < n - 1 && ctx->hist[k] == tokens[k])
         k++;
-    int rc = si_context_rewind(ctx, k);
+    rc = context_rewind(ctx, k);
+    leave(ctx);
     return rc != SI_OK ? rc : k;
 }
 
 int si_context_sample(struct si_context *ctx, int32_t *token)
 {
-    if (ctx == NULL || token == NULL)
-        return fail(SI_E_INVALID, "si_context_sample: NULL argument");
+    int rc = enter(ctx, "si_context_sample");
+    if (rc != SI_OK)
+        return rc;
     const float *logits = si_context_logits(ctx);
-    if (logits == NULL)
-        return fail(SI_E_INVALID, "no logits to sample from: evaluate a token first");
-    *token = si_sampler_sample(ctx->smp, logits);
-    return SI_OK;
+    if (token == NULL)
+        rc = fail(SI_E_INVALID, "si_context_sample: NULL argument");
+    else if (logits == NULL)
+        rc = fail(SI_E_INVALID, "no logits to sample from: evaluate a token first");
+    else
+        *token = si_sampler_sample(ctx->smp, logits);
+    leave(ctx);
+    return rc;
 }
 
 int si_context_accept(struct si_context *ctx, int32_t token)
 {
-    if (ctx == NULL)
-        return fail(SI_E_INVALID, "si_context_accept: NULL context");
-    int rc = check_token(ctx, token);
+    int rc = enter(ctx, "si_context_accept");
     if (rc != SI_OK)
         return rc;
-    si_sampler_accept(ctx->smp, token);
-    return SI_OK;
+    if ((rc = check_token(ctx, token)) == SI_OK)
+        si_sampler_accept(ctx->smp, token);
+    leave(ctx);
+    return rc;
 }
 
-int si_context_set_sampling(struct si_context *ctx, struct si_sampling_params p)
+static int context_set_sampling(struct si_context *ctx, struct si_sampling_params p)
 {
-    if (ctx == NULL)
-        return fail(SI_E_INVALID, "si_context_set_sampling: NULL context");
     int rc = check_sampling(&p);
     if (rc != SI_OK)
         return rc;
@@ -951,6 +1065,16 @@ int si_context_set_sampling(struct si_context *ctx, struct si_sampling_params p)
     ctx->p.sampling = p;
     resync_sampler(ctx);
     return SI_OK;
+}
+
+int si_context_set_sampling(struct si_context *ctx, struct si_sampling_params p)
+{
+    int rc = enter(ctx, "si_context_set_sampling");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_set_sampling(ctx, p);
+    leave(ctx);
+    return rc;
 }
 
 /* -------------------------------------------------------------- generation */
@@ -980,16 +1104,15 @@ static size_t utf8_whole(const char *buf, size_t n)
     return n;
 }
 
-int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
-                       struct si_generate_params gp, si_token_fn cb, void *user,
-                       struct si_generate_result *res)
+static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
+                           struct si_generate_params gp, si_token_fn cb, void *user,
+                           struct si_generate_result *res)
 {
     struct si_generate_result r = {.stop = SI_STOP_LENGTH};
     if (res != NULL)
         *res = r;
-    if (ctx == NULL || n < 0 || (tokens == NULL && n > 0))
-        return fail(SI_E_INVALID, "si_generate: %s",
-                    ctx == NULL ? "NULL context" : n < 0 ? "negative count" : "NULL tokens");
+    if (n < 0 || (tokens == NULL && n > 0))
+        return fail(SI_E_INVALID, "si_generate: %s", n < 0 ? "negative count" : "NULL tokens");
     if (gp.n_predict < 0)
         return fail(SI_E_INVALID, "n_predict: %d is negative", gp.n_predict);
     if (n == 0 && !ctx->have_logits)
@@ -999,7 +1122,7 @@ int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
                                  "positions are used", n, ctx->ref->n_past, ctx->n_ctx);
     const double t0 = si__now();
     int rc = SI_OK;
-    if (n > 0 && (rc = si_context_eval_batch(ctx, tokens, n)) != SI_OK)
+    if (n > 0 && (rc = context_eval_batch(ctx, tokens, n)) != SI_OK)
         return rc;
     for (int32_t i = 0; i < n; i++)
         si_sampler_accept(ctx->smp, tokens[i]);
@@ -1067,7 +1190,7 @@ int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
             r.stop = SI_STOP_CONTEXT;
             break;
         }
-        if ((rc = si_context_eval(ctx, next)) != SI_OK)
+        if ((rc = context_eval(ctx, next)) != SI_OK)
             break;
     }
     if (n_pend > 0 && cb != NULL)
@@ -1080,13 +1203,25 @@ int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
     return rc;
 }
 
-int si_generate(struct si_context *ctx, const char *prompt, struct si_generate_params gp,
-                si_token_fn cb, void *user, struct si_generate_result *res)
+int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
+                       struct si_generate_params gp, si_token_fn cb, void *user,
+                       struct si_generate_result *res)
 {
     if (res != NULL)
         *res = (struct si_generate_result){.stop = SI_STOP_LENGTH};
-    if (ctx == NULL || prompt == NULL)
-        return fail(SI_E_INVALID, "si_generate: NULL %s", ctx == NULL ? "context" : "prompt");
+    int rc = enter(ctx, "si_generate_tokens");
+    if (rc != SI_OK)
+        return rc;
+    rc = generate_tokens(ctx, tokens, n, gp, cb, user, res);
+    leave(ctx);
+    return rc;
+}
+
+static int generate(struct si_context *ctx, const char *prompt, struct si_generate_params gp,
+                    si_token_fn cb, void *user, struct si_generate_result *res)
+{
+    if (prompt == NULL)
+        return fail(SI_E_INVALID, "si_generate: NULL prompt");
     const struct si_llm *llm = ctx->llm;
     const size_t len = strlen(prompt);
     const bool bos = ctx->ref->n_past == 0 && si_tokenizer_add_bos(llm->tok);
@@ -1100,8 +1235,21 @@ int si_generate(struct si_context *ctx, const char *prompt, struct si_generate_p
     if (toks == NULL)
         return fail(SI_E_NOMEM, "out of memory");
     si_tokenize(llm->tok, prompt, len, bos, gp.parse_special, toks, (size_t)n);
-    int rc = si_generate_tokens(ctx, toks, (int32_t)n, gp, cb, user, res);
+    int rc = generate_tokens(ctx, toks, (int32_t)n, gp, cb, user, res);
     free(toks);
+    return rc;
+}
+
+int si_generate(struct si_context *ctx, const char *prompt, struct si_generate_params gp,
+                si_token_fn cb, void *user, struct si_generate_result *res)
+{
+    if (res != NULL)
+        *res = (struct si_generate_result){.stop = SI_STOP_LENGTH};
+    int rc = enter(ctx, "si_generate");
+    if (rc != SI_OK)
+        return rc;
+    rc = generate(ctx, prompt, gp, cb, user, res);
+    leave(ctx);
     return rc;
 }
 
@@ -1109,7 +1257,9 @@ int si_generate(struct si_context *ctx, const char *prompt, struct si_generate_p
 
 void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
 {
-    if (ctx == NULL || out == NULL)
+    if (out != NULL)
+        memset(out, 0, sizeof *out);
+    if (!ctx_ok(ctx, "si_context_get_stats") || out == NULL)
         return;
     struct si_stats s;
     memset(&s, 0, sizeof s);
@@ -1178,10 +1328,11 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
 
 void si_context_reset_stats(struct si_context *ctx)
 {
-    if (ctx == NULL)
+    if (enter(ctx, "si_context_reset_stats") != SI_OK)
         return;
     ctx->prefill_tokens = ctx->decode_tokens = ctx->ref_tokens = ctx->ref_active = 0;
     ctx->prefill_seconds = ctx->decode_seconds = 0.0;
     if (ctx->eng != NULL)
         ctx->base = si_engine_get_stats(ctx->eng);
+    leave(ctx);
 }

@@ -5,6 +5,7 @@
 #define SI_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -51,5 +52,15 @@ struct si__engine_option {
 };
 /* The first such option p sets, or NULL: one table for the API and the CLI. */
 const struct si__engine_option *si__engine_only_option(const struct si_context_params *p);
+
+/*
+ * The live public handles (live.c): add one when it is made (false: out of
+ * memory), remove it when it is freed (false: it was not live), ask whether
+ * it is live.  kind tells the handle types apart (SI__LIVE_LLM, _CONTEXT).
+ */
+enum { SI__LIVE_LLM, SI__LIVE_CONTEXT };
+bool si__live_add(const void *p, int kind);
+bool si__live_remove(const void *p, int kind);
+bool si__live_has(const void *p, int kind);
 
 #endif /* SI_INTERNAL_H */
