@@ -440,8 +440,24 @@ int si_flash_read(struct si_flash_store *s, const struct si_flash_req *req, int6
     const int e = io->err_no;
     io->n_req = 0;
     pthread_mutex_unlock(&io->lock);
+    /* What was read is the store's only while the file is the one opened. */
+    struct stat now;
+    int rc = SI_OK;
+    if (fstat(s->fd, &now) != 0)
+        rc = si__errf(s->read_err, sizeof s->read_err, SI_E_IO, "%s: %s", s->path,
+                      strerror(errno));
+    else if (now.st_size != s->st.st_size || now.st_mtim.tv_sec != s->st.st_mtim.tv_sec ||
+             now.st_mtim.tv_nsec != s->st.st_mtim.tv_nsec)
+        rc = si__errf(s->read_err, sizeof s->read_err, SI_E_IO,
+                      "%s: the flash store changed while the run read it (%lld bytes when "
+                      "opened, %lld now): stopped, its records cannot be trusted",
+                      s->path, (long long)s->st.st_size, (long long)now.st_size);
+    else if (e != 0)
+        rc = si__errf(s->read_err, sizeof s->read_err, SI_E_IO, "%s: reading the flash store: %s",
+                      s->path, e == EIO ? "input/output error, or a record past its end"
+                                        : strerror(e));
     pthread_mutex_unlock(&io->call);
-    return e == 0 ? SI_OK : SI_E_IO;
+    return rc;
 }
 
 /* ------------------------------------------------------------ opening */
@@ -453,6 +469,7 @@ void si_flash_store_free(struct si_flash_store *s)
     io_free(s->io);
     if (s->fd >= 0)
         close(s->fd);
+    free(s->path);
     free(s->order);
     free(s->row_of);
     free(s->base);
@@ -629,6 +646,14 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
     }
     if (s->fd < 0 && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         rc = si__errf(err, err_size, SI_E_IO, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (fstat(s->fd, &s->st) != 0 || (uint64_t)s->st.st_size != s->file_bytes) {
+        rc = si__errf(err, err_size, SI_E_IO, "%s: the file changed while it was opened", path);
+        goto fail;
+    }
+    if ((s->path = strdup(path)) == NULL) {
+        rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         goto fail;
     }
     if ((s->io = io_init(s->fd, n_io > 0 ? n_io : 16)) == NULL) {

@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define SI_FLASH_ARCH "starinfer.flash"
 #define SI_FLASH_BLOCK 512 /* record and row alignment (O_DIRECT's logical block) */
@@ -94,6 +95,9 @@ struct si_flash_store {
     int fd;           /* O_DIRECT when direct */
     bool direct;      /* page cache bypassed */
     char why[160];    /* when not direct: why */
+    char *path;
+    struct stat st;   /* the file when opened: a change during the run is an error */
+    char read_err[512]; /* the last failed si_flash_read's one line */
     int32_t *order;   /* (n_layer, n_ff) row -> neuron id */
     int32_t *row_of;  /* (n_layer, n_ff) neuron id -> row */
     uint64_t *base;   /* (n_layer, 4) file offsets of the layer's tensors:
@@ -126,7 +130,11 @@ int64_t si_flash_plan(const struct si_flash_store *s, int l, const int32_t *ids,
                       char *const *rec, struct si_flash_req *req);
 
 /* Read the requests with the store's threads (parallel preads); SI_OK or
- * SI_E_IO.  Thread-safe (calls are serialised). */
+ * SI_E_IO, with s->read_err naming the file and what happened: a read
+ * error, a read past the end (the store was truncated), or the file changed
+ * since it was opened (size or modification time: written over or cut
+ * while the run reads it; a store replaced by a rename is not seen, the run
+ * keeps reading the file it opened).  Thread-safe (calls are serialised). */
 int si_flash_read(struct si_flash_store *s, const struct si_flash_req *req, int64_t n);
 
 #endif /* SI_FLASH_STORE_H */

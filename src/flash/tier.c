@@ -192,7 +192,7 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     rc = si_flash_read(t->store, L->req, nr);
     const double t2 = si__now();
     if (rc != SI_OK)
-        *msg = "reading the flash store failed";
+        *msg = t->store->read_err;
     for (int64_t k = 0; k < nl; k++)
         memcpy(&c->bias[L->slot[k]], L->dst[k] + f->bias_off, sizeof(float));
     for (int32_t k = 0; k < t->spill_n; k++)

@@ -133,10 +133,8 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     if (e->pre_sep && e->m->gguf->map != NULL)
         si__drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
     if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
-        return si__errf(err, err_size, SI_E_IO,
-                        "layer %d: reading the hot neurons from the "
-                        "flash store failed",
-                        l);
+        return si__errf(err, err_size, SI_E_IO, "%s (layer %d's resident neurons)",
+                        e->ft.store->read_err, l);
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         const struct si_tensor *fc2 = &W->fc2;
         for (int64_t p = 0; p < ff; p++)

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <starpu.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The caller's worker (caller_worker): the driver of CPU worker 0, run by
@@ -19,6 +21,44 @@ static pthread_t caller_thread;
 static cpu_set_t caller_mask;
 static bool caller_mask_saved;
 
+/*
+ * The StarPU environment variables whose bad values StarPU answers with an
+ * abort (worker counts: "cannot be negative", "must contain an integer") or
+ * silently ignores (an unknown STARPU_SCHED runs the default scheduler after
+ * a warning): refused here with one line instead.
+ */
+static int check_env(char *err, size_t err_size)
+{
+    static const char *const counts[] = {"STARPU_NCPU", "STARPU_NCPUS", "STARPU_NCUDA",
+                                         "STARPU_NOPENCL"};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        const char *v = getenv(counts[i]);
+        if (v == NULL)
+            continue;
+        char *end;
+        errno = 0;
+        const long n = strtol(v, &end, 10);
+        if (*v == '\0' || *end != '\0' || errno != 0 || n < 0 || n > 1 << 20) {
+            snprintf(err, err_size, "%s=%s: a worker count must be a whole number >= 0",
+                     counts[i], v);
+            return SI_E_INVALID;
+        }
+    }
+    const char *sched = getenv("STARPU_SCHED");
+    if (sched != NULL && strcmp(sched, "help") != 0) {
+        struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
+        for (size_t i = 0; pol[i] != NULL; i++)
+            if (pol[i]->policy_name != NULL && !strcmp(pol[i]->policy_name, sched))
+                return SI_OK;
+        snprintf(err, err_size,
+                 "STARPU_SCHED=%s: StarPU has no such scheduler (`starinfer bench --sched list` "
+                 "lists them)",
+                 sched);
+        return SI_E_INVALID;
+    }
+    return SI_OK;
+}
+
 int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size)
 {
     rt->owned = false;
@@ -27,6 +67,9 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
         rt->started = true;
         return SI_OK;
     }
+    int rc = check_env(err, err_size);
+    if (rc != SI_OK)
+        return rc;
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     if (caller_worker) {
