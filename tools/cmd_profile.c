@@ -89,19 +89,31 @@ static bool on_path(const char *prog)
 }
 
 /* Convert svg to png with rsvg-convert; 0 or a one-line error printed. */
+/* rsvg-convert writes a temporary name, renamed to png when it succeeded. */
 static int svg_to_png(const char *svg, const char *png)
 {
-    char *args[] = {"rsvg-convert", "-o", (char *)png, (char *)svg, NULL};
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.png", png, (long)getpid());
+    char *args[] = {"rsvg-convert", "-o", tmp, (char *)svg, NULL};
     pid_t pid;
     int e = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, args, environ);
     if (e != 0)
         return si_cli_error("--plot: cannot run rsvg-convert: %s", strerror(e));
     int st;
     while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
+        if (errno != EINTR) {
+            unlink(tmp);
             return si_cli_error("--plot: waiting for rsvg-convert: %s", strerror(errno));
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        unlink(tmp);
         return si_cli_error("--plot: rsvg-convert failed to write %s", png);
+    }
+    if (rename(tmp, png) != 0) {
+        e = errno;
+        unlink(tmp);
+        return si_cli_error("--plot: cannot rename %s to %s: %s", tmp, png, strerror(e));
+    }
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Picture geometry (SVG user units = pixels). */
 #define W 720
@@ -72,7 +73,11 @@ int si_profile_write_svg(const struct si_profile *p, const char *path, const cha
     int64_t *c = malloc(total * sizeof *c);
     if (c == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
-    FILE *f = fopen(path, "w");
+    /* Written under a temporary name and renamed: a kill or a full disk
+     * never leaves a partial picture under path. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
     if (f == NULL) {
         int e = errno;
         free(c);
@@ -149,8 +154,18 @@ int si_profile_write_svg(const struct si_profile *p, const char *path, const cha
             ly + 66, lx + 48, ly + 70);
     fputs("</svg>\n", f);
     free(c);
-    const bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad)
-        return si__errf(err, err_size, SI_E_IO, "%s: write failed", path);
+    const int bad = ferror(f) != 0 ? (errno != 0 ? errno : EIO) : 0;
+    const int closed = fclose(f) != 0 ? errno : 0;
+    if (bad != 0 || closed != 0) {
+        unlink(tmp);
+        return si__errf(err, err_size, SI_E_IO, "%s: cannot write it: %s", path,
+                        strerror(bad != 0 ? bad : closed));
+    }
+    if (rename(tmp, path) != 0) {
+        const int e = errno;
+        unlink(tmp);
+        return si__errf(err, err_size, SI_E_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+                        strerror(e));
+    }
     return SI_OK;
 }
