@@ -165,6 +165,7 @@ int si_cmd_chat(int argc, char **argv)
     }
     if (si_run_trace_begin(&o) != 0)
         goto out;
+    si_run_note_ctx(llm, o.cp.n_ctx);
     if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
         si_cli_error("%s", si_last_error());
         goto out;
@@ -243,9 +244,8 @@ int si_cmd_chat(int argc, char **argv)
             goto out;
         }
         if (n >= n_ctx) {
-            si_cli_error("chat: the conversation (%lld tokens) no longer fits the context of %d "
-                         "tokens (-c)",
-                         (long long)n, n_ctx);
+            si_cli_error("chat: the conversation (%lld tokens) %s the context of %d tokens (-c)",
+                         (long long)n, turn > 1 ? "no longer fits" : "does not fit", n_ctx);
             goto out;
         }
         if ((size_t)n > cap_toks) {

@@ -139,6 +139,7 @@ int si_cmd_generate(int argc, char **argv)
     }
     if (si_run_trace_begin(&o) != 0)
         goto out;
+    si_run_note_ctx(llm, o.cp.n_ctx);
     if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
         si_cli_error("%s", si_last_error());
         goto out;

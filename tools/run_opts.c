@@ -344,3 +344,13 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
                 1e3 * st->flash_manage_seconds / n, 1e3 * compute / n);
     }
 }
+
+void si_run_note_ctx(const struct si_llm *llm, int32_t n_ctx)
+{
+    const int32_t train = si_llm_n_ctx_train(llm);
+    if (train > 0 && n_ctx > train)
+        fprintf(stderr,
+                "note: a context of %d tokens is past the %d the model was trained on: what "
+                "comes after position %d may lose coherence\n",
+                n_ctx, train, train);
+}

@@ -50,6 +50,10 @@ void si_run_log(void *user, const char *line);
 /* The StarPU engine's lines (placement, neurons, time per task kind); nothing
  * for the reference.  The kind "merge" of decoding is shown as work inside
  * the attention and head tasks unless o asked for --merge redux. */
+/* A note on stderr when a context of n_ctx tokens passes the model's
+ * training context (llama.cpp warns too): it runs, past what it was trained on. */
+void si_run_note_ctx(const struct si_llm *llm, int32_t n_ctx);
+
 void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struct si_stats *st);
 
 #endif /* SI_TOOLS_RUN_OPTS_H */

@@ -372,6 +372,54 @@ void si__unregister_batch_logits(struct si_engine *e)
 
 /* ------------------------------------------------------------ engine */
 
+/* Turn off StarPU's implicit dependencies (sequential consistency) on the
+ * handles that tasks only read: the weights.  Nothing writes them once
+ * packed, so they need none, and StarPU built with FxT (as install-deps
+ * builds it) keeps, for each handle, the job id of every finished task that
+ * read it until a task writes it (its "ghost" readers, for the trace's
+ * dependencies): 16 bytes malloc'ed per reading task, forever, on a handle
+ * that is only read; about 15 KiB a token on SmolLM2 (tools/soak).  After
+ * the partitions' tasks, which write the children. */
+static void read_only(starpu_data_handle_t h)
+{
+    if (h != NULL)
+        starpu_data_set_sequential_consistency_flag(h, 0);
+}
+
+/* h's children when it is partitioned, else h. */
+static void read_only_n(starpu_data_handle_t h, starpu_data_handle_t *c, int32_t n)
+{
+    if (h == NULL)
+        return;
+    if (c != NULL && c[0] != NULL)
+        for (int32_t j = 0; j < n; j++)
+            read_only(c[j]);
+    else
+        read_only(h);
+}
+
+static void read_only_weights(struct si_engine *e)
+{
+    si_runtime_wait_all(); /* the partition tasks */
+    for (int l = 0; l < e->m->hp.n_layer; l++) {
+        struct si__layer_state *L = &e->L[l];
+        for (int i = 0; i < 4; i++)
+            read_only(L->h_w[i]);
+        read_only_n(L->h_gate, L->h_gate_c, L->nsl);
+        read_only_n(L->h_up, L->h_up_c, L->nsl);
+        read_only_n(L->h_down, L->h_down_c, e->nd);
+        read_only_n(L->h_upb, L->h_upb_c, L->nsl);
+        if (!e->flash)
+            read_only_n(L->h_rec, L->h_rec_c, L->nsl);
+        else if (L->h_rec_c != NULL)
+            read_only(L->h_rec_c[0]); /* the resident hot records, registered alone */
+        read_only(L->h_fc1);
+        read_only(L->h_fc2);
+    }
+    read_only(e->h_out);
+    read_only(e->h_iota);
+}
+
 /* Register the engine-wide handles (activations, logits, the LM head, the
  * attention split's and the batches' buffers) and every layer's. */
 void si__register_engine(struct si_engine *e)
@@ -450,6 +498,7 @@ void si__register_engine(struct si_engine *e)
         starpu_data_set_name(e->h_bx, "x_batch");
         starpu_data_set_name(e->h_bxb, "ffn_in_batch");
     }
+    read_only_weights(e);
 }
 
 /* Undo si__register_engine, once every task has finished. */
