@@ -9,6 +9,7 @@
  */
 #include "starinfer.h"
 
+#include "flash/io.h"
 #include "flash/store.h"
 #include "graph/engine.h"
 #include "graph/runtime.h"
@@ -722,10 +723,11 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         if (ctx->fs != NULL) {
             const struct si_engine_stats es = si_engine_get_stats(ctx->eng);
             note(&p,
-                 "flash tier: %s store, %s; resident %.1f MiB, caches %.1f MiB (%lld records "
-                 "per layer of %d), window %d tokens",
+                 "flash tier: %s store, %s, %s; resident %.1f MiB, caches %.1f MiB (%lld "
+                 "records per layer of %d), window %d tokens",
                  si_flash_layout_name(ctx->fs->layout),
-                 ctx->fs->direct ? "direct I/O" : ctx->fs->why, mib(es.dram_resident),
+                 ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
+                 mib(es.dram_resident),
                  mib(es.flash_cache_bytes), (long long)es.flash_cache_records, m->hp.n_ff,
                  ep.flash_window);
         }

@@ -87,6 +87,19 @@ for mode in gate predictor; do
 done
 same "$tmp/q.gguf" gate --flash-store "$tmp/q.gguf.flash" --dram-budget 3.2M
 
+# Both ways of reading (flash/io.h): io_uring where it can be made, and the
+# pread threads; each names itself on the flash tier's line.
+for io in uring threads; do
+    if [ $io = uring ] && ! grep -q 'io_uring' <("$si" generate -m "$tmp/r.gguf" --sparsity gate \
+        --flash-store "$tmp/r.gguf.flash" -n 1 -p a 2>&1); then
+        echo "note: io_uring not used here (built without liburing, or refused): its run is left out"
+        continue
+    fi
+    STARINFER_FLASH_IO=$io same "$tmp/r.gguf" gate --flash-store "$tmp/r.gguf.flash" --flash-window 0
+    want=$([ $io = uring ] && echo "io_uring, 128 in flight" || echo "16 pread threads")
+    grep -q "^flash tier: .*$want" "$tmp/gerr" || fail "STARINFER_FLASH_IO=$io: $(grep '^flash tier' "$tmp/gerr")"
+done
+
 # The window saves reads: window 5 reads less than window 0.
 gen "$tmp/r.gguf" --sparsity gate --flash-store "$tmp/r.gguf.flash" --flash-window 0
 w0=$(sed -n 's/^flash: per token: read \([0-9.]*\) MiB.*/\1/p' "$tmp/gerr")
@@ -97,6 +110,8 @@ awk -v a="$w5" -v b="$w0" 'BEGIN { exit !(a > 0 && a < b) }' ||
 echo "ok: MiB read per token: window 0 $w0, window 5 $w5"
 
 # Bad input.
+STARINFER_FLASH_IO=aio expect_error 1 "STARINFER_FLASH_IO=aio: say uring (io_uring) or threads" \
+    generate -m "$tmp/r.gguf" --sparsity gate --flash-store "$tmp/r.gguf.flash" -n 1 -p a
 expect_error 1 "convert: say --bundle" convert -m "$tmp/r.gguf"
 expect_error 1 "convert: no model" convert --bundle
 expect_error 1 "No such file or directory" convert -m "$tmp/none.gguf" --bundle

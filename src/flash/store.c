@@ -1,6 +1,7 @@
 /* store.c - the flash store: writing, opening, parallel direct reads (see store.h). */
 #include "flash/store.h"
 
+#include "flash/io.h"
 #include "internal.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
@@ -303,143 +304,14 @@ done:
     return rc;
 }
 
-/* ------------------------------------------------------------ reading threads */
-
-struct si_flash_io {
-    pthread_mutex_t lock, call; /* lock: the job; call: one si_flash_read at a time */
-    pthread_cond_t work, done;
-    pthread_t *threads;
-    int n_threads;
-    bool quit;
-    int fd;
-    const struct si_flash_req *req;
-    int64_t n_req;
-    atomic_llong next; /* the next request to take */
-    int64_t finished;  /* requests done (under lock) */
-    int err_no;        /* the first failure's errno (EIO for a short file) */
-    uint64_t gen;      /* jobs started: a thread works once per job */
-};
-
-static int read_one(int fd, const struct si_flash_req *r)
-{
-    size_t got = 0;
-    while (got < r->len) {
-        ssize_t n = pread(fd, (char *)r->dst + got, r->len - got, (off_t)(r->off + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return errno;
-        if (n == 0)
-            return EIO; /* the store is shorter than its header says */
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-/* Take requests until none is left; returns how many this thread did. */
-static int64_t drain(struct si_flash_io *io, int *err_no)
-{
-    int64_t did = 0;
-    for (;;) {
-        const long long k = atomic_fetch_add(&io->next, 1);
-        if (k >= io->n_req)
-            return did;
-        int e = read_one(io->fd, &io->req[k]);
-        if (e != 0 && *err_no == 0)
-            *err_no = e;
-        did++;
-    }
-}
-
-static void *io_main(void *arg)
-{
-    struct si_flash_io *io = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&io->lock);
-    for (;;) {
-        while (!io->quit && io->gen == seen)
-            pthread_cond_wait(&io->work, &io->lock);
-        if (io->quit)
-            break;
-        seen = io->gen;
-        pthread_mutex_unlock(&io->lock);
-        int e = 0;
-        const int64_t did = drain(io, &e);
-        pthread_mutex_lock(&io->lock);
-        if (e != 0 && io->err_no == 0)
-            io->err_no = e;
-        io->finished += did;
-        if (io->finished == io->n_req)
-            pthread_cond_signal(&io->done);
-    }
-    pthread_mutex_unlock(&io->lock);
-    return NULL;
-}
-
-static void io_free(struct si_flash_io *io)
-{
-    if (io == NULL)
-        return;
-    pthread_mutex_lock(&io->lock);
-    io->quit = true;
-    pthread_cond_broadcast(&io->work);
-    pthread_mutex_unlock(&io->lock);
-    for (int i = 0; i < io->n_threads; i++)
-        pthread_join(io->threads[i], NULL);
-    pthread_mutex_destroy(&io->lock);
-    pthread_mutex_destroy(&io->call);
-    pthread_cond_destroy(&io->work);
-    pthread_cond_destroy(&io->done);
-    free(io->threads);
-    free(io);
-}
-
-static struct si_flash_io *io_init(int fd, int n)
-{
-    struct si_flash_io *io = calloc(1, sizeof *io);
-    if (io == NULL)
-        return NULL;
-    io->fd = fd;
-    pthread_mutex_init(&io->lock, NULL);
-    pthread_mutex_init(&io->call, NULL);
-    pthread_cond_init(&io->work, NULL);
-    pthread_cond_init(&io->done, NULL);
-    io->threads = calloc((size_t)n, sizeof *io->threads);
-    if (io->threads == NULL) {
-        io_free(io);
-        return NULL;
-    }
-    for (int i = 0; i < n; i++) {
-        if (pthread_create(&io->threads[i], NULL, io_main, io) != 0)
-            break;
-        io->n_threads++;
-    }
-    if (io->n_threads == 0) {
-        io_free(io);
-        return NULL;
-    }
-    return io;
-}
+/* ------------------------------------------------------------ reading */
 
 int si_flash_read(struct si_flash_store *s, const struct si_flash_req *req, int64_t n)
 {
-    struct si_flash_io *io = s->io;
     if (n <= 0)
         return SI_OK;
-    pthread_mutex_lock(&io->call);
-    pthread_mutex_lock(&io->lock);
-    io->req = req;
-    io->n_req = n;
-    atomic_store(&io->next, 0);
-    io->finished = 0;
-    io->err_no = 0;
-    io->gen++;
-    pthread_cond_broadcast(&io->work);
-    while (io->finished < io->n_req)
-        pthread_cond_wait(&io->done, &io->lock);
-    const int e = io->err_no;
-    io->n_req = 0;
-    pthread_mutex_unlock(&io->lock);
+    pthread_mutex_lock(&s->read_lock);
+    const int e = si_flash_io_read(s->io, req, n);
     /* What was read is the store's only while the file is the one opened. */
     struct stat now;
     int rc = SI_OK;
@@ -456,7 +328,7 @@ int si_flash_read(struct si_flash_store *s, const struct si_flash_req *req, int6
         rc = si__errf(s->read_err, sizeof s->read_err, SI_E_IO, "%s: reading the flash store: %s",
                       s->path, e == EIO ? "input/output error, or a record past its end"
                                         : strerror(e));
-    pthread_mutex_unlock(&io->call);
+    pthread_mutex_unlock(&s->read_lock);
     return rc;
 }
 
@@ -466,7 +338,9 @@ void si_flash_store_free(struct si_flash_store *s)
 {
     if (s == NULL)
         return;
-    io_free(s->io);
+    si_flash_io_free(s->io);
+    if (s->read_lock_made)
+        pthread_mutex_destroy(&s->read_lock);
     if (s->fd >= 0)
         close(s->fd);
     free(s->path);
@@ -632,7 +506,7 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
                                  .dst = buf};
         if (s->layout == SI_FLASH_SPLIT)
             r.off = s->base[1];
-        int e = buf != NULL ? read_one(s->fd, &r) : ENOMEM;
+        int e = buf != NULL ? si_flash_io_pread(s->fd, &r) : ENOMEM;
         free(buf);
         if (e == 0) {
             s->direct = true;
@@ -656,10 +530,10 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
         rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         goto fail;
     }
-    if ((s->io = io_init(s->fd, n_io > 0 ? n_io : 16)) == NULL) {
-        rc = si__errf(err, err_size, SI_E_NOMEM, "cannot start the flash reader threads");
+    if ((rc = si_flash_io_init(&s->io, s->fd, 0, n_io, err, err_size)) != SI_OK)
         goto fail;
-    }
+    pthread_mutex_init(&s->read_lock, NULL);
+    s->read_lock_made = true;
     *out = s;
     return SI_OK;
 fail:

@@ -36,6 +36,7 @@
 
 #include "model/model.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -104,11 +105,14 @@ struct si_flash_store {
                        * bundled [0] = records; split [0] gate, [1] up, [2] down_t */
     float *bias;      /* split: (n_layer, n_ff) the biases, by neuron id */
     uint64_t file_bytes;
-    struct si_flash_io *io;
+    struct si_flash_io *io; /* io_uring or pread threads (flash/io.h) */
+    pthread_mutex_t read_lock; /* one si_flash_read at a time (its check of the file) */
+    bool read_lock_made;
 };
 
 /*
- * Open the store at path for model m with n_io reader threads (0: 16),
+ * Open the store at path for model m, read through io_uring or n_io reader
+ * threads (0: 16) (flash/io.h),
  * checking it belongs to m.  O_DIRECT when the file system takes it (a test
  * read decides); else buffered reads, with direct false and why filled.
  * SI_OK, SI_E_NOT_FOUND, SI_E_FORMAT (not a store, or another model's),
