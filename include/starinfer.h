@@ -55,8 +55,10 @@
  * Misuse.  The library keeps the set of its live handles and checks a handle
  * against it before touching it, so these are a status (SI_E_INVALID, or
  * nothing done for the calls that return nothing) with si_last_error()
- * saying what happened, never a crash: a context or model freed twice, or
- * used after si_*_free(); si_context_init() on a freed model; si_llm_free()
+ * saying what happened, never a crash: a context freed twice, or used by any
+ * si_context_* / si_generate* call after its free; a model freed twice, or
+ * given to si_context_init() after its free (the si_llm_* queries do not
+ * check: they are plain reads of a handle the caller holds); si_llm_free()
  * while contexts of the model are live (refused: the model is kept, free
  * them first); a second call into a context while one runs (another thread's,
  * or the generation's own callback calling back into its context).  A
