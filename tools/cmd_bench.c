@@ -130,15 +130,6 @@ static int print_policies(void)
     return 0;
 }
 
-static bool known_policy(const char *name)
-{
-    struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
-    for (int i = 0; pol[i] != NULL; i++)
-        if (!strcmp(pol[i]->policy_name, name))
-            return true;
-    return false;
-}
-
 /* One run under the policy now in STARPU_SCHED; 0 or 1 after an error
  * message. */
 static int bench_once(const struct si_model *m, struct si_engine_params ep,
@@ -384,7 +375,7 @@ int si_cmd_bench(int argc, char **argv)
             free(list);
             return si_cli_error("--sched: more than %d policies", MAX_SCHEDS);
         }
-        if (!known_policy(t)) {
+        if (!si_runtime_sched_known(t)) {
             si_cli_error("--sched: StarPU has no scheduling policy '%s' (starinfer bench "
                          "--sched list shows them)",
                          t);

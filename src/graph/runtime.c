@@ -21,6 +21,15 @@ static pthread_t caller_thread;
 static cpu_set_t caller_mask;
 static bool caller_mask_saved;
 
+bool si_runtime_sched_known(const char *name)
+{
+    struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
+    for (size_t i = 0; pol[i] != NULL; i++)
+        if (pol[i]->policy_name != NULL && !strcmp(pol[i]->policy_name, name))
+            return true;
+    return false;
+}
+
 /*
  * The StarPU environment variables whose bad values StarPU answers with an
  * abort (worker counts: "cannot be negative", "must contain an integer") or
@@ -45,11 +54,7 @@ static int check_env(char *err, size_t err_size)
         }
     }
     const char *sched = getenv("STARPU_SCHED");
-    if (sched != NULL && strcmp(sched, "help") != 0) {
-        struct starpu_sched_policy **pol = starpu_sched_get_predefined_policies();
-        for (size_t i = 0; pol[i] != NULL; i++)
-            if (pol[i]->policy_name != NULL && !strcmp(pol[i]->policy_name, sched))
-                return SI_OK;
+    if (sched != NULL && strcmp(sched, "help") != 0 && !si_runtime_sched_known(sched)) {
         snprintf(err, err_size,
                  "STARPU_SCHED=%s: StarPU has no such scheduler (`starinfer bench --sched list` "
                  "lists them)",

@@ -34,6 +34,10 @@ struct si_runtime {
  */
 int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size);
 
+/* Whether name is one of StarPU's scheduling policies (STARPU_SCHED's values;
+ * si_runtime_start refuses an unknown one). */
+bool si_runtime_sched_known(const char *name);
+
 /* Stop StarPU if si_runtime_start() started it (running the caller's
  * worker until no task is left, when it has one). */
 void si_runtime_stop(struct si_runtime *rt);
