@@ -323,8 +323,7 @@ int main(int argc, char **argv)
         current = only;
         size_t n = make_input(s, only, buf);
         if (save != NULL) {
-            FILE *f = fopen(save, "wb");
-            if (f == NULL || fwrite(buf, 1, n, f) != n || fclose(f) != 0)
+            if (fuzz_write_file(save, buf, n) != 0)
                 die("cannot write %s", save);
             printf("%s: input %lld (%zu bytes) written to %s\n", prog, only, n, save);
         }

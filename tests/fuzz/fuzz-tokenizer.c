@@ -228,8 +228,12 @@ int fuzz_write_seeds(const char *dir)
     };
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         const size_t n = seeds[i].len ? seeds[i].len : 2 + strlen(seeds[i].text + 2);
-        if (fuzz_write_file(dir, seeds[i].name, seeds[i].text, n) != 0)
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, seeds[i].name);
+        if (fuzz_write_file(path, seeds[i].text, n) != 0) {
+            fprintf(stderr, "fuzz-tokenizer: cannot write %s\n", path);
             return -1;
+        }
     }
     return 0;
 }

@@ -50,7 +50,7 @@ struct si_model *fuzz_tiny_model(void);
 uint64_t fuzz_touch(const void *p, size_t n);
 extern volatile uint64_t fuzz_sink;
 
-/* Write n bytes to dir/name; 0 or -1 (with a message on stderr). */
-int fuzz_write_file(const char *dir, const char *name, const void *p, size_t n);
+/* Write n bytes to path; 0 or -1 (the caller says so). */
+int fuzz_write_file(const char *path, const void *p, size_t n);
 
 #endif /* SI_TESTS_FUZZ_H */
