@@ -26,12 +26,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void check_refusal(const char *err)
-{
-    if (err[0] == '\0' || strchr(err, '\n') != NULL)
-        fuzz_fail("the refusal is not one line: '%s'", err);
-}
-
 static void check(const struct si_profile *p, const struct si_model *m)
 {
     if (p->n_layer < 1 || p->n_ff < 1 || p->n_tokens < 0)
@@ -64,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct si_profile *p = NULL;
         char err[256] = "";
         if (si_profile_read(&p, path, with_model ? m : NULL, err, sizeof err) != SI_OK) {
-            check_refusal(err);
+            fuzz_check_refusal(err);
             continue;
         }
         fuzz_accepted += with_model;

@@ -25,6 +25,12 @@ void fuzz_fail(const char *fmt, ...)
     abort();
 }
 
+void fuzz_check_refusal(const char *err)
+{
+    if (err[0] == '\0' || strchr(err, '\n') != NULL)
+        fuzz_fail("the refusal is not one line: '%s'", err);
+}
+
 uint64_t fuzz_touch(const void *p, size_t n)
 {
     const uint8_t *b = p;

@@ -38,6 +38,9 @@ extern uint64_t fuzz_accepted;
  * range it checked): print why and abort, so both runners see a crash. */
 _Noreturn void fuzz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A reader's refusal must be one line: not empty, no newline (else fuzz_fail). */
+void fuzz_check_refusal(const char *err);
+
 /* The input as a file for the readers that take a path: a memory file
  * (memfd) rewritten for each input; the returned path stays valid. */
 const char *fuzz_file(const uint8_t *data, size_t size);
