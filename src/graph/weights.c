@@ -13,9 +13,9 @@
  * into memory instead of mapped (--no-mmap) the original stays: that mode
  * holds both copies.
  *
- * What is packed: Q4_0, Q4_1 and Q8_0 matrices (si_pack8_type), with converted
- * activations (act_quant), whose every split into tasks falls on groups of
- * 8 rows (si__split8_ok; the attention's kv-head groups: head_dim a
+ * What is packed: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices (si_pack8_type),
+ * with converted activations (act_quant), whose every split into tasks falls
+ * on groups of 8 rows (si__split8_ok; the attention's kv-head groups: head_dim a
  * multiple of 8); the FFN's gate, up and down in dense mode, in layers
  * without a hot slice (the GPU's slice reads the row layout); in gate mode
  * the engine's gating rows of each cold slice, in place (no copy).

@@ -13,6 +13,24 @@
 #include <string.h>
 
 #define QK 32
+#define QK_K 256
+
+/*
+ * The K types' packed super-block (pack8.h): runs of units, each run the
+ * unit u of rows 0 .. 7 one after the other for u < count, the unit `unit`
+ * bytes at `at` + u * unit of the row's super-block.
+ */
+struct k_run {
+    uint8_t at, unit, count;
+};
+static const struct k_run q4_k_runs[] = {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}};
+static const struct k_run q6_k_runs[] = {{208, 2, 1}, {192, 1, 16}, {0, 4, 32}, {128, 4, 16}};
+
+static const struct k_run *k_runs(uint32_t t, int *n_runs)
+{
+    *n_runs = 4;
+    return t == SI_TYPE_Q4_K ? q4_k_runs : q6_k_runs;
+}
 
 size_t si_pack8_block_bytes(uint32_t t)
 {
@@ -23,15 +41,71 @@ size_t si_pack8_block_bytes(uint32_t t)
         return 8 * 20;
     case SI_TYPE_Q8_0:
         return 8 * 34;
+    case SI_TYPE_Q4_K:
+        return 8 * 144;
+    case SI_TYPE_Q6_K:
+        return 8 * 210;
     default:
         return 0;
     }
+}
+
+static bool k_type(uint32_t t)
+{
+    return t == SI_TYPE_Q4_K || t == SI_TYPE_Q6_K;
+}
+
+/* Moves one super-block between row r's layout (blk) and the packed one
+ * (g): to the group where `pack`, else back to the row. */
+static void k_block(uint32_t t, uint8_t *g, uint8_t *blk, int r, bool pack)
+{
+    int n_runs;
+    const struct k_run *run = k_runs(t, &n_runs);
+    for (int i = 0; i < n_runs; i++) {
+        for (int u = 0; u < run[i].count; u++) {
+            uint8_t *row = blk + run[i].at + u * run[i].unit;
+            uint8_t *packed = g + ((size_t)u * 8 + (size_t)r) * run[i].unit;
+            uint8_t *to = pack ? packed : row;
+            const uint8_t *from = pack ? row : packed;
+            switch (run[i].unit) { /* sizes the compiler knows: moves, not calls */
+            case 4:
+                memcpy(to, from, 4);
+                break;
+            case 2:
+                memcpy(to, from, 2);
+                break;
+            default:
+                *to = *from;
+            }
+        }
+        g += 8 * (size_t)run[i].count * run[i].unit;
+    }
+}
+
+void si__unpack8_block(uint32_t t, const void *group_block, int r, void *block)
+{
+    assert(k_type(t) && r >= 0 && r < 8);
+    k_block(t, (uint8_t *)group_block, block, r, false);
+}
+
+/* The K types: every super-block's runs. */
+static void k_pack(uint32_t t, const uint8_t *src, size_t row_bytes, int64_t n, uint8_t *o)
+{
+    const size_t bb = si_pack8_block_bytes(t), rb = bb / 8;
+    for (int64_t b = 0; b < n / QK_K; b++, o += bb)
+        for (int r = 0; r < 8; r++)
+            k_block(t, o, (uint8_t *)src + (size_t)r * row_bytes + (size_t)b * rb, r, true);
 }
 
 void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *dst)
 {
     const size_t bb = si_pack8_block_bytes(t), rb = bb / 8;
     assert(bb != 0 && n % QK == 0);
+    if (k_type(t)) {
+        assert(n % QK_K == 0);
+        k_pack(t, rows, row_bytes, n, dst);
+        return;
+    }
     const uint8_t *src = rows;
     uint8_t *o = dst;
     const int hb = t == SI_TYPE_Q4_1 ? 4 : 2; /* the block's scale (and min) bytes */
@@ -69,6 +143,11 @@ void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row)
     assert(bb != 0 && n % QK == 0 && r >= 0 && r < 8);
     const uint8_t *g = group;
     uint8_t *o = row;
+    if (k_type(t)) {
+        for (int64_t b = 0; b < n / QK_K; b++, g += bb, o += rb)
+            si__unpack8_block(t, g, r, o);
+        return;
+    }
     const int hb = t == SI_TYPE_Q4_1 ? 4 : 2;
     for (int64_t b = 0; b < n / QK; b++, g += bb, o += rb) {
         memcpy(o, g + 2 * r, 2);

@@ -21,6 +21,19 @@
  *   Q4_1: 8 scales, 8 mins (f16), then the quants as Q4_0's, 160 bytes;
  *   Q8_0: 8 scales, then the 8 rows' 32 quants one row after the other,
  *         272 bytes.
+ * Per super-block of 256 values of the K types, each row's bytes moved
+ * whole in units, unit u of rows 0 .. 7 side by side:
+ *   Q4_K: the 8 d (f16), the 8 dmin, then the 12 scale bytes as 3 units
+ *         of 4 (unit u: bytes 32 + 32u + 4r of the packed block for row
+ *         r), then the 128 quant bytes as 32 units of 4 (unit u at 128 +
+ *         32u + 4r: the row's qs[4u .. 4u + 3], values 4k .. 4k + 3 of two
+ *         sub-blocks in their low and high nibbles), 1152 bytes;
+ *   Q6_K: the 8 d, the 16 scales as 16 units of 1 (scale s of row r at 16
+ *         + 8s + r), the 128 ql bytes as 32 units of 4 (at 144 + 32u + 4r),
+ *         the 64 qh bytes as 16 units of 4 (at 1168 + 32u + 4r), 1680
+ *         bytes.
+ * So a 32-byte load holds 4 consecutive values of the 8 rows, a lane of 4
+ * bytes per row: a kernel keeps each row in a lane of its vectors.
  * Other types are not packed (si_pack8_type() false).
  *
  * si_vec_dot_act8() gives each row's si_vec_dot_act(), bit for bit, with
@@ -37,7 +50,7 @@
 /* Bytes of one packed block of 8 rows of type t (0: t is not packed). */
 size_t si_pack8_block_bytes(uint32_t t);
 
-/* Whether si_pack8 packs rows of type t (Q4_0, Q4_1, Q8_0). */
+/* Whether si_pack8 packs rows of type t (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K). */
 static inline bool si_pack8_type(uint32_t t)
 {
     return si_pack8_block_bytes(t) != 0;
@@ -53,6 +66,11 @@ void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *d
 /* Row r (0 .. 7) of the packed group at group, back in the row layout at
  * row (row_bytes bytes). */
 void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row);
+
+/* The K types (Q4_K, Q6_K): super-block b of row r from the packed
+ * super-block at group_block (group + b * si_pack8_block_bytes(t)), at
+ * block (one row's super-block bytes).  For the scalar kernels. */
+void si__unpack8_block(uint32_t t, const void *group_block, int r, void *block);
 
 /* The 8 rows of the packed group as floats, row r at dst + r * n, the
  * values si_dequantize_row() gives. */

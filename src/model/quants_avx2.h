@@ -1,7 +1,8 @@
 /*
- * quants_avx2.h - what the two files of the AVX2 kernels share: the byte
- * and vector helpers both use, and the kernels of quants_avx2_act.c and
- * quants_avx2_pack8.c that the tables (quants_avx2.c, quants_avx2_act.c) list.
+ * quants_avx2.h - what the files of the AVX2 kernels share: the byte and
+ * vector helpers they use, and the kernels of quants_avx2_act.c,
+ * quants_avx2_pack8.c and quants_avx2_pack8k.c that the tables
+ * (quants_avx2.c, quants_avx2_act.c) list.
  *
  * For those two files only, which libstarinfer_avx2.la builds with
  * -mavx2 -mfma -mf16c: include it where __AVX2__, __FMA__ and __F16C__ are
@@ -112,6 +113,16 @@ void si__avx2_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float 
 void si__avx2_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__vnni_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
+
+/* The K types' packed groups (quants_avx2_pack8k.c). */
+void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float out[8]);
+void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8]);
+void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst);
+void si__avx2_dequantize8_q6_k(const void *group, int64_t n, float *dst);
+void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                         const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
+void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                         const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
 
 /* 8 rows at any addresses (si__dot_act8p_fn; quants_avx2_pack8.c). */
 void si__avx2_dot_act8p_q4_0(const void *const rows[8], const void *xa, int64_t n, float out[8],

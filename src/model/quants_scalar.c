@@ -682,105 +682,6 @@ static float dot_act_q4_0(const void *row, const void *xa, int64_t n)
     return sum;
 }
 
-/*
- * dot_act of each row of a group packed by si_pack8 (model/pack8.h): the
- * sums of dot_act_q8_0 and dot_act_q4_0, row by row, from the packed
- * layout (8 scales, then the quants: Q8_0 row after row, Q4_0 two rows a
- * byte, low nibble the even row).
- */
-static void dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8])
-{
-    const uint8_t *w = group, *a = xa;
-    float sum[8] = {0};
-    for (int64_t i = 0; i < n; i += QK, w += 8 * 34, a += 34) {
-        const int8_t *qa = (const int8_t *)(a + 2);
-        for (int r = 0; r < 8; r++) {
-            const int8_t *qw = (const int8_t *)(w + 16 + 32 * r);
-            int s = 0;
-            for (int j = 0; j < QK; j++)
-                s += qw[j] * qa[j];
-            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a));
-        }
-    }
-    memcpy(out, sum, sizeof sum);
-}
-
-static void dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8])
-{
-    const uint8_t *w = group, *a = xa;
-    float sum[8] = {0};
-    for (int64_t i = 0; i < n; i += QK, w += 8 * 18, a += 34) {
-        const int8_t *qa = (const int8_t *)(a + 2);
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *run = w + 16 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
-            int s = 0;
-            for (int j = 0; j < QK; j++)
-                s += (((run[j] >> shift) & 0xf) - 8) * qa[j];
-            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a));
-        }
-    }
-    memcpy(out, sum, sizeof sum);
-}
-
-static void dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8])
-{
-    const uint8_t *w = group, *a = xa;
-    float sum[8] = {0};
-    for (int64_t i = 0; i < n; i += QK, w += 8 * 20, a += 36) {
-        const int8_t *qa = (const int8_t *)(a + 4);
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *run = w + 32 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
-            int s = 0;
-            for (int j = 0; j < QK; j++)
-                s += ((run[j] >> shift) & 0xf) * qa[j];
-            sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a)) +
-                      half_at(w + 16 + 2 * r) * half_at(a + 2);
-        }
-    }
-    memcpy(out, sum, sizeof sum);
-}
-
-/* dequantize of each row of a packed group (model/pack8.h), row r at dst + r * n. */
-static void dequantize8_q8_0(const void *group, int64_t n, float *dst)
-{
-    const uint8_t *g = group;
-    for (int64_t i = 0; i < n; i += QK, g += 8 * 34)
-        for (int r = 0; r < 8; r++) {
-            const float d = half_at(g + 2 * r);
-            const int8_t *q = (const int8_t *)(g + 16 + 32 * r);
-            for (int j = 0; j < QK; j++)
-                dst[r * n + i + j] = d * q[j];
-        }
-}
-
-static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
-{
-    const uint8_t *g = group;
-    for (int64_t i = 0; i < n; i += QK, g += 8 * 18)
-        for (int r = 0; r < 8; r++) {
-            const float d = half_at(g + 2 * r);
-            const uint8_t *run = g + 16 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
-            for (int j = 0; j < QK; j++)
-                dst[r * n + i + j] = d * (((run[j] >> shift) & 0xf) - 8);
-        }
-}
-
-static void dequantize8_q4_1(const void *group, int64_t n, float *dst)
-{
-    const uint8_t *g = group;
-    for (int64_t i = 0; i < n; i += QK, g += 8 * 20)
-        for (int r = 0; r < 8; r++) {
-            const float d = half_at(g + 2 * r), m = half_at(g + 16 + 2 * r);
-            const uint8_t *run = g + 32 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
-            for (int j = 0; j < QK; j++)
-                dst[r * n + i + j] = d * ((run[j] >> shift) & 0xf) + m;
-        }
-}
-
 static float dot_act_q5_0(const void *row, const void *xa, int64_t n)
 {
     const uint8_t *w = row, *a = xa;
@@ -876,31 +777,36 @@ static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
  * tokens of a batch.  The integers are exact, so every implementation gets
  * the same bits.
  */
+void si__q4_k_block(const void *block, const void *xa, int group, float *acc, float *accm)
+{
+    const uint8_t *w = block, *a = xa;
+    int16_t bsums[QK_K / 16];
+    const float da = q8_k_header(a, bsums);
+    const int8_t *qa = (const int8_t *)(a + 4);
+    int q[QK_K];
+    k_quants(NULL, w + 16, q);
+    const float dd = half_at(w) * da, dm = half_at(w + 2) * da;
+    for (int j0 = 0; j0 < 8; j0 += group) {
+        int isum = 0, msum = 0;
+        for (int j = j0; j < j0 + group; j++) {
+            int scale, min, s = 0;
+            si__k_scale_min(w + 4, j, &scale, &min);
+            for (int l = 32 * j; l < 32 * j + 32; l++)
+                s += q[l] * qa[l];
+            isum += scale * s;
+            msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        *acc = fmaf((float)isum, dd, *acc);
+        *accm = fmaf((float)msum, dm, *accm);
+    }
+}
+
 float si__dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group)
 {
     const uint8_t *w = row, *a = xa;
     float acc = 0.0f, accm = 0.0f;
-    for (int64_t i = 0; i < n; i += QK_K, w += 144, a += 292) {
-        int16_t bsums[QK_K / 16];
-        const float da = q8_k_header(a, bsums);
-        const int8_t *qa = (const int8_t *)(a + 4);
-        int q[QK_K];
-        k_quants(NULL, w + 16, q);
-        const float dd = half_at(w) * da, dm = half_at(w + 2) * da;
-        for (int j0 = 0; j0 < 8; j0 += group) {
-            int isum = 0, msum = 0;
-            for (int j = j0; j < j0 + group; j++) {
-                int scale, min, s = 0;
-                si__k_scale_min(w + 4, j, &scale, &min);
-                for (int l = 32 * j; l < 32 * j + 32; l++)
-                    s += q[l] * qa[l];
-                isum += scale * s;
-                msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
-            }
-            acc = fmaf((float)isum, dd, acc);
-            accm = fmaf((float)msum, dm, accm);
-        }
-    }
+    for (int64_t i = 0; i < n; i += QK_K, w += 144, a += 292)
+        si__q4_k_block(w, a, group, &acc, &accm);
     return acc - accm;
 }
 
@@ -916,8 +822,9 @@ static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 
 /* A Q6_K super-block's exact integer dot with a Q8_K one: sum over its 16
  * sub-blocks of scale_j * (q_w . q_a). */
-static int q6_k_isum(const uint8_t *w, const uint8_t *a)
+int si__q6_k_isum(const void *block, const void *xa)
 {
+    const uint8_t *w = block, *a = xa;
     const int8_t *qa = (const int8_t *)(a + 4), *sc = (const int8_t *)(w + 192);
     int q[QK_K], isum = 0;
     q6_k_values(w, q);
@@ -938,7 +845,7 @@ static float dot_act_q6_k(const void *row, const void *xa, int64_t n)
     for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
         int16_t bsums[QK_K / 16];
         float da = q8_k_header(a, bsums);
-        sum += da * half_at(w + 208) * (float)q6_k_isum(w, a);
+        sum += da * half_at(w + 208) * (float)si__q6_k_isum(w, a);
     }
     return sum;
 }
@@ -955,7 +862,7 @@ float si__dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n)
     for (int64_t i = 0; i < n; i += QK_K, w += 210, a += 292) {
         int16_t bsums[QK_K / 16];
         const float da = q8_k_header(a, bsums);
-        acc = fmaf(half_at(w + 208) * (float)q6_k_isum(w, a), da, acc);
+        acc = fmaf(half_at(w + 208) * (float)si__q6_k_isum(w, a), da, acc);
     }
     return acc;
 }
@@ -1007,17 +914,24 @@ const struct si__quants_table si__quants_scalar = {
             [SI_TYPE_F16] = {dequantize_f16, dot_f16, quantize_act_f16, dot_act_f16, mad_f16},
             [SI_TYPE_BF16] = {dequantize_bf16, dot_bf16, quantize_act_bf16, dot_act_bf16, mad_bf16},
             [SI_TYPE_Q8_0] = {dequantize_q8_0, dot_q8_0, quantize_act_q8_0, dot_act_q8_0, mad_q8_0,
-                              .dot_act8 = dot_act8_q8_0, .dequantize8 = dequantize8_q8_0},
+                              .dot_act8 = si__scalar_dot_act8_q8_0,
+                              .dequantize8 = si__scalar_dequantize8_q8_0},
             [SI_TYPE_Q8_1] = {NULL, NULL, quantize_act_q8_1, NULL},
             [SI_TYPE_Q8_K] = {NULL, NULL, quantize_act_q8_k, NULL},
             [SI_TYPE_Q4_0] = {dequantize_q4_0, dot_q4_0, NULL, dot_act_q4_0, mad_q4_0,
-                              .dot_act8 = dot_act8_q4_0, .dequantize8 = dequantize8_q4_0},
+                              .dot_act8 = si__scalar_dot_act8_q4_0,
+                              .dequantize8 = si__scalar_dequantize8_q4_0},
             [SI_TYPE_Q4_1] = {dequantize_q4_1, dot_q4_1, NULL, dot_act_q4_1, mad_q4_1,
-                              .dot_act8 = dot_act8_q4_1, .dequantize8 = dequantize8_q4_1},
+                              .dot_act8 = si__scalar_dot_act8_q4_1,
+                              .dequantize8 = si__scalar_dequantize8_q4_1},
             [SI_TYPE_Q5_0] = {dequantize_q5_0, dot_q5_0, NULL, dot_act_q5_0, mad_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, dot_act_q5_1, mad_q5_1},
-            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k},
+            [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k,
+                              .dot_act8 = si__scalar_dot_act8_q4_k,
+                              .dequantize8 = si__scalar_dequantize8_q4_k},
             [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
-            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k},
+            [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k,
+                              .dot_act8 = si__scalar_dot_act8_q6_k,
+                              .dequantize8 = si__scalar_dequantize8_q6_k},
         },
 };

@@ -1,0 +1,441 @@
+/*
+ * quants_avx2_pack8k.c - the AVX2 kernels of the K types (Q4_K, Q6_K) on
+ * groups of 8 rows packed by si_pack8 (model/pack8.h): each row's result
+ * equal, bit for bit, to the AVX2 table's dot_act of that row
+ * (quants_avx2_act.c).
+ *
+ * The packed super-block puts 4 consecutive values of the 8 rows in one
+ * 32-byte load, a 4-byte lane per row, so a row's integer products stay in
+ * its lane: maddubs with 4 activation bytes broadcast, then madd with the
+ * row's sub-block scale (int16, twice in the lane) gives row r's scaled sum
+ * of those 4 values in lane r.  The integer sums of a super-block are exact
+ * whatever their order; what must match dot_act is the float arithmetic
+ * after them, which these kernels do lane by lane with the same operations:
+ *   Q4_K: acc = fma(isum, d * d_a, acc) and accm = fma(msum, dmin * d_a,
+ *         accm) per super-block, row = acc - accm (dot_act's scalar chain,
+ *         here 8 rows in the 8 lanes);
+ *   Q6_K: dot_act keeps 8 float lanes per row (lane m: values 4m .. 4m+3 of
+ *         every 32), so these keep 8 vectors, vector m lane r being row r's
+ *         lane m, and add them at the end in hsum's order.
+ * One sequential stream, prefetched PREFETCH bytes ahead, as the other
+ * packed kernels (quants_avx2_pack8.c).
+ *
+ * Pure kernels; quants_avx2.c lists them in its table.
+ */
+#include "model/quants_impl.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include "model/pack8.h"
+#include "model/quants_avx2.h"
+
+#include <immintrin.h>
+
+#define UNROLL_(n) _Pragma(#n)
+#define UNROLL(n)  UNROLL_(GCC unroll n)
+
+/* As the other packed kernels (docs/measurements.md, "Packed rows"). */
+#define PREFETCH 2048
+
+INLINE int32_t i32_at(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* pshufb control: lane r's bytes j0 and j1 (of its 4) as two int16. */
+INLINE __m256i lane_bytes16(int j0, int j1)
+{
+    const __m256i at = _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000c000c, 0, 0x00040004,
+                                         0x00080008, 0x000c000c);
+    return _mm256_add_epi32(
+        at, _mm256_set1_epi32((int)(0x80008000u | (uint32_t)j1 << 16 | (uint32_t)j0)));
+}
+
+/*
+ * Q4_K.  Packed super-block: d[8], dmin[8], the scale bytes 0-3, 4-7, 8-11
+ * of the 8 rows (32 bytes each), then unit u = 8c + k of the quants at 128
+ * + 32u: bytes 4k .. 4k+3 of chunk c (values 64c + 4k .. of sub-block 2c
+ * in the low nibbles, of sub-block 2c + 1 in the high ones).
+ */
+void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
+                  m03 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 256, w += 8 * 144, a += 292) {
+        for (int l = 0; l < 8 * 144; l += 64)
+            _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);
+        const __m256 da = _mm256_set1_ps(f32_at(a));
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), da);
+        const __m256 dm =
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))), da);
+        /* k_scales_mins (quants_avx2_act.c) in every lane: lane r's bytes
+         * are row r's scales 0-3 (sc0), 4-7 (sc1), mins 0-3 (mn0), 4-7 (mn1) */
+        const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+        const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
+        const __m256i sc[2] = {
+            _mm256_and_si256(u0, m3f),
+            _mm256_or_si256(_mm256_and_si256(u2, low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
+        };
+        const __m256i mn[2] = {
+            _mm256_and_si256(u1, m3f),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
+        };
+        /* msum = sum_j min_j * (sum of sub-block j's activations), pairs of
+         * sub-blocks per madd; the pair sums from the 16 bsums as dot_act */
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
+                                          _mm_loadu_si128((const __m128i *)(a + 276)));
+        int32_t pairs[4];
+        _mm_storeu_si128((__m128i *)pairs, bs);
+        __m256i msum = _mm256_setzero_si256();
+        UNROLL(4)
+        for (int p = 0; p < 4; p++) {
+            const __m256i mins =
+                _mm256_shuffle_epi8(mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1));
+            const __m256i b = _mm256_set1_epi32(pairs[p]);
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, b));
+        }
+        /* isum: per chunk, the two sub-blocks' products summed in int16
+         * (8 units of at most 2 * 15 * 128 each: within 30720), then times
+         * the rows' scales into int32 */
+        const uint8_t *q = w + 128, *qa = a + 4;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL(4)
+        for (int c = 0; c < 4; c++) {
+            __m256i slo = _mm256_setzero_si256(), shi = _mm256_setzero_si256();
+            UNROLL(8)
+            for (int k = 0; k < 8; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 256 * c + 32 * k));
+                const __m256i ylo = _mm256_set1_epi32(i32_at(qa + 64 * c + 4 * k));
+                const __m256i yhi = _mm256_set1_epi32(i32_at(qa + 64 * c + 32 + 4 * k));
+                slo = _mm256_add_epi16(slo, _mm256_maddubs_epi16(_mm256_and_si256(v, low), ylo));
+                shi = _mm256_add_epi16(
+                    shi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), yhi));
+            }
+            const int j = 2 * c; /* sub-blocks j (low nibbles) and j + 1 */
+            const __m256i s0 = _mm256_shuffle_epi8(sc[j / 4], lane_bytes16(j % 4, j % 4));
+            const __m256i s1 = _mm256_shuffle_epi8(sc[j / 4], lane_bytes16(j % 4 + 1, j % 4 + 1));
+            isum = _mm256_add_epi32(
+                isum, _mm256_add_epi32(_mm256_madd_epi16(slo, s0), _mm256_madd_epi16(shi, s1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dm, accm);
+    }
+    _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+}
+
+/*
+ * Q6_K.  Packed super-block: d[8], scale s of row r at 16 + 8s + r, ql
+ * unit u at 144 + 32u, qh unit u at 1168 + 32u.  For half h and lane m
+ * the ql units 16h + m and 16h + 8 + m and the qh unit 8h + m give the
+ * values 128h + 32k + 4m .. +3 (k = 0 .. 3) of the 8 rows, as dot_act
+ * forms its q[k] from ql0, ql1 and qh.
+ */
+void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
+    __m256 acc[8];
+    UNROLL(8)
+    for (int m = 0; m < 8; m++)
+        acc[m] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 256, w += 8 * 210, a += 292) {
+        for (int l = 0; l < 8 * 210; l += 64)
+            _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),
+                                        _mm256_set1_ps(f32_at(a)));
+        /* scale s of each row as an int16 twice in its lane */
+        __m256i scp[16];
+        UNROLL(16)
+        for (int s = 0; s < 16; s++) {
+            const __m256i v =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + 16 + 8 * s)));
+            scp[s] = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)),
+                                     _mm256_slli_epi32(v, 16));
+        }
+        const uint8_t *qa = a + 4;
+        UNROLL(8)
+        for (int m = 0; m < 8; m++) {
+            /* the offset 32 of the stored values, as dot_act takes it off
+             * lane m: 32 * (bsum_2m * sc_2m + bsum_2m+1 * sc_2m+1) */
+            const __m256i pair = _mm256_cvtepi8_epi16(
+                _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * m)),
+                                  _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * m))));
+            __m256i sumi = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32(
+                    _mm256_madd_epi16(pair, _mm256_set1_epi32(i32_at(a + 260 + 4 * m))), 5));
+            UNROLL(2)
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 =
+                    _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + m)));
+                const __m256i ql1 =
+                    _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
+                const __m256i qh =
+                    _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
+                const __m256i q[4] = {
+                    _mm256_or_si256(_mm256_and_si256(ql0, low),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, low),
+                                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                                    _mm256_and_si256(qh, two)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
+                };
+                UNROLL(4)
+                for (int k = 0; k < 4; k++) {
+                    const __m256i y = _mm256_set1_epi32(i32_at(qa + 128 * h + 32 * k + 4 * m));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scp[8 * h + 2 * k + (m >= 4)],
+                                                                    _mm256_maddubs_epi16(q[k], y)));
+                }
+            }
+            acc[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi), acc[m]);
+        }
+    }
+    /* hsum's order: (m + m+4), then (0 + 2) and (1 + 3), then their sum */
+    __m256 t[4];
+    UNROLL(4)
+    for (int m = 0; m < 4; m++)
+        t[m] = _mm256_add_ps(acc[m], acc[m + 4]);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+}
+
+/*
+ * The batched products (si__gemm8_fn) of the K types, AVX-512 VNNI on
+ * 256-bit registers (32 of them): the weights' unpacking (nibbles, 2-bit
+ * fields, scales) paid once per super-block for a tile of tokens, then per
+ * token one dpbusd per 4 values of the 8 rows, the sums of each sub-block
+ * scaled by the rows' scales (mullo) into one exact int32 sum per row.  The
+ * float part is dot_act8's: Q4_K's results are dot_act's bit for bit; Q6_K's
+ * one float sum per row instead of 8 lanes changes the order of the float
+ * additions (within si_gemm8's contract).  Tokens past n_tok in the last
+ * tile repeat the last one and are not stored.
+ */
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+
+/* pshufb control: lane r's byte j (of its 4) as an int32. */
+VNNI static inline __m256i lane_byte32(int j)
+{
+    const __m256i at = _mm256_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12);
+    return _mm256_add_epi32(at, _mm256_set1_epi32((int)(0x80808000u | (uint32_t)j)));
+}
+
+enum { Q4K_TILE = 8, Q6K_TILE = 4 };
+
+VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    (void)asum;
+    enum { T = Q4K_TILE };
+    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
+                  m03 = _mm256_set1_epi8(0x03);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
+        const uint8_t *at[T];
+        for (int t = 0; t < T; t++)
+            at[t] = (const uint8_t *)xa + (size_t)(t0 + t < n_tok ? t0 + t : n_tok - 1) * xa_stride;
+        __m256 acc[T], accm[T];
+        UNROLL(8)
+        for (int t = 0; t < T; t++)
+            acc[t] = accm[t] = _mm256_setzero_ps();
+        const uint8_t *w = group;
+        for (int64_t o = 0; o < n / 256 * 292; o += 292, w += 8 * 144) {
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+            const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+            const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
+            const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+            const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
+            const __m256i sc[2] = {
+                _mm256_and_si256(u0, m3f),
+                _mm256_or_si256(
+                    _mm256_and_si256(u2, low),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
+            };
+            const __m256i mn[2] = {
+                _mm256_and_si256(u1, m3f),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
+            };
+            __m256i isum[T];
+            UNROLL(8)
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm256_setzero_si256();
+            const uint8_t *q = w + 128;
+            for (int c = 0; c < 4; c++) {
+                __m256i slo[T], shi[T];
+                UNROLL(8)
+                for (int t = 0; t < T; t++)
+                    slo[t] = shi[t] = _mm256_setzero_si256();
+                UNROLL(8)
+                for (int k = 0; k < 8; k++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 256 * c + 32 * k));
+                    const __m256i lo = _mm256_and_si256(v, low);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    UNROLL(8)
+                    for (int t = 0; t < T; t++) {
+                        const uint8_t *qa = at[t] + o + 4 + 64 * c + 4 * k;
+                        slo[t] = _mm256_dpbusd_epi32(slo[t], lo, _mm256_set1_epi32(i32_at(qa)));
+                        shi[t] =
+                            _mm256_dpbusd_epi32(shi[t], hi, _mm256_set1_epi32(i32_at(qa + 32)));
+                    }
+                }
+                const int j = 2 * c;
+                const __m256i s0 = _mm256_shuffle_epi8(sc[j / 4], lane_byte32(j % 4));
+                const __m256i s1 = _mm256_shuffle_epi8(sc[j / 4], lane_byte32(j % 4 + 1));
+                UNROLL(8)
+                for (int t = 0; t < T; t++)
+                    isum[t] =
+                        _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(slo[t], s0),
+                                                                   _mm256_mullo_epi32(shi[t], s1)));
+            }
+            __m256i mins[4];
+            UNROLL(4)
+            for (int p = 0; p < 4; p++)
+                mins[p] =
+                    _mm256_shuffle_epi8(mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1));
+            UNROLL(8)
+            for (int t = 0; t < T; t++) {
+                const uint8_t *a = at[t] + o;
+                int32_t pairs[4];
+                _mm_storeu_si128((__m128i *)pairs,
+                                 _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
+                                                _mm_loadu_si128((const __m128i *)(a + 276))));
+                __m256i msum = _mm256_setzero_si256();
+                UNROLL(4)
+                for (int p = 0; p < 4; p++)
+                    msum = _mm256_add_epi32(
+                        msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pairs[p])));
+                const __m256 da = _mm256_set1_ps(f32_at(a));
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, da), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(m8, da), accm[t]);
+            }
+        }
+        for (int t = 0; t < T && t0 + t < n_tok; t++)
+            _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, _mm256_sub_ps(acc[t], accm[t]));
+    }
+}
+
+VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    (void)asum;
+    enum { T = Q6K_TILE };
+    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
+        const uint8_t *at[T];
+        for (int t = 0; t < T; t++)
+            at[t] = (const uint8_t *)xa + (size_t)(t0 + t < n_tok ? t0 + t : n_tok - 1) * xa_stride;
+        __m256 acc[T];
+        UNROLL(4)
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_setzero_ps();
+        const uint8_t *w = group;
+        for (int64_t o = 0; o < n / 256 * 292; o += 292, w += 8 * 210) {
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+            __m256i isum[T];
+            /* the offset 32 of the stored values: -32 sum_s sc_s * bsum_s */
+            UNROLL(4)
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm256_setzero_si256();
+            UNROLL(8)
+            for (int m = 0; m < 8; m++) {
+                const __m256i pair = _mm256_cvtepi8_epi16(
+                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * m)),
+                                      _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * m))));
+                UNROLL(4)
+                for (int t = 0; t < T; t++)
+                    isum[t] = _mm256_add_epi32(
+                        isum[t], _mm256_madd_epi16(
+                                     pair, _mm256_set1_epi32(i32_at(at[t] + o + 260 + 4 * m))));
+            }
+            UNROLL(4)
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[t], 5));
+            for (int h = 0; h < 2; h++)
+                for (int half = 0; half < 2; half++) { /* lanes m 0-3, then 4-7: one scale per k */
+                    __m256i s[T][4];
+                    UNROLL(4)
+                    for (int t = 0; t < T; t++)
+                        s[t][0] = s[t][1] = s[t][2] = s[t][3] = _mm256_setzero_si256();
+                    UNROLL(4)
+                    for (int mm = 0; mm < 4; mm++) {
+                        const int m = 4 * half + mm;
+                        const __m256i ql0 =
+                            _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + m)));
+                        const __m256i ql1 =
+                            _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
+                        const __m256i qh =
+                            _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
+                        const __m256i qv[4] = {
+                            _mm256_or_si256(_mm256_and_si256(ql0, low),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
+                            _mm256_or_si256(_mm256_and_si256(ql1, low),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                                            _mm256_and_si256(qh, two)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
+                        };
+                        UNROLL(4)
+                        for (int t = 0; t < T; t++) {
+                            const uint8_t *qa = at[t] + o + 4 + 128 * h + 4 * m;
+                            UNROLL(4)
+                            for (int k = 0; k < 4; k++)
+                                s[t][k] = _mm256_dpbusd_epi32(
+                                    s[t][k], qv[k], _mm256_set1_epi32(i32_at(qa + 32 * k)));
+                        }
+                    }
+                    UNROLL(4)
+                    for (int k = 0; k < 4; k++) {
+                        const int si = 8 * h + 2 * k + half;
+                        const __m256i sc = _mm256_cvtepi8_epi32(
+                            _mm_loadl_epi64((const __m128i *)(w + 16 + 8 * si)));
+                        UNROLL(4)
+                        for (int t = 0; t < T; t++)
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s[t][k], sc));
+                    }
+                }
+            UNROLL(4)
+            for (int t = 0; t < T; t++)
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                    _mm256_mul_ps(d8, _mm256_set1_ps(f32_at(at[t] + o))), acc[t]);
+        }
+        for (int t = 0; t < T && t0 + t < n_tok; t++)
+            _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, acc[t]);
+    }
+}
+
+/* dequantize8 of the K types: each row's super-block copied out of the
+ * packed one, then the table's dequantize of it (the same values). */
+static void dequantize8_k(uint32_t t, const void *group, int64_t n, float *dst)
+{
+    const size_t bb = si_pack8_block_bytes(t);
+    const uint8_t *g = group;
+    uint8_t blk[210];
+    for (int64_t i = 0; i < n; i += 256, g += bb)
+        for (int r = 0; r < 8; r++) {
+            si__unpack8_block(t, g, r, blk);
+            si__quants_avx2.type[t].dequantize(blk, dst + r * n + i, 256);
+        }
+}
+
+void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst)
+{
+    dequantize8_k(SI_TYPE_Q4_K, group, n, dst);
+}
+
+void si__avx2_dequantize8_q6_k(const void *group, int64_t n, float *dst)
+{
+    dequantize8_k(SI_TYPE_Q6_K, group, n, dst);
+}
+
+#endif
