@@ -13,7 +13,7 @@
  * into memory instead of mapped (--no-mmap) the original stays: that mode
  * holds both copies.
  *
- * What is packed: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices (si_pack8_type),
+ * What is packed: Q4_0, Q4_1, Q8_0 and K-quant matrices (si_pack8_type),
  * with converted activations (act_quant), whose every split into tasks falls
  * on groups of 8 rows (si__split8_ok; the attention's kv-head groups: head_dim a
  * multiple of 8); the FFN's gate, up and down in dense mode, in layers

@@ -24,12 +24,13 @@ struct k_run {
     uint8_t at, unit, count;
 };
 static const struct k_run q4_k_runs[] = {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}};
+static const struct k_run q5_k_runs[] = {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 8}, {48, 4, 32}};
 static const struct k_run q6_k_runs[] = {{208, 2, 1}, {192, 1, 16}, {0, 4, 32}, {128, 4, 16}};
 
 static const struct k_run *k_runs(uint32_t t, int *n_runs)
 {
-    *n_runs = 4;
-    return t == SI_TYPE_Q4_K ? q4_k_runs : q6_k_runs;
+    *n_runs = t == SI_TYPE_Q5_K ? 5 : 4;
+    return t == SI_TYPE_Q4_K ? q4_k_runs : t == SI_TYPE_Q5_K ? q5_k_runs : q6_k_runs;
 }
 
 size_t si_pack8_block_bytes(uint32_t t)
@@ -43,6 +44,8 @@ size_t si_pack8_block_bytes(uint32_t t)
         return 8 * 34;
     case SI_TYPE_Q4_K:
         return 8 * 144;
+    case SI_TYPE_Q5_K:
+        return 8 * 176;
     case SI_TYPE_Q6_K:
         return 8 * 210;
     default:
@@ -52,7 +55,7 @@ size_t si_pack8_block_bytes(uint32_t t)
 
 static bool k_type(uint32_t t)
 {
-    return t == SI_TYPE_Q4_K || t == SI_TYPE_Q6_K;
+    return t == SI_TYPE_Q4_K || t == SI_TYPE_Q5_K || t == SI_TYPE_Q6_K;
 }
 
 /* Moves one super-block between row r's layout (blk) and the packed one

@@ -28,6 +28,9 @@
  *         r), then the 128 quant bytes as 32 units of 4 (unit u at 128 +
  *         32u + 4r: the row's qs[4u .. 4u + 3], values 4k .. 4k + 3 of two
  *         sub-blocks in their low and high nibbles), 1152 bytes;
+ *   Q5_K: as Q4_K, the 32 qh bytes as 8 units of 4 (at 128 + 32u + 4r:
+ *         the row's qh[4u .. 4u + 3]) before the quants (at 384 + 32u +
+ *         4r), 1408 bytes;
  *   Q6_K: the 8 d, the 16 scales as 16 units of 1 (scale s of row r at 16
  *         + 8s + r), the 128 ql bytes as 32 units of 4 (at 144 + 32u + 4r),
  *         the 64 qh bytes as 16 units of 4 (at 1168 + 32u + 4r), 1680
@@ -50,7 +53,7 @@
 /* Bytes of one packed block of 8 rows of type t (0: t is not packed). */
 size_t si_pack8_block_bytes(uint32_t t);
 
-/* Whether si_pack8 packs rows of type t (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K). */
+/* Whether si_pack8 packs rows of type t (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K). */
 static inline bool si_pack8_type(uint32_t t)
 {
     return si_pack8_block_bytes(t) != 0;
@@ -67,7 +70,7 @@ void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *d
  * row (row_bytes bytes). */
 void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row);
 
-/* The K types (Q4_K, Q6_K): super-block b of row r from the packed
+/* The K types (Q4_K, Q5_K, Q6_K): super-block b of row r from the packed
  * super-block at group_block (group + b * si_pack8_block_bytes(t)), at
  * block (one row's super-block bytes).  For the scalar kernels. */
 void si__unpack8_block(uint32_t t, const void *group_block, int r, void *block);

@@ -116,10 +116,14 @@ void si__vnni_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float 
 
 /* The K types' packed groups (quants_avx2_pack8k.c). */
 void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float out[8]);
+void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst);
+void si__avx2_dequantize8_q5_k(const void *group, int64_t n, float *dst);
 void si__avx2_dequantize8_q6_k(const void *group, int64_t n, float *dst);
 void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                         const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
+void si__vnni_gemm8_q5_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
                          const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
 void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
                          const int32_t *asum, int64_t n_tok, float *y, size_t ldy);

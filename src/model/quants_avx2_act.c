@@ -559,6 +559,7 @@ const struct si__quants_table si__quants_vnni = {
                               .gemm8 = si__vnni_gemm8_q4_1},
             [SI_TYPE_Q5_1] = {.dot_act = dot_act_vnni_q5_1},
             [SI_TYPE_Q4_K] = {.gemm8 = si__vnni_gemm8_q4_k},
+            [SI_TYPE_Q5_K] = {.gemm8 = si__vnni_gemm8_q5_k},
             [SI_TYPE_Q6_K] = {.gemm8 = si__vnni_gemm8_q6_k},
         },
 };

@@ -30,6 +30,7 @@
 #include "model/quants_avx2.h"
 
 #include <immintrin.h>
+#include <stdbool.h>
 
 #define UNROLL_(n) _Pragma(#n)
 #define UNROLL(n)  UNROLL_(GCC unroll n)
@@ -128,6 +129,101 @@ void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float 
         accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), dm, accm);
     }
     _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+}
+
+/* The scale (or min) j of each row of a Q4_K / Q5_K packed super-block as
+ * an int16 twice in its lane, from k_scales_mins' vectors sc (or mn). */
+INLINE __m256i row_scale16(const __m256i v[2], int j)
+{
+    return _mm256_shuffle_epi8(v[j / 4], lane_bytes16(j % 4, j % 4));
+}
+
+/*
+ * Q5_K.  Packed super-block: as Q4_K's, with the qh units (8 of 4 bytes)
+ * at 128 before the quant units at 384.  dot_act keeps 8 float lanes (lane
+ * m: values 4m .. 4m+3 of every 32) and a float sum of the mins' terms, so
+ * these keep 8 vectors, vector m lane r being row r's lane m, and one for
+ * the mins, added at the end in dot_act's order.  The 5th bit of value
+ * 64c + l is bit 2c of qh[l], of value 64c + 32 + l bit 2c + 1.
+ */
+void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *w = group, *a = xa;
+    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
+                  m03 = _mm256_set1_epi8(0x03), bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc[8], summs = _mm256_setzero_ps();
+    UNROLL(8)
+    for (int m = 0; m < 8; m++)
+        acc[m] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 256, w += 8 * 176, a += 292) {
+        for (int l = 0; l < 8 * 176; l += 64)
+            _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);
+        const float da = f32_at(a);
+        const __m256 dd =
+            _mm256_mul_ps(_mm256_set1_ps(da), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)));
+        const __m256 dm = _mm256_mul_ps(
+            _mm256_set1_ps(-da), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))));
+        const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+        const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
+        const __m256i sc[2] = {
+            _mm256_and_si256(u0, m3f),
+            _mm256_or_si256(_mm256_and_si256(u2, low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
+        };
+        const __m256i mn[2] = {
+            _mm256_and_si256(u1, m3f),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
+        };
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
+                                          _mm_loadu_si128((const __m128i *)(a + 276)));
+        int32_t pairs[4];
+        _mm_storeu_si128((__m128i *)pairs, bs);
+        __m256i msum = _mm256_setzero_si256();
+        UNROLL(4)
+        for (int p = 0; p < 4; p++)
+            msum = _mm256_add_epi32(
+                msum, _mm256_madd_epi16(_mm256_shuffle_epi8(
+                                            mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1)),
+                                        _mm256_set1_epi32(pairs[p])));
+        /* dot_act: summs = fma(-d_a * dmin, msum, summs) */
+        summs = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(msum), summs);
+        __m256i scp[8];
+        UNROLL(8)
+        for (int j = 0; j < 8; j++)
+            scp[j] = row_scale16(sc, j);
+        const uint8_t *qa = a + 4;
+        UNROLL(8)
+        for (int m = 0; m < 8; m++) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * m));
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL(4)
+            for (int c = 0; c < 4; c++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 384 + 32 * (8 * c + m)));
+                const __m256i hb = _mm256_srli_epi16(qh, 2 * c);
+                const __m256i lo = _mm256_or_si256(
+                    _mm256_and_si256(v, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+                const __m256i hi =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                    _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+                const __m256i ylo = _mm256_set1_epi32(i32_at(qa + 64 * c + 4 * m));
+                const __m256i yhi = _mm256_set1_epi32(i32_at(qa + 64 * c + 32 + 4 * m));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_add_epi32(
+                              _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), scp[2 * c]),
+                              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), scp[2 * c + 1])));
+            }
+            acc[m] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi), acc[m]);
+        }
+    }
+    __m256 t[4];
+    UNROLL(4)
+    for (int m = 0; m < 4; m++)
+        t[m] = _mm256_add_ps(acc[m], acc[m + 4]);
+    _mm256_storeu_ps(
+        out,
+        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])), summs));
 }
 
 /*
@@ -229,11 +325,16 @@ VNNI static inline __m256i lane_byte32(int j)
 
 enum { Q4K_TILE = 8, Q6K_TILE = 4 };
 
-VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
-                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+/* Q4_K, or Q5_K where `five` (its qh units before the quants, and its
+ * float steps: acc + fma(-d_a * dmin, msum, summs)). */
+VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const void *group,
+                                                               int64_t n, const void *xa,
+                                                               size_t xa_stride, int64_t n_tok,
+                                                               float *y, size_t ldy)
 {
-    (void)asum;
     enum { T = Q4K_TILE };
+    const size_t bb = five ? 8 * 176 : 8 * 144;
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
     const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
                   m03 = _mm256_set1_epi8(0x03);
     for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
@@ -245,7 +346,7 @@ VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size
         for (int t = 0; t < T; t++)
             acc[t] = accm[t] = _mm256_setzero_ps();
         const uint8_t *w = group;
-        for (int64_t o = 0; o < n / 256 * 292; o += 292, w += 8 * 144) {
+        for (int64_t o = 0; o < n / 256 * 292; o += 292, w += bb) {
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
             const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
@@ -267,7 +368,7 @@ VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size
             UNROLL(8)
             for (int t = 0; t < T; t++)
                 isum[t] = _mm256_setzero_si256();
-            const uint8_t *q = w + 128;
+            const uint8_t *q = w + (five ? 384 : 128);
             for (int c = 0; c < 4; c++) {
                 __m256i slo[T], shi[T];
                 UNROLL(8)
@@ -276,8 +377,14 @@ VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size
                 UNROLL(8)
                 for (int k = 0; k < 8; k++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 256 * c + 32 * k));
-                    const __m256i lo = _mm256_and_si256(v, low);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    __m256i lo = _mm256_and_si256(v, low);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    if (five) { /* qh unit k, bits 2c and 2c + 1 */
+                        const __m256i hb = _mm256_srli_epi16(
+                            _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * k)), 2 * c);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+                    }
                     UNROLL(8)
                     for (int t = 0; t < T; t++) {
                         const uint8_t *qa = at[t] + o + 4 + 64 * c + 4 * k;
@@ -315,12 +422,32 @@ VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size
                 const __m256 da = _mm256_set1_ps(f32_at(a));
                 acc[t] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, da), acc[t]);
-                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(m8, da), accm[t]);
+                if (five)
+                    accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(-f32_at(a)), m8),
+                                              _mm256_cvtepi32_ps(msum), accm[t]);
+                else
+                    accm[t] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(m8, da), accm[t]);
             }
         }
         for (int t = 0; t < T && t0 + t < n_tok; t++)
-            _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, _mm256_sub_ps(acc[t], accm[t]));
+            _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, five ? _mm256_add_ps(acc[t], accm[t])
+                                                              : _mm256_sub_ps(acc[t], accm[t]));
     }
+}
+
+VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    (void)asum;
+    gemm8_k(false, group, n, xa, xa_stride, n_tok, y, ldy);
+}
+
+VNNI void si__vnni_gemm8_q5_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    (void)asum;
+    gemm8_k(true, group, n, xa, xa_stride, n_tok, y, ldy);
 }
 
 VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
@@ -431,6 +558,11 @@ static void dequantize8_k(uint32_t t, const void *group, int64_t n, float *dst)
 void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst)
 {
     dequantize8_k(SI_TYPE_Q4_K, group, n, dst);
+}
+
+void si__avx2_dequantize8_q5_k(const void *group, int64_t n, float *dst)
+{
+    dequantize8_k(SI_TYPE_Q5_K, group, n, dst);
 }
 
 void si__avx2_dequantize8_q6_k(const void *group, int64_t n, float *dst)

@@ -165,12 +165,14 @@ extern const struct si__quants_table si__quants_vnni;
 float si__dot_act_q4_k_groups(const void *row, const void *xa, int64_t n, int group);
 float si__dot_act_q6_k_tiled(const void *row, const void *xa, int64_t n);
 
-/* The scalar steps behind them, for the scalar kernels of packed groups
- * (quants_scalar_pack8.c): one Q4_K super-block's terms added to acc and
- * accm as si__dot_act_q4_k_groups adds them; a Q6_K super-block's exact
- * integer sum of scale_j * (q_w . q_a) (q_w - 32: the stored values
- * minus their offset) with the Q8_K super-block at xa. */
+/* The scalar steps behind them and the scalar dot_act, for the scalar
+ * kernels of packed groups (quants_scalar_pack8.c): one Q4_K super-block's
+ * terms added to acc and accm as si__dot_act_q4_k_groups adds them; the
+ * term one Q5_K super-block adds to the scalar dot_act's sum; a Q6_K
+ * super-block's exact integer sum of scale_j * (q_w . q_a) (q_w - 32: the
+ * stored values minus their offset) with the Q8_K super-block at xa. */
 void si__q4_k_block(const void *block, const void *xa, int group, float *acc, float *accm);
+float si__q5_k_block(const void *block, const void *xa);
 int si__q6_k_isum(const void *block, const void *xa);
 
 /* The scalar table's kernels of packed groups (quants_scalar_pack8.c). */
@@ -178,11 +180,13 @@ void si__scalar_dot_act8_q8_0(const void *group, const void *xa, int64_t n, floa
 void si__scalar_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__scalar_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 void si__scalar_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float out[8]);
+void si__scalar_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float out[8]);
 void si__scalar_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8]);
 void si__scalar_dequantize8_q8_0(const void *group, int64_t n, float *dst);
 void si__scalar_dequantize8_q4_0(const void *group, int64_t n, float *dst);
 void si__scalar_dequantize8_q4_1(const void *group, int64_t n, float *dst);
 void si__scalar_dequantize8_q4_k(const void *group, int64_t n, float *dst);
+void si__scalar_dequantize8_q5_k(const void *group, int64_t n, float *dst);
 void si__scalar_dequantize8_q6_k(const void *group, int64_t n, float *dst);
 
 #endif /* SI_MODEL_QUANTS_IMPL_H */

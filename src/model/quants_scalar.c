@@ -741,29 +741,24 @@ static float q8_k_header(const uint8_t *a, int16_t bsums[QK_K / 16])
  * Per super-block: d_a * d * sum_j(scale_j * sum(q_w * q_a)) minus
  * d_a * dmin * sum_j(min_j * sum(q_a)), the sums of q_a from the bsums.
  */
-static float dot_act_k(const void *row, const void *xa, int64_t n, bool five)
+float si__q5_k_block(const void *block, const void *xa)
 {
-    size_t size = five ? 176 : 144;
-    const uint8_t *w = row, *a = xa;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; i += QK_K, w += size, a += 292) {
-        int16_t bsums[QK_K / 16];
-        float da = q8_k_header(a, bsums);
-        const int8_t *qa = (const int8_t *)(a + 4);
-        int q[QK_K];
-        k_quants(five ? w + 16 : NULL, five ? w + 48 : w + 16, q);
-        int isum = 0, msum = 0;
-        for (int j = 0; j < 8; j++) {
-            int scale, min, s = 0;
-            si__k_scale_min(w + 4, j, &scale, &min);
-            for (int l = 32 * j; l < 32 * j + 32; l++)
-                s += q[l] * qa[l];
-            isum += scale * s;
-            msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
-        }
-        sum += da * half_at(w) * (float)isum - da * half_at(w + 2) * (float)msum;
+    const uint8_t *w = block, *a = xa;
+    int16_t bsums[QK_K / 16];
+    float da = q8_k_header(a, bsums);
+    const int8_t *qa = (const int8_t *)(a + 4);
+    int q[QK_K];
+    k_quants(w + 16, w + 48, q);
+    int isum = 0, msum = 0;
+    for (int j = 0; j < 8; j++) {
+        int scale, min, s = 0;
+        si__k_scale_min(w + 4, j, &scale, &min);
+        for (int l = 32 * j; l < 32 * j + 32; l++)
+            s += q[l] * qa[l];
+        isum += scale * s;
+        msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
     }
-    return sum;
+    return da * half_at(w) * (float)isum - da * half_at(w + 2) * (float)msum;
 }
 
 /*
@@ -817,7 +812,11 @@ static float dot_act_q4_k(const void *row, const void *xa, int64_t n)
 
 static float dot_act_q5_k(const void *row, const void *xa, int64_t n)
 {
-    return dot_act_k(row, xa, n, true);
+    const uint8_t *w = row, *a = xa;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i += QK_K, w += 176, a += 292)
+        sum += si__q5_k_block(w, a);
+    return sum;
 }
 
 /* A Q6_K super-block's exact integer dot with a Q8_K one: sum over its 16
@@ -929,7 +928,9 @@ const struct si__quants_table si__quants_scalar = {
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, dot_act_q4_k, mad_q4_k,
                               .dot_act8 = si__scalar_dot_act8_q4_k,
                               .dequantize8 = si__scalar_dequantize8_q4_k},
-            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k},
+            [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, dot_act_q5_k, mad_q5_k,
+                              .dot_act8 = si__scalar_dot_act8_q5_k,
+                              .dequantize8 = si__scalar_dequantize8_q5_k},
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, dot_act_q6_k, mad_q6_k,
                               .dot_act8 = si__scalar_dot_act8_q6_k,
                               .dequantize8 = si__scalar_dequantize8_q6_k},

@@ -141,6 +141,19 @@ void si__scalar_dot_act8_q4_k(const void *group, const void *xa, int64_t n, floa
         out[r] = acc[r] - accm[r];
 }
 
+void si__scalar_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float out[8])
+{
+    const uint8_t *g = group, *a = xa;
+    float sum[8] = {0};
+    uint8_t blk[176];
+    for (int64_t i = 0; i < n; i += QK_K, g += 8 * 176, a += 292)
+        for (int r = 0; r < 8; r++) {
+            si__unpack8_block(SI_TYPE_Q5_K, g, r, blk);
+            sum[r] += si__q5_k_block(blk, a);
+        }
+    memcpy(out, sum, sizeof sum);
+}
+
 void si__scalar_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8])
 {
     const uint8_t *g = group, *a = xa;
@@ -173,6 +186,11 @@ static void dequantize8_k(uint32_t t, const void *group, int64_t n, float *dst)
 void si__scalar_dequantize8_q4_k(const void *group, int64_t n, float *dst)
 {
     dequantize8_k(SI_TYPE_Q4_K, group, n, dst);
+}
+
+void si__scalar_dequantize8_q5_k(const void *group, int64_t n, float *dst)
+{
+    dequantize8_k(SI_TYPE_Q5_K, group, n, dst);
 }
 
 void si__scalar_dequantize8_q6_k(const void *group, int64_t n, float *dst)
