@@ -25,6 +25,10 @@ for cfg in "lws 1 1" "lws 2 0" "dmda 2 1"; do
     SI_TEST_ENGINE_QUICK=$3 SI_TEST_CALLER_WORKER=1 STARPU_SCHED=$1 STARPU_NCPU=$2 \
         ./tests/test-engine || rc=1
 done
+# Predictor mode's separate predictor task (what a CUDA hot slice or the
+# flash tier gets), on CPU workers: SI_NO_FUSE_PRED=1.
+echo "== SI_NO_FUSE_PRED=1 STARPU_SCHED=lws STARPU_NCPU=2 SI_TEST_ENGINE_QUICK=1"
+SI_NO_FUSE_PRED=1 SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=lws STARPU_NCPU=2 ./tests/test-engine || rc=1
 # Without AVX-512 VNNI (SI_NO_VNNI=1), as on CPUs that lack it: batched
 # prefill on packed rows then dequantizes them for sgemm (si_k_gemm_tensor)
 # instead of the integer GEMM; the packed matrix-vector kernels are the AVX2 ones.

@@ -85,7 +85,8 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
     if (idx != NULL) {
         while (k < n && idx[k] >= 0)
             k++;
-        memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
+        if (idx != sc->ix) /* predict_slice's list is there already */
+            memcpy(sc->ix, idx, (size_t)k * sizeof *idx);
         si__ffn_act_records(e, f, gate, up, b, xa, xb, sc->ix, k, sc->h);
         *rd = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
@@ -129,6 +130,45 @@ static int64_t ffn_sparse_slice(struct si_engine *e, const struct si__ffn_fmt *f
         computed += sc->h[q] != 0.0f;
     *rd += computed * (int64_t)f->dt_row; /* the kernel skips zeros */
     return computed;
+}
+
+/*
+ * Predictor mode with fuse_pred: slice j's own prediction, the predictor
+ * task's arithmetic (si_ref_predict) on fc1 whole and the rows of fc2 of
+ * the slice's positions (from the group of 8 that holds the first: fc2 is
+ * packed in place), into sc->ix: the slice's firing positions, then -1
+ * (when fewer than all).  fc1 and fc2 are the buffers of the layer's
+ * handles (fc2 in position order).
+ */
+static const int32_t *predict_slice(struct si_engine *e, int l, int j, const float *xb,
+                                    const void *fc1, const void *fc2, struct si__scratch *sc)
+{
+    const struct si__layer_state *L = &e->L[l];
+    const struct si_layer *W = &e->w->layers[l];
+    const double t0 = si__now();
+    const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
+    const int64_t r0 = p0 < L->fc2_pk ? p0 / 8 * 8 : p0; /* a group's start */
+    struct si_tensor w1 = W->fc1, w2 = W->fc2;
+    w1.data = fc1;
+    w2.data = fc2;
+    w2.pk = L->fc2_pk;
+    const struct si_tensor v = si__rows_of(&w2, r0, p0 + n);
+    /* sc->g (the gating dots, unused in predictor mode) holds the bytes */
+    uint8_t *sel = (uint8_t *)sc->g;
+    /* fc2's outputs after the partial rows of redux mode, which may be
+     * this slice's output (engine.c sizes sc->y for both) */
+    const struct si_hparams *hp = &e->m->hp;
+    float *y2 = sc->y + ((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd;
+    si_ref_predict(&w1, &v, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb, sc->h, y2,
+                   sel);
+    int64_t k = 0;
+    for (int64_t q = 0; q < n; q++)
+        if (sel[p0 - r0 + q])
+            sc->ix[k++] = (int32_t)q;
+    if (k < n)
+        sc->ix[k] = -1;
+    si__account(e, SI_TASK_PRED, t0);
+    return sc->ix;
 }
 
 /*
@@ -198,13 +238,24 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
         i++;
-        const int32_t *idx = e->p.mode == SI_SPARSITY_PREDICTOR
-                                 ? (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++])
-                                 : NULL;
+        const int32_t *idx = NULL;
+        if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
+            const void *fc1 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+            const void *fc2 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+            const double tp = si__now();
+            idx = predict_slice(e, a->l, a->j, xb, fc1, fc2, sc);
+            t0 += si__now() - tp; /* predict_slice counts its own time */
+            if (a->j > 0) /* fc1 read again: every slice takes it whole */
+                rd += (int64_t)e->w->layers[a->l].fc1.nbytes;
+        } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+            idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        }
         out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
+        int64_t rd_ffn = 0;
         computed = ffn_sparse_slice(e, &L->f, xb, pre, L->pre_pk[a->j], rec, b, idx, n,
-                                    e->gthr[a->l], sc, y, &rd);
+                                    e->gthr[a->l], sc, y, &rd_ffn);
+        rd += rd_ffn;
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
         for (int32_t r = 0; r < L->rows[a->j]; r++)

@@ -166,6 +166,8 @@ struct si_engine {
      * [a_h[j], a_h[j+1]). */
     int32_t na, ng;
     bool fuse_out;                   /* attn_out's work done by each FFN slice task */
+    bool fuse_pred;                  /* predictor mode: each CPU slice task predicts its own
+                                      * neurons (no predictor task) */
     int64_t *a_g;                    /* (ng + 1) kv-head boundaries */
     int64_t *a_o, *a_h;              /* (na + 1) row boundaries */
     char (*name_head)[24];           /* (na) */

@@ -203,8 +203,12 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
             si__add(&a, e->h_xb, STARPU_R);
         }
         si__add_slice_weights(e, L, j, &a);
-        if (e->p.mode == SI_SPARSITY_PREDICTOR)
+        if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
+            si__add(&a, L->h_fc1, STARPU_R);
+            si__add(&a, L->h_fc2, STARPU_R);
+        } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
             si__add(&a, L->h_idx_c[j], STARPU_R);
+        }
         if (e->p.redux)
             si__add(&a, L->h_y, STARPU_REDUX);
         else
@@ -260,7 +264,7 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
 {
     const struct si__layer_state *L = &e->L[l];
     int rc = submit_attention(e, l, token);
-    if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR)
+    if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR && !e->fuse_pred)
         rc = submit_predictor(e, l, token);
     if (rc == 0 && e->flash && L->nsl > (L->hot ? 1 : 0))
         rc = submit_loads(e, l, token);

@@ -392,8 +392,14 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         /* With only CPU FFN tasks that take the FFN input first hand, each
          * computes it (attn_out's residual and norm: n_embd values) instead
          * of waiting for an attn_out task: one dependency less per layer. */
-        e->fuse_out =
-            e->na > 1 && !e->cuda_hot && !e->flash && !p.redux && p.mode != SI_SPARSITY_PREDICTOR;
+        /* Predictor mode with CPU slices only: each slice task runs the
+         * predictor for its own neurons (fc1 whole, its rows of fc2), so
+         * neither a predictor task nor the wait for it sits between a
+         * layer's attention and its FFN (docs/measurements.md). */
+        e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !e->flash &&
+                       getenv("SI_NO_FUSE_PRED") == NULL;
+        e->fuse_out = e->na > 1 && !e->cuda_hot && !e->flash && !p.redux &&
+                      (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
     }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
