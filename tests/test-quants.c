@@ -1186,7 +1186,8 @@ static void test_act(void)
 static void test_mad4(void)
 {
     static const uint32_t types[] = {SI_TYPE_F32,  SI_TYPE_F16,  SI_TYPE_BF16, SI_TYPE_Q8_0,
-                                     SI_TYPE_Q4_0, SI_TYPE_Q4_1, SI_TYPE_Q5_0, SI_TYPE_Q4_K};
+                                     SI_TYPE_Q4_0, SI_TYPE_Q4_1, SI_TYPE_Q5_0, SI_TYPE_Q4_K,
+                                     SI_TYPE_Q5_K, SI_TYPE_Q6_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti];
         const int64_t n = 1024;

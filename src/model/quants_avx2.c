@@ -852,6 +852,94 @@ static void mad_q6_k(const void *row, float a, float *y, int64_t n)
     }
 }
 
+/*
+ * Four rows at once (si__mad4_fn): per group of y, one load and one store
+ * for the four rows' terms, each row's terms formed as mad_k forms them and
+ * added in row order, so the same bits as four mad_k calls.
+ */
+INLINE void mad4_k(const void *const rows[4], const float a[4], float *y, int64_t n, int five)
+{
+    const size_t size = five ? 176 : 144;
+    for (int64_t i = 0, o = 0; i < n; i += 256, o += (int64_t)size) {
+        const uint8_t *b[4], *qs[4];
+        float scale[4][8], min[4][8];
+        __m256i h[4][4];
+        for (int r = 0; r < 4; r++) {
+            b[r] = (const uint8_t *)rows[r] + o;
+            qs[r] = b[r] + (five ? 48 : 16);
+            k_scales(b[r], scale[r], min[r]);
+            for (int j = 0; j < 8; j++) {
+                scale[r][j] *= a[r];
+                min[r][j] *= a[r];
+            }
+            for (int g = 0; g < 4; g++)
+                h[r][g] = five ? u8x8(b[r] + 16 + 8 * g) : _mm256_setzero_si256();
+        }
+        for (int c = 0; c < 4; c++) {
+            struct k_chunk k[4];
+            for (int r = 0; r < 4; r++)
+                k_chunk_init(scale[r], min[r], c, &k[r]);
+            float *yc = y + i + 64 * c;
+            for (int g = 0; g < 4; g++) {
+                __m256 ylo = _mm256_loadu_ps(yc + 8 * g), yhi = _mm256_loadu_ps(yc + 8 * g + 32);
+                for (int r = 0; r < 4; r++) {
+                    __m256 lo, hi;
+                    k_group(&k[r], qs[r] + 32 * c + 8 * g, h[r][g], five, &lo, &hi);
+                    ylo = _mm256_add_ps(ylo, lo);
+                    yhi = _mm256_add_ps(yhi, hi);
+                }
+                _mm256_storeu_ps(yc + 8 * g, ylo);
+                _mm256_storeu_ps(yc + 8 * g + 32, yhi);
+            }
+            if (five)
+                for (int r = 0; r < 4; r++)
+                    for (int g = 0; g < 4; g++)
+                        h[r][g] = _mm256_srli_epi32(h[r][g], 2);
+        }
+    }
+}
+
+static void mad4_q4_k(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    mad4_k(rows, a, y, n, 0);
+}
+
+static void mad4_q5_k(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    mad4_k(rows, a, y, n, 1);
+}
+
+/* Q6_K's four rows: per group, mad_q6_k's terms of each row added in turn. */
+static void mad4_q6_k(const void *const rows[4], const float a[4], float *y, int64_t n)
+{
+    for (int64_t i = 0, o = 0; i < n; i += 256, o += 210) {
+        float scale[4][16];
+        const uint8_t *b[4];
+        for (int r = 0; r < 4; r++) {
+            b[r] = (const uint8_t *)rows[r] + o;
+            q6_k_scales(b[r], scale[r]);
+            for (int j = 0; j < 16; j++)
+                scale[r][j] *= a[r];
+        }
+        for (int hh = 0; hh < 2; hh++)
+            for (int g = 0; g < 4; g++) {
+                float *yg = y + i + 128 * hh + 8 * g;
+                __m256 acc[4];
+                for (int k = 0; k < 4; k++)
+                    acc[k] = _mm256_loadu_ps(yg + 32 * k);
+                for (int r = 0; r < 4; r++) {
+                    __m256 w[4];
+                    decode_q6_k_group(b[r], scale[r], hh, g, w);
+                    for (int k = 0; k < 4; k++)
+                        acc[k] = _mm256_add_ps(acc[k], w[k]);
+                }
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_ps(yg + 32 * k, acc[k]);
+            }
+    }
+}
+
+
 
 const struct si__quants_table si__quants_avx2 = {
     .name = "avx2",
@@ -879,12 +967,15 @@ const struct si__quants_table si__quants_avx2 = {
                               NULL, si__avx2_dot_act2_q5_0},
             [SI_TYPE_Q5_1] = {dequantize_q5_1, dot_q5_1, NULL, si__avx2_dot_act_q5_1, mad_q5_1},
             [SI_TYPE_Q4_K] = {dequantize_q4_k, dot_q4_k, NULL, si__avx2_dot_act_q4_k, mad_q4_k,
+                              .mad4 = mad4_q4_k,
                               .dot_act8 = si__avx2_dot_act8_q4_k,
                               .dequantize8 = si__avx2_dequantize8_q4_k},
             [SI_TYPE_Q5_K] = {dequantize_q5_k, dot_q5_k, NULL, si__avx2_dot_act_q5_k, mad_q5_k,
+                              .mad4 = mad4_q5_k,
                               .dot_act8 = si__avx2_dot_act8_q5_k,
                               .dequantize8 = si__avx2_dequantize8_q5_k},
             [SI_TYPE_Q6_K] = {dequantize_q6_k, dot_q6_k, NULL, si__avx2_dot_act_q6_k, mad_q6_k,
+                              .mad4 = mad4_q6_k,
                               .dot_act8 = si__avx2_dot_act8_q6_k,
                               .dequantize8 = si__avx2_dequantize8_q6_k},
         },
