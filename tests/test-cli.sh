@@ -137,6 +137,34 @@ grep -q '^layer   1: mean activation rate 0\.\(29\|30\|31\)[0-9]* (threshold [0-
     fail "profile on llama-silu: layer 1 not near 0.3: $(cat "$tmp/out")"
 grep -q '^thresholds: .* (target sparsity 0.7)$' "$tmp/out" || fail "profile: no thresholds line: $(cat "$tmp/out")"
 [ "$(grep -o '<polyline' "$tmp/silu.svg" | wc -l)" = 3 ] || fail "silu.svg: wrong polyline count"
+# Input sparsity (TEAL): thresholds calibrated on the reference and kept in
+# the profile; perplexity with them on the reference: S = 0 gives the dense
+# value exactly, S = 0.5 another; the engine and bad values refused in one line.
+"$si" profile -m "$tmp/silu.gguf" -f "$tmp/text.txt" -o "$tmp/prof-in.gguf" -c 64 -n 200 \
+    --input-sparsity >"$tmp/out" 2>"$tmp/err" || fail "profile --input-sparsity: $(cat "$tmp/err")"
+cat "$tmp/out"
+grep -q '^input sparsity: 200 tokens on the reference' "$tmp/out" || fail "profile --input-sparsity: $(cat "$tmp/out")"
+grep -q '^  gate/up  .*(0\.2[45][0-9]*-0\.2[56][0-9]* below)' "$tmp/out" ||
+    fail "profile --input-sparsity: S = 0.25 not met on gate/up: $(cat "$tmp/out")"
+"$si" info --no-workers --kv "$tmp/prof-in.gguf" >"$tmp/out" 2>&1 || fail "info on prof-in: $(cat "$tmp/out")"
+grep -q 'starinfer.profile.input_thresholds *ARRAY' "$tmp/out" || fail "profile lacks input_thresholds: $(cat "$tmp/out")"
+ppl() { "$si" perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --chunks 2 --engine ref "$@" 2>/dev/null |
+    sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p'; }
+dense=$(ppl)
+s0=$(ppl --sparsity input=0 --profile "$tmp/prof-in.gguf")
+s5=$(ppl --sparsity input=0.5 --profile "$tmp/prof-in.gguf")
+echo "perplexity on the tiny SiLU model: dense $dense, input sparsity 0: $s0, 0.5: $s5"
+[ -n "$dense" ] && [ "$dense" = "$s0" ] || fail "input sparsity 0 gave $s0, dense $dense"
+[ -n "$s5" ] && [ "$s5" != "$dense" ] || fail "input sparsity 0.5 gave the dense value $s5"
+expect_error 1 "--sparsity input runs on the reference so far: add --engine ref" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --sparsity input=0.5 --profile "$tmp/prof-in.gguf"
+expect_error 1 "--sparsity input needs --profile FILE" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input
+expect_error 1 "the profile has no input thresholds" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input=0.3 --profile "$tmp/prof-silu.gguf"
+expect_error 1 "--sparsity" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input=0.95 --profile "$tmp/prof-in.gguf"
+expect_error 1 "neither dense nor input" perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" --sparsity gate
 if command -v rsvg-convert >/dev/null; then
     "$si" profile -m "$tmp/silu.gguf" -f "$tmp/text.txt" -o "$tmp/prof-silu.gguf" -c 64 -n 64 \
         --plot "$tmp/silu.png" >"$tmp/out" 2>"$tmp/err" || fail "profile --plot png: $(cat "$tmp/err")"

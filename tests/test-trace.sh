@@ -20,10 +20,13 @@ STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/tr" -- "$si" generate -m "$t
 for f in paje.trace tasks.rec trace.svg trace.png; do
     [ -s "$tmp/tr/$f" ] || { echo "FAIL: $f missing or empty"; exit 1; }
 done
-for name in '"attn_L1.1"' '"attn_o_L0.0"' '"attn_out_L1"' '"pred_L1"' '"ffn_cold_L1.0"' \
-    '"embed"' '"lm_head.1"'; do
+for name in '"attn_L1.1"' '"attn_o_L0.0"' '"ffn_cold_L1.0"' '"embed"' '"lm_head.1"'; do
     grep -q "$name" "$tmp/tr/paje.trace" || { echo "FAIL: no task named $name in paje.trace"; exit 1; }
 done
+# Predictor mode on CPU workers: each FFN slice task runs the predictor for
+# its neurons and computes its input itself: no pred or attn_out task.
+! grep -q '"pred_L\|"attn_out_L' "$tmp/tr/paje.trace" ||
+    { echo "FAIL: a pred_L or attn_out_L task in paje.trace"; exit 1; }
 # Each layer's FFN is merged by the next layer's attention tasks (and the
 # head's): no merge task of its own.
 ! grep -q '"merge_L' "$tmp/tr/paje.trace" || { echo "FAIL: a merge task in paje.trace"; exit 1; }

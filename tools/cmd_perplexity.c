@@ -14,6 +14,8 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "predict/eval.h"
+#include "predict/input_sparsity.h"
+#include "predict/profile.h"
 #include "starinfer.h"
 
 #include <inttypes.h>
@@ -44,6 +46,13 @@ static void perplexity_usage(FILE *f)
                "                      logits of a batch take N x vocabulary floats)\n"
                "      --exact-prefill engine: the reference's arithmetic in the batches\n"
                "                      (converted activations, no sgemm; slower)\n"
+               "      --sparsity M    dense (default) or input[=S]: before every matrix\n"
+               "                      product the entries of its input at or below the\n"
+               "                      layer's threshold for target sparsity S (default\n"
+               "                      0.4, up to 0.9) become 0 (TEAL); needs --profile and,\n"
+               "                      so far, --engine ref\n"
+               "      --profile FILE  the profile with input thresholds (starinfer profile\n"
+               "                      --input-sparsity)\n"
                "  -h, --help          show this help\n");
 }
 
@@ -146,9 +155,10 @@ out:
 
 int si_cmd_perplexity(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *v;
+    const char *model = NULL, *file = NULL, *profile = NULL, *v;
     long long n_ctx = 512, max_chunks = -1, n_batch = 128;
     bool kv_f32 = false, use_ref = false, exact = false, batch_given = false;
+    double input_s = -1; /* --sparsity input=S */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -182,6 +192,23 @@ int si_cmd_perplexity(int argc, char **argv)
             batch_given = true;
         } else if (!strcmp(a, "--exact-prefill")) {
             exact = true;
+        } else if (!strcmp(a, "--sparsity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (!strcmp(v, "dense")) {
+                input_s = -1;
+            } else if (!strncmp(v, "input=", 6)) {
+                if (!si_cli_float(a, v + 6, 0.0, 0.9, &input_s))
+                    return 1;
+            } else if (!strcmp(v, "input")) {
+                input_s = 0.4;
+            } else {
+                return si_cli_error("perplexity: --sparsity: '%s' is neither dense nor input[=S]",
+                                    v);
+            }
+        } else if (!strcmp(a, "--profile")) {
+            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
         } else {
             return si_cli_error("perplexity: unknown option '%s' (see starinfer perplexity --help)",
                                 a);
@@ -196,6 +223,14 @@ int si_cmd_perplexity(int argc, char **argv)
     if (use_ref && (batch_given || exact))
         return si_cli_error("perplexity: %s is the engine's: it needs --engine starpu",
                             batch_given ? "--batch-size" : "--exact-prefill");
+    if (input_s >= 0 && profile == NULL)
+        return si_cli_error("perplexity: --sparsity input needs --profile FILE (made by "
+                            "starinfer profile --input-sparsity)");
+    if (input_s >= 0 && !use_ref)
+        return si_cli_error("perplexity: --sparsity input runs on the reference so far: add "
+                            "--engine ref");
+    if (input_s < 0 && profile != NULL)
+        return si_cli_error("perplexity: --profile is for --sparsity input");
 
     size_t len;
     char *text = si_cli_read_file(file, &len);
@@ -206,11 +241,28 @@ int si_cmd_perplexity(int argc, char **argv)
         text[--len] = '\0';
     struct si_model *m = NULL;
     struct si_tokenizer *tok = NULL;
+    struct si_profile *prof = NULL;
+    float *input_thr = NULL;
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
     if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
+    if (input_s >= 0) {
+        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *input_thr);
+        if (input_thr == NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        if (si_input_thresholds_at(prof, input_s, input_thr, err, sizeof err) != SI_OK) {
+            si_cli_error("%s: %s", profile, err);
+            goto out;
+        }
+    }
     int64_t n = 0;
     if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
         goto out;
@@ -227,6 +279,11 @@ int si_cmd_perplexity(int argc, char **argv)
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)n_ctx;
     rp.kv_f16 = !kv_f32;
+    if (input_s >= 0) {
+        rp.input_thresholds = input_thr;
+        fprintf(stderr, "input sparsity %.2f: each layer's thresholds from %s\n", input_s,
+                profile);
+    }
     const struct si_eval_params ep = {
         .max_chunks = n_chunks,
         .bos = si_tokenizer_add_bos(tok) ? si_tokenizer_bos(tok) : -1,
@@ -249,6 +306,8 @@ int si_cmd_perplexity(int argc, char **argv)
            res.ppl_err, res.n_scored, res.seconds);
     rc = 0;
 out:
+    si_profile_free(prof);
+    free(input_thr);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

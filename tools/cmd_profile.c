@@ -5,6 +5,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "predict/input_sparsity.h"
 #include "predict/profile.h"
 #include "starinfer.h"
 
@@ -58,6 +59,13 @@ static void profile_usage(FILE *f)
                "                            (the reference: llama.cpp's arithmetic bit for\n"
                "                            bit on AVX2, one thread)\n"
                "  -b, --batch-size N        engine: tokens per prefill batch (default 128)\n"
+               "      --input-sparsity      also calibrate input sparsity (TEAL): a pass on\n"
+               "                            the reference keeps, per layer and matrix input\n"
+               "                            (q/k/v, output projection, gate/up, down), the\n"
+               "                            magnitude below which a share S of its entries\n"
+               "                            fell, for S = 0.05, 0.10, ..., 0.90\n"
+               "                            (starinfer.profile.input_thresholds); runs use\n"
+               "                            them with --sparsity input=S\n"
                "  -h, --help                show this help\n");
 }
 
@@ -122,7 +130,7 @@ int si_cmd_profile(int argc, char **argv)
     const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
     long long n_ctx = 512, max_tokens = -1, n_batch = 128;
     double target = 0.5;
-    bool target_given = false, use_ref = false, batch_given = false;
+    bool target_given = false, use_ref = false, batch_given = false, input = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -157,6 +165,8 @@ int si_cmd_profile(int argc, char **argv)
         } else if (!strcmp(a, "--engine")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_engine_opt(v, &use_ref))
                 return 1;
+        } else if (!strcmp(a, "--input-sparsity")) {
+            input = true;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 2, 4096, &n_batch))
                 return 1;
@@ -187,6 +197,8 @@ int si_cmd_profile(int argc, char **argv)
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
     struct si_profile_calib *calib = NULL;
+    struct si_input_calib *icalib = NULL;
+    double *below = NULL;
     struct si_cli_runner cr = {0};
     int32_t *toks = NULL;
     int rc = 1;
@@ -247,10 +259,44 @@ int si_cmd_profile(int argc, char **argv)
             goto out;
         }
     }
-    const double secs = si__now() - t0;
     si_progress_update(&pg, n);
     si_progress_end(&pg);
     si_cli_runner_stop(&cr);
+    const double secs = si__now() - t0;
+    double isecs = 0;
+    if (input) {
+        /* input sparsity: the reference's inputs, window by window */
+        struct si_ref_params rp = si_ref_default_params();
+        rp.n_ctx = (int32_t)n_ctx;
+        const size_t cells = (size_t)m->hp.n_layer * SI_INPUT_KINDS * SI_INPUT_GRID_N;
+        if (si_input_calib_init(&icalib, m, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        if ((below = malloc(cells * sizeof *below)) == NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        const double t1 = si__now();
+        si_progress_begin(&pg, "profile: input sparsity (reference)", n, "tokens", 1);
+        for (int64_t w = 0; w < n_windows; w++) {
+            const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
+            si_progress_update(&pg, start);
+            if (si_input_calib_collect(icalib, m, rp, toks + start, len_w, err, sizeof err) !=
+                SI_OK) {
+                si_progress_end(&pg);
+                si_cli_error("%s", err);
+                goto out;
+            }
+        }
+        si_progress_update(&pg, n);
+        si_progress_end(&pg);
+        if (si_input_calib_apply(icalib, prof, below, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        isecs = si__now() - t1;
+    }
     if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
@@ -298,6 +344,34 @@ int si_cmd_profile(int argc, char **argv)
         printf("thresholds: %.4g to %.4g over the layers (target sparsity %.3g)\n", tmin, tmax,
                target);
 
+    if (input) {
+        /* per input kind, over the layers: the thresholds at S = 0.25, 0.40
+         * and 0.50 (grid points 4, 7, 9) and the share measured below them */
+        static const char *kinds[SI_INPUT_KINDS] = {"q/k/v", "output projection", "gate/up",
+                                                    "down"};
+        static const int at[3] = {4, 7, 9};
+        printf("input sparsity: %" PRId64 " tokens on the reference (%.1f s); thresholds of "
+               "S = 0.25 / 0.40 / 0.50, smallest to largest over the layers:\n",
+               prof->n_tokens, isecs);
+        for (int c = 0; c < SI_INPUT_KINDS; c++) {
+            printf("  %-18s", kinds[c]);
+            for (int q = 0; q < 3; q++) {
+                double lo = INFINITY, hi = 0, bmin = 1, bmax = 0;
+                for (int32_t l = 0; l < prof->n_layer; l++) {
+                    const size_t k = ((size_t)l * SI_INPUT_KINDS + (size_t)c) * SI_INPUT_GRID_N +
+                                     (size_t)at[q];
+                    const double t = prof->input_thresholds[k];
+                    lo = t < lo ? t : lo;
+                    hi = t > hi ? t : hi;
+                    bmin = below[k] < bmin ? below[k] : bmin;
+                    bmax = below[k] > bmax ? below[k] : bmax;
+                }
+                printf("%s %.3g-%.3g (%.3f-%.3f below)", q ? " /" : "", lo, hi, bmin, bmax);
+            }
+            putchar('\n');
+        }
+    }
+
     if (plot != NULL) {
         const char *base = strrchr(model, '/') != NULL ? strrchr(model, '/') + 1 : model;
         char title[512];
@@ -330,6 +404,8 @@ out:
     si_cli_runner_stop(&cr);
     si_profile_free(prof);
     si_profile_calib_free(calib);
+    si_input_calib_free(icalib);
+    free(below);
     si_tokenizer_free(tok);
     si_model_free(m);
     free(toks);

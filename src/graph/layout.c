@@ -168,6 +168,10 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
     const struct si_hparams *hp = &m->hp;
     if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
         return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
+    if (p->ref.input_thresholds != NULL)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "input sparsity: the StarPU engine does not apply it yet (the reference "
+                        "does)");
     if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
         return si__errf(err, err_size, SI_E_INVALID,
                         "predictor mode: the model has no predictor tensors (blk.N.fc1/fc2)");

@@ -364,6 +364,22 @@ static void attention_f32(const struct si_ref *s, int l, int pos, int h0, int h1
 }
 
 /* The FFN of layer l on xb into xb2; counts active neurons when asked. */
+/* The input x (n values) of layer l's products of `kind`: shown to the
+ * input hook, then its entries at or below the layer's input sparsity
+ * threshold (in magnitude) set to 0. */
+static void sparsify(const struct si_ref *s, int l, enum si_input_kind kind, float *x, int64_t n)
+{
+    if (s->input_hook != NULL)
+        s->input_hook(s->input_hook_user, l, kind, x, n);
+    if (s->p.input_thresholds == NULL)
+        return;
+    const float t = s->p.input_thresholds[(size_t)l * SI_INPUT_KINDS + kind];
+    if (t > 0.0f)
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(x[i]) <= t)
+                x[i] = 0.0f;
+}
+
 static void ffn(struct si_ref *s, const struct si_layer *L, int l)
 {
     const struct si_hparams *hp = &s->m->hp;
@@ -372,6 +388,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     const bool last = l == hp->n_layer - 1;
     const int32_t n_tok = last ? s->batch_out_n : s->batch_n;
     const bool g4 = last ? s->batch_out_g4 : s->batch_g4;
+    sparsify(s, l, SI_INPUT_FFN, s->xb, hp->n_embd);
     matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
@@ -400,6 +417,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
             if (!s->mask[i])
                 s->hu[i] = 0.0f;
     }
+    sparsify(s, l, SI_INPUT_DOWN, s->hu, ff);
     if (s->count_active) {
         int64_t n = 0;
         for (int64_t i = 0; i < ff; i++)
@@ -622,10 +640,13 @@ void si_ref_attn(struct si_ref *s, int l)
     const struct si_layer *L = &s->m->w.layers[l];
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
+    const struct si_hparams *hp = &s->m->hp;
+    sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
     matvec(s, s->q, &L->wq, s->xb);
     matvec(s, s->k, &L->wk, s->xb);
     matvec(s, s->v, &L->wv, s->xb);
     si_ref_attn_core(s, l);
+    sparsify(s, l, SI_INPUT_O, s->att, (int64_t)hp->n_head * hp->head_dim);
     matvec(s, s->xb2, &L->wo, s->att);
     si_ref_attn_finish(s, l);
 }

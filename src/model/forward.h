@@ -40,7 +40,28 @@ struct si_ref_params {
                            * or below it is skipped (CATS); 0: none */
     const float *gate_thresholds; /* when not NULL, (n_layer) per-layer values
                                    * instead of gate_threshold (borrowed) */
+
+    /* Input sparsity (TEAL, Liu et al. 2024): when not NULL, (n_layer,
+     * SI_INPUT_KINDS) magnitudes, borrowed; before each of layer l's
+     * matrix products the entries of its input with |x| at or below
+     * input_thresholds[l * SI_INPUT_KINDS + kind] become 0 (kinds below;
+     * 0: none).  predict/input_sparsity.h calibrates them. */
+    const float *input_thresholds;
 };
+
+/* The inputs input sparsity thresholds, one each per layer. */
+enum si_input_kind {
+    SI_INPUT_QKV,  /* the attention's normalised input: q, k, v */
+    SI_INPUT_O,    /* the attention's output: the output projection */
+    SI_INPUT_FFN,  /* the FFN's normalised input: gate and up (and the predictor) */
+    SI_INPUT_DOWN, /* the FFN's activations: down (after gate mode and the predictor) */
+    SI_INPUT_KINDS
+};
+
+/* Called with every input before input sparsity applies: layer l, its kind,
+ * the n values (the calibration of predict/input_sparsity.h looks here). */
+typedef void (*si_input_hook)(void *user, int l, enum si_input_kind kind, const float *x,
+                              int64_t n);
 
 struct si_ref_params si_ref_default_params(void);
 
@@ -125,6 +146,10 @@ struct si_ref {
      * profiler's CATS thresholds (predict/profile.h) look here. */
     si_ffn_hook ffn_hook;
     void *ffn_hook_user;
+
+    /* When not NULL, called with each matrix product's input (si_input_hook). */
+    si_input_hook input_hook;
+    void *input_hook_user;
 };
 
 /* Allocate the state; SI_OK or a negative si_status with one line in err

@@ -6,6 +6,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/types.h"
+#include "predict/hist.h"
 #include "starinfer.h"
 
 #include <float.h>
@@ -21,10 +22,11 @@
 #define KEY_N_FF "starinfer.profile.n_ff"
 #define KEY_THRESHOLD "starinfer.profile.gate_threshold"
 #define KEY_TARGET "starinfer.profile.target_sparsity"
+#define KEY_INPUT_GRID "starinfer.profile.input_sparsity"
+#define KEY_INPUT_THR "starinfer.profile.input_thresholds"
 
-/* Histogram bins of |a|: the float's bits >> HIST_SHIFT (sign bit clear). */
-#define HIST_SHIFT 15
-#define HIST_BINS ((size_t)1 << (31 - HIST_SHIFT))
+/* Histogram bins of |a| (predict/hist.h). */
+#define HIST_BINS SI_HIST_BINS
 
 int si_profile_init(struct si_profile **out, int32_t n_layer, int32_t n_ff, char *err,
                     size_t err_size)
@@ -54,6 +56,8 @@ void si_profile_free(struct si_profile *p)
         return;
     free(p->counts);
     free(p->thresholds);
+    free(p->input_grid);
+    free(p->input_thresholds);
     free(p);
 }
 
@@ -106,6 +110,8 @@ static int ref_run(const struct si_ffn_runner *r, const struct si_model *m, cons
         return rc;
     s->ffn_hook = hook;
     s->ffn_hook_user = user;
+    s->input_hook = r->input_hook;
+    s->input_hook_user = r->input_user;
     const int64_t window = s->p.n_ctx;
     const int32_t bos = si_profile_window_bos(m);
     for (int64_t i = 0; i < n && rc == SI_OK; i++) {
@@ -244,10 +250,7 @@ static void hist_hook(void *user, const struct si_ffn_view *v, int l)
     const struct si_profile_calib *c = user;
     uint64_t *h = c->hist + (size_t)l * HIST_BINS;
     for (int64_t i = 0; i < c->n_ff; i++) {
-        const float a = fabsf(hook_act(v, i));
-        uint32_t bits;
-        memcpy(&bits, &a, sizeof bits);
-        h[(bits & 0x7fffffffu) >> HIST_SHIFT]++;
+        h[si_hist_bin(hook_act(v, i))]++;
     }
 }
 
@@ -275,41 +278,6 @@ int si_profile_calib_collect(struct si_profile_calib *c, const struct si_model *
     return rc;
 }
 
-/* The threshold whose share of values at or below it is nearest S: the
- * largest float of the bin b whose cumulative count is nearest S * total. */
-static float pick_threshold(const uint64_t *h, double S, double *below)
-{
-    uint64_t total = 0;
-    for (size_t b = 0; b < HIST_BINS; b++)
-        total += h[b];
-    *below = 0;
-    if (S <= 0 || total == 0)
-        return 0.0f;
-    const double want = S * (double)total;
-    double best_d = INFINITY;
-    size_t best = 0;
-    uint64_t cum = 0, best_cum = 0;
-    for (size_t b = 0; b < HIST_BINS; b++) {
-        cum += h[b];
-        const double d = fabs((double)cum - want);
-        if (d < best_d) {
-            best_d = d;
-            best = b;
-            best_cum = cum;
-        }
-        if ((double)cum >= want)
-            break;
-    }
-    *below = (double)best_cum / (double)total;
-    /* Bins above 0x7f7fffff >> HIST_SHIFT hold infinities and NaNs. */
-    if (best >= (size_t)(0x7f7fffffu >> HIST_SHIFT))
-        return FLT_MAX;
-    const uint32_t bits = (uint32_t)((best + 1) << HIST_SHIFT) - 1u;
-    float t;
-    memcpy(&t, &bits, sizeof t);
-    return t;
-}
-
 int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_calib *c, double S,
                               double *below_share, char *err, size_t err_size)
 {
@@ -331,7 +299,7 @@ int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_cali
     for (int32_t l = 0; l < p->n_layer; l++) {
         double below = 0;
         if (!c->relu)
-            t[l] = pick_threshold(c->hist + (size_t)l * HIST_BINS, S, &below);
+            t[l] = si_hist_pick(c->hist + (size_t)l * HIST_BINS, S, &below);
         if (below_share != NULL)
             below_share[l] = below;
     }
@@ -384,6 +352,22 @@ int si_profile_write(const struct si_profile *p, const char *path, char *err, si
         if ((rc = si_gguf_writer_set_arr(w, KEY_THRESHOLD, SI_GGUF_FLOAT32, p->thresholds,
                                          (uint64_t)p->n_layer)) != SI_OK ||
             (rc = si_gguf_writer_set_f32(w, KEY_TARGET, p->target_sparsity)) != SI_OK) {
+            rc = si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
+            goto out;
+        }
+    }
+    if (p->n_input > 0) {
+        const char *why = si_profile_input_check(p->n_layer, p->n_input, p->input_grid,
+                                                 p->input_thresholds);
+        if (why != NULL) {
+            rc = si__errf(err, err_size, SI_E_INVALID, "%s: input sparsity: %s", path, why);
+            goto out;
+        }
+        if ((rc = si_gguf_writer_set_arr(w, KEY_INPUT_GRID, SI_GGUF_FLOAT32, p->input_grid,
+                                         (uint64_t)p->n_input)) != SI_OK ||
+            (rc = si_gguf_writer_set_arr(w, KEY_INPUT_THR, SI_GGUF_FLOAT32, p->input_thresholds,
+                                         (uint64_t)p->n_layer * SI_INPUT_KINDS *
+                                             (uint64_t)p->n_input)) != SI_OK) {
             rc = si__errf(err, err_size, rc, "%s: %s", path, si_status_str(rc));
             goto out;
         }
@@ -456,6 +440,60 @@ static int read_thresholds(const struct si_gguf *g, const char *path, struct si_
         p->thresholds[l] = t;
     }
     p->target_sparsity = (float)sv->v.f64;
+    return SI_OK;
+}
+
+const char *si_profile_input_check(int32_t n_layer, int32_t n_input, const float *grid,
+                                   const float *thr)
+{
+    if (n_input < 1 || grid == NULL || thr == NULL)
+        return "no grid";
+    for (int32_t k = 0; k < n_input; k++)
+        if (!(grid[k] > 0 && grid[k] < 1) || (k > 0 && !(grid[k] > grid[k - 1])))
+            return "the target sparsities are not increasing in (0, 1)";
+    for (size_t r = 0; r < (size_t)n_layer * SI_INPUT_KINDS; r++)
+        for (int32_t k = 0; k < n_input; k++) {
+            const float t = thr[r * (size_t)n_input + (size_t)k];
+            if (!(isfinite(t) && t >= 0))
+                return "a threshold is not finite and >= 0";
+            if (k > 0 && t < thr[r * (size_t)n_input + (size_t)k - 1])
+                return "a layer's thresholds decrease as the sparsity grows";
+        }
+    return NULL;
+}
+
+/* The optional input sparsity grid and thresholds (both or neither). */
+static int read_input(const struct si_gguf *g, const char *path, struct si_profile *p, char *err,
+                      size_t err_size)
+{
+    const int64_t kg = si_gguf_find_key(g, KEY_INPUT_GRID), kt = si_gguf_find_key(g, KEY_INPUT_THR);
+    if (kg < 0 && kt < 0)
+        return SI_OK;
+    if (kg < 0 || kt < 0)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: %s without %s", path,
+                        kg < 0 ? KEY_INPUT_THR : KEY_INPUT_GRID, kg < 0 ? KEY_INPUT_GRID : KEY_INPUT_THR);
+    const struct si_gguf_kv *gv = &g->kv[kg], *tv = &g->kv[kt];
+    if (gv->type != SI_GGUF_ARRAY || gv->arr_type != SI_GGUF_FLOAT32 || gv->arr_n < 1 ||
+        gv->arr_n > 1024)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: %s must be an array of 1 to 1024 FLOAT32",
+                        path, KEY_INPUT_GRID);
+    const uint64_t k = gv->arr_n, want = (uint64_t)p->n_layer * SI_INPUT_KINDS * k;
+    if (tv->type != SI_GGUF_ARRAY || tv->arr_type != SI_GGUF_FLOAT32 || tv->arr_n != want)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "%s: %s must be an array of %" PRIu64 " FLOAT32 (layers x %d inputs x %" PRIu64
+                        " sparsities)",
+                        path, KEY_INPUT_THR, want, SI_INPUT_KINDS, k);
+    p->input_grid = malloc(k * sizeof *p->input_grid);
+    p->input_thresholds = malloc(want * sizeof *p->input_thresholds);
+    if (p->input_grid == NULL || p->input_thresholds == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
+    memcpy(p->input_grid, gv->arr_data, k * sizeof *p->input_grid);
+    memcpy(p->input_thresholds, tv->arr_data, want * sizeof *p->input_thresholds);
+    p->n_input = (int32_t)k;
+    const char *why =
+        si_profile_input_check(p->n_layer, p->n_input, p->input_grid, p->input_thresholds);
+    if (why != NULL)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: input sparsity: %s", path, why);
     return SI_OK;
 }
 
@@ -558,7 +596,8 @@ int si_profile_read(struct si_profile **out, const char *path, const struct si_m
             }
         }
     }
-    if ((rc = read_thresholds(g, path, p, err, err_size)) != SI_OK)
+    if ((rc = read_thresholds(g, path, p, err, err_size)) != SI_OK ||
+        (rc = read_input(g, path, p, err, err_size)) != SI_OK)
         goto out;
     *out = p;
     p = NULL;

@@ -25,6 +25,15 @@
  *   starinfer.profile.gate_threshold   FLOAT32 array [n_layer], finite, >= 0
  *   starinfer.profile.target_sparsity  FLOAT32 in [0, 1)
  *
+ * and, in profiles with input sparsity thresholds (input_sparsity.h; both
+ * or neither):
+ *
+ *   starinfer.profile.input_sparsity    FLOAT32 array [K], increasing, in (0, 1)
+ *   starinfer.profile.input_thresholds  FLOAT32 array [n_layer * 4 * K]: layer
+ *                                       l, kind c (enum si_input_kind), grid
+ *                                       point k at (l * 4 + c) * K + k; finite,
+ *                                       >= 0, not decreasing in k
+ *
  * The reader also takes F32 count tensors holding exact integers.  Other
  * keys and tensors are ignored.
  *
@@ -67,6 +76,14 @@ struct si_profile {
      * collecting, chosen for target_sparsity; all 0 on ReLU-family models. */
     float *thresholds;
     float target_sparsity;
+    /* Input sparsity (predict/input_sparsity.h), or n_input 0 and NULLs:
+     * input_grid (n_input) target sparsities, increasing, in (0, 1);
+     * input_thresholds (n_layer, SI_INPUT_KINDS, n_input) the magnitudes
+     * at or below which the share input_grid[k] of the entries of layer l's
+     * input of that kind fell on the calibration text. */
+    int32_t n_input;
+    float *input_grid;
+    float *input_thresholds;
 };
 
 /*
@@ -85,6 +102,10 @@ struct si_ffn_runner {
                int64_t n, si_ffn_hook hook, void *user, char *err, size_t err_size);
     struct si_ref_params rp; /* the reference's parameters */
     void *self;              /* another runner's state (the engine) */
+    /* The reference's runner only: every matrix product's input as well
+     * (si_ref's input_hook; NULL: none). */
+    si_input_hook input_hook;
+    void *input_user;
 };
 
 /* The reference's runner: si_ref_eval token by token with parameters rp. */
@@ -153,6 +174,12 @@ int si_profile_set_thresholds(struct si_profile *p, const struct si_profile_cali
  */
 int si_profile_write_svg(const struct si_profile *p, const char *path, const char *title,
                          char *err, size_t err_size);
+
+/* NULL when an input sparsity table (struct si_profile's n_input,
+ * input_grid, input_thresholds for n_layer layers) is well formed, else
+ * what is wrong, in a few words. */
+const char *si_profile_input_check(int32_t n_layer, int32_t n_input, const float *grid,
+                                   const float *thr);
 
 /* Write the file (through a temporary name and a rename).  SI_E_INVALID when
  * a count does not fit the I32 tensors (or is negative or above n_tokens). */
