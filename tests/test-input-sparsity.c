@@ -221,6 +221,43 @@ int main(void)
           "no table: '%s'", err);
     si_profile_free(plain);
 
+    /* One S per kind: the kinds apart; the model-wide share by weights;
+     * the specs --sparsity input takes and refuses. */
+    const double by[SI_INPUT_KINDS] = {0.5, 0.0, 0.25, 0.4};
+    float *tk = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *tk);
+    float *tq = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *tq);
+    CHECK(si_input_thresholds_by_kind(p, by, tk, err, sizeof err) == SI_OK, "by kind: %s", err);
+    bool kinds_ok = true;
+    for (int k = 0; k < SI_INPUT_KINDS; k++) {
+        si_input_thresholds_at(p, by[k], tq, err, sizeof err);
+        for (int32_t l = 0; l < nl; l++)
+            kinds_ok = kinds_ok && tk[l * SI_INPUT_KINDS + k] == tq[l * SI_INPUT_KINDS + k];
+    }
+    CHECK(kinds_ok, "per-kind thresholds differ from the uniform ones of the same S");
+    free(tk);
+    free(tq);
+    const double half[SI_INPUT_KINDS] = {0.5, 0.5, 0.5, 0.5};
+    const double ffn_only[SI_INPUT_KINDS] = {0, 0, 1, 0};
+    const double d = m->hp.n_embd, f = m->hp.n_ff, kv = (double)m->hp.n_head_kv * m->hp.head_dim;
+    const double want_ffn = 2 * d * f / (2 * d * d + 2 * d * kv + 3 * d * f);
+    CHECK(fabs(si_input_model_sparsity(m, half) - 0.5) < 1e-12 &&
+              fabs(si_input_model_sparsity(m, ffn_only) - want_ffn) < 1e-9,
+          "model sparsity %g (0.5), %g (%g)", si_input_model_sparsity(m, half),
+          si_input_model_sparsity(m, ffn_only), want_ffn);
+    double S[SI_INPUT_KINDS];
+    CHECK(si_input_parse("", S, err, sizeof err) && S[0] == 0.4 && S[3] == 0.4, "input");
+    CHECK(si_input_parse("=0.3", S, err, sizeof err) && S[1] == 0.3 && S[2] == 0.3, "input=0.3");
+    CHECK(si_input_parse("=ffn:0.2,qkv:0.5", S, err, sizeof err) && S[SI_INPUT_QKV] == 0.5 &&
+              S[SI_INPUT_O] == 0 && S[SI_INPUT_FFN] == 0.2 && S[SI_INPUT_DOWN] == 0,
+          "input=ffn:0.2,qkv:0.5: %s", err);
+    const char *bad[] = {"x", "=0.95", "=-0.1", "=ffn:", "=ffn:0.2,", "=gate:0.2", "=ffn:0.2x",
+                         "=ffn0.2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        CHECK(!si_input_parse(bad[i], S, err, sizeof err) && err[0] != '\0',
+              "input%s accepted", bad[i]);
+    }
+
     /* The profile keeps the table. */
     CHECK(si_profile_write(p, prof_path, err, sizeof err) == SI_OK, "write: %s", err);
     struct si_profile *back = NULL;

@@ -49,8 +49,9 @@ static void perplexity_usage(FILE *f)
                "      --sparsity M    dense (default) or input[=S]: before every matrix\n"
                "                      product the entries of its input at or below the\n"
                "                      layer's threshold for target sparsity S (default\n"
-               "                      0.4, up to 0.9) become 0 (TEAL); needs --profile and,\n"
-               "                      so far, --engine ref\n"
+               "                      0.4, up to 0.9) become 0 (TEAL); or one S per input,\n"
+               "                      input=qkv:S,o:S,ffn:S,down:S (unnamed: 0); needs\n"
+               "                      --profile and, so far, --engine ref\n"
                "      --profile FILE  the profile with input thresholds (starinfer profile\n"
                "                      --input-sparsity)\n"
                "  -h, --help          show this help\n");
@@ -158,7 +159,8 @@ int si_cmd_perplexity(int argc, char **argv)
     const char *model = NULL, *file = NULL, *profile = NULL, *v;
     long long n_ctx = 512, max_chunks = -1, n_batch = 128;
     bool kv_f32 = false, use_ref = false, exact = false, batch_given = false;
-    double input_s = -1; /* --sparsity input=S */
+    bool input = false; /* --sparsity input[=...] */
+    double input_s[SI_INPUT_KINDS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -195,13 +197,13 @@ int si_cmd_perplexity(int argc, char **argv)
         } else if (!strcmp(a, "--sparsity")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
+            char perr[256];
             if (!strcmp(v, "dense")) {
-                input_s = -1;
-            } else if (!strncmp(v, "input=", 6)) {
-                if (!si_cli_float(a, v + 6, 0.0, 0.9, &input_s))
-                    return 1;
-            } else if (!strcmp(v, "input")) {
-                input_s = 0.4;
+                input = false;
+            } else if (!strncmp(v, "input", 5)) {
+                if (!si_input_parse(v + 5, input_s, perr, sizeof perr))
+                    return si_cli_error("perplexity: --sparsity %s", perr);
+                input = true;
             } else {
                 return si_cli_error("perplexity: --sparsity: '%s' is neither dense nor input[=S]",
                                     v);
@@ -223,13 +225,13 @@ int si_cmd_perplexity(int argc, char **argv)
     if (use_ref && (batch_given || exact))
         return si_cli_error("perplexity: %s is the engine's: it needs --engine starpu",
                             batch_given ? "--batch-size" : "--exact-prefill");
-    if (input_s >= 0 && profile == NULL)
+    if (input && profile == NULL)
         return si_cli_error("perplexity: --sparsity input needs --profile FILE (made by "
                             "starinfer profile --input-sparsity)");
-    if (input_s >= 0 && !use_ref)
+    if (input && !use_ref)
         return si_cli_error("perplexity: --sparsity input runs on the reference so far: add "
                             "--engine ref");
-    if (input_s < 0 && profile != NULL)
+    if (!input && profile != NULL)
         return si_cli_error("perplexity: --profile is for --sparsity input");
 
     size_t len;
@@ -248,7 +250,7 @@ int si_cmd_perplexity(int argc, char **argv)
     char err[600];
     if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
-    if (input_s >= 0) {
+    if (input) {
         if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
@@ -258,7 +260,7 @@ int si_cmd_perplexity(int argc, char **argv)
             si_cli_error("out of memory");
             goto out;
         }
-        if (si_input_thresholds_at(prof, input_s, input_thr, err, sizeof err) != SI_OK) {
+        if (si_input_thresholds_by_kind(prof, input_s, input_thr, err, sizeof err) != SI_OK) {
             si_cli_error("%s: %s", profile, err);
             goto out;
         }
@@ -279,10 +281,13 @@ int si_cmd_perplexity(int argc, char **argv)
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)n_ctx;
     rp.kv_f16 = !kv_f32;
-    if (input_s >= 0) {
+    if (input) {
         rp.input_thresholds = input_thr;
-        fprintf(stderr, "input sparsity %.2f: each layer's thresholds from %s\n", input_s,
-                profile);
+        fprintf(stderr,
+                "input sparsity: q/k/v %.2f, output projection %.2f, gate/up %.2f, down %.2f "
+                "(%.1f%% of the layers' weights skipped); thresholds from %s\n",
+                input_s[SI_INPUT_QKV], input_s[SI_INPUT_O], input_s[SI_INPUT_FFN],
+                input_s[SI_INPUT_DOWN], 100.0 * si_input_model_sparsity(m, input_s), profile);
     }
     const struct si_eval_params ep = {
         .max_chunks = n_chunks,

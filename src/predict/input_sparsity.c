@@ -114,28 +114,115 @@ int si_input_calib_apply(const struct si_input_calib *c, struct si_profile *p, d
     return SI_OK;
 }
 
-int si_input_thresholds_at(const struct si_profile *p, double S, float *out, char *err,
-                           size_t err_size)
+int si_input_thresholds_by_kind(const struct si_profile *p, const double S[SI_INPUT_KINDS],
+                                float *out, char *err, size_t err_size)
 {
     if (p == NULL || p->n_input < 1)
         return si__errf(err, err_size, SI_E_INVALID,
                         "input sparsity: the profile has no input thresholds (make one with "
                         "starinfer profile --input-sparsity)");
     const double last = p->input_grid[p->n_input - 1];
-    if (!(S >= 0 && S <= last + 1e-6))
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "input sparsity %g: the profile's thresholds cover 0 to %.2f", S, last);
-    /* the grid points around S: k0 (or S = 0 below the first) and k1 */
-    int32_t k1 = 0;
-    while (k1 < p->n_input - 1 && p->input_grid[k1] < S)
-        k1++;
-    const double s1 = p->input_grid[k1], s0 = k1 > 0 ? p->input_grid[k1 - 1] : 0.0;
-    const double w = S >= s1 ? 1.0 : (S - s0) / (s1 - s0);
-    const size_t rows = (size_t)p->n_layer * SI_INPUT_KINDS;
-    for (size_t r = 0; r < rows; r++) {
-        const float *t = p->input_thresholds + r * (size_t)p->n_input;
-        const double t0 = k1 > 0 ? t[k1 - 1] : 0.0, t1 = t[k1];
-        out[r] = S == 0 ? 0.0f : (float)(t0 + w * (t1 - t0));
+    for (int c = 0; c < SI_INPUT_KINDS; c++)
+        if (!(S[c] >= 0 && S[c] <= last + 1e-6))
+            return si__errf(err, err_size, SI_E_INVALID,
+                            "input sparsity %g: the profile's thresholds cover 0 to %.2f", S[c],
+                            last);
+    for (int c = 0; c < SI_INPUT_KINDS; c++) {
+        /* the grid points around S: k0 (or S = 0 below the first) and k1 */
+        int32_t k1 = 0;
+        while (k1 < p->n_input - 1 && p->input_grid[k1] < S[c])
+            k1++;
+        const double s1 = p->input_grid[k1], s0 = k1 > 0 ? p->input_grid[k1 - 1] : 0.0;
+        const double w = S[c] >= s1 ? 1.0 : (S[c] - s0) / (s1 - s0);
+        for (int32_t l = 0; l < p->n_layer; l++) {
+            const size_t r = (size_t)l * SI_INPUT_KINDS + (size_t)c;
+            const float *t = p->input_thresholds + r * (size_t)p->n_input;
+            const double t0 = k1 > 0 ? t[k1 - 1] : 0.0, t1 = t[k1];
+            out[r] = S[c] == 0 ? 0.0f : (float)(t0 + w * (t1 - t0));
+        }
     }
     return SI_OK;
+}
+
+int si_input_thresholds_at(const struct si_profile *p, double S, float *out, char *err,
+                           size_t err_size)
+{
+    const double all[SI_INPUT_KINDS] = {S, S, S, S};
+    return si_input_thresholds_by_kind(p, all, out, err, err_size);
+}
+
+/* Elements of a tensor (0 when absent). */
+static double elems(const struct si_tensor *t)
+{
+    return t->data != NULL ? (double)t->ne[0] * (double)t->ne[1] : 0.0;
+}
+
+double si_input_model_sparsity(const struct si_model *m, const double S[SI_INPUT_KINDS])
+{
+    double w[SI_INPUT_KINDS] = {0}, total = 0, skipped = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct si_layer *L = &m->w.layers[l];
+        w[SI_INPUT_QKV] += elems(&L->wq) + elems(&L->wk) + elems(&L->wv);
+        w[SI_INPUT_O] += elems(&L->wo);
+        w[SI_INPUT_FFN] += elems(&L->ffn_gate) + elems(&L->ffn_up);
+        w[SI_INPUT_DOWN] += elems(&L->ffn_down);
+    }
+    for (int c = 0; c < SI_INPUT_KINDS; c++) {
+        total += w[c];
+        skipped += S[c] * w[c];
+    }
+    return total > 0 ? skipped / total : 0.0;
+}
+
+bool si_input_parse(const char *spec, double S[SI_INPUT_KINDS], char *err, size_t err_size)
+{
+    static const char *names[SI_INPUT_KINDS] = {"qkv", "o", "ffn", "down"};
+    if (*spec == '\0') {
+        for (int c = 0; c < SI_INPUT_KINDS; c++)
+            S[c] = 0.4;
+        return true;
+    }
+    if (*spec++ != '=') {
+        si__errf(err, err_size, SI_E_INVALID, "input%s: expected input=S or input=KIND:S,...",
+                 spec - 1);
+        return false;
+    }
+    char *end;
+    const double v = strtod(spec, &end);
+    if (end != spec && *end == '\0') {
+        if (!(v >= 0 && v <= 0.9)) {
+            si__errf(err, err_size, SI_E_INVALID, "input=%s: S must be in [0, 0.9]", spec);
+            return false;
+        }
+        for (int c = 0; c < SI_INPUT_KINDS; c++)
+            S[c] = v;
+        return true;
+    }
+    for (int c = 0; c < SI_INPUT_KINDS; c++)
+        S[c] = 0;
+    const char *q = spec;
+    while (*q != '\0') {
+        int c = 0;
+        size_t n = 0;
+        for (; c < SI_INPUT_KINDS; c++) {
+            n = strlen(names[c]);
+            if (!strncmp(q, names[c], n) && q[n] == ':')
+                break;
+        }
+        if (c == SI_INPUT_KINDS) {
+            si__errf(err, err_size, SI_E_INVALID,
+                     "input=%s: expected KIND:S with KIND qkv, o, ffn or down", spec);
+            return false;
+        }
+        const double x = strtod(q + n + 1, &end);
+        if (end == q + n + 1 || (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0') ||
+            !(x >= 0 && x <= 0.9)) {
+            si__errf(err, err_size, SI_E_INVALID, "input=%s: %s needs an S in [0, 0.9]", spec,
+                     names[c]);
+            return false;
+        }
+        S[c] = x;
+        q = *end == ',' ? end + 1 : end;
+    }
+    return true;
 }

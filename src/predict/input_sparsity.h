@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "predict/profile.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,5 +66,24 @@ int si_input_calib_apply(const struct si_input_calib *c, struct si_profile *p, d
  */
 int si_input_thresholds_at(const struct si_profile *p, double S, float *out, char *err,
                            size_t err_size);
+
+/* The same with a target sparsity per input kind (S[kind]). */
+int si_input_thresholds_by_kind(const struct si_profile *p, const double S[SI_INPUT_KINDS],
+                                float *out, char *err, size_t err_size);
+
+/*
+ * The share of model m's layer weights that S[kind] leaves out when each
+ * kind's input drops that share of its entries: each kind weighed by the
+ * elements of its matrices (q, k, v; the output projection; gate and up;
+ * down) over the layers.  The embedding and the LM head are not counted.
+ */
+double si_input_model_sparsity(const struct si_model *m, const double S[SI_INPUT_KINDS]);
+
+/*
+ * Parse a --sparsity input value after "input": "" (0.4 everywhere), "=S",
+ * or "=KIND:S,..." with KIND qkv, o, ffn, down (the kinds not named: 0).
+ * Each S in [0, 0.9].  true, or false with one line in err.
+ */
+bool si_input_parse(const char *spec, double S[SI_INPUT_KINDS], char *err, size_t err_size);
 
 #endif /* SI_PREDICT_INPUT_SPARSITY_H */
