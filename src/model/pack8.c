@@ -91,6 +91,19 @@ void si__unpack8_block(uint32_t t, const void *group_block, int r, void *block)
     k_block(t, (uint8_t *)group_block, block, r, false);
 }
 
+void si__dequantize8_k(uint32_t t, si__dequantize_fn dequantize, const void *group, int64_t n,
+                       float *dst)
+{
+    const size_t bb = si_pack8_block_bytes(t);
+    const uint8_t *g = group;
+    uint8_t blk[210]; /* the largest K super-block, Q6_K's */
+    for (int64_t i = 0; i < n; i += QK_K, g += bb)
+        for (int r = 0; r < 8; r++) {
+            si__unpack8_block(t, g, r, blk);
+            dequantize(blk, dst + r * n + i, QK_K);
+        }
+}
+
 /* The K types: every super-block's runs. */
 static void k_pack(uint32_t t, const uint8_t *src, size_t row_bytes, int64_t n, uint8_t *o)
 {

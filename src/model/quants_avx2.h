@@ -74,6 +74,26 @@ INLINE float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/*
+ * Q6_K's 6-bit values (0 .. 63) of 4 runs of 32 bytes from 64 ql bytes (two
+ * loads) and 32 qh bytes: q[0] the low nibbles of ql0 with qh's bits 0-1,
+ * q[1] those of ql1 with bits 2-3, q[2] ql0's high nibbles with bits 4-5,
+ * q[3] ql1's with bits 6-7; byte for byte, so rows packed 4 bytes a lane
+ * (pack8.h) decode the same way.
+ */
+INLINE void q6_k_values(__m256i ql0, __m256i ql1, __m256i qh, __m256i q[4])
+{
+    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low),
+                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), two));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low),
+                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), two));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                           _mm256_and_si256(qh, two));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), two));
+}
+
 /* ------------------------------------------------------ quants_avx2_act.c */
 
 /* The activation quantizers (si__quantize_act_fn). */

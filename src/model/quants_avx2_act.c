@@ -678,7 +678,6 @@ float si__avx2_dot_act_q5_k(const void *row, const void *xa, int64_t n)
  */
 float si__avx2_dot_act_q6_k(const void *row, const void *xa, int64_t n)
 {
-    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
     const uint8_t *w = row, *a = xa;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 256, w += 210, a += 292) {
@@ -691,16 +690,8 @@ float si__avx2_dot_act_q6_k(const void *row, const void *xa, int64_t n)
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
             __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-            __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(ql0, low),
-                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low),
-                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                                _mm256_and_si256(qh, two)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
-            };
+            __m256i q[4];
+            q6_k_values(ql0, ql1, qh, q);
             for (int k = 0; k < 4; k++) {
                 __m256i y = _mm256_loadu_si256((const __m256i *)(qa + 128 * h + 32 * k));
                 __m256i p = _mm256_maddubs_epi16(q[k], y);

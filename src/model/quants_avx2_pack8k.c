@@ -55,6 +55,45 @@ INLINE __m256i lane_bytes16(int j0, int j1)
 }
 
 /*
+ * k_scales_mins (quants_avx2_act.c) in every lane of a packed Q4_K / Q5_K
+ * super-block at w: lane r's bytes are row r's scales 0-3 (sc[0]), 4-7
+ * (sc[1]), mins 0-3 (mn[0]), 4-7 (mn[1]).
+ */
+INLINE void k8_scales_mins(const uint8_t *w, __m256i sc[2], __m256i mn[2])
+{
+    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
+                  m03 = _mm256_set1_epi8(0x03);
+    const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
+    const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
+    const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
+    sc[0] = _mm256_and_si256(u0, m3f);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(u2, low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4));
+    mn[0] = _mm256_and_si256(u1, m3f);
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4));
+}
+
+/* Lane r: row r's sum_j min_j * (sum of sub-block j's activations), pairs
+ * of sub-blocks per madd, the pair sums from the Q8_K block's 16 bsums (at
+ * a + 260) as dot_act forms them. */
+INLINE __m256i k8_min_sums(const __m256i mn[2], const uint8_t *a)
+{
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
+                                      _mm_loadu_si128((const __m128i *)(a + 276)));
+    int32_t pairs[4];
+    _mm_storeu_si128((__m128i *)pairs, bs);
+    __m256i msum = _mm256_setzero_si256();
+    UNROLL(4)
+    for (int p = 0; p < 4; p++)
+        msum = _mm256_add_epi32(
+            msum, _mm256_madd_epi16(
+                      _mm256_shuffle_epi8(mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1)),
+                      _mm256_set1_epi32(pairs[p])));
+    return msum;
+}
+
+/*
  * Q4_K.  Packed super-block: d[8], dmin[8], the scale bytes 0-3, 4-7, 8-11
  * of the 8 rows (32 bytes each), then unit u = 8c + k of the quants at 128
  * + 32u: bytes 4k .. 4k+3 of chunk c (values 64c + 4k .. of sub-block 2c
@@ -63,8 +102,7 @@ INLINE __m256i lane_bytes16(int j0, int j1)
 void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float out[8])
 {
     const uint8_t *w = group, *a = xa;
-    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
-                  m03 = _mm256_set1_epi8(0x03);
+    const __m256i low = _mm256_set1_epi8(0xf);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 256, w += 8 * 144, a += 292) {
         for (int l = 0; l < 8 * 144; l += 64)
@@ -73,35 +111,9 @@ void si__avx2_dot_act8_q4_k(const void *group, const void *xa, int64_t n, float 
         const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), da);
         const __m256 dm =
             _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))), da);
-        /* k_scales_mins (quants_avx2_act.c) in every lane: lane r's bytes
-         * are row r's scales 0-3 (sc0), 4-7 (sc1), mins 0-3 (mn0), 4-7 (mn1) */
-        const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
-        const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
-        const __m256i sc[2] = {
-            _mm256_and_si256(u0, m3f),
-            _mm256_or_si256(_mm256_and_si256(u2, low),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
-        };
-        const __m256i mn[2] = {
-            _mm256_and_si256(u1, m3f),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
-        };
-        /* msum = sum_j min_j * (sum of sub-block j's activations), pairs of
-         * sub-blocks per madd; the pair sums from the 16 bsums as dot_act */
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
-                                          _mm_loadu_si128((const __m128i *)(a + 276)));
-        int32_t pairs[4];
-        _mm_storeu_si128((__m128i *)pairs, bs);
-        __m256i msum = _mm256_setzero_si256();
-        UNROLL(4)
-        for (int p = 0; p < 4; p++) {
-            const __m256i mins =
-                _mm256_shuffle_epi8(mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1));
-            const __m256i b = _mm256_set1_epi32(pairs[p]);
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins, b));
-        }
+        __m256i sc[2], mn[2];
+        k8_scales_mins(w, sc, mn);
+        const __m256i msum = k8_min_sums(mn, a);
         /* isum: per chunk, the two sub-blocks' products summed in int16
          * (8 units of at most 2 * 15 * 128 each: within 30720), then times
          * the rows' scales into int32 */
@@ -149,8 +161,7 @@ INLINE __m256i row_scale16(const __m256i v[2], int j)
 void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float out[8])
 {
     const uint8_t *w = group, *a = xa;
-    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
-                  m03 = _mm256_set1_epi8(0x03), bit4 = _mm256_set1_epi8(0x10);
+    const __m256i low = _mm256_set1_epi8(0xf), bit4 = _mm256_set1_epi8(0x10);
     __m256 acc[8], summs = _mm256_setzero_ps();
     UNROLL(8)
     for (int m = 0; m < 8; m++)
@@ -163,30 +174,9 @@ void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float 
             _mm256_mul_ps(_mm256_set1_ps(da), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)));
         const __m256 dm = _mm256_mul_ps(
             _mm256_set1_ps(-da), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))));
-        const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
-        const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
-        const __m256i sc[2] = {
-            _mm256_and_si256(u0, m3f),
-            _mm256_or_si256(_mm256_and_si256(u2, low),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
-        };
-        const __m256i mn[2] = {
-            _mm256_and_si256(u1, m3f),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
-        };
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
-                                          _mm_loadu_si128((const __m128i *)(a + 276)));
-        int32_t pairs[4];
-        _mm_storeu_si128((__m128i *)pairs, bs);
-        __m256i msum = _mm256_setzero_si256();
-        UNROLL(4)
-        for (int p = 0; p < 4; p++)
-            msum = _mm256_add_epi32(
-                msum, _mm256_madd_epi16(_mm256_shuffle_epi8(
-                                            mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1)),
-                                        _mm256_set1_epi32(pairs[p])));
+        __m256i sc[2], mn[2];
+        k8_scales_mins(w, sc, mn);
+        const __m256i msum = k8_min_sums(mn, a);
         /* dot_act: summs = fma(-d_a * dmin, msum, summs) */
         summs = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(msum), summs);
         __m256i scp[8];
@@ -236,7 +226,6 @@ void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float 
 void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8])
 {
     const uint8_t *w = group, *a = xa;
-    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
     __m256 acc[8];
     UNROLL(8)
     for (int m = 0; m < 8; m++)
@@ -275,16 +264,8 @@ void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float 
                     _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
                 const __m256i qh =
                     _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
-                const __m256i q[4] = {
-                    _mm256_or_si256(_mm256_and_si256(ql0, low),
-                                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, low),
-                                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                                    _mm256_and_si256(qh, two)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
-                };
+                __m256i q[4];
+                q6_k_values(ql0, ql1, qh, q);
                 UNROLL(4)
                 for (int k = 0; k < 4; k++) {
                     const __m256i y = _mm256_set1_epi32(i32_at(qa + 128 * h + 32 * k + 4 * m));
@@ -335,8 +316,7 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const 
     enum { T = Q4K_TILE };
     const size_t bb = five ? 8 * 176 : 8 * 144;
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    const __m256i low = _mm256_set1_epi8(0xf), m3f = _mm256_set1_epi8(0x3f),
-                  m03 = _mm256_set1_epi8(0x03);
+    const __m256i low = _mm256_set1_epi8(0xf);
     for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
         const uint8_t *at[T];
         for (int t = 0; t < T; t++)
@@ -349,21 +329,8 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const 
         for (int64_t o = 0; o < n / 256 * 292; o += 292, w += bb) {
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-            const __m256i u0 = _mm256_loadu_si256((const __m256i *)(w + 32));
-            const __m256i u1 = _mm256_loadu_si256((const __m256i *)(w + 64));
-            const __m256i u2 = _mm256_loadu_si256((const __m256i *)(w + 96));
-            const __m256i sc[2] = {
-                _mm256_and_si256(u0, m3f),
-                _mm256_or_si256(
-                    _mm256_and_si256(u2, low),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 6), m03), 4)),
-            };
-            const __m256i mn[2] = {
-                _mm256_and_si256(u1, m3f),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(u2, 4), low),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 6), m03), 4)),
-            };
+            __m256i sc[2], mn[2];
+            k8_scales_mins(w, sc, mn);
             __m256i isum[T];
             UNROLL(8)
             for (int t = 0; t < T; t++)
@@ -402,23 +369,10 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const 
                         _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(slo[t], s0),
                                                                    _mm256_mullo_epi32(shi[t], s1)));
             }
-            __m256i mins[4];
-            UNROLL(4)
-            for (int p = 0; p < 4; p++)
-                mins[p] =
-                    _mm256_shuffle_epi8(mn[p / 2], lane_bytes16(2 * (p % 2), 2 * (p % 2) + 1));
             UNROLL(8)
             for (int t = 0; t < T; t++) {
                 const uint8_t *a = at[t] + o;
-                int32_t pairs[4];
-                _mm_storeu_si128((__m128i *)pairs,
-                                 _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(a + 260)),
-                                                _mm_loadu_si128((const __m128i *)(a + 276))));
-                __m256i msum = _mm256_setzero_si256();
-                UNROLL(4)
-                for (int p = 0; p < 4; p++)
-                    msum = _mm256_add_epi32(
-                        msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pairs[p])));
+                const __m256i msum = k8_min_sums(mn, a);
                 const __m256 da = _mm256_set1_ps(f32_at(a));
                 acc[t] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, da), acc[t]);
@@ -455,7 +409,6 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
 {
     (void)asum;
     enum { T = Q6K_TILE };
-    const __m256i low = _mm256_set1_epi8(0xf), two = _mm256_set1_epi8(0x30);
     for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
         const uint8_t *at[T];
         for (int t = 0; t < T; t++)
@@ -501,16 +454,8 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
                             _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
                         const __m256i qh =
                             _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
-                        const __m256i qv[4] = {
-                            _mm256_or_si256(_mm256_and_si256(ql0, low),
-                                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)),
-                            _mm256_or_si256(_mm256_and_si256(ql1, low),
-                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                                            _mm256_and_si256(qh, two)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)),
-                        };
+                        __m256i qv[4];
+                        q6_k_values(ql0, ql1, qh, qv);
                         UNROLL(4)
                         for (int t = 0; t < T; t++) {
                             const uint8_t *qa = at[t] + o + 4 + 128 * h + 4 * m;
@@ -541,33 +486,19 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
     }
 }
 
-/* dequantize8 of the K types: each row's super-block copied out of the
- * packed one, then the table's dequantize of it (the same values). */
-static void dequantize8_k(uint32_t t, const void *group, int64_t n, float *dst)
-{
-    const size_t bb = si_pack8_block_bytes(t);
-    const uint8_t *g = group;
-    uint8_t blk[210];
-    for (int64_t i = 0; i < n; i += 256, g += bb)
-        for (int r = 0; r < 8; r++) {
-            si__unpack8_block(t, g, r, blk);
-            si__quants_avx2.type[t].dequantize(blk, dst + r * n + i, 256);
-        }
-}
-
 void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q4_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q4_K, si__quants_avx2.type[SI_TYPE_Q4_K].dequantize, group, n, dst);
 }
 
 void si__avx2_dequantize8_q5_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q5_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q5_K, si__quants_avx2.type[SI_TYPE_Q5_K].dequantize, group, n, dst);
 }
 
 void si__avx2_dequantize8_q6_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q6_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q6_K, si__quants_avx2.type[SI_TYPE_Q6_K].dequantize, group, n, dst);
 }
 
 #endif

@@ -175,6 +175,12 @@ void si__q4_k_block(const void *block, const void *xa, int group, float *acc, fl
 float si__q5_k_block(const void *block, const void *xa);
 int si__q6_k_isum(const void *block, const void *xa);
 
+/* dequantize8 of a K type (model/pack8.h) through a table's dequantize of
+ * each row's super-block, copied out of the group (pack8.c): the values
+ * that dequantize gives, row r at dst + r * n. */
+void si__dequantize8_k(uint32_t t, si__dequantize_fn dequantize, const void *group, int64_t n,
+                       float *dst);
+
 /* The scalar table's kernels of packed groups (quants_scalar_pack8.c). */
 void si__scalar_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__scalar_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);

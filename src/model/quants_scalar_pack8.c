@@ -170,30 +170,17 @@ void si__scalar_dot_act8_q6_k(const void *group, const void *xa, int64_t n, floa
     memcpy(out, sum, sizeof sum);
 }
 
-/* dequantize8 of the K types through the scalar dequantize of each block. */
-static void dequantize8_k(uint32_t t, const void *group, int64_t n, float *dst)
-{
-    const size_t bb = si_pack8_block_bytes(t);
-    const uint8_t *g = group;
-    uint8_t blk[210];
-    for (int64_t i = 0; i < n; i += QK_K, g += bb)
-        for (int r = 0; r < 8; r++) {
-            si__unpack8_block(t, g, r, blk);
-            si__quants_scalar.type[t].dequantize(blk, dst + r * n + i, QK_K);
-        }
-}
-
 void si__scalar_dequantize8_q4_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q4_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q4_K, si__quants_scalar.type[SI_TYPE_Q4_K].dequantize, group, n, dst);
 }
 
 void si__scalar_dequantize8_q5_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q5_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q5_K, si__quants_scalar.type[SI_TYPE_Q5_K].dequantize, group, n, dst);
 }
 
 void si__scalar_dequantize8_q6_k(const void *group, int64_t n, float *dst)
 {
-    dequantize8_k(SI_TYPE_Q6_K, group, n, dst);
+    si__dequantize8_k(SI_TYPE_Q6_K, si__quants_scalar.type[SI_TYPE_Q6_K].dequantize, group, n, dst);
 }
