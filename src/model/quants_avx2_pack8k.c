@@ -20,7 +20,8 @@
  * One sequential stream, prefetched PREFETCH bytes ahead, as the other
  * packed kernels (quants_avx2_pack8.c).
  *
- * Pure kernels; quants_avx2.c lists them in its table.
+ * Pure kernels; quants_avx2.c (decode, dequantize8) and quants_avx2_act.c
+ * (the VNNI batched ones) list them in their tables.
  */
 #include "model/quants_impl.h"
 
