@@ -222,8 +222,24 @@ void si__avx2_dot_act8_q5_k(const void *group, const void *xa, int64_t n, float 
  * unit u at 144 + 32u, qh unit u at 1168 + 32u.  For half h and lane m
  * the ql units 16h + m and 16h + 8 + m and the qh unit 8h + m give the
  * values 128h + 32k + 4m .. +3 (k = 0 .. 3) of the 8 rows, as dot_act
- * forms its q[k] from ql0, ql1 and qh.
+ * forms its q[k] from ql0, ql1 and qh: q6_k8_values.
  */
+INLINE void q6_k8_values(const uint8_t *w, int h, int m, __m256i q[4])
+{
+    q6_k_values(_mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + m))),
+                _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m))),
+                _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m))), q);
+}
+
+/* Lane r: row r's scales 2m and 2m + 1 of the packed Q6_K super-block at w,
+ * as two int16 (madd'ed with the bsums of those two 16-value groups). */
+INLINE __m256i q6_k8_scale_pair(const uint8_t *w, int m)
+{
+    return _mm256_cvtepi8_epi16(
+        _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * m)),
+                          _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * m))));
+}
+
 void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float out[8])
 {
     const uint8_t *w = group, *a = xa;
@@ -250,23 +266,15 @@ void si__avx2_dot_act8_q6_k(const void *group, const void *xa, int64_t n, float 
         for (int m = 0; m < 8; m++) {
             /* the offset 32 of the stored values, as dot_act takes it off
              * lane m: 32 * (bsum_2m * sc_2m + bsum_2m+1 * sc_2m+1) */
-            const __m256i pair = _mm256_cvtepi8_epi16(
-                _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * m)),
-                                  _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * m))));
+            const __m256i pair = q6_k8_scale_pair(w, m);
             __m256i sumi = _mm256_sub_epi32(
                 _mm256_setzero_si256(),
                 _mm256_slli_epi32(
                     _mm256_madd_epi16(pair, _mm256_set1_epi32(i32_at(a + 260 + 4 * m))), 5));
             UNROLL(2)
             for (int h = 0; h < 2; h++) {
-                const __m256i ql0 =
-                    _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + m)));
-                const __m256i ql1 =
-                    _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
-                const __m256i qh =
-                    _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
                 __m256i q[4];
-                q6_k_values(ql0, ql1, qh, q);
+                q6_k8_values(w, h, m, q);
                 UNROLL(4)
                 for (int k = 0; k < 4; k++) {
                     const __m256i y = _mm256_set1_epi32(i32_at(qa + 128 * h + 32 * k + 4 * m));
@@ -428,9 +436,7 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
                 isum[t] = _mm256_setzero_si256();
             UNROLL(8)
             for (int m = 0; m < 8; m++) {
-                const __m256i pair = _mm256_cvtepi8_epi16(
-                    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * m)),
-                                      _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * m))));
+                const __m256i pair = q6_k8_scale_pair(w, m);
                 UNROLL(4)
                 for (int t = 0; t < T; t++)
                     isum[t] = _mm256_add_epi32(
@@ -449,14 +455,8 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
                     UNROLL(4)
                     for (int mm = 0; mm < 4; mm++) {
                         const int m = 4 * half + mm;
-                        const __m256i ql0 =
-                            _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + m)));
-                        const __m256i ql1 =
-                            _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + m)));
-                        const __m256i qh =
-                            _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + m)));
                         __m256i qv[4];
-                        q6_k_values(ql0, ql1, qh, qv);
+                        q6_k8_values(w, h, m, qv);
                         UNROLL(4)
                         for (int t = 0; t < T; t++) {
                             const uint8_t *qa = at[t] + o + 4 + 128 * h + 4 * m;

@@ -741,6 +741,23 @@ static float q8_k_header(const uint8_t *a, int16_t bsums[QK_K / 16])
  * Per super-block: d_a * d * sum_j(scale_j * sum(q_w * q_a)) minus
  * d_a * dmin * sum_j(min_j * sum(q_a)), the sums of q_a from the bsums.
  */
+/* The exact integers of sub-blocks [j0, j1) of a Q4_K / Q5_K super-block
+ * (scale bytes sc, values q) with a Q8_K one (quants qa, bsums): isum = sum
+ * of scale_j * (q_w . q_a), msum = sum of min_j * sum(q_a). */
+static void k_sub_sums(const uint8_t *sc, const int *q, const int8_t *qa, const int16_t *bsums,
+                       int j0, int j1, int *isum, int *msum)
+{
+    *isum = *msum = 0;
+    for (int j = j0; j < j1; j++) {
+        int scale, min, s = 0;
+        si__k_scale_min(sc, j, &scale, &min);
+        for (int l = 32 * j; l < 32 * j + 32; l++)
+            s += q[l] * qa[l];
+        *isum += scale * s;
+        *msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
+    }
+}
+
 float si__q5_k_block(const void *block, const void *xa)
 {
     const uint8_t *w = block, *a = xa;
@@ -749,15 +766,8 @@ float si__q5_k_block(const void *block, const void *xa)
     const int8_t *qa = (const int8_t *)(a + 4);
     int q[QK_K];
     k_quants(w + 16, w + 48, q);
-    int isum = 0, msum = 0;
-    for (int j = 0; j < 8; j++) {
-        int scale, min, s = 0;
-        si__k_scale_min(w + 4, j, &scale, &min);
-        for (int l = 32 * j; l < 32 * j + 32; l++)
-            s += q[l] * qa[l];
-        isum += scale * s;
-        msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
-    }
+    int isum, msum;
+    k_sub_sums(w + 4, q, qa, bsums, 0, 8, &isum, &msum);
     return da * half_at(w) * (float)isum - da * half_at(w + 2) * (float)msum;
 }
 
@@ -782,15 +792,8 @@ void si__q4_k_block(const void *block, const void *xa, int group, float *acc, fl
     k_quants(NULL, w + 16, q);
     const float dd = half_at(w) * da, dm = half_at(w + 2) * da;
     for (int j0 = 0; j0 < 8; j0 += group) {
-        int isum = 0, msum = 0;
-        for (int j = j0; j < j0 + group; j++) {
-            int scale, min, s = 0;
-            si__k_scale_min(w + 4, j, &scale, &min);
-            for (int l = 32 * j; l < 32 * j + 32; l++)
-                s += q[l] * qa[l];
-            isum += scale * s;
-            msum += min * (bsums[2 * j] + bsums[2 * j + 1]);
-        }
+        int isum, msum;
+        k_sub_sums(w + 4, q, qa, bsums, j0, j0 + group, &isum, &msum);
         *acc = fmaf((float)isum, dd, *acc);
         *accm = fmaf((float)msum, dm, *accm);
     }
