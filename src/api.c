@@ -848,8 +848,8 @@ const int32_t *si_context_tokens(const struct si_context *ctx)
 /* A clear message for an evaluation's status. */
 static int eval_failed(const struct si_context *ctx, int rc, const char *what)
 {
-    if (ctx->eng != NULL && si_engine_flash_error(ctx->eng)[0] != '\0')
-        return fail(rc, "%s: %s", what, si_engine_flash_error(ctx->eng));
+    if (ctx->eng != NULL && si_engine_error(ctx->eng)[0] != '\0')
+        return fail(rc, "%s: %s", what, si_engine_error(ctx->eng));
     if (rc == SI_E_BUDGET)
         return fail(rc, "%s: the context of %d tokens is full", what, ctx->n_ctx);
     if (ctx->eng != NULL && si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())

@@ -348,7 +348,7 @@ static void test_vram_budget(struct si_llm *llm)
     const char *old = getenv("STARPU_NCUDA");
     char *saved = old != NULL ? strdup(old) : NULL;
     setenv("STARPU_NCUDA", "0", 1);
-    p.vram_budget = 1 << 20;
+    p.vram_budget = 64 << 20; /* above the reserve (StarPU's 32 MiB chunk) */
     rc = si_context_init(llm, p, &ctx);
     CHECK(rc == SI_E_NO_DEVICE && ctx == NULL && contains(si_last_error(), "no CUDA worker"),
           "VRAM budget without a CUDA worker: %d %s", rc, si_last_error());

@@ -197,11 +197,11 @@ expect_error 1 "VRAM budget of 100 bytes (0.00 MiB) is below the" \
 expect_error 1 "VRAM budget of 100 bytes (0.00 MiB) is below the" \
     chat -m "$tmp/tiny.gguf" --engine starpu --vram-budget 100
 STARPU_NCUDA=0 "$si" generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sparsity gate \
-    --profile "$tmp/prof.gguf" --vram-budget 1M >"$tmp/out" 2>"$tmp/err"
+    --profile "$tmp/prof.gguf" --vram-budget 64M >"$tmp/out" 2>"$tmp/err"
 [ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
     grep -qF "a VRAM budget needs a GPU, and StarPU has no CUDA worker" "$tmp/err" ||
     fail "generate --vram-budget without a CUDA worker: $(cat "$tmp/err")"
-STARPU_NCUDA=0 "$si" bench -m "$tmp/tiny.gguf" -p a -n 1 -r 1 --vram-budget 1M >"$tmp/out" 2>"$tmp/err"
+STARPU_NCUDA=0 "$si" bench -m "$tmp/tiny.gguf" -p a -n 1 -r 1 --vram-budget 64M >"$tmp/out" 2>"$tmp/err"
 [ $? = 1 ] && grep -qF "bench: --vram-budget needs a GPU" "$tmp/err" ||
     fail "bench --vram-budget without a CUDA worker: $(cat "$tmp/err")"
 expect_error 1 "predictor mode: the model has no predictor tensors" \

@@ -202,12 +202,14 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     }
     if (cf.hot && pr != NULL) {
         ep.hot_on_cpu = !cf.gpu;
-        /* About a third of the FFN weights, plus the GPU's buffers. */
+        /* About a third of the FFN weights, plus the GPU's buffers and the
+         * chunk of StarPU's allocator they share (the engine's reserve). */
         const struct si_hparams *hp = &m->hp;
         const struct si_layer *W = &m->w.layers[0];
         int64_t ffn = (int64_t)(W->ffn_up.nbytes + W->ffn_down.nbytes +
                                 (W->ffn_gate.data != NULL ? W->ffn_gate.nbytes : 0));
-        ep.vram_budget = hp->n_layer * ffn / 3 + 4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
+        ep.vram_budget = ((int64_t)32 << 20) + hp->n_layer * ffn / 3 +
+                         4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
                          4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
     }
     snprintf(label, sizeof label, "%s %s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
@@ -268,6 +270,13 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
     }
+    /* The GPU's hot slice dots float activations where the reference
+     * converts them to Q8 (act_quant): a near tie of the reference's two
+     * best tokens may go the other way.  That ends the comparison (the two
+     * would decode different texts from there), and the check below holds
+     * the reference's gap between the two to the logits' tolerance. */
+    int tie_at = -1;
+    double tie_gap = 0;
     for (int i = cf.prefill ? np : 0; i < np + N_GREEDY; i++) {
         int32_t in_e = i < np ? prompt[i] : te, in_r = i < np ? prompt[i] : tr;
         if (i > np || !cf.prefill) {
@@ -278,6 +287,14 @@ static void compare(const char *what, const struct si_model *m, struct config cf
             worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
+        if (i >= np && te != tr && in_e == in_r && cf.gpu && ep.ref.act_quant) {
+            double scale = 0;
+            for (int32_t t = 0; t < nv; t++)
+                scale = fmax(scale, fabs((double)r->logits[t]));
+            tie_at = i - np;
+            tie_gap = scale > 0 ? ((double)r->logits[tr] - r->logits[te]) / scale : 0;
+            break;
+        }
         if (i >= np)
             same += te == tr;
     }
@@ -289,6 +306,10 @@ static void compare(const char *what, const struct si_model *m, struct config cf
            100.0 * (double)active / (double)st.neurons_total,
            active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
            (long long)st.tasks);
+    if (tie_at >= 0)
+        printf("%-46s greedy tokens part at step %d on a near tie (reference's gap %.2e of the "
+               "largest logit)\n",
+               label, tie_at, tie_gap);
     /* Quantized weights in the sparse modes: the partial sums are added in
      * another order than the reference's, and llama.cpp's conversion of
      * every layer's input to Q8 turns those last-bit differences into whole
@@ -315,7 +336,11 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     if (cf.gpu && ep.ref.act_quant && tol < 5e-2)
         tol = 5e-2;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
-    CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
+    if (tie_at >= 0)
+        CHECK(same == tie_at && tie_gap <= tol, "%s: greedy tokens part at step %d, gap %.3g",
+              label, tie_at, tie_gap);
+    else
+        CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
     if (cf.cats && e != NULL)
         for (int l = 0; l < m->hp.n_layer; l++)
             CHECK(si_engine_gate_threshold(e, l) == CATS_STEP * (float)(l + 1),

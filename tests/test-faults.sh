@@ -72,7 +72,7 @@ writer "convert --split" 256 "$tmp/out/m.split" convert -m "$tmp/m.gguf" --split
 writer profile 4 "$tmp/out/p.gguf" profile -m "$tmp/m.gguf" -f "$tmp/text.txt" -o "$tmp/out/p.gguf" -c 128 -n 200
 writer "profile --plot" 12 "$tmp/out/p.svg" profile -m "$tmp/m.gguf" -f "$tmp/text.txt" -o "$tmp/out/p2.gguf" \
     --plot "$tmp/out/p.svg" -c 128 -n 200
-writer place 4 "$tmp/out/m.gpuidx" place -m "$tmp/m.gguf" --profile "$tmp/p.gguf" --vram-budget 2M \
+writer place 4 "$tmp/out/m.gpuidx" place -m "$tmp/m.gguf" --profile "$tmp/p.gguf" --vram-budget 34M \
     --cpu-bw 20 --gpu-bw 1000 --h2d-bw 25 --h2d-lat 10 --t-sync 0.5 -o "$tmp/out/m.gpuidx"
 writer train-predictor 64 "$tmp/out/t.gguf" train-predictor -m "$tmp/m.gguf" -f "$tmp/text.txt" \
     -o "$tmp/out/t.gguf" -n 300 -c 128 --epochs 1

@@ -60,7 +60,7 @@ printf 'GGUF\003\000\000\000' >"$tmp/trunc.gguf"
 expect_error "trunc.gguf" place --show "$tmp/trunc.gguf"
 
 # A placement: the ILP's summary and file.
-"$si" "${base[@]}" --vram-budget 300K -o "$tmp/pl.gguf" "${hw[@]}" >"$tmp/out" 2>"$tmp/err" ||
+"$si" "${base[@]}" --vram-budget 33068K -o "$tmp/pl.gguf" "${hw[@]}" >"$tmp/out" 2>"$tmp/err" ||
     fail "place: $(cat "$tmp/err")"
 cat "$tmp/out"
 grep -q 'kv cache .*kept on the CPU' "$tmp/out" || fail "place: the reserve does not itemize the KV cache"
@@ -68,7 +68,7 @@ grep -q 'placement (ilp): optimal' "$tmp/out" || fail "place: not solved to opti
 grep -q 'gap' "$tmp/out" || fail "place: no gap reported"
 "$si" place --show "$tmp/pl.gguf" -m "$tmp/m.gguf" >"$tmp/show" 2>&1 || fail "--show: $(cat "$tmp/show")"
 cat "$tmp/show"
-grep -q 'vram capacity: 307200 bytes' "$tmp/show" || fail "--show: vram capacity"
+grep -q 'vram capacity: 33861632 bytes' "$tmp/show" || fail "--show: vram capacity"
 grep -q 'policy: ilp (optimal), sparsity gate' "$tmp/show" || fail "--show: policy"
 grep -q 'hw t_sync        0.500 us   (given)' "$tmp/show" || fail "--show: the given T_sync"
 grep -Eq 'hw cpu_bw +[0-9]+\.[0-9]{3} GB/s \(' "$tmp/show" || fail "--show: cpu_bw in GB/s"
@@ -101,7 +101,7 @@ expect_error "not a GPU index file" info "$tmp/m.gguf" --placement "$tmp/p.gguf"
 "$si" place --show "$tmp/all.gguf" | grep -q '^gpu neurons: 1024 (100.00%)' || fail "budget 1G left neurons on the CPU"
 # The other policies, and the measured hardware model (no --cpu-bw: the probe runs).
 for pol in hottest random; do
-    "$si" "${base[@]}" --vram-budget 300K -o "$tmp/$pol.gguf" --policy $pol --t-sync 0.5 \
+    "$si" "${base[@]}" --vram-budget 33068K -o "$tmp/$pol.gguf" --policy $pol --t-sync 0.5 \
         >"$tmp/out" 2>"$tmp/err" || fail "--policy $pol: $(cat "$tmp/err")"
     grep -q "placement ($pol)" "$tmp/out" || fail "--policy $pol: $(cat "$tmp/out")"
     grep -q 'cpu_bw .*(measured)' "$tmp/out" || fail "--policy $pol: the CPU bandwidth was not measured"

@@ -583,8 +583,11 @@ static void test_engine(const struct si_model *m)
             CHECK(bad == 0, "layer %d: %d neurons on the wrong side of the hot slice", l, bad);
         }
         struct si_engine_stats st = si_engine_get_stats(e);
-        CHECK(st.gpu_budget == ep.vram_budget && st.gpu_accounted == rs.total + hot &&
-                  st.gpu_accounted <= st.gpu_budget && st.gpu_allocated_peak == -1,
+        /* Every GPU buffer of this tiny model is under 4 MiB: one 32 MiB
+         * chunk of StarPU's allocator holds them all, which the reserve
+         * counts. */
+        CHECK(st.gpu_budget == ep.vram_budget && st.gpu_accounted == ((int64_t)32 << 20) &&
+                  st.gpu_accounted <= rs.total + hot && st.gpu_allocated_peak == -1,
               "GPU bytes: budget %lld, accounted %lld (reserve %lld + hot %lld), peak %lld",
               (long long)st.gpu_budget, (long long)st.gpu_accounted, (long long)rs.total,
               (long long)hot, (long long)st.gpu_allocated_peak);
@@ -653,6 +656,60 @@ static void test_engine(const struct si_model *m)
     si_profile_free(pr);
 }
 
+/*
+ * StarPU's allocator on the GPU: buffers under 4 MiB share 32 MiB chunks.
+ * A model whose hot slices are each under 4 MiB, some 60 MiB of them in a
+ * budget of the reserve + 60 MiB, would take three chunks (96 MiB) where the
+ * plan counted one chunk and the bytes (92 MiB): the engine plans again with
+ * fewer hot neurons until what StarPU would allocate fits the budget.
+ */
+static void test_engine_chunks(void)
+{
+    char path[256], err[512];
+    path_in(path, sizeof path, "chunks.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    sp.n_layer = 20;
+    sp.n_embd = 64;
+    sp.n_ff = 5504; /* about 4 MiB of FFN rows per layer */
+    int rc = si_synth_write(&sp, path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, path, err, sizeof err) == SI_OK, "load: %s", err);
+    unlink(path);
+    if (m == NULL)
+        return;
+    struct si_engine_params ep = si_engine_default_params();
+    ep.mode = SI_SPARSITY_GATE;
+    ep.hot_on_cpu = true;
+    ep.ref.n_ctx = 16;
+    struct si_gpu_reserve rs;
+    CHECK(si_engine_gpu_reserve(m, &ep, &rs, err, sizeof err) == SI_OK, "%s", err);
+    CHECK(rs.bytes[SI_GPU_ALLOCATOR] == ((int64_t)32 << 20), "allocator reserve %lld",
+          (long long)rs.bytes[SI_GPU_ALLOCATOR]);
+    const int64_t want = (int64_t)60 << 20;
+    ep.vram_budget = rs.total + want;
+    struct si_engine *e = NULL;
+    CHECK(si_engine_init(&e, m, ep, err, sizeof err) == SI_OK, "engine: %s", err);
+    if (e != NULL) {
+        struct si_engine_stats st = si_engine_get_stats(e);
+        const int64_t hot = si_engine_hot_bytes(e);
+        printf("chunks: budget %.1f MiB, hot neurons %.1f MiB, StarPU would allocate %.1f MiB\n",
+               (double)st.gpu_budget / 1048576.0, (double)hot / 1048576.0,
+               (double)st.gpu_accounted / 1048576.0);
+        CHECK(st.gpu_accounted <= st.gpu_budget, "allocated %lld over the budget %lld",
+              (long long)st.gpu_accounted, (long long)st.gpu_budget);
+        CHECK(hot < want && hot > want / 2, "hot bytes %lld for a budget leaving %lld",
+              (long long)hot, (long long)want);
+        for (int l = 0; l < m->hp.n_layer; l++)
+            CHECK(si_engine_n_hot(e, l) > 0 && si_engine_n_hot(e, l) < m->hp.n_ff,
+                  "layer %d: %lld hot", l, (long long)si_engine_n_hot(e, l));
+        CHECK(si_engine_eval(e, 1) == SI_OK, "eval");
+        si_engine_free(e);
+    }
+    si_model_free(m);
+}
+
 int main(void)
 {
     test_ilp_refusals();
@@ -677,6 +734,7 @@ int main(void)
         struct si_runtime rt;
         if (si_runtime_start(&rt, false, err, sizeof err) == SI_OK) {
             test_engine(m);
+            test_engine_chunks();
             si_runtime_stop(&rt);
         } else {
             CHECK(false, "StarPU: %s", err);

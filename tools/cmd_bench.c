@@ -155,7 +155,10 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
     }
     double t1 = si__now();
     if (si_engine_eval_batch(eng, toks, n_prompt) != SI_OK) {
-        si_cli_error("bench: evaluation of the prompt failed");
+        if (si_engine_error(eng)[0] != '\0')
+            si_cli_error("bench: evaluation of the prompt failed: %s", si_engine_error(eng));
+        else
+            si_cli_error("bench: evaluation of the prompt failed");
         goto out;
     }
     double t2 = si__now();
@@ -170,7 +173,11 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
         h = (h ^ (uint64_t)(uint32_t)best) * 1099511628211ull;
         double s = si__now();
         if (si_engine_eval(eng, best) != SI_OK) {
-            si_cli_error("bench: evaluation failed at decoded token %d", i);
+            if (si_engine_error(eng)[0] != '\0')
+                si_cli_error("bench: evaluation failed at decoded token %d: %s", i,
+                             si_engine_error(eng));
+            else
+                si_cli_error("bench: evaluation failed at decoded token %d", i);
             goto out;
         }
         lat[i] = 1e3 * (si__now() - s);

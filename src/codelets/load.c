@@ -17,7 +17,7 @@ static void flash_fail(struct si_engine *e, int rc, const char *msg)
 {
     if (e->flash_err == SI_OK) {
         e->flash_err = rc;
-        snprintf(e->flash_msg, sizeof e->flash_msg, "%s", msg);
+        snprintf(e->err_msg, sizeof e->err_msg, "%s", msg);
     }
 }
 

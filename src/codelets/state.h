@@ -235,7 +235,7 @@ struct si_engine {
     struct si_flash_tier ft; /* their region, caches and loads */
     starpu_data_handle_t h_spill; /* the tier's spill area */
     int flash_err;     /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
-    char flash_msg[256];
+    char err_msg[256]; /* the last evaluation's failure (si_engine_error) */
 
     struct si_engine_stats stats;
     int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices'

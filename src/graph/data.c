@@ -278,13 +278,13 @@ static void register_layer(struct si_engine *e, int l)
 }
 
 /*
- * The bytes of every handle the engine lets onto the CUDA node: what
- * ffn_cuda's task (codelets/ffn.c) reads and writes (see submit_ffn in decode.c), for the layers
+ * The GPU memory of every handle the engine lets onto the CUDA node, as
+ * StarPU's allocator takes it (si__gpu_bytes): what ffn_cuda's task (codelets/ffn.c) reads and writes (see submit_ffn in decode.c), for the layers
  * with a hot slice; with hot_on_cpu the same handles as if there were a GPU.
  */
 int64_t si__gpu_accounted(const struct si_engine *e)
 {
-    int64_t bytes = 0;
+    struct si__gpu_bytes g = {0, 0};
     bool any = false;
     for (int l = 0; l < e->m->hp.n_layer; l++) {
         const struct si__layer_state *L = &e->L[l];
@@ -300,12 +300,14 @@ int64_t si__gpu_accounted(const struct si_engine *e)
             L->h_part_c[0]};
         for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
             if (h[i] != NULL)
-                bytes += (int64_t)starpu_data_get_size(h[i]);
+                si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(h[i]));
     }
-    if (any)
-        bytes += (int64_t)(starpu_data_get_size(e->h_xb) + starpu_data_get_size(e->h_iota) +
-                           starpu_data_get_size(e->h_hscratch));
-    return bytes;
+    if (any) {
+        const starpu_data_handle_t s[] = {e->h_xb, e->h_iota, e->h_hscratch};
+        for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(s[i]));
+    }
+    return si__gpu_bytes_total(&g);
 }
 
 static void unregister_layer(struct si_engine *e, int l)

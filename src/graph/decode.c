@@ -316,7 +316,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
         return SI_E_RUNTIME; /* its worker would not run: see si_runtime_start */
     const double t0 = si__now();
-    e->flash_msg[0] = '\0';
+    e->err_msg[0] = '\0';
 
     struct si__args a;
     a.n = 0;
@@ -369,8 +369,14 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         const int64_t used = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
         if (used > e->stats.gpu_allocated_peak)
             e->stats.gpu_allocated_peak = used;
-        if (used > e->stats.gpu_budget)
+        if (used > e->stats.gpu_budget) {
+            snprintf(e->err_msg, sizeof e->err_msg,
+                     "StarPU holds %.1f MiB on the GPU, over the VRAM budget of %.1f MiB (the "
+                     "engine planned %.1f MiB)",
+                     (double)used / 1048576.0, (double)e->stats.gpu_budget / 1048576.0,
+                     (double)e->stats.gpu_accounted / 1048576.0);
             return SI_E_BUDGET;
+        }
     }
     return SI_OK;
 }

@@ -141,14 +141,18 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
 
 /*
  * The neurons' plan (placement/plan.h): the hot slice of each layer, the
- * permutation and the cold slices, then each slice's lengths.
+ * permutation and the cold slices, then each slice's lengths.  The plan
+ * fills the budget less the reserve with hot neurons, counted by their
+ * bytes; StarPU's allocator rounds small buffers up to its chunks
+ * (si__gpu_planned), so while the plan's handles would take more than the
+ * budget, the reserve's allocator item grows by the excess and the plan is
+ * made again (a placement's neurons are fixed: then it does not fit).
  */
 static int plan(struct si_engine *e, char *err, size_t err_size)
 {
     const struct si_hparams *hp = &e->m->hp;
     struct si_gpu_reserve rs;
     si__reserve_of(e, &rs);
-    e->reserve = rs;
     struct si_plan_params pp = {.n_layer = hp->n_layer,
                                 .n_ff = hp->n_ff,
                                 .n_slices = e->n_slices,
@@ -162,7 +166,35 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
     for (int l = 0; l < hp->n_layer; l++)
         pl[l] = (struct si_plan_layer){.s0 = e->L[l].s0, .perm = e->L[l].perm};
-    int rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->hot_bytes, err, err_size);
+    int64_t *n_hot = calloc((size_t)hp->n_layer, sizeof *n_hot);
+    if (n_hot == NULL) {
+        free(pl);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
+    }
+    int rc;
+    for (int round = 0;; round++) {
+        pp.reserve = rs;
+        rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->hot_bytes, err, err_size);
+        if (rc != SI_OK || e->stats.gpu_budget <= 0)
+            break;
+        for (int l = 0; l < hp->n_layer; l++)
+            n_hot[l] = pl[l].n_hot;
+        const int64_t need = si__gpu_planned(e, n_hot), over = need - e->stats.gpu_budget;
+        if (over <= 0)
+            break;
+        if (e->p.placement != NULL || round == 16) {
+            rc = si__errf(err, err_size, SI_E_BUDGET,
+                          "the hot neurons and the engine's buffers take %.1f MiB on the GPU "
+                          "with StarPU's allocation granularity (32 MiB chunks for buffers "
+                          "under 4 MiB), over the VRAM budget of %.1f MiB",
+                          (double)need / 1048576.0, (double)e->stats.gpu_budget / 1048576.0);
+            break;
+        }
+        rs.bytes[SI_GPU_ALLOCATOR] += over;
+        rs.total += over;
+    }
+    free(n_hot);
+    e->reserve = rs;
     for (int l = 0; rc == SI_OK && l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->n_hot = pl[l].n_hot;
@@ -851,9 +883,9 @@ struct si_ref *si_engine_ref(struct si_engine *e)
     return e->ref;
 }
 
-const char *si_engine_flash_error(const struct si_engine *e)
+const char *si_engine_error(const struct si_engine *e)
 {
-    return e->flash_msg;
+    return e->err_msg;
 }
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e)

@@ -195,9 +195,11 @@ struct si_ref *si_engine_ref(struct si_engine *e);
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e);
 
-/* The flash tier's message for the last evaluation that failed in a load
- * (SI_E_BUDGET: a layer's active neurons exceed its cache; SI_E_IO), or "". */
-const char *si_engine_flash_error(const struct si_engine *e);
+/* Why the last evaluation failed, when the engine knows more than its
+ * status: a flash load (SI_E_BUDGET: a layer's active neurons exceed its
+ * cache; SI_E_IO), or StarPU's GPU memory above the VRAM budget
+ * (SI_E_BUDGET); "" otherwise. */
+const char *si_engine_error(const struct si_engine *e);
 
 /* Cold slices per layer actually used. */
 int32_t si_engine_n_slices(const struct si_engine *e);

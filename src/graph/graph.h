@@ -60,7 +60,22 @@ void si__unregister_engine(struct si_engine *e);
 void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows);
 void si__unregister_batch_logits(struct si_engine *e);
 
-/* Bytes of every handle the engine lets onto the CUDA node. */
+/* The GPU memory StarPU's allocator takes for a set of buffers (layout.c):
+ * those above 4 MiB alone, the others as 16 KiB blocks in 32 MiB chunks. */
+#define SI__GPU_CHUNK ((int64_t)32 << 20)
+struct si__gpu_bytes {
+    int64_t alone;  /* bytes of the buffers allocated alone */
+    int64_t blocks; /* blocks of the others */
+};
+void si__gpu_bytes_add(struct si__gpu_bytes *g, int64_t bytes);
+int64_t si__gpu_bytes_total(const struct si__gpu_bytes *g);
+
+/* What the handles of a plan with n_hot[l] hot neurons in layer l will take
+ * on the GPU (layout.c; the same handles as si__gpu_accounted's). */
+int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot);
+
+/* The GPU memory of every handle the engine lets onto the CUDA node, as
+ * StarPU's allocator takes it (data.c). */
 int64_t si__gpu_accounted(const struct si_engine *e);
 
 /* --- decode.c */

@@ -148,11 +148,85 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     r->bytes[SI_GPU_BUFFERS] =
         (int64_t)sizeof(float) * (d + L * rows * d) + (int64_t)sizeof(int32_t) * ff;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
+    /* The buffers above and each hot layer's small ones (bias, index list,
+     * partial output) are carved from one chunk of StarPU's allocator; the
+     * plan adds to it when they need more (engine.c's plan). */
+    r->bytes[SI_GPU_ALLOCATOR] = SI__GPU_CHUNK;
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
         r->total += r->bytes[i];
     r->unit_bytes = hot_unit_bytes(e);
     r->unit_neurons = e->sparse ? 1 : e->chunk;
     r->any_neurons = e->sparse;
+}
+
+/*
+ * StarPU's CUDA allocator (1.4, datawizard/malloc.c): a buffer of at most
+ * 4 MiB is a run of 16 KiB blocks inside a 32 MiB chunk, and the node's used
+ * memory (starpu_memory_get_used, which the engine holds to the budget)
+ * counts whole chunks; bigger buffers are allocated alone.  A chunk's first
+ * block is its list head, and a run may not fit the holes the others left:
+ * counting 1,792 of its 2,048 blocks as usable leaves room for the largest
+ * run (256 blocks) in any chunk.
+ */
+#define SI__GPU_CHUNK_MAX (SI__GPU_CHUNK / 8)
+#define SI__GPU_BLOCK ((int64_t)16 << 10)
+#define SI__GPU_CHUNK_BLOCKS ((SI__GPU_CHUNK - SI__GPU_CHUNK_MAX) / SI__GPU_BLOCK)
+
+void si__gpu_bytes_add(struct si__gpu_bytes *g, int64_t bytes)
+{
+    if (bytes <= 0)
+        return;
+    if (bytes > SI__GPU_CHUNK_MAX)
+        g->alone += bytes;
+    else
+        g->blocks += (bytes + SI__GPU_BLOCK - 1) / SI__GPU_BLOCK;
+}
+
+int64_t si__gpu_bytes_total(const struct si__gpu_bytes *g)
+{
+    const int64_t chunks = (g->blocks + SI__GPU_CHUNK_BLOCKS - 1) / SI__GPU_CHUNK_BLOCKS;
+    return g->alone + chunks * SI__GPU_CHUNK;
+}
+
+/* The buffers every hot layer shares (see si__gpu_accounted). */
+static void gpu_shared(const struct si_engine *e, struct si__gpu_bytes *g)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd);     /* ffn_in */
+    si__gpu_bytes_add(g, (int64_t)sizeof(int32_t) * hp->n_ff);     /* iota */
+    si__gpu_bytes_add(g, (int64_t)sizeof(float) * 2 * hp->n_ff);   /* scratch */
+}
+
+int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    struct si__gpu_bytes g = {0, 0};
+    bool any = false;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const int64_t n = n_hot[l];
+        if (n <= 0)
+            continue;
+        any = true;
+        struct si__ffn_fmt f;
+        si__ffn_fmt_of(e, l, &f);
+        if (e->sparse) {
+            if (e->pre_sep)
+                si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
+            si__gpu_bytes_add(&g, n * (int64_t)f.rec_bytes);
+            if (e->p.mode == SI_SPARSITY_PREDICTOR)
+                si__gpu_bytes_add(&g, n * (int64_t)sizeof(int32_t));
+            si__gpu_bytes_add(&g, (int64_t)sizeof(float) * hp->n_embd); /* its output */
+        } else {
+            if (e->has_gate)
+                si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
+            si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
+            si__gpu_bytes_add(&g, n * (int64_t)sizeof(float)); /* its activations */
+        }
+        si__gpu_bytes_add(&g, n * (int64_t)sizeof(float)); /* up_b */
+    }
+    if (any)
+        gpu_shared(e, &g);
+    return si__gpu_bytes_total(&g);
 }
 
 static bool cuda_type(uint32_t t)

@@ -11,8 +11,8 @@
 
 const char *si_gpu_item_name(enum si_gpu_item i)
 {
-    static const char *const names[] = {"attention", "predictor", "kv cache",
-                                        "lm_head",   "buffers",   "workspace"};
+    static const char *const names[] = {"attention", "predictor", "kv cache", "lm_head",
+                                        "buffers",   "workspace", "allocator"};
     return (unsigned)i < SI_GPU_ITEM_COUNT ? names[i] : "?";
 }
 

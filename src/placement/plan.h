@@ -29,10 +29,13 @@ enum si_gpu_item {
     SI_GPU_LM_HEAD,   /* output norm and LM head */
     SI_GPU_BUFFERS,   /* FFN input, index list, each layer's hot partial output */
     SI_GPU_WORKSPACE, /* the CUDA FFN task's scratch */
+    SI_GPU_ALLOCATOR, /* StarPU's allocation granularity: buffers under 4 MiB
+                       * share 32 MiB chunks (graph/layout.c) */
     SI_GPU_ITEM_COUNT
 };
 
-/* "attention", "predictor", "kv cache", "lm_head", "buffers", "workspace" */
+/* "attention", "predictor", "kv cache", "lm_head", "buffers", "workspace",
+ * "allocator" */
 const char *si_gpu_item_name(enum si_gpu_item i);
 
 struct si_gpu_reserve {
