@@ -36,7 +36,8 @@ static void usage(FILE *f)
                "  -h, --help       show this help (COMMAND --help: the command's help)\n"
                "  -V, --version    show the version\n"
                "\n"
-               "StarPU's environment variables apply (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA, ...).\n");
+               "StarPU's environment variables apply (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA, ...);\n"
+               "StarPU's own notices are off unless STARPU_SILENT=0.\n");
 }
 
 int main(int argc, char **argv)
@@ -45,6 +46,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* StarPU's notices (perfmodel calibration, hwloc plugins, the default
+     * scheduler on a GPU machine) would come before our one-line errors and
+     * between the output's lines; STARPU_SILENT=0 brings them back. */
+    setenv("STARPU_SILENT", "1", 0);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
