@@ -49,6 +49,19 @@ for i in 1 2 3 4 5 6; do cat "$tmp/corpus.txt" "$tmp/corpus.txt" >"$tmp/c2"; mv 
 "$si" convert -m "$tmp/r.gguf" --bundle --profile "$tmp/r.prof" -o "$tmp/r.prof.flash" >"$tmp/out" ||
     fail "convert --profile"
 grep -q "by profile" "$tmp/out" || fail "convert --profile output: $(cat "$tmp/out")"
+# convert --llama-cpp: the model without the predictors, ffn_down_t and the
+# planted probabilities; the same weights (the reference decodes the same).
+"$si" convert -m "$tmp/r.gguf" --llama-cpp -o "$tmp/r-l.gguf" >"$tmp/out" ||
+    fail "convert --llama-cpp: $(cat "$tmp/out")"
+grep -q "wrote $tmp/r-l.gguf: 30 of 42 tensors" "$tmp/out" || fail "convert --llama-cpp: $(cat "$tmp/out")"
+"$si" info --no-workers --tensors "$tmp/r-l.gguf" >"$tmp/out" 2>&1
+grep -Eq 'fc1|fc2|ffn_down_t|planted' "$tmp/out" && fail "convert --llama-cpp kept an extra tensor"
+grep -q 'blk.2.ffn_up.weight' "$tmp/out" || fail "convert --llama-cpp lost ffn_up: $(cat "$tmp/out")"
+for f in r r-l; do
+    "$si" generate -m "$tmp/$f.gguf" -p "The quick" -n 8 --temp 0 --ignore-eos --engine ref \
+        >"$tmp/$f.txt" 2>/dev/null || fail "generate on $f.gguf"
+done
+cmp -s "$tmp/r.txt" "$tmp/r-l.txt" || fail "convert --llama-cpp: another text: $(cat "$tmp/r-l.txt")"
 
 # gen MODEL ARGS...: the decoded text (temp 0, prefill token by token as the
 # flash tier does) into $tmp/gen, stderr into $tmp/gerr.
@@ -116,6 +129,11 @@ expect_error 1 "convert: say --bundle" convert -m "$tmp/r.gguf"
 expect_error 1 "convert: no model" convert --bundle
 expect_error 1 "No such file or directory" convert -m "$tmp/none.gguf" --bundle
 expect_error 1 "exclude each other" convert -m "$tmp/r.gguf" --bundle --split
+expect_error 1 "convert: --llama-cpp needs -o FILE" convert -m "$tmp/r.gguf" --llama-cpp
+expect_error 1 "convert: --llama-cpp writes a model, not a flash store" \
+    convert -m "$tmp/r.gguf" --llama-cpp --bundle -o "$tmp/x.gguf"
+expect_error 1 "not a GGUF file" convert -m "$tmp/corpus.txt" --llama-cpp -o "$tmp/x.gguf"
+[ -e "$tmp/x.gguf" ] && fail "a refused convert --llama-cpp left $tmp/x.gguf"
 expect_error 1 "the flash tier, which reads cold FFN neurons from disk, needs the StarPU engine in gate or predictor mode" \
     generate -m "$tmp/r.gguf" -p hi --engine ref --dram-budget 4M
 expect_error 1 "the flash tier, which reads cold FFN neurons from disk, needs gate or predictor mode (the engine is in dense mode)" \

@@ -1,6 +1,8 @@
 /* cmd_convert.c - `starinfer convert`: write a model's flash store (issue 9). */
 #include "cli.h"
 #include "flash/store.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
 #include "predict/profile.h"
 #include "starinfer.h"
@@ -14,6 +16,7 @@ static void convert_usage(FILE *f)
 {
     fprintf(f,
             "Usage: " SI_PROG " convert -m MODEL --bundle [-o STORE] [--profile PROFILE]\n"
+            "       " SI_PROG " convert -m MODEL --llama-cpp -o FILE\n"
             "\n"
             "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
             "(gate row, up row, down_t row and up bias, in the model's types, each part\n"
@@ -33,13 +36,73 @@ static void convert_usage(FILE *f)
             "      --split          the layout without bundling, for comparisons: gate, up\n"
             "                       and down_t rows in separate tensors, a read for each\n"
             "      --profile FILE   activation profile (starinfer profile): record order\n"
+            "      --llama-cpp      instead: a copy of MODEL without the tensors llama.cpp\n"
+            "                       refuses (\"wrong number of tensors\"): PowerInfer's\n"
+            "                       predictors (blk.N.fc1/fc2), ffn_down_t and synth's\n"
+            "                       planted probabilities; the same weights, as a GGUF file\n"
             "  -h, --help           show this help\n");
+}
+
+/* The tensors starinfer and PowerInfer add to a llama.cpp model. */
+static bool extra_tensor(const struct si_gguf_str *name)
+{
+    static const char *const tails[] = {".ffn_planted_prob", ".fc1.weight", ".fc2.weight",
+                                        ".ffn_down_t.weight"};
+    if (name->len < 4 || strncmp(name->data, "blk.", 4) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        const size_t n = strlen(tails[i]);
+        if (name->len > n && !memcmp(name->data + name->len - n, tails[i], n))
+            return true;
+    }
+    return false;
+}
+
+/* convert --llama-cpp: MODEL's keys and tensors but the extra ones, to out. */
+static int llama_cpp_copy(const char *model, const char *out)
+{
+    char err[600];
+    struct si_gguf *g = NULL;
+    if (si_gguf_open(&g, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    char **names = calloc(g->n_tensors + 1, sizeof *names);
+    int rc = w != NULL && names != NULL ? si_gguf_writer_copy_kv(w, g) : SI_E_NOMEM;
+    uint64_t kept = 0;
+    size_t bytes = 0;
+    for (uint64_t i = 0; rc == SI_OK && i < g->n_tensors; i++) {
+        const struct si_gguf_tensor *t = &g->tensors[i];
+        if (extra_tensor(&t->name))
+            continue;
+        if ((names[kept] = strndup(t->name.data, (size_t)t->name.len)) == NULL) {
+            rc = SI_E_NOMEM;
+            break;
+        }
+        rc = si_gguf_writer_add_tensor(w, names[kept++], t->type, t->n_dims, t->ne, t->data);
+        bytes += t->nbytes;
+    }
+    if (rc == SI_OK)
+        rc = si_gguf_writer_write(w, out, err, sizeof err);
+    else
+        snprintf(err, sizeof err, "convert: %s", si_status_str(rc));
+    if (rc == SI_OK)
+        printf("wrote %s: %llu of %llu tensors (%.2f GiB), without starinfer's and "
+               "PowerInfer's extra tensors\n",
+               out, (unsigned long long)kept, (unsigned long long)g->n_tensors,
+               (double)bytes / 1073741824.0);
+    for (uint64_t i = 0; names != NULL && i < kept; i++)
+        free(names[i]);
+    free(names);
+    si_gguf_writer_free(w);
+    si_gguf_free(g);
+    return rc == SI_OK ? 0 : si_cli_error("%s", err);
 }
 
 int si_cmd_convert(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *profile = NULL;
     int layout = -1;
+    bool llama = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -59,6 +122,8 @@ int si_cmd_convert(int argc, char **argv)
             if (layout >= 0 && layout != l)
                 return si_cli_error("convert: --bundle and --split exclude each other");
             layout = l;
+        } else if (!strcmp(a, "--llama-cpp")) {
+            llama = true;
         } else {
             return si_cli_error("convert: unknown option '%s' (see " SI_PROG " convert --help)",
                                 a);
@@ -66,9 +131,17 @@ int si_cmd_convert(int argc, char **argv)
     }
     if (model == NULL)
         return si_cli_error("convert: no model (-m FILE)");
+    if (llama) {
+        if (layout >= 0 || profile != NULL)
+            return si_cli_error("convert: --llama-cpp writes a model, not a flash store: "
+                                "without --bundle, --split or --profile");
+        if (out == NULL)
+            return si_cli_error("convert: --llama-cpp needs -o FILE");
+        return llama_cpp_copy(model, out);
+    }
     if (layout < 0)
-        return si_cli_error("convert: say --bundle (the flash store) or --split (the layout "
-                            "without bundling)");
+        return si_cli_error("convert: say --bundle (the flash store), --split (the layout "
+                            "without bundling) or --llama-cpp (a copy llama.cpp loads)");
     char err[600];
     struct si_model *m = NULL;
     if (si_model_load(&m, model, err, sizeof err) != SI_OK)
