@@ -241,10 +241,14 @@ if [ -n "$model" ] && [ -r "$model" ]; then
     interrupt() { # interrupt NAME INPUT COMMAND...: run, SIGINT after the first answer bytes
         local name=$1 input=$2 pid rc i before=$failures
         shift 2
+        # The last run's answer must not count as this one's: SIGINT before
+        # the child has even opened its files kills the forked shell, whose
+        # EXIT trap (this script's, inherited) removed $tmp under load.
+        rm -f "$tmp/int.out" "$tmp/int.err"
         "$@" <"$input" >"$tmp/int.out" 2>"$tmp/int.err" &
         pid=$!
         for ((i = 0; i < 600; i++)); do
-            [ "$(wc -c <"$tmp/int.out")" -gt 60 ] && break
+            [ "$(wc -c <"$tmp/int.out" 2>/dev/null || echo 0)" -gt 60 ] && break
             sleep 0.1
         done
         kill -INT "$pid"
