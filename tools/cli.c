@@ -1,5 +1,6 @@
 /* cli.c - helpers shared by the starinfer commands. */
 #include "cli.h"
+#include "progress.h"
 
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -259,4 +260,22 @@ void si_cli_sigint_catch(void)
 bool si_cli_interrupted(void)
 {
     return sigint_seen != 0;
+}
+
+int si_cli_windows(const char *title, const int32_t *toks, int64_t n, int64_t n_ctx,
+                   si_cli_window_fn fn, void *user, char *err, size_t err_size)
+{
+    struct si_progress pg;
+    si_progress_begin(&pg, title, n, "tokens", 1);
+    for (int64_t start = 0; start < n; start += n_ctx) {
+        si_progress_update(&pg, start);
+        const int rc = fn(user, toks + start, n - start < n_ctx ? n - start : n_ctx, err, err_size);
+        if (rc != 0) {
+            si_progress_end(&pg);
+            return rc;
+        }
+    }
+    si_progress_update(&pg, n);
+    si_progress_end(&pg);
+    return 0;
 }

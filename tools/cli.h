@@ -88,6 +88,16 @@ int si_cli_runner_start(struct si_cli_runner *cr, const struct si_model *m, bool
                         int32_t n_ctx, int32_t n_batch);
 void si_cli_runner_stop(struct si_cli_runner *cr);
 
+/*
+ * One pass over a corpus: fn(user, toks + start, len) for each window of
+ * n_ctx tokens in turn, with a progress bar titled `title` (tokens).  0, or
+ * the first failing call's status, the bar ended and fn's message in err.
+ */
+typedef int (*si_cli_window_fn)(void *user, const int32_t *toks, int64_t n, char *err,
+                                size_t err_size);
+int si_cli_windows(const char *title, const int32_t *toks, int64_t n, int64_t n_ctx,
+                   si_cli_window_fn fn, void *user, char *err, size_t err_size);
+
 /* The --engine option of those commands: "starpu" (false) or "ref" (true
  * into *use_ref); false after an error message. */
 bool si_cli_engine_opt(const char *v, bool *use_ref);

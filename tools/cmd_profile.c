@@ -1,7 +1,6 @@
 /* cmd_profile.c - `starinfer profile`: count FFN neuron activations over a text. */
 #include "cli.h"
 #include "internal.h" /* si__now */
-#include "progress.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -125,6 +124,34 @@ static int svg_to_png(const char *svg, const char *png)
     return 0;
 }
 
+/* The passes over the corpus, window by window (si_cli_windows). */
+struct pass {
+    struct si_profile_calib *calib;
+    struct si_profile *prof;
+    struct si_input_calib *input;
+    const struct si_model *m;
+    const struct si_ffn_runner *run;
+    struct si_ref_params rp;
+};
+
+static int calib_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_profile_calib_collect(p->calib, p->m, p->run, t, n, err, es);
+}
+
+static int count_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_profile_collect(p->prof, p->m, p->run, t, n, err, es);
+}
+
+static int input_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_input_calib_collect(p->input, p->m, p->rp, t, n, err, es);
+}
+
 int si_cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
@@ -222,45 +249,20 @@ int si_cmd_profile(int argc, char **argv)
     const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
     const int passes = relu ? 1 : 2;
-    struct si_progress pg;
     if (si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
     }
     double t0 = si__now();
-    if (!relu)
-        si_progress_begin(&pg, "profile 1/2 thresholds", n, "tokens", 1);
-    for (int64_t w = 0; w < n_windows && !relu; w++) {
-        const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-        si_progress_update(&pg, start);
-        if (si_profile_calib_collect(calib, m, &cr.r, toks + start, len_w, err, sizeof err) !=
-            SI_OK) {
-            si_progress_end(&pg);
-            si_cli_error("%s", err);
-            goto out;
-        }
-    }
-    if (!relu) {
-        si_progress_update(&pg, n);
-        si_progress_end(&pg);
-    }
-    if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
+    struct pass ps = {.calib = calib, .prof = prof, .m = m, .run = &cr.r};
+    if ((!relu && si_cli_windows("profile 1/2 thresholds", toks, n, n_ctx, calib_pass, &ps, err,
+                                 sizeof err) != 0) ||
+        si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK ||
+        si_cli_windows(passes == 2 ? "profile 2/2 counting" : "profile counting", toks, n, n_ctx,
+                       count_pass, &ps, err, sizeof err) != 0) {
         si_cli_error("%s", err);
         goto out;
     }
-    si_progress_begin(&pg, passes == 2 ? "profile 2/2 counting" : "profile counting", n, "tokens",
-                      1);
-    for (int64_t w = 0; w < n_windows; w++) {
-        const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-        si_progress_update(&pg, start);
-        if (si_profile_collect(prof, m, &cr.r, toks + start, len_w, err, sizeof err) != SI_OK) {
-            si_progress_end(&pg);
-            si_cli_error("%s", err);
-            goto out;
-        }
-    }
-    si_progress_update(&pg, n);
-    si_progress_end(&pg);
     si_cli_runner_stop(&cr);
     const double secs = si__now() - t0;
     double isecs = 0;
@@ -278,20 +280,11 @@ int si_cmd_profile(int argc, char **argv)
             goto out;
         }
         const double t1 = si__now();
-        si_progress_begin(&pg, "profile: input sparsity (reference)", n, "tokens", 1);
-        for (int64_t w = 0; w < n_windows; w++) {
-            const int64_t start = w * n_ctx, len_w = n - start < n_ctx ? n - start : n_ctx;
-            si_progress_update(&pg, start);
-            if (si_input_calib_collect(icalib, m, rp, toks + start, len_w, err, sizeof err) !=
-                SI_OK) {
-                si_progress_end(&pg);
-                si_cli_error("%s", err);
-                goto out;
-            }
-        }
-        si_progress_update(&pg, n);
-        si_progress_end(&pg);
-        if (si_input_calib_apply(icalib, prof, below, err, sizeof err) != SI_OK) {
+        ps.input = icalib;
+        ps.rp = rp;
+        if (si_cli_windows("profile: input sparsity (reference)", toks, n, n_ctx, input_pass, &ps,
+                           err, sizeof err) != 0 ||
+            si_input_calib_apply(icalib, prof, below, err, sizeof err) != SI_OK) {
             si_cli_error("%s", err);
             goto out;
         }

@@ -136,6 +136,35 @@ static bool parse_type(const char *s, uint32_t *t, bool *aut)
     return true;
 }
 
+/* The passes over the corpus, window by window (si_cli_windows). */
+struct pass {
+    struct si_active_calib *active;
+    struct si_profile_calib *calib;
+    struct si_train_samples *samples;
+    enum si_active_rule rule;
+    const float *thresholds;
+    const struct si_model *m;
+    const struct si_ffn_runner *run;
+};
+
+static int active_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_active_calib_collect(p->active, p->m, p->run, t, n, err, es);
+}
+
+static int calib_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_profile_calib_collect(p->calib, p->m, p->run, t, n, err, es);
+}
+
+static int sample_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
+{
+    const struct pass *p = u;
+    return si_train_collect(p->samples, p->m, p->run, p->rule, p->thresholds, t, n, err, es);
+}
+
 int si_cmd_train(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *profile = NULL, *v;
@@ -359,7 +388,6 @@ int si_cmd_train(int argc, char **argv)
     if (n > max_tokens)
         n = max_tokens;
 
-    const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
     const bool relu = si_profile_relu_family(m);
     if (relu && loss == SI_TRAIN_LOSS_COST) {
         si_cli_error("%s: --loss cost prices a neuron at its layer's threshold, and a ReLU-family "
@@ -391,6 +419,7 @@ int si_cmd_train(int argc, char **argv)
     } else {
         if (si_cli_runner_start(&cr, m, use_ref, (int32_t)n_ctx, 128) != 0)
             goto out;
+        struct pass ps = {.m = m, .run = &cr.r};
         /* The active rule: thresholds from the profile, or a first pass. */
         if (!relu && profile != NULL) {
             if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
@@ -414,20 +443,10 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             bar_t0 = si__now();
-            si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
-            for (int64_t w = 0; w < n_windows; w++) {
-                const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-                si_progress_update(&pg, start);
-                if (si_active_calib_collect(ocalib, m, &cr.r, toks + start, lw, err, sizeof err) !=
-                    SI_OK) {
-                    si_progress_end(&pg);
-                    si_cli_error("%s", err);
-                    goto out;
-                }
-            }
-            si_progress_update(&pg, n);
-            si_progress_end(&pg);
-            if (si_active_calib_thresholds(ocalib, target, own_thr, err, sizeof err) != SI_OK) {
+            ps.active = ocalib;
+            if (si_cli_windows("train-predictor thresholds", toks, n, n_ctx, active_pass, &ps, err,
+                               sizeof err) != 0 ||
+                si_active_calib_thresholds(ocalib, target, own_thr, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
             }
@@ -439,20 +458,10 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             bar_t0 = si__now();
-            si_progress_begin(&pg, "train-predictor thresholds", n, "tokens", 1);
-            for (int64_t w = 0; w < n_windows; w++) {
-                const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-                si_progress_update(&pg, start);
-                if (si_profile_calib_collect(calib, m, &cr.r, toks + start, lw, err, sizeof err) !=
-                    SI_OK) {
-                    si_progress_end(&pg);
-                    si_cli_error("%s", err);
-                    goto out;
-                }
-            }
-            si_progress_update(&pg, n);
-            si_progress_end(&pg);
-            if (si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
+            ps.calib = calib;
+            if (si_cli_windows("train-predictor thresholds", toks, n, n_ctx, calib_pass, &ps, err,
+                               sizeof err) != 0 ||
+                si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
             }
@@ -467,19 +476,14 @@ int si_cmd_train(int argc, char **argv)
             goto out;
         }
         bar_t0 = si__now();
-        si_progress_begin(&pg, "train-predictor samples", n, "tokens", 1);
-        for (int64_t w = 0; w < n_windows; w++) {
-            const int64_t start = w * n_ctx, lw = n - start < n_ctx ? n - start : n_ctx;
-            si_progress_update(&pg, start);
-            if (si_train_collect(samples, m, &cr.r, rule, thresholds, toks + start, lw, err,
-                                 sizeof err) != SI_OK) {
-                si_progress_end(&pg);
-                si_cli_error("%s", err);
-                goto out;
-            }
+        ps.samples = samples;
+        ps.rule = rule;
+        ps.thresholds = thresholds;
+        if (si_cli_windows("train-predictor samples", toks, n, n_ctx, sample_pass, &ps, err,
+                           sizeof err) != 0) {
+            si_cli_error("%s", err);
+            goto out;
         }
-        si_progress_update(&pg, n);
-        si_progress_end(&pg);
 
         t_collect = si__now() - bar_t0;
         si_cli_runner_stop(&cr); /* the workers' cores go to training */
