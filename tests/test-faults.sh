@@ -12,11 +12,7 @@
 # fails with EFBIG as it would with ENOSPC; a kill mid-write is the same limit
 # with SIGXFSZ at its default, which kills the writer at that write.
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export STARPU_NCPU=${STARPU_NCPU:-2}
 export STARPU_HOME=$tmp/starpu-home # StarPU's own files never meet the limit below
 mkdir -p "$STARPU_HOME" "$tmp/out"
@@ -85,11 +81,12 @@ flash_fault() { # NAME COMMAND-ON-THE-STORE...
     local name=$1 pid rc i
     shift
     cp "$tmp/m.flash" "$tmp/run.flash"
+    rm -f "$tmp/gen" # the last run's answer must not count as this one's
     "$si" generate -m "$tmp/m.gguf" --sparsity gate --flash-store "$tmp/run.flash" --flash-window 0 \
         -n 4000 --ignore-eos -p hi >"$tmp/gen" 2>"$tmp/err" &
     pid=$!
     for ((i = 0; i < 300; i++)); do
-        [ "$(wc -c <"$tmp/gen")" -gt 20 ] && break
+        [ "$(wc -c <"$tmp/gen" 2>/dev/null || echo 0)" -gt 20 ] && break
         sleep 0.1
     done
     "$@"
