@@ -4,11 +4,7 @@
 # one row per policy whose decoded tokens agree, and clear errors for bad
 # policies and options.  Speed is not checked here (see make bench).
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 expect_error() {
     local want=$1 needle=$2
     shift 2

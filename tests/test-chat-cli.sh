@@ -5,11 +5,7 @@
 # the second answer equal to what `generate` gives for the whole conversation
 # evaluated from scratch.
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error NEEDLE ARGS... (stdin from /dev/null): exit 1, one stderr line naming the problem.
 expect_error() {

@@ -4,11 +4,7 @@
 # info, generate, profile), and with STARINFER_TEST_MODEL `info` and `generate`
 # on the real model, and Ctrl-C mid-answer in generate and chat.
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error EXIT_CODE NEEDLE ARGS...: exit code, one stderr line naming the problem.
 expect_error() {

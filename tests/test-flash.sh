@@ -8,11 +8,7 @@
 # profile order; the per-token flash figures are printed; and every kind of
 # bad input gets one clear line and a non-zero exit.
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export STARPU_NCPU=${STARPU_NCPU:-2}
 
 expect_error() {

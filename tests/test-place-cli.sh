@@ -5,11 +5,7 @@
 # gpuidx file's tensors, and `generate --placement` on it (no GPU here: the
 # hot slices are ignored, said once on stderr).
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error NEEDLE ARGS...: exit 1, one stderr line naming the problem.
 expect_error() {

@@ -4,11 +4,7 @@
 # `info`, eval's per-layer table and three perplexity modes, the samples file
 # reused), and one clear error line with a non-zero exit for each bad input.
 set -u
-si=${STARINFER:?STARINFER must name the starinfer binary}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error NEEDLE ARGS...: exit 1, one stderr line naming the problem.
 expect_error() {
