@@ -539,8 +539,12 @@ int si_cmd_bench(int argc, char **argv)
                runs[0].bytes_per_tok / 1e6, (double)dense_bytes / 1e6,
                100.0 * runs[0].neurons_computed, (double)ru.ru_maxrss / 1024.0);
         if (runs[0].vram_peak >= 0)
-            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token",
-                   (double)runs[0].vram_peak / 1048576.0, runs[0].gpu_bytes_per_tok / 1e6);
+            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token%s",
+                   (double)runs[0].vram_peak / 1048576.0, runs[0].gpu_bytes_per_tok / 1e6,
+                   ep.mode != SI_SPARSITY_DENSE && runs[0].gpu_bytes_per_tok > 0
+                       ? " (the GPU's hot slices counted whole: the GPU does not count its "
+                         "active neurons)"
+                       : "");
         if (roofline)
             printf("; memory bandwidth %.2f GB/s (streaming read)", membw / 1e9);
         printf("\n");

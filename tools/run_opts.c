@@ -281,6 +281,9 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
             si_sparsity_mode_name(st->sparsity), (double)st->hot_bytes / 1048576.0,
             100.0 * (double)active / total, 100.0 * (double)st->neurons_gpu / total,
             100.0 * (double)st->neurons_cpu / total, 100.0 * st->gpu_share);
+    if (st->n_cuda_workers > 0 && st->neurons_gpu > 0 && st->sparsity != SI_SPARSE_DENSE)
+        fprintf(f, "engine: the GPU's hot slices are counted whole (the GPU does not count its "
+                   "active neurons)\n");
     if (st->packed_bytes > 0)
         fprintf(f, "engine: %.1f MiB of weights packed 8 rows at a time\n",
                 (double)st->packed_bytes / 1048576.0);
