@@ -580,7 +580,9 @@ static void synthetic_types(void)
              * several slices the partial outputs add in another order and
              * the next layer's Q8 input turns last-bit differences into
              * quantization steps: up to 1.6e-2 of the logits measured (opt
-             * Q4_K_M, predictor, hot slice), the greedy tokens equal. */
+             * Q4_K_M, predictor, hot slice) with 2 workers, 2.4e-2 with 4
+             * (STARPU_NCPU=4, here and on the 16-core GPU machine), the
+             * greedy tokens equal. */
             const struct config exact[] = {
                 {SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false},
                 {SI_SPARSITY_GATE, 1, false, false, 0, 0, false, silu},
@@ -597,7 +599,7 @@ static void synthetic_types(void)
             for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
                 compare(what, m, exact[k], 0);
             for (size_t k = 0; k < sizeof reordered / sizeof reordered[0]; k++)
-                compare(what, m, reordered[k], 2e-2);
+                compare(what, m, reordered[k], 3e-2);
             if (p.mix_m) /* dequantized rows in sgemm against block dots */
                 batch_logits(what, m, 3e-3);
             si_model_free(m);
