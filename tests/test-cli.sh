@@ -72,6 +72,21 @@ grep -q '^ids:\( [0-9]*\)\{8\}$' "$tmp/out" || fail "generate --ids printed: $(c
     >"$tmp/out2" 2>"$tmp/err" || fail "generate --engine starpu: $(cat "$tmp/err")"
 cmp -s "$tmp/out" "$tmp/out2" || fail "the engine's tokens differ from the reference's: $(cat "$tmp/out2")"
 grep -q 'gate mode' "$tmp/err" || fail "no engine statistics line: $(cat "$tmp/err")"
+# StarPU's own notices (here dmda calibrating in a fresh STARPU_HOME) stay off
+# unless STARPU_SILENT=0 asks for them.
+for silent in unset 0; do
+    rm -rf "$tmp/starpu-home"
+    if [ $silent = unset ]; then
+        env -u STARPU_SILENT STARPU_HOME="$tmp/starpu-home" STARPU_SCHED=dmda "$si" generate \
+            -m "$tmp/tiny.gguf" -p a -n 2 --engine starpu >/dev/null 2>"$tmp/err"
+    else
+        STARPU_SILENT=0 STARPU_HOME=$tmp/starpu-home STARPU_SCHED=dmda "$si" generate \
+            -m "$tmp/tiny.gguf" -p a -n 2 --engine starpu >/dev/null 2>"$tmp/err"
+    fi
+    n=$(grep -c '^\[starpu\]' "$tmp/err")
+    { [ $silent = unset ] && [ "$n" = 0 ]; } || { [ $silent = 0 ] && [ "$n" -gt 0 ]; } ||
+        fail "STARPU_SILENT $silent: $n StarPU notices: $(head -3 "$tmp/err")"
+done
 expect_error 1 "--engine: 'gpu' is neither starpu nor ref" generate -m x.gguf -p a --engine gpu
 expect_error 1 "generate: --sparsity needs --engine starpu" \
     generate -m x.gguf -p a --engine ref --sparsity gate

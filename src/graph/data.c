@@ -279,8 +279,11 @@ static void register_layer(struct si_engine *e, int l)
 
 /*
  * The GPU memory of every handle the engine lets onto the CUDA node, as
- * StarPU's allocator takes it (si__gpu_bytes): what ffn_cuda's task (codelets/ffn.c) reads and writes (see submit_ffn in decode.c), for the layers
- * with a hot slice; with hot_on_cpu the same handles as if there were a GPU.
+ * StarPU's allocator takes it (si__gpu_bytes): what ffn_cuda's task
+ * (codelets/ffn.c) reads and writes (see submit_ffn in decode.c), for the
+ * layers with a hot slice; with hot_on_cpu the same handles as if there
+ * were a GPU.  si__gpu_planned (layout.c) counts the same handles from a
+ * plan, before they exist.
  */
 int64_t si__gpu_accounted(const struct si_engine *e)
 {
