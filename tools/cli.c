@@ -279,3 +279,9 @@ int si_cli_windows(const char *title, const int32_t *toks, int64_t n, int64_t n_
     si_progress_end(&pg);
     return 0;
 }
+
+int si_cli_calib_pass(void *user, const int32_t *toks, int64_t n, char *err, size_t err_size)
+{
+    const struct si_cli_corpus *c = user;
+    return si_profile_calib_collect(c->calib, c->m, c->run, toks, n, err, err_size);
+}

@@ -98,6 +98,15 @@ typedef int (*si_cli_window_fn)(void *user, const int32_t *toks, int64_t n, char
 int si_cli_windows(const char *title, const int32_t *toks, int64_t n, int64_t n_ctx,
                    si_cli_window_fn fn, void *user, char *err, size_t err_size);
 
+/* The pass both profile and train-predictor make for SiLU/GELU thresholds:
+ * si_profile_calib_collect over each window (user: a struct si_cli_corpus). */
+struct si_cli_corpus {
+    struct si_profile_calib *calib;
+    const struct si_model *m;
+    const struct si_ffn_runner *run;
+};
+int si_cli_calib_pass(void *user, const int32_t *toks, int64_t n, char *err, size_t err_size);
+
 /* The --engine option of those commands: "starpu" (false) or "ref" (true
  * into *use_ref); false after an error message. */
 bool si_cli_engine_opt(const char *v, bool *use_ref);

@@ -126,30 +126,22 @@ static int svg_to_png(const char *svg, const char *png)
 
 /* The passes over the corpus, window by window (si_cli_windows). */
 struct pass {
-    struct si_profile_calib *calib;
+    struct si_cli_corpus c; /* the model, its runner, the thresholds' pass */
     struct si_profile *prof;
     struct si_input_calib *input;
-    const struct si_model *m;
-    const struct si_ffn_runner *run;
     struct si_ref_params rp;
 };
-
-static int calib_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
-{
-    const struct pass *p = u;
-    return si_profile_calib_collect(p->calib, p->m, p->run, t, n, err, es);
-}
 
 static int count_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
 {
     const struct pass *p = u;
-    return si_profile_collect(p->prof, p->m, p->run, t, n, err, es);
+    return si_profile_collect(p->prof, p->c.m, p->c.run, t, n, err, es);
 }
 
 static int input_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
 {
     const struct pass *p = u;
-    return si_input_calib_collect(p->input, p->m, p->rp, t, n, err, es);
+    return si_input_calib_collect(p->input, p->c.m, p->rp, t, n, err, es);
 }
 
 int si_cmd_profile(int argc, char **argv)
@@ -254,9 +246,9 @@ int si_cmd_profile(int argc, char **argv)
         goto out;
     }
     double t0 = si__now();
-    struct pass ps = {.calib = calib, .prof = prof, .m = m, .run = &cr.r};
-    if ((!relu && si_cli_windows("profile 1/2 thresholds", toks, n, n_ctx, calib_pass, &ps, err,
-                                 sizeof err) != 0) ||
+    struct pass ps = {.c = {.calib = calib, .m = m, .run = &cr.r}, .prof = prof};
+    if ((!relu && si_cli_windows("profile 1/2 thresholds", toks, n, n_ctx, si_cli_calib_pass,
+                                 &ps.c, err, sizeof err) != 0) ||
         si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK ||
         si_cli_windows(passes == 2 ? "profile 2/2 counting" : "profile counting", toks, n, n_ctx,
                        count_pass, &ps, err, sizeof err) != 0) {

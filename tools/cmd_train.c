@@ -138,31 +138,23 @@ static bool parse_type(const char *s, uint32_t *t, bool *aut)
 
 /* The passes over the corpus, window by window (si_cli_windows). */
 struct pass {
+    struct si_cli_corpus c; /* the model, its runner, the thresholds' pass */
     struct si_active_calib *active;
-    struct si_profile_calib *calib;
     struct si_train_samples *samples;
     enum si_active_rule rule;
     const float *thresholds;
-    const struct si_model *m;
-    const struct si_ffn_runner *run;
 };
 
 static int active_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
 {
     const struct pass *p = u;
-    return si_active_calib_collect(p->active, p->m, p->run, t, n, err, es);
-}
-
-static int calib_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
-{
-    const struct pass *p = u;
-    return si_profile_calib_collect(p->calib, p->m, p->run, t, n, err, es);
+    return si_active_calib_collect(p->active, p->c.m, p->c.run, t, n, err, es);
 }
 
 static int sample_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es)
 {
     const struct pass *p = u;
-    return si_train_collect(p->samples, p->m, p->run, p->rule, p->thresholds, t, n, err, es);
+    return si_train_collect(p->samples, p->c.m, p->c.run, p->rule, p->thresholds, t, n, err, es);
 }
 
 int si_cmd_train(int argc, char **argv)
@@ -419,7 +411,7 @@ int si_cmd_train(int argc, char **argv)
     } else {
         if (si_cli_runner_start(&cr, m, use_ref, (int32_t)n_ctx, 128) != 0)
             goto out;
-        struct pass ps = {.m = m, .run = &cr.r};
+        struct pass ps = {.c = {.m = m, .run = &cr.r}};
         /* The active rule: thresholds from the profile, or a first pass. */
         if (!relu && profile != NULL) {
             if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
@@ -458,9 +450,9 @@ int si_cmd_train(int argc, char **argv)
                 goto out;
             }
             bar_t0 = si__now();
-            ps.calib = calib;
-            if (si_cli_windows("train-predictor thresholds", toks, n, n_ctx, calib_pass, &ps, err,
-                               sizeof err) != 0 ||
+            ps.c.calib = calib;
+            if (si_cli_windows("train-predictor thresholds", toks, n, n_ctx, si_cli_calib_pass,
+                               &ps.c, err, sizeof err) != 0 ||
                 si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK) {
                 si_cli_error("%s", err);
                 goto out;
