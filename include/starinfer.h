@@ -318,6 +318,19 @@ struct si_context_params {
                            * (k); 0 (default): 5, the paper's; -1: none (every
                            * active neuron is read for every token); set on the
                            * reference engine, SI_E_INVALID (as flash_store) */
+    float input_sparsity; /* training-free input sparsity (TEAL), the target
+                           * share S of each matrix product's input entries
+                           * set to 0 (the smallest in magnitude, by the
+                           * profile's per-layer thresholds: `starinfer
+                           * profile --input-sparsity`; needs profile_path),
+                           * in [0, 0.9]; 0 (default): off.  Dense mode: every
+                           * product of a layer; gate and predictor modes:
+                           * the attention's (the FFN keeps their sparsity).
+                           * Products read only their non-zero inputs' rows
+                           * of the model's transposed copies (`starinfer
+                           * convert --transpose`); a model without them
+                           * gets the zeros, not the speed.  Decoding only:
+                           * prompt batches (n_batch > 1) are dense */
     const char *profile_path; /* activation profile (`starinfer profile`): orders
                                * the neurons hottest first; NULL (default): none;
                                * read during si_context_init only */

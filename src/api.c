@@ -20,6 +20,7 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "placement/placement.h"
+#include "predict/input_sparsity.h"
 #include "predict/profile.h"
 
 #include <errno.h>
@@ -416,6 +417,7 @@ struct si_context {
     struct si_sampler *smp;
     int32_t n_ctx;
     int32_t *hist;          /* (n_ctx) the tokens in the cache, n_past of them */
+    float *input_thr;       /* (n_layer, SI_INPUT_KINDS) input sparsity's thresholds, or NULL */
     bool have_logits;
 
     /* Statistics since the last reset. */
@@ -525,6 +527,12 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "n_slices: %d is outside [0, 256]", p->n_slices);
     if (p->attn_split < 0 || p->attn_split > 256)
         return fail(SI_E_INVALID, "attn_split: %d is outside [0, 256]", p->attn_split);
+    if (!(p->input_sparsity >= 0.0f && p->input_sparsity <= 0.9f))
+        return fail(SI_E_INVALID, "input_sparsity: %g is outside [0, 0.9]",
+                    (double)p->input_sparsity);
+    if (p->input_sparsity > 0.0f && p->profile_path == NULL)
+        return fail(SI_E_INVALID, "input_sparsity needs a profile with input sparsity thresholds "
+                                  "(profile_path; starinfer profile --input-sparsity)");
     if (p->flash_window < -1 || p->flash_window > 1000000)
         return fail(SI_E_INVALID, "flash_window: %d is outside [-1, 1000000]", p->flash_window);
     const struct si__engine_option *eo =
@@ -548,9 +556,14 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         {"flash_window", "--flash-window", "the flash tier"},
     };
     const bool set[] = {
-        p->sparsity != SI_SPARSE_DENSE, p->vram_budget > 0, p->profile_path != NULL,
-        p->placement_path != NULL,      p->exact_prefill,   p->redux,
-        p->flash_store != NULL,         p->flash_window != 0,
+        p->sparsity != SI_SPARSE_DENSE,
+        p->vram_budget > 0,
+        p->profile_path != NULL && p->input_sparsity == 0.0f,
+        p->placement_path != NULL,
+        p->exact_prefill,
+        p->redux,
+        p->flash_store != NULL,
+        p->flash_window != 0,
     };
     _Static_assert(sizeof set / sizeof set[0] == sizeof opt / sizeof opt[0], "one flag an option");
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
@@ -605,6 +618,49 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
 
 static void context_destroy(struct si_context *ctx);
 
+/*
+ * Input sparsity at p->input_sparsity into rp: the thresholds from the
+ * profile (kept in ctx), and the transposed copies where the model has
+ * them.  In gate and predictor modes the FFN's inputs keep the mode's own
+ * sparsity.
+ */
+static int input_sparsity(struct si_context *ctx, const struct si_context_params *p,
+                          struct si_ref_params *rp, char *err, size_t err_size)
+{
+    const struct si_model *m = ctx->llm->m;
+    struct si_profile *prof = NULL;
+    int rc = si_profile_read(&prof, p->profile_path, m, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    double S[SI_INPUT_KINDS];
+    for (int k = 0; k < SI_INPUT_KINDS; k++)
+        S[k] = p->input_sparsity;
+    const bool sparse_ffn = p->engine == SI_ENGINE_STARPU && p->sparsity != SI_SPARSE_DENSE;
+    if (sparse_ffn)
+        S[SI_INPUT_FFN] = S[SI_INPUT_DOWN] = 0.0;
+    ctx->input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *ctx->input_thr);
+    if (ctx->input_thr == NULL)
+        rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    else /* err names the range, or the profile's missing thresholds */
+        rc = si_input_thresholds_by_kind(prof, S, ctx->input_thr, err, err_size);
+    si_profile_free(prof);
+    if (rc != SI_OK)
+        return rc;
+    const struct si_layer *L = &m->w.layers[0];
+    const bool t = L->wq_t.data != NULL || L->wo_t.data != NULL || L->ffn_up_t.data != NULL;
+    rp->input_thresholds = ctx->input_thr;
+    rp->input_t = true;
+    note(p, "input sparsity %.2f on %s (%.1f%% of the layers' weights skipped)%s",
+         (double)p->input_sparsity,
+         sparse_ffn ? "the attention's products (the FFN keeps the mode's sparsity)"
+                    : "every product",
+         100.0 * si_input_model_sparsity(m, S),
+         t ? ""
+           : "; the model has no transposed copies (starinfer convert --transpose): every "
+             "weight is still read");
+    return SI_OK;
+}
+
 int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_context **out)
 {
     if (out != NULL)
@@ -644,6 +700,8 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = n_ctx;
     rp.kv_f16 = !p.kv_f32;
+    if (p.input_sparsity > 0.0f && (rc = input_sparsity(ctx, &p, &rp, err, sizeof err)) != SI_OK)
+        goto fail_err;
     if (p.engine == SI_ENGINE_REF) {
         if ((rc = si_ref_init(&ctx->ref, m, rp, err, sizeof err)) != SI_OK)
             goto fail_err;
@@ -715,7 +773,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                      ep.vram_budget > 0 ? "a VRAM budget" : "a placement");
             goto fail_err;
         }
-        if (prof != NULL && ep.mode == SI_SPARSITY_DENSE)
+        if (prof != NULL && ep.mode == SI_SPARSITY_DENSE && p.input_sparsity == 0.0f)
             note(&p, "engine: dense mode computes every neuron: the profile does not change the "
                      "placement");
         if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
@@ -822,6 +880,7 @@ static void context_destroy(struct si_context *ctx)
         runtime_release();
     si_sampler_free(ctx->smp);
     free(ctx->hist);
+    free(ctx->input_thr); /* after the engine or reference, which borrow it */
     free(ctx);
 }
 

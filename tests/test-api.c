@@ -255,7 +255,7 @@ static void test_bad_params(struct si_llm *llm)
     struct bad_case {
         const char *needle;
         struct si_context_params p;
-    } cases[10];
+    } cases[12];
     int n = 0;
     struct si_context_params p = si_context_default_params();
     p.n_ctx = -1;
@@ -288,6 +288,14 @@ static void test_bad_params(struct si_llm *llm)
     p.engine = SI_ENGINE_REF;
     p.flash_window = 3;
     cases[n++] = (struct bad_case){"flash_window needs the StarPU engine", p};
+    /* Input sparsity: a target in [0, 0.9], and its thresholds' profile. */
+    p = si_context_default_params();
+    p.input_sparsity = 0.95f;
+    p.profile_path = "x.prof";
+    cases[n++] = (struct bad_case){"input_sparsity: 0.95 is outside [0, 0.9]", p};
+    p = si_context_default_params();
+    p.input_sparsity = 0.4f;
+    cases[n++] = (struct bad_case){"input_sparsity needs a profile", p};
     for (int i = 0; i < n; i++) {
         ctx = (struct si_context *)&p;
         int rc = si_context_init(llm, cases[i].p, &ctx);

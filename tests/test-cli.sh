@@ -167,8 +167,36 @@ s5=$(ppl --sparsity input=0.5 --profile "$tmp/prof-in.gguf")
 echo "perplexity on the tiny SiLU model: dense $dense, input sparsity 0: $s0, 0.5: $s5"
 [ -n "$dense" ] && [ "$dense" = "$s0" ] || fail "input sparsity 0 gave $s0, dense $dense"
 [ -n "$s5" ] && [ "$s5" != "$dense" ] || fail "input sparsity 0.5 gave the dense value $s5"
-expect_error 1 "--sparsity input runs on the reference so far: add --engine ref" \
-    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --sparsity input=0.5 --profile "$tmp/prof-in.gguf"
+# The engine: token by token (its batches are dense), within 1% of the
+# reference's value (which scores a chunk as llama.cpp's batches do); on the
+# copy with transposed matrices (F32 here: exact copies) both read them.
+near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.01 * b) }'; }
+e5=$("$si" perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --chunks 2 --sparsity input=0.5 \
+    --profile "$tmp/prof-in.gguf" 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+near "$e5" "$s5" || fail "input sparsity 0.5 on the engine gave $e5, the reference $s5"
+"$si" convert -m "$tmp/silu.gguf" --transpose -o "$tmp/silu-t.gguf" >"$tmp/out" 2>&1 ||
+    fail "convert --transpose: $(cat "$tmp/out")"
+grep -q "wrote $tmp/silu-t.gguf: the model and its transposed copies" "$tmp/out" || fail "convert --transpose: $(cat "$tmp/out")"
+t5=$(ppl -m "$tmp/silu-t.gguf" --sparsity input=0.5 --profile "$tmp/prof-in.gguf")
+e5=$("$si" perplexity -m "$tmp/silu-t.gguf" -f "$tmp/text.txt" -c 64 --chunks 2 --sparsity input=0.5 \
+    --profile "$tmp/prof-in.gguf" 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p')
+t0=$(ppl -m "$tmp/silu-t.gguf")
+echo "with the transposed copies: dense $t0, input sparsity 0.5: reference $t5, engine $e5"
+[ "$t0" = "$dense" ] || fail "the copy's dense perplexity $t0, the model's $dense"
+near "$e5" "$t5" || fail "transposed, 0.5: engine $e5, reference $t5"
+expect_error 1 "evaluates token by token on the engine" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 -b 8 --sparsity input=0.5 --profile "$tmp/prof-in.gguf"
+"$si" generate -m "$tmp/silu-t.gguf" -p "hello world" -n 8 --temp 0 --sparsity input=0.4 \
+    --profile "$tmp/prof-in.gguf" >"$tmp/out" 2>"$tmp/err" || fail "generate --sparsity input: $(cat "$tmp/err")"
+grep -q "input sparsity 0.40 on every product" "$tmp/err" || fail "generate --sparsity input: $(cat "$tmp/err")"
+"$si" generate -m "$tmp/silu-t.gguf" -p "hello world" -n 8 --temp 0 --sparsity gate+input=0.4 \
+    --profile "$tmp/prof-in.gguf" >"$tmp/out" 2>"$tmp/err" || fail "generate gate+input: $(cat "$tmp/err")"
+grep -q "input sparsity 0.40 on the attention's products" "$tmp/err" || fail "generate gate+input: $(cat "$tmp/err")"
+expect_error 1 "--sparsity input needs --profile FILE" generate -m "$tmp/silu-t.gguf" -p hi -n 2 --sparsity input
+expect_error 1 "is not dense, gate or predictor" generate -m "$tmp/silu-t.gguf" -p hi -n 2 --sparsity fast+input
+expect_error 1 "--sparsity input=S" generate -m "$tmp/silu-t.gguf" -p hi -n 2 --sparsity input=0.95 \
+    --profile "$tmp/prof-in.gguf"
+expect_error 1 "convert: --transpose needs -o FILE" convert -m "$tmp/silu.gguf" --transpose
 expect_error 1 "--sparsity input needs --profile FILE" \
     perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input
 expect_error 1 "the profile has no input thresholds" \

@@ -152,6 +152,25 @@ expect_error 1 "the flash tier needs the gate or predictor sparsity mode" \
     generate -m "$tmp/r.gguf" -p hi --flash-store "$tmp/r.gguf.flash"
 expect_error 1 "the flash window (--flash-window) is the flash tier's" \
     generate -m "$tmp/r.gguf" -p hi --flash-window 3
+# Input sparsity on the attention beside the flash tier (gate+input): a copy
+# with the transposed matrices, its store and thresholds; the flash run
+# decodes what the all-in-DRAM one does.
+"$si" convert -m "$tmp/r.gguf" --transpose -o "$tmp/rt.gguf" >/dev/null || fail "convert --transpose"
+"$si" convert -m "$tmp/rt.gguf" --bundle -o "$tmp/rt.flash" >/dev/null || fail "convert rt --bundle"
+"$si" profile -m "$tmp/rt.gguf" -f "$tmp/corpus.txt" -o "$tmp/rt.prof" -n 64 -c 64 \
+    --input-sparsity >/dev/null 2>&1 || fail "profile --input-sparsity"
+if gen "$tmp/rt.gguf" --sparsity gate+input=0.4 --profile "$tmp/rt.prof"; then
+    cp "$tmp/gen" "$tmp/want"
+    gen "$tmp/rt.gguf" --sparsity gate+input=0.4 --profile "$tmp/rt.prof" --flash-store "$tmp/rt.flash" ||
+        fail "gate+input with the flash tier: $(cat "$tmp/gerr")"
+    grep -q "^input sparsity 0.40 on the attention's products" "$tmp/gerr" &&
+        grep -q '^flash tier: ' "$tmp/gerr" || fail "gate+input, flash: $(cat "$tmp/gerr")"
+    cmp -s "$tmp/gen" "$tmp/want" && echo "ok: gate+input=0.4 with the flash tier decodes as in DRAM" ||
+        fail "gate+input: the flash run's '$(cat "$tmp/gen")' differs from '$(cat "$tmp/want")'"
+else
+    fail "gate+input in DRAM: $(cat "$tmp/gerr")"
+fi
+
 # Tokens whose active neurons outnumber a layer's cache: the excess is read
 # into the spill area for that token, and the output is still the same.
 same "$tmp/r.gguf" predictor --dram-budget 6.3M

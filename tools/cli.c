@@ -285,3 +285,36 @@ int si_cli_calib_pass(void *user, const int32_t *toks, int64_t n, char *err, siz
     const struct si_cli_corpus *c = user;
     return si_profile_calib_collect(c->calib, c->m, c->run, toks, n, err, err_size);
 }
+
+bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input)
+{
+    static const char *const modes[SI_SPARSE_COUNT] = {"dense", "gate", "predictor"};
+    const char *plus = strchr(v, '+');
+    const char *in = plus != NULL ? plus + 1 : !strncmp(v, "input", 5) ? v : NULL;
+    const size_t n = plus != NULL ? (size_t)(plus - v) : in != NULL ? 0 : strlen(v);
+    *mode = SI_SPARSE_DENSE;
+    *input = 0.0f;
+    if (n > 0) {
+        int k = 0;
+        while (k < SI_SPARSE_COUNT && !(strlen(modes[k]) == n && !strncmp(v, modes[k], n)))
+            k++;
+        if (k == SI_SPARSE_COUNT) {
+            si_cli_error("--sparsity: '%.*s' is not dense, gate or predictor (with +input[=S] "
+                         "or alone: input[=S])",
+                         (int)n, v);
+            return false;
+        }
+        *mode = (enum si_sparsity_mode)k;
+    }
+    if (in == NULL)
+        return true;
+    if (strncmp(in, "input", 5) != 0 || (in[5] != '\0' && in[5] != '=')) {
+        si_cli_error("--sparsity: '%s' is not input[=S]", in);
+        return false;
+    }
+    double S = 0.4;
+    if (in[5] == '=' && !si_cli_float("--sparsity input=S", in + 6, 0.0, 0.9, &S))
+        return false;
+    *input = (float)S;
+    return true;
+}

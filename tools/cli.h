@@ -11,6 +11,7 @@
 #include "graph/engine.h"
 #include "graph/runtime.h"
 #include "predict/profile.h" /* struct si_ffn_runner */
+#include "starinfer.h"       /* enum si_sparsity_mode */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,10 @@ bool si_cli_interrupted(void);
  * error message. */
 bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out);
 bool si_cli_float(const char *flag, const char *s, double min, double max, double *out);
+/* A --sparsity value: MODE (dense, gate, predictor), input[=S] (dense mode
+ * with input sparsity S, 0.4 without =S) or MODE+input[=S] into *mode and
+ * *input (0: none).  false after printing the error. */
+bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input);
 
 /* Parse a byte size for `flag`: a number with an optional unit K, M, G, T
  * (powers of 1024; "KiB", "MB", "GiB" ... are read the same) or none for

@@ -18,6 +18,7 @@
 #include "graph/runtime.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "predict/input_sparsity.h"
 #include "predict/profile.h"
 #include "starinfer.h"
 
@@ -38,52 +39,53 @@ static const char *default_prompt =
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: " SI_PROG " bench -m MODEL [--sched LIST] [OPTIONS]\n"
-            "\n"
-            "Run the same workload on the StarPU engine under each scheduling policy and\n"
-            "print a side-by-side Markdown table: the prompt's prefill, then N greedily\n"
-            "decoded tokens, repeated R times with the policies interleaved; medians.\n"
-            "\n"
-            "Options:\n"
-            "  -m, --model FILE        the model (GGUF)\n"
-            "      --sched LIST        comma-separated StarPU policies, e.g. eager,lws,dmda\n"
-            "                          (default: STARPU_SCHED, else StarPU's default); `list`\n"
-            "                          prints the policies this StarPU has\n"
-            "  -p, --prompt TEXT       the prompt (default: a sentence of the GPL)\n"
-            "  -f, --file FILE         read the prompt from a file\n"
-            "      --prompt-tokens N   make the prompt exactly N tokens: the text's tokens\n"
-            "                          (BOS once) repeated and cut, as tools/bench-llm's\n"
-            "                          llama.cpp driver does\n"
-            "  -n, --n-predict N       tokens to decode (default 64)\n"
-            "  -r, --repeat R          runs per policy (default 3)\n"
-            "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
-            "      --sparsity M        dense (default), gate or predictor\n"
-            "      --gate-threshold T  gate mode, SiLU/GELU models\n"
-            "      --profile FILE      activation profile (neuron order and GPU placement)\n"
-            "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
-            "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
-            "                          an error without a CUDA worker)\n"
-            "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
-            "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
-            "      --attn-split N      attention's products in N row slices (0: automatic)\n"
-            "      --trace DIR         trace the first run of each policy with FxT into\n"
-            "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"
-            "      --roofline          measure the memory bandwidth first (a streaming read\n"
-            "                          with as many threads as CPU workers) and show each\n"
-            "                          row's effective bandwidth as a share of it\n"
-            "      --json              print JSON instead of the table: every run's timings\n"
-            "                          and per-token latencies, and the figures below\n"
-            "  -h, --help              show this help\n"
-            "\n"
-            "Columns: prefill and decode tokens/s; per-token decode latency p50, p95 and\n"
-            "p99 (over the decoded tokens of all runs); tasks per decoded token; how busy\n"
-            "the workers were while decoding (time in tasks / (wall time x workers));\n"
-            "MB of weights read per decoded token (host + GPU memory: what the tasks\n"
-            "touched; a dense pass reads every weight but the embeddings) and the\n"
-            "effective bandwidth, bytes x tokens/s; the engine's set-up time.  Peak RSS\n"
-            "and GPU bytes follow the table.  STARPU_NCPU, STARPU_NCUDA and the other\n"
-            "StarPU variables apply to every run.\n");
+    fprintf(f, "Usage: " SI_PROG " bench -m MODEL [--sched LIST] [OPTIONS]\n"
+               "\n"
+               "Run the same workload on the StarPU engine under each scheduling policy and\n"
+               "print a side-by-side Markdown table: the prompt's prefill, then N greedily\n"
+               "decoded tokens, repeated R times with the policies interleaved; medians.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE        the model (GGUF)\n"
+               "      --sched LIST        comma-separated StarPU policies, e.g. eager,lws,dmda\n"
+               "                          (default: STARPU_SCHED, else StarPU's default); `list`\n"
+               "                          prints the policies this StarPU has\n"
+               "  -p, --prompt TEXT       the prompt (default: a sentence of the GPL)\n"
+               "  -f, --file FILE         read the prompt from a file\n"
+               "      --prompt-tokens N   make the prompt exactly N tokens: the text's tokens\n"
+               "                          (BOS once) repeated and cut, as tools/bench-llm's\n"
+               "                          llama.cpp driver does\n"
+               "  -n, --n-predict N       tokens to decode (default 64)\n"
+               "  -r, --repeat R          runs per policy (default 3)\n"
+               "  -c, --ctx-size N        context length (default: prompt + n-predict)\n"
+               "      --sparsity M        dense (default), gate or predictor; input[=S],\n"
+               "                          gate+input[=S], predictor+input[=S]: with input\n"
+               "                          sparsity S (default 0.4; thresholds from --profile)\n"
+               "      --gate-threshold T  gate mode, SiLU/GELU models\n"
+               "      --profile FILE      activation profile (neuron order and GPU placement)\n"
+               "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
+               "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
+               "                          an error without a CUDA worker)\n"
+               "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
+               "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
+               "      --attn-split N      attention's products in N row slices (0: automatic)\n"
+               "      --trace DIR         trace the first run of each policy with FxT into\n"
+               "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"
+               "      --roofline          measure the memory bandwidth first (a streaming read\n"
+               "                          with as many threads as CPU workers) and show each\n"
+               "                          row's effective bandwidth as a share of it\n"
+               "      --json              print JSON instead of the table: every run's timings\n"
+               "                          and per-token latencies, and the figures below\n"
+               "  -h, --help              show this help\n"
+               "\n"
+               "Columns: prefill and decode tokens/s; per-token decode latency p50, p95 and\n"
+               "p99 (over the decoded tokens of all runs); tasks per decoded token; how busy\n"
+               "the workers were while decoding (time in tasks / (wall time x workers));\n"
+               "MB of weights read per decoded token (host + GPU memory: what the tasks\n"
+               "touched; a dense pass reads every weight but the embeddings) and the\n"
+               "effective bandwidth, bytes x tokens/s; the engine's set-up time.  Peak RSS\n"
+               "and GPU bytes follow the table.  STARPU_NCPU, STARPU_NCUDA and the other\n"
+               "StarPU variables apply to every run.\n");
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -286,6 +288,7 @@ int si_cmd_bench(int argc, char **argv)
     long long n_predict = 64, repeat = 3, n_ctx = 0, prompt_tokens = 0, ll;
     bool json = false, roofline = false;
     double d;
+    float input_s = 0.0f; /* --sparsity ...input=S */
     struct si_engine_params ep = si_engine_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -327,14 +330,12 @@ int si_cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--sparsity")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
-            if (!strcmp(v, "dense"))
-                ep.mode = SI_SPARSITY_DENSE;
-            else if (!strcmp(v, "gate"))
-                ep.mode = SI_SPARSITY_GATE;
-            else if (!strcmp(v, "predictor"))
-                ep.mode = SI_SPARSITY_PREDICTOR;
-            else
-                return si_cli_error("--sparsity: '%s' is not dense, gate or predictor", v);
+            enum si_sparsity_mode sm;
+            if (!si_cli_sparsity(v, &sm, &input_s))
+                return 1;
+            ep.mode = sm == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
+                      : sm == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
+                                                  : SI_SPARSITY_DENSE;
         } else if (!strcmp(a, "--gate-threshold")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1e6, &d))
                 return 1;
@@ -365,6 +366,9 @@ int si_cmd_bench(int argc, char **argv)
         return print_policies();
     if (model == NULL)
         return si_cli_error("bench: no model given (-m MODEL.gguf)");
+    if (input_s > 0.0f && profile_path == NULL)
+        return si_cli_error("bench: --sparsity input needs --profile FILE (made by " SI_PROG
+                            " profile --input-sparsity)");
     if (prompt != NULL && file != NULL)
         return si_cli_error("bench: give either -p or -f, not both");
 
@@ -397,6 +401,7 @@ int si_cmd_bench(int argc, char **argv)
     struct si_model *m = NULL;
     struct si_tokenizer *tok = NULL;
     struct si_profile *prof = NULL;
+    float *input_thr = NULL;
     char *text = NULL;
     int32_t *toks = NULL;
     double *lat = NULL, *all_lat = NULL;
@@ -409,6 +414,29 @@ int si_cmd_bench(int argc, char **argv)
         si_profile_read(&prof, profile_path, m, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;
+    }
+    if (input_s > 0.0f) {
+        /* As the library sets it up: the FFN's inputs keep the sparse modes' own. */
+        double S[SI_INPUT_KINDS];
+        for (int k = 0; k < SI_INPUT_KINDS; k++)
+            S[k] = ep.mode == SI_SPARSITY_DENSE || k == SI_INPUT_QKV || k == SI_INPUT_O ? input_s
+                                                                                        : 0.0;
+        if ((input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *input_thr)) ==
+            NULL) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        if (si_input_thresholds_by_kind(prof, S, input_thr, err, sizeof err) != SI_OK) {
+            si_cli_error("%s: %s", profile_path, err);
+            goto out;
+        }
+        ep.ref.input_thresholds = input_thr;
+        ep.ref.input_t = true;
+        fprintf(stderr, "bench: input sparsity %.2f (%.1f%% of the layers' weights skipped)%s\n",
+                (double)input_s, 100.0 * si_input_model_sparsity(m, S),
+                m->w.layers[0].wq_t.data != NULL ? ""
+                                                 : "; the model has no transposed copies: every "
+                                                   "weight is still read");
     }
     size_t len;
     if (file != NULL) {
@@ -568,6 +596,7 @@ out:
     free(toks);
     free(text);
     si_profile_free(prof);
+    free(input_thr);
     si_tokenizer_free(tok);
     si_model_free(m);
     return rc;

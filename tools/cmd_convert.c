@@ -1,9 +1,11 @@
-/* cmd_convert.c - `starinfer convert`: write a model's flash store (issue 9). */
+/* cmd_convert.c - `starinfer convert`: a model's flash store (issue 9), or a copy of the model
+ * for llama.cpp or with input sparsity's transposed matrices. */
 #include "cli.h"
 #include "flash/store.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
+#include "model/transpose.h"
 #include "predict/profile.h"
 #include "starinfer.h"
 
@@ -14,33 +16,39 @@
 
 static void convert_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: " SI_PROG " convert -m MODEL --bundle [-o STORE] [--profile PROFILE]\n"
-            "       " SI_PROG " convert -m MODEL --llama-cpp -o FILE\n"
-            "\n"
-            "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
-            "(gate row, up row, down_t row and up bias, in the model's types, each part\n"
-            "aligned to 512 bytes so a record is read with O_DIRECT straight into a cache\n"
-            "slot), for `generate --dram-budget SIZE`, which keeps attention, embeddings,\n"
-            "norms, predictors and hot neurons in memory and reads the other neurons from\n"
-            "the store when they are predicted active.  With a profile, each layer's\n"
-            "records go hottest first: neurons that fire together sit together, and the\n"
-            "loader reads a run of adjacent records as one request.\n"
-            "\n"
-            "Options:\n"
-            "  -m, --model FILE     the model (GGUF)\n"
-            "  -o, --output FILE    the store to write (default: MODEL.flash, where\n"
-            "                       generate looks for it)\n"
-            "      --bundle         the bundled layout: a neuron's rows in one record, one\n"
-            "                       read per neuron (\"LLM in a flash\", section 3.2)\n"
-            "      --split          the layout without bundling, for comparisons: gate, up\n"
-            "                       and down_t rows in separate tensors, a read for each\n"
-            "      --profile FILE   activation profile (starinfer profile): record order\n"
-            "      --llama-cpp      instead: a copy of MODEL without the tensors llama.cpp\n"
-            "                       refuses (\"wrong number of tensors\"): PowerInfer's\n"
-            "                       predictors (blk.N.fc1/fc2), ffn_down_t and synth's\n"
-            "                       planted probabilities; the same weights, as a GGUF file\n"
-            "  -h, --help           show this help\n");
+    fprintf(f, "Usage: " SI_PROG " convert -m MODEL --bundle [-o STORE] [--profile PROFILE]\n"
+               "       " SI_PROG " convert -m MODEL --llama-cpp -o FILE\n"
+               "       " SI_PROG " convert -m MODEL --transpose -o FILE\n"
+               "\n"
+               "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
+               "(gate row, up row, down_t row and up bias, in the model's types, each part\n"
+               "aligned to 512 bytes so a record is read with O_DIRECT straight into a cache\n"
+               "slot), for `generate --dram-budget SIZE`, which keeps attention, embeddings,\n"
+               "norms, predictors and hot neurons in memory and reads the other neurons from\n"
+               "the store when they are predicted active.  With a profile, each layer's\n"
+               "records go hottest first: neurons that fire together sit together, and the\n"
+               "loader reads a run of adjacent records as one request.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE     the model (GGUF)\n"
+               "  -o, --output FILE    the store to write (default: MODEL.flash, where\n"
+               "                       generate looks for it)\n"
+               "      --bundle         the bundled layout: a neuron's rows in one record, one\n"
+               "                       read per neuron (\"LLM in a flash\", section 3.2)\n"
+               "      --split          the layout without bundling, for comparisons: gate, up\n"
+               "                       and down_t rows in separate tensors, a read for each\n"
+               "      --profile FILE   activation profile (starinfer profile): record order\n"
+               "      --llama-cpp      instead: a copy of MODEL without the tensors llama.cpp\n"
+               "                       refuses (\"wrong number of tensors\"): PowerInfer's\n"
+               "                       predictors (blk.N.fc1/fc2), ffn_down_t and synth's\n"
+               "                       planted probabilities; the same weights, as a GGUF file\n"
+               "      --transpose      instead: a copy of MODEL with input sparsity's\n"
+               "                       transposed matrices (a row per input entry, quantized\n"
+               "                       along the outputs: Q4_0 for Q4_0 and Q4_K, Q8_0 for\n"
+               "                       the other K and 5-bit types), which let\n"
+               "                       `--sparsity input` read only the weights of its\n"
+               "                       non-zero inputs; about twice the file\n"
+               "  -h, --help           show this help\n");
 }
 
 /* The tensors starinfer and PowerInfer add to a llama.cpp model. */
@@ -98,11 +106,31 @@ static int llama_cpp_copy(const char *model, const char *out)
     return rc == SI_OK ? 0 : si_cli_error("%s", err);
 }
 
+/* convert --transpose: MODEL with input sparsity's transposed copies, to out. */
+static int transposed_copy(const char *model, const char *out)
+{
+    char err[600];
+    struct si_model *m = NULL;
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t added = 0;
+    const int rc = si_transpose_write(m, out, &added, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == SI_OK)
+        printf("wrote %s: the model and its transposed copies (%.2f GiB more) in %.1f s\n", out,
+               (double)added / 1073741824.0,
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    si_model_free(m);
+    return rc == SI_OK ? 0 : si_cli_error("%s", err);
+}
+
 int si_cmd_convert(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *profile = NULL;
     int layout = -1;
-    bool llama = false;
+    bool llama = false, transpose = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -124,6 +152,8 @@ int si_cmd_convert(int argc, char **argv)
             layout = l;
         } else if (!strcmp(a, "--llama-cpp")) {
             llama = true;
+        } else if (!strcmp(a, "--transpose")) {
+            transpose = true;
         } else {
             return si_cli_error("convert: unknown option '%s' (see " SI_PROG " convert --help)",
                                 a);
@@ -131,6 +161,16 @@ int si_cmd_convert(int argc, char **argv)
     }
     if (model == NULL)
         return si_cli_error("convert: no model (-m FILE)");
+    if (llama && transpose)
+        return si_cli_error("convert: --llama-cpp and --transpose exclude each other");
+    if (transpose) {
+        if (layout >= 0 || profile != NULL)
+            return si_cli_error("convert: --transpose writes a model, not a flash store: "
+                                "without --bundle, --split or --profile");
+        if (out == NULL)
+            return si_cli_error("convert: --transpose needs -o FILE");
+        return transposed_copy(model, out);
+    }
     if (llama) {
         if (layout >= 0 || profile != NULL)
             return si_cli_error("convert: --llama-cpp writes a model, not a flash store: "
@@ -141,7 +181,8 @@ int si_cmd_convert(int argc, char **argv)
     }
     if (layout < 0)
         return si_cli_error("convert: say --bundle (the flash store), --split (the layout "
-                            "without bundling) or --llama-cpp (a copy llama.cpp loads)");
+                            "without bundling), --llama-cpp (a copy llama.cpp loads) or "
+                            "--transpose (a copy for --sparsity input)");
     char err[600];
     struct si_model *m = NULL;
     if (si_model_load(&m, model, err, sizeof err) != SI_OK)

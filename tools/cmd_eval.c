@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "predict/eval.h"
+#include "predict/input_sparsity.h"
 #include "predict/profile.h"
 #include "starinfer.h"
 
@@ -17,43 +18,51 @@
 
 static void eval_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: " SI_PROG " eval -m MODEL_WITH_PREDICTORS -f HELDOUT_TEXT [OPTIONS]\n"
-            "\n"
-            "Evaluate a model's activation predictors (blk.N.fc1/fc2) on a text: per layer\n"
-            "recall, precision and predicted sparsity (share of neurons skipped) against\n"
-            "the neurons really active on the dense pass, the predictors' size as a share\n"
-            "of the model's parameters, and the perplexity (as `starinfer perplexity`\n"
-            "computes it) in the modes\n"
-            "  dense      every FFN neuron\n"
-            "  gate       SiLU/GELU: neurons with |act(gate . x)| at or below the layer's\n"
-            "             CATS threshold skipped; ReLU: zeros skipped (exact)\n"
-            "  oracle     exactly the active neurons (the best a predictor can do; run\n"
-            "             for the output rule: for the gate rule it is gate mode)\n"
-            "  predictor  only the neurons the predictors pick\n"
-            "Active (the truth): activation != 0 on ReLU models; on SiLU/GELU ones the rule\n"
-            "and thresholds train-predictor stored in the model (|act(gate . x)| or the\n"
-            "neuron's output |h|), or |act(gate . x)| above the CATS thresholds of\n"
-            "--profile.\n"
-            "The modes run on the StarPU engine (dense and gate in batches, predictor\n"
-            "token by token as it decodes; the predictors are compared on a dense pass,\n"
-            "run even when --modes leaves dense out, and gate mode's neurons computed are\n"
-            "counted there), the oracle on the reference; --engine ref runs every mode on\n"
-            "the reference.\n"
-            "\n"
-            "Options:\n"
-            "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
-            "  -f, --file FILE       the held-out text (not the training corpus)\n"
-            "      --profile FILE    a profile whose CATS thresholds define active neurons\n"
-            "  -c, --ctx-size N      perplexity chunk length (default 512)\n"
-            "      --chunks N        at most N chunks (default: all)\n"
-            "      --modes LIST      comma-separated subset of dense,gate,oracle,predictor\n"
-            "                        (default: those that apply)\n"
-            "      --threshold T     predict with this threshold instead of the model's\n"
-            "                        powerinfer.sparse_threshold (lower: more neurons)\n"
-            "      --engine E        starpu (default) or ref (the single-threaded\n"
-            "                        reference: llama.cpp's arithmetic bit for bit on AVX2)\n"
-            "  -h, --help            show this help\n");
+    fprintf(f, "Usage: " SI_PROG " eval -m MODEL_WITH_PREDICTORS -f HELDOUT_TEXT [OPTIONS]\n"
+               "\n"
+               "Evaluate a model's activation predictors (blk.N.fc1/fc2) on a text: per layer\n"
+               "recall, precision and predicted sparsity (share of neurons skipped) against\n"
+               "the neurons really active on the dense pass, the predictors' size as a share\n"
+               "of the model's parameters, and the perplexity (as `starinfer perplexity`\n"
+               "computes it) in the modes\n"
+               "  dense      every FFN neuron\n"
+               "  gate       SiLU/GELU: neurons with |act(gate . x)| at or below the layer's\n"
+               "             CATS threshold skipped; ReLU: zeros skipped (exact)\n"
+               "  oracle     exactly the active neurons (the best a predictor can do; run\n"
+               "             for the output rule: for the gate rule it is gate mode)\n"
+               "  predictor  only the neurons the predictors pick\n"
+               "Active (the truth): activation != 0 on ReLU models; on SiLU/GELU ones the rule\n"
+               "and thresholds train-predictor stored in the model (|act(gate . x)| or the\n"
+               "neuron's output |h|), or |act(gate . x)| above the CATS thresholds of\n"
+               "--profile.\n"
+               "The modes run on the StarPU engine (dense and gate in batches, predictor\n"
+               "token by token as it decodes; the predictors are compared on a dense pass,\n"
+               "run even when --modes leaves dense out, and gate mode's neurons computed are\n"
+               "counted there), the oracle on the reference; --engine ref runs every mode on\n"
+               "the reference.\n"
+               "\n"
+               "Options:\n"
+               "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
+               "  -f, --file FILE       the held-out text (not the training corpus)\n"
+               "      --profile FILE    a profile whose CATS thresholds define active neurons\n"
+               "  -c, --ctx-size N      perplexity chunk length (default 512)\n"
+               "      --chunks N        at most N chunks (default: all)\n"
+               "      --modes LIST      comma-separated subset of dense,gate,oracle,predictor\n"
+               "                        (default: those that apply)\n"
+               "      --threshold T     predict with this threshold instead of the model's\n"
+               "                        powerinfer.sparse_threshold (lower: more neurons)\n"
+               "      --engine E        starpu (default) or ref (the single-threaded\n"
+               "                        reference: llama.cpp's arithmetic bit for bit on AVX2)\n"
+               "      --input-sparsity LIST\n"
+               "                        instead: training-free input sparsity (TEAL) at each\n"
+               "                        target S of the comma-separated LIST (e.g.\n"
+               "                        0,0.25,0.4,0.5; thresholds from --profile, made by\n"
+               "                        `profile --input-sparsity`), the model needing no\n"
+               "                        predictors: perplexity and tokens/s on the engine,\n"
+               "                        token by token as it decodes (dense mode; the\n"
+               "                        products read the transposed copies `convert\n"
+               "                        --transpose` adds, where the model has them)\n"
+               "  -h, --help            show this help\n");
 }
 
 static bool tty;
@@ -100,6 +109,96 @@ static bool parse_modes(const char *s, bool want[M_COUNT])
     return false;
 }
 
+/* --input-sparsity: the perplexity and decode speed of model m (dense mode,
+ * token by token) at each target S of list, thresholds from prof. */
+static int eval_input(const struct si_model *m, const char *model, const char *file,
+                      const struct si_profile *prof, const double *list, int n_list,
+                      const int32_t *toks, int64_t n, long long n_ctx, long long max_chunks,
+                      int32_t bos)
+{
+    const int32_t nl = m->hp.n_layer;
+    int64_t n_chunks = n / n_ctx;
+    if (max_chunks > 0 && max_chunks < n_chunks)
+        n_chunks = max_chunks;
+    float *thr = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *thr);
+    struct si_eval_ppl *res = calloc((size_t)n_list, sizeof *res);
+    if (thr == NULL || res == NULL) {
+        free(thr);
+        free(res);
+        return si_cli_error("out of memory");
+    }
+    char err[600];
+    int rc = 0;
+    for (int k = 0; k < n_list && rc == 0; k++) {
+        double S[SI_INPUT_KINDS];
+        for (int j = 0; j < SI_INPUT_KINDS; j++)
+            S[j] = list[k];
+        struct si_engine_params ep = si_engine_default_params();
+        ep.ref.n_ctx = (int32_t)n_ctx;
+        ep.n_batch = 1; /* as it decodes: the batches are dense */
+        if (list[k] > 0) {
+            if (si_input_thresholds_by_kind(prof, S, thr, err, sizeof err) != SI_OK) {
+                rc = si_cli_error("input sparsity %g: %s", list[k], err);
+                break;
+            }
+            ep.ref.input_thresholds = thr;
+            ep.ref.input_t = true;
+        }
+        struct si_progress pg;
+        char label[48];
+        snprintf(label, sizeof label, "eval input %.2f", list[k]);
+        si_progress_begin(&pg, label, 0, "chunks", 1);
+        const struct si_cli_ppl o = {.progress = tty ? on_chunk : NULL, .progress_user = &pg};
+        rc = si_cli_engine_perplexity(m, ep, toks, n_chunks, bos, &o, &res[k]);
+        si_progress_end(&pg);
+        if (tty)
+            fputs("\r\033[K", stderr);
+    }
+    if (rc == 0) {
+        const struct si_layer *L = &m->w.layers[0];
+        printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunk%s of %lld (%" PRId64
+               " tokens scored), token by token on the engine, dense mode\n",
+               model, file, n, res[0].n_chunks, si_cli_s(res[0].n_chunks), n_ctx, res[0].n_scored);
+        printf("input sparsity: thresholds from the profile; %s\n",
+               L->wq_t.data != NULL || L->ffn_up_t.data != NULL
+                   ? "the products read the model's transposed copies"
+                   : "the model has no transposed copies (convert --transpose): every weight "
+                     "is read");
+        printf("S     weights skipped  perplexity            vs first  tokens/s\n");
+        for (int k = 0; k < n_list; k++) {
+            double S[SI_INPUT_KINDS];
+            for (int j = 0; j < SI_INPUT_KINDS; j++)
+                S[j] = list[k];
+            const double evaluated = (double)res[k].n_chunks * (double)(n_ctx - 1);
+            printf("%.2f  %14.1f%%  %9.4f +/- %7.4f  %+7.2f%%  %8.2f\n", list[k],
+                   100.0 * si_input_model_sparsity(m, S), res[k].ppl, res[k].ppl_err,
+                   100.0 * (res[k].ppl / res[0].ppl - 1.0),
+                   res[k].seconds > 0 ? evaluated / res[k].seconds : 0.0);
+        }
+    }
+    free(thr);
+    free(res);
+    return rc;
+}
+
+/* "S,S,..." into list (at most max); false after an error message. */
+static bool parse_input_list(const char *v, double *list, int max, int *n)
+{
+    *n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (*n == max)
+            return si_cli_error("--input-sparsity: more than %d values", max) == 0;
+        if (!si_cli_float("--input-sparsity", t, 0.0, 0.9, &list[(*n)++]))
+            return false;
+    }
+    if (*n == 0)
+        return si_cli_error("--input-sparsity: no value given") == 0;
+    return true;
+}
+
 int si_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *profile = NULL, *v;
@@ -107,6 +206,8 @@ int si_cmd_eval(int argc, char **argv)
     double threshold = 0;
     bool threshold_given = false, use_ref = false;
     bool want[M_COUNT] = {false}, modes_given = false;
+    double input_list[16];
+    int n_input = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -128,6 +229,10 @@ int si_cmd_eval(int argc, char **argv)
         } else if (!strcmp(a, "--chunks")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
                 !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
+                return 1;
+        } else if (!strcmp(a, "--input-sparsity")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !parse_input_list(v, input_list, 16, &n_input))
                 return 1;
         } else if (!strcmp(a, "--threshold")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
@@ -167,9 +272,32 @@ int si_cmd_eval(int argc, char **argv)
     int32_t *toks = NULL;
     int rc = 1;
     char err[600];
+    if (n_input > 0 && (profile == NULL || modes_given || use_ref || threshold_given)) {
+        si_cli_error("eval: --input-sparsity needs --profile FILE (profile --input-sparsity) "
+                     "and runs alone on the engine (no --modes, --threshold, --engine ref)");
+        goto out;
+    }
     if (si_cli_load_model(model, &m, &tok) != 0)
         goto out;
     const struct si_hparams *hp = &m->hp;
+    if (n_input > 0) {
+        int64_t nt = 0;
+        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        if ((toks = si_cli_tokenize_text(tok, text, len, file, &nt)) == NULL)
+            goto out;
+        if (nt < n_ctx) {
+            si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)", file,
+                         nt, n_ctx);
+            goto out;
+        }
+        tty = si_progress_wanted();
+        rc = eval_input(m, model, file, prof, input_list, n_input, toks, nt, n_ctx, max_chunks,
+                        si_tokenizer_add_bos(tok) ? si_tokenizer_bos(tok) : -1) != 0;
+        goto out;
+    }
     if (!m->has_predictor) {
         si_cli_error("%s: the model has no predictors (blk.N.fc1/fc2 tensors; make them with "
                      "starinfer train-predictor)", model);

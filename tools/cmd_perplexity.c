@@ -51,7 +51,10 @@ static void perplexity_usage(FILE *f)
                "                      layer's threshold for target sparsity S (default\n"
                "                      0.4, up to 0.9) become 0 (TEAL); or one S per input,\n"
                "                      input=qkv:S,o:S,ffn:S,down:S (unnamed: 0); needs\n"
-               "                      --profile and, so far, --engine ref\n"
+               "                      --profile.  Products read only the weights of the\n"
+               "                      non-zero inputs where the model has transposed\n"
+               "                      copies (convert --transpose); the engine then\n"
+               "                      evaluates token by token (its batches are dense)\n"
                "      --profile FILE  the profile with input thresholds (starinfer profile\n"
                "                      --input-sparsity)\n"
                "  -h, --help          show this help\n");
@@ -228,9 +231,11 @@ int si_cmd_perplexity(int argc, char **argv)
     if (input && profile == NULL)
         return si_cli_error("perplexity: --sparsity input needs --profile FILE (made by "
                             "starinfer profile --input-sparsity)");
+    if (input && !use_ref && batch_given && n_batch > 1)
+        return si_cli_error("perplexity: --sparsity input evaluates token by token on the "
+                            "engine (prompt batches are dense): -b 1, or --engine ref");
     if (input && !use_ref)
-        return si_cli_error("perplexity: --sparsity input runs on the reference so far: add "
-                            "--engine ref");
+        n_batch = 1;
     if (!input && profile != NULL)
         return si_cli_error("perplexity: --profile is for --sparsity input");
 
@@ -283,11 +288,15 @@ int si_cmd_perplexity(int argc, char **argv)
     rp.kv_f16 = !kv_f32;
     if (input) {
         rp.input_thresholds = input_thr;
+        rp.input_t = true; /* the transposed copies, where the model has them */
         fprintf(stderr,
                 "input sparsity: q/k/v %.2f, output projection %.2f, gate/up %.2f, down %.2f "
-                "(%.1f%% of the layers' weights skipped); thresholds from %s\n",
+                "(%.1f%% of the layers' weights skipped); thresholds from %s; %s\n",
                 input_s[SI_INPUT_QKV], input_s[SI_INPUT_O], input_s[SI_INPUT_FFN],
-                input_s[SI_INPUT_DOWN], 100.0 * si_input_model_sparsity(m, input_s), profile);
+                input_s[SI_INPUT_DOWN], 100.0 * si_input_model_sparsity(m, input_s), profile,
+                m->w.layers[0].wq_t.data != NULL
+                    ? "the products read the transposed copies"
+                    : "the model has no transposed copies (starinfer convert --transpose)");
     }
     const struct si_eval_params ep = {
         .max_chunks = n_chunks,

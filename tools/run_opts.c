@@ -103,16 +103,8 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         cp->engine = !strcmp(v, "starpu") ? SI_ENGINE_STARPU : SI_ENGINE_REF;
     } else if (!strcmp(a, "--sparsity")) {
         VALUE();
-        if (!strcmp(v, "dense"))
-            cp->sparsity = SI_SPARSE_DENSE;
-        else if (!strcmp(v, "gate"))
-            cp->sparsity = SI_SPARSE_GATE;
-        else if (!strcmp(v, "predictor"))
-            cp->sparsity = SI_SPARSE_PREDICTOR;
-        else {
-            si_cli_error("--sparsity: '%s' is not dense, gate or predictor", v);
+        if (!si_cli_sparsity(v, &cp->sparsity, &cp->input_sparsity))
             return -1;
-        }
     } else if (!strcmp(a, "--vram-budget")) {
         VALUE();
         if (!si_cli_size(a, v, &cp->vram_budget))
@@ -184,6 +176,10 @@ int si_run_check(const struct si_run_opts *o)
         return si_cli_error("%s: %s needs --engine starpu%s%s%s", o->cmd, eo->flag,
                             eo->part != NULL ? " (" : "", eo->part != NULL ? eo->part : "",
                             eo->part != NULL ? ")" : "");
+    if (cp->input_sparsity > 0.0f && cp->profile_path == NULL)
+        return si_cli_error("%s: --sparsity input needs --profile FILE (made by " SI_PROG
+                            " profile --input-sparsity)",
+                            o->cmd);
     if (cp->engine == SI_ENGINE_REF && o->trace_dir != NULL)
         return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu",
                             o->cmd);
@@ -207,56 +203,64 @@ int si_run_trace_finish(const struct si_run_opts *o, int rc)
 
 void si_run_usage(FILE *f, bool chat)
 {
-    fprintf(f, "  -c, --ctx-size N        context length (default: %s)\n"
-               "  -s, --seed N            random seed (default 0)\n"
-               "      --temp T            temperature; 0 is greedy (default 0.8)\n"
-               "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
-               "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
-               "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
-               "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
-               "      --repeat-last-n N   how many recent tokens (default 64)\n"
-               "      --ignore-eos        do not stop at end-of-generation tokens\n"
-               "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
-               "      --no-mmap           read the model into memory instead of mapping it\n"
-               "      --engine E          starpu (default: the task graph on StarPU's\n"
-               "                          workers) or ref (the single-threaded reference)\n"
-               "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
-               "                          activation is zero (ReLU) or below --gate-threshold;\n"
-               "                          predictor: the neurons the model's predictor picks\n"
-               "      --gate-threshold T  gate mode, SiLU/GELU models (default 0: the profile's\n"
-               "                          per-layer thresholds when it has them)\n"
-               "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
-               "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
-               "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
-               "                          an error without a CUDA worker)\n"
-               "      --dram-budget SIZE  host memory the model may keep resident (default 0:\n"
-               "                          unlimited).  Below its tensor data and KV cache the\n"
-               "                          flash tier reads cold FFN neurons from the flash\n"
-               "                          store (starinfer convert --bundle; --engine starpu,\n"
-               "                          gate or predictor mode)\n"
-               "      --flash-store FILE  the flash store (default: MODEL.flash); given, the\n"
-               "                          flash tier is used whatever the budget\n"
-               "      --flash-window K    keep the neurons active in the last K tokens cached\n"
-               "                          (default 5; 0: read every active neuron each token)\n"
-               "      --profile FILE      activation profile (starinfer profile): the hottest\n"
-               "                          neurons go to the GPU, the rest are balanced over\n"
-               "                          the CPU slices (gate and predictor modes)\n"
-               "      --placement FILE    the GPU's neurons (starinfer place, or PowerInfer's\n"
-               "                          GPU index); its budget unless --vram-budget\n"
-               "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
-               "                          (default 128; 1: token by token like generation)\n"
-               "      --attn-split N      engine: attention's products in N row slices (0:\n"
-               "                          one per CPU worker when the weights are large\n"
-               "                          enough, the default; 1: one task per layer)\n"
-               "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
-               "                          for bit token by token; default: OpenBLAS sgemm on\n"
-               "                          float activations, faster, rounded differently)\n"
-               "      --merge M           task (default: the next layer's attention tasks add\n"
-               "                          the FFN slices' partial outputs) or redux (StarPU's\n"
-               "                          STARPU_REDUX and a merge task per layer; CPU only)\n"
-               "      --trace DIR         engine: record the run with StarPU's FxT into DIR,\n"
-               "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
-               "                          StarVZ) and draw DIR/trace.png, a Gantt chart\n",
+    fprintf(f,
+            "  -c, --ctx-size N        context length (default: %s)\n"
+            "  -s, --seed N            random seed (default 0)\n"
+            "      --temp T            temperature; 0 is greedy (default 0.8)\n"
+            "      --top-k K           keep the K most likely tokens; 0: off (default 40)\n"
+            "      --top-p P           nucleus sampling; 1: off (default 0.95)\n"
+            "      --min-p P           drop tokens below P x the best; 0: off (default 0.05)\n"
+            "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
+            "      --repeat-last-n N   how many recent tokens (default 64)\n"
+            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+            "      --no-mmap           read the model into memory instead of mapping it\n"
+            "      --engine E          starpu (default: the task graph on StarPU's\n"
+            "                          workers) or ref (the single-threaded reference)\n"
+            "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"
+            "                          activation is zero (ReLU) or below --gate-threshold;\n"
+            "                          predictor: the neurons the model's predictor picks;\n"
+            "                          input[=S]: zero the share S (default 0.4) of each\n"
+            "                          product's inputs smallest in magnitude and skip\n"
+            "                          their weights (needs --profile from `profile\n"
+            "                          --input-sparsity`, and the model's transposed\n"
+            "                          copies from `convert --transpose` for the speed);\n"
+            "                          gate+input[=S], predictor+input[=S]: both, input\n"
+            "                          sparsity then on the attention's products\n"
+            "      --gate-threshold T  gate mode, SiLU/GELU models (default 0: the profile's\n"
+            "                          per-layer thresholds when it has them)\n"
+            "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
+            "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
+            "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
+            "                          an error without a CUDA worker)\n"
+            "      --dram-budget SIZE  host memory the model may keep resident (default 0:\n"
+            "                          unlimited).  Below its tensor data and KV cache the\n"
+            "                          flash tier reads cold FFN neurons from the flash\n"
+            "                          store (starinfer convert --bundle; --engine starpu,\n"
+            "                          gate or predictor mode)\n"
+            "      --flash-store FILE  the flash store (default: MODEL.flash); given, the\n"
+            "                          flash tier is used whatever the budget\n"
+            "      --flash-window K    keep the neurons active in the last K tokens cached\n"
+            "                          (default 5; 0: read every active neuron each token)\n"
+            "      --profile FILE      activation profile (starinfer profile): the hottest\n"
+            "                          neurons go to the GPU, the rest are balanced over\n"
+            "                          the CPU slices (gate and predictor modes)\n"
+            "      --placement FILE    the GPU's neurons (starinfer place, or PowerInfer's\n"
+            "                          GPU index); its budget unless --vram-budget\n"
+            "  -b, --batch-size N      engine: prompt tokens per prefill batch of GEMM tasks\n"
+            "                          (default 128; 1: token by token like generation)\n"
+            "      --attn-split N      engine: attention's products in N row slices (0:\n"
+            "                          one per CPU worker when the weights are large\n"
+            "                          enough, the default; 1: one task per layer)\n"
+            "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
+            "                          for bit token by token; default: OpenBLAS sgemm on\n"
+            "                          float activations, faster, rounded differently)\n"
+            "      --merge M           task (default: the next layer's attention tasks add\n"
+            "                          the FFN slices' partial outputs) or redux (StarPU's\n"
+            "                          STARPU_REDUX and a merge task per layer; CPU only)\n"
+            "      --trace DIR         engine: record the run with StarPU's FxT into DIR,\n"
+            "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
+            "                          StarVZ) and draw DIR/trace.png, a Gantt chart\n",
             chat ? "the model's\n                          training context, at most 4096"
                  : "prompt + n-predict");
 }

@@ -56,9 +56,16 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     const int64_t q0 = g0 * group * hd, q1 = g1 * group * hd, k0 = g0 * hd, k1 = g1 * hd;
     struct si_tensor wq = si__rows_of(&W->wq, q0, q1), wk = si__rows_of(&W->wk, k0, k1),
                      wv = si__rows_of(&W->wv, k0, k1);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->aq + q0, &wq, sc->xn);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->ak + k0, &wk, sc->xn);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
+    int64_t nz;
+    if (si__input_in(e, sc, a->l, SI_INPUT_QKV, sc->xn, hp->n_embd, &nz)) {
+        si__matvec_t(e, &W->wq, &W->wq_t, q0, q1, sc, nz, sc->xn, sc->aq + q0);
+        si__matvec_t(e, &W->wk, &W->wk_t, k0, k1, sc, nz, sc->xn, sc->ak + k0);
+        si__matvec_t(e, &W->wv, &W->wv_t, k0, k1, sc, nz, sc->xn, sc->av + k0);
+    } else {
+        si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->aq + q0, &wq, sc->xn);
+        si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->ak + k0, &wk, sc->xn);
+        si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
+    }
     si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt, sc->ascr);
     memcpy(att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
     si__charge(e, SI_TASK_MERGE, tm);
@@ -76,7 +83,21 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     /* The children are consecutive parts of one array in main memory. */
     const float *att = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[e->ng + 1]);
-    struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, e->a_o[a->j], e->a_o[a->j + 1]);
+    const struct si_layer *W = &e->w->layers[a->l];
+    const int64_t o0 = e->a_o[a->j], o1 = e->a_o[a->j + 1];
+    if (e->p.ref.input_thresholds != NULL) {
+        /* input sparsity zeroes entries: this task's own copy */
+        const int64_t qd = (int64_t)e->m->hp.n_head * e->m->hp.head_dim;
+        memcpy(sc->aatt, att, (size_t)qd * sizeof *att);
+        att = sc->aatt;
+        int64_t nz;
+        if (si__input_in(e, sc, a->l, SI_INPUT_O, sc->aatt, qd, &nz)) {
+            si__matvec_t(e, &W->wo, &W->wo_t, o0, o1, sc, nz, sc->aatt, y);
+            si__account(e, SI_TASK_ATTN_PROJ, t0);
+            return;
+        }
+    }
+    struct si_tensor wo = si__rows_of(&W->wo, o0, o1);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &wo, att);
     si__account(e, SI_TASK_ATTN_PROJ, t0);
 }

@@ -61,7 +61,9 @@
 #include "codelets/ffn_sparse.h"
 #include "codelets/state.h"
 #include "model/act.h"
+#include "model/colblock.h"
 #include "model/quants.h"
+#include "model/types.h"
 
 #include <math.h>
 
@@ -207,6 +209,51 @@ static inline struct si_tensor si__pre_rows(const struct si__ffn_fmt *f, int64_t
                               .nbytes = (size_t)n * f->gu_row,
                               .row_bytes = f->gu_row,
                               .pk = pk};
+}
+
+/* --- input sparsity (TEAL; si_ref_params.input_thresholds), shared by
+ * attn.c and ffn.c */
+
+/*
+ * x (n values, the task's own copy) as layer l's products of `kind` (enum
+ * si_input_kind) take it: its entries at or below the layer's threshold
+ * zeroed, as the reference's.  Returns whether those products read the
+ * transposed copies (si_ref_reads_t, the reference's rule); x's non-zero
+ * entries are then in sc->sx and sc->sv, *nz of them (si_k_nonzero), for
+ * si_k_matvec_t.
+ */
+static inline bool si__input_in(const struct si_engine *e, struct si__scratch *sc, int l, int kind,
+                                float *x, int64_t n, int64_t *nz)
+{
+    const float t = si_ref_input_threshold(&e->p.ref, l, kind);
+    if (t > 0.0f)
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(x[i]) <= t)
+                x[i] = 0.0f;
+    if (!si_ref_reads_t(&e->p.ref, e->m, l, kind))
+        return false;
+    *nz = si_k_nonzero(x, n, sc->sx, sc->sv);
+    return true;
+}
+
+/* y = columns [c0, c1) of wt's product with x (the input si__input_in
+ * zeroed and gathered): rows [c0, c1) of w's product, the statistics told
+ * of the bytes of w not read (e->in_saved). */
+static inline void si__matvec_t(struct si_engine *e, const struct si_tensor *w,
+                                const struct si_tensor *wt, int64_t c0, int64_t c1,
+                                const struct si__scratch *sc, int64_t nz, const float *x, float *y)
+{
+    int64_t read;
+    if (wt->cb_scale != NULL) {
+        const int64_t blocks = si_cb_matvec(wt, c0, c1, x, y);
+        read = nz * (c1 - c0) / 2 + blocks * (c1 - c0) * (wt->type == SI_TYPE_Q4_0 ? 2 : 4);
+    } else {
+        si_k_matvec_t(wt->type, wt->data, wt->row_bytes, c0, c1, sc->sv, sc->sx, nz, y);
+        size_t span = 0;
+        si_type_row_size(wt->type, c1 - c0, &span);
+        read = nz * (int64_t)span;
+    }
+    __atomic_fetch_add(&e->in_saved, (c1 - c0) * (int64_t)w->row_bytes - read, __ATOMIC_RELAXED);
 }
 
 /* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */

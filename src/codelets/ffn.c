@@ -33,10 +33,30 @@ static int64_t ffn_dense_slice(struct si_engine *e, int l, int64_t n0, const flo
                                struct si__scratch *sc, float *h)
 {
     const struct si_layer *W = &e->w->layers[l];
+    const struct si_hparams *hp = &e->m->hp;
+    if (e->p.ref.input_thresholds != NULL) {
+        /* input sparsity zeroes entries: this task's own copy */
+        if (xb != sc->xn) {
+            memcpy(sc->xn, xb, (size_t)hp->n_embd * sizeof *xb);
+            xb = sc->xn;
+        }
+        int64_t nz;
+        if (si__input_in(e, sc, l, SI_INPUT_FFN, sc->xn, hp->n_embd, &nz)) {
+            si__matvec_t(e, &W->ffn_up, &W->ffn_up_t, n0, n0 + n, sc, nz, sc->xn, h);
+            if (gate != NULL)
+                si__matvec_t(e, &W->ffn_gate, &W->ffn_gate_t, n0, n0 + n, sc, nz, sc->xn, sc->g);
+            for (int64_t i = 0; i < n; i++) {
+                const float u = b != NULL ? h[i] + b[i] : h[i];
+                h[i] = hp->ffn_kind == SI_FFN_PLAIN
+                           ? si_act_apply(hp->act, u)
+                           : si_act_gated(hp->ffn_kind, si_act_apply(hp->act, sc->g[i]), u);
+            }
+            return n;
+        }
+    }
     const uint32_t t = W->ffn_up.type;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     if (xa != NULL && W->ffn_up.pk > 0) {
-        const struct si_hparams *hp = &e->m->hp;
         struct si_tensor uv = si__rows_of(&W->ffn_up, n0, n0 + n);
         uv.data = up;
         si_ref_matvec_act(h, &uv, xa);
@@ -374,6 +394,15 @@ static void down_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     double t0 = si__now();
     si__ffn_gather(L, buffers, 0, sc->h);
+    int64_t nz;
+    if (e->p.ref.input_thresholds != NULL &&
+        si__input_in(e, sc, a->l, SI_INPUT_DOWN, sc->h, e->m->hp.n_ff, &nz)) {
+        const struct si_layer *W = &e->w->layers[a->l];
+        si__matvec_t(e, &W->ffn_down, si_ref_down_copy(e->m, W), e->dn[a->j], e->dn[a->j + 1], sc,
+                     nz, sc->h, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]));
+        si__account(e, SI_TASK_FFN_DOWN, t0);
+        return;
+    }
     struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
     rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
     si_ref_matvec(e->p.ref.act_quant, sc->hq, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]),

@@ -8,6 +8,7 @@
 
 #include "model/act.h"
 #include "model/quants.h"
+#include "model/types.h"
 
 #include <assert.h>
 #include <stdbool.h>
@@ -144,8 +145,10 @@ void si_k_ffn_act_dense(enum si_ffn_kind kind, enum si_act act, uint32_t type, c
         h[i] = neuron(kind, act, type, gate, up, up_b, row_bytes, n_embd, xa, i, NULL, NULL);
 }
 
-void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, int64_t n_embd,
-                          const float *h, const int32_t *idx, int64_t n_idx, float *y)
+/* si_k_ffn_down_sparse on rows `stride` bytes apart of which the first
+ * `span` bytes are read (the whole row, or a range of its columns). */
+static void mad_rows(uint32_t type, const void *base, size_t stride, size_t span, int64_t n,
+                     const float *h, const int32_t *idx, int64_t n_idx, float *y)
 {
     /* The non-zero terms go four at a time through si_vec_mad4(), one pass
      * over y per four rows, in the order of idx (the same sums as one
@@ -153,22 +156,48 @@ void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, i
     const void *rows[4];
     float a[4];
     int m = 0;
-    memset(y, 0, (size_t)n_embd * sizeof *y);
+    memset(y, 0, (size_t)n * sizeof *y);
     for (int64_t k = 0; k < n_idx; k++) {
         assert(idx[k] >= 0 && "negative neuron index");
         if (scattered(idx, n_idx, k + PREFETCH_AHEAD))
-            prefetch_row(row_at(down_t, row_bytes, idx[k + PREFETCH_AHEAD]), row_bytes);
+            prefetch_row(row_at(base, stride, idx[k + PREFETCH_AHEAD]), span);
         if (h[k] != 0.0f) {
-            rows[m] = row_at(down_t, row_bytes, idx[k]);
+            rows[m] = row_at(base, stride, idx[k]);
             a[m] = h[k];
             if (++m == 4) {
-                si_vec_mad4(type, rows, a, y, n_embd);
+                si_vec_mad4(type, rows, a, y, n);
                 m = 0;
             }
         }
     }
     for (int r = 0; r < m; r++)
-        si_vec_mad(type, rows[r], a[r], y, n_embd);
+        si_vec_mad(type, rows[r], a[r], y, n);
+}
+
+void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, int64_t n_embd,
+                          const float *h, const int32_t *idx, int64_t n_idx, float *y)
+{
+    mad_rows(type, down_t, row_bytes, row_bytes, n_embd, h, idx, n_idx, y);
+}
+
+int64_t si_k_nonzero(const float *x, int64_t n, int32_t *idx, float *v)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != 0.0f) {
+            idx[k] = (int32_t)i;
+            v[k++] = x[i];
+        }
+    return k;
+}
+
+void si_k_matvec_t(uint32_t type, const void *wt, size_t row_bytes, int64_t c0, int64_t c1,
+                   const float *v, const int32_t *idx, int64_t n_idx, float *y)
+{
+    size_t off = 0, span = 0;
+    si_type_row_size(type, c0, &off);
+    si_type_row_size(type, c1 - c0, &span);
+    mad_rows(type, (const char *)wt + off, row_bytes, span, c1 - c0, v, idx, n_idx, y);
 }
 
 void si_k_ffn_down_dense(uint32_t type, const void *down, size_t row_bytes, int64_t n_ff,

@@ -69,6 +69,21 @@ void si_k_ffn_act_dense(enum si_ffn_kind kind, enum si_act act, uint32_t type, c
 void si_k_ffn_down_sparse(uint32_t type, const void *down_t, size_t row_bytes, int64_t n_embd,
                           const float *h, const int32_t *idx, int64_t n_idx, float *y);
 
+/* Input sparsity: idx[0..k) and v[0..k) = the positions and values of the
+ * non-zero entries of x[0..n), in order; returns k. */
+int64_t si_k_nonzero(const float *x, int64_t n, int32_t *idx, float *v);
+
+/*
+ * y[0 .. c1 - c0) = columns [c0, c1) of the product of a matrix with a
+ * sparse input, from the matrix's transposed copy wt (a row of outputs per
+ * input entry, row_bytes apart, type `type`; c0 and c1 on its blocks): the
+ * sum over k < n_idx of v[k] times the columns of row idx[k], in order
+ * (si_k_nonzero's lists), as si_k_ffn_down_sparse adds them, and the same
+ * bits as si_ref_matvec_t.  Only the rows' columns in range are read.
+ */
+void si_k_matvec_t(uint32_t type, const void *wt, size_t row_bytes, int64_t c0, int64_t c1,
+                   const float *v, const int32_t *idx, int64_t n_idx, float *y);
+
 /*
  * The dense down projection, as the reference computes it: down in GGUF
  * layout (n_embd rows of n_ff elements, row_bytes apart, type `type`),

@@ -34,12 +34,14 @@ struct si__scratch {
      * heads' parts), si_ref_attn_group's scratch, a residual, the FFN
      * output being merged, a normalised input, norm scratch. */
     float *aq, *ak, *av, *aatt, *ascr, *xl, *xf, *xn, *xo, *tmp;
-    float *h;    /* (n_ff) the slice's neuron activations */
-    float *g;    /* (n_ff) gate mode: the slice's gating dots */
-    int32_t *ix; /* (n_ff) the slice's active positions */
-    float *y;    /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
-    void *xq;    /* the FFN input converted for the up and gate dots */
-    void *hq;    /* the activations converted for the down dots */
+    float *h;       /* (n_ff) the slice's neuron activations */
+    float *g;       /* (n_ff) gate mode: the slice's gating dots */
+    int32_t *ix;    /* (n_ff) the slice's active positions */
+    int32_t *sx;    /* (widest input) input sparsity: a product's non-zero inputs */
+    float *sv;      /* (widest input) and their values (si__input_in) */
+    float *y;       /* (n_ff / chunk + 1, n_embd) partial rows (redux mode) */
+    void *xq;       /* the FFN input converted for the up and gate dots */
+    void *hq;       /* the activations converted for the down dots */
     float *bg, *bu; /* (n_batch, n_ff) prefill: gate and up products */
     void *gemm;     /* si_k_gemm's dequantization tile */
     float *hx;      /* (n_batch, n_embd) prefill: the attention's or the LM head's
@@ -147,6 +149,11 @@ struct si_engine {
                          * up for the plain kind) in their own array, read
                          * densely, instead of in the records */
     bool has_gate;
+    int64_t t_unit;     /* input sparsity: the block of the transposed copies
+                         * the products read (1: none); the tasks' column
+                         * ranges fall on it */
+    int64_t in_saved;   /* input sparsity: bytes of the weights a token's
+                         * products left unread (atomic; si__matvec_t) */
     float *gthr;        /* (n_layer) gate mode's threshold of each layer */
     int64_t hot_bytes;
     struct si_gpu_reserve reserve; /* what the GPU holds besides hot neurons */
@@ -300,6 +307,15 @@ static inline int64_t si__split8(int64_t n, int64_t k, int64_t parts)
     if (k >= parts)
         return n;
     return si__split8_ok(n, parts) ? k * n / parts / 8 * 8 : k * n / parts;
+}
+
+/* Part k's start of n in parts, at multiples of u where u > 8 (input
+ * sparsity's blocks: parts <= n / u), else si__split8's. */
+static inline int64_t si__split_u(int64_t n, int64_t k, int64_t parts, int64_t u)
+{
+    if (u <= 8)
+        return si__split8(n, k, parts);
+    return k >= parts ? n : k * n / parts / u * u;
 }
 
 #endif /* SI_CODELETS_STATE_H */

@@ -362,7 +362,8 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         }
     }
     e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
-    e->stats.weight_bytes_cpu += e->token_bytes_fixed;
+    e->stats.weight_bytes_cpu +=
+        e->token_bytes_fixed - __atomic_exchange_n(&e->in_saved, 0, __ATOMIC_RELAXED);
     if (e->cuda_hot && e->cuda_node >= 0) {
         /* What StarPU really allocated on the GPU (its hot slices stay; the
          * activations it moved may stay cached): never above the budget. */

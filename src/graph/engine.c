@@ -382,7 +382,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         /* The down projection in as many blocks of output rows as there
          * are cold slices; nothing for redux to add. */
         e->p.redux = false;
-        e->nd = ns < hp->n_embd ? ns : hp->n_embd;
+        const int64_t nd_max = hp->n_embd / e->t_unit > 0 ? hp->n_embd / e->t_unit : 1;
+        e->nd = ns < nd_max ? ns : (int32_t)nd_max;
         e->dn = malloc(((size_t)e->nd + 1) * sizeof *e->dn);
         e->dout = calloc((size_t)e->nd, sizeof *e->dout);
         e->bdout = calloc((size_t)e->nd, sizeof *e->bdout);
@@ -398,7 +399,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         }
         for (int32_t k = 0; k <= e->nd; k++)
-            e->dn[k] = si__split8(hp->n_embd, k, e->nd);
+            e->dn[k] = si__split_u(hp->n_embd, k, e->nd, e->t_unit);
     }
     e->n_batch = p.n_batch > 0 ? p.n_batch : 128;
     if (e->flash)
@@ -411,8 +412,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         int32_t na = p.attn_split > 0                ? p.attn_split
                      : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
                                                      : 1;
-        if (na > hp->n_embd)
-            na = hp->n_embd;
+        if (na > hp->n_embd / e->t_unit) /* Wo's column ranges on the copies' blocks */
+            na = (int32_t)(hp->n_embd / e->t_unit);
         if (na > SI__MAX_SLICES)
             na = SI__MAX_SLICES;
         e->na = na > 1 ? na : 1;
@@ -421,6 +422,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
          * one per CPU worker when decoding does not split it */
         const int32_t gw = e->na > 1 ? e->na : e->n_batch > 1 ? (int32_t)ncpu : 1;
         e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
+        if (hp->head_dim % e->t_unit != 0) /* kv heads' columns off the copies' blocks */
+            e->ng = 1;
         /* With only CPU FFN tasks that take the FFN input first hand, each
          * computes it (attn_out's residual and norm: n_embd values) instead
          * of waiting for an attn_out task: one dependency less per layer. */
@@ -489,11 +492,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         sc->h = malloc(widest * sizeof(float));
         sc->g = malloc((size_t)hp->n_ff * sizeof(float));
         sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
+        {
+            size_t wi = (size_t)hp->n_ff > qd ? (size_t)hp->n_ff : qd;
+            wi = wi > d ? wi : d;
+            sc->sx = malloc(wi * sizeof(int32_t));
+            sc->sv = malloc(wi * sizeof(float));
+        }
         sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
                        (size_t)hp->n_ff * sizeof(float));
         sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
         sc->hq = malloc(4 * widest + 512);
-        if (!sc->h || !sc->g || !sc->ix || !sc->y || !sc->xq || !sc->hq)
+        if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
             goto oom;
         if (e->n_batch > 1) {
             const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
@@ -642,7 +651,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             !e->h_att_c || !e->x2 || !e->head_len)
             goto oom;
         for (int64_t j = 0; j <= na; j++) {
-            e->a_o[j] = si__split8(hp->n_embd, j, na);
+            e->a_o[j] = si__split_u(hp->n_embd, j, na, e->t_unit);
             e->a_h[j] = si__split8(hp->n_vocab, j, na);
         }
         for (int64_t j = 0; j < na; j++)
@@ -845,6 +854,8 @@ void si_engine_free(struct si_engine *e)
             free(e->scratch[w].h);
             free(e->scratch[w].g);
             free(e->scratch[w].ix);
+            free(e->scratch[w].sx);
+            free(e->scratch[w].sv);
             free(e->scratch[w].y);
             free(e->scratch[w].xq);
             free(e->scratch[w].hq);

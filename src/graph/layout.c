@@ -5,6 +5,7 @@
 #include "flash/store.h"
 #include "internal.h"
 #include "model/act.h"
+#include "model/colblock.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "placement/placement.h"
@@ -21,9 +22,9 @@
  * the largest such block, else the whole width.  Blocks are 32 or 256
  * values: the largest is a multiple of the others.
  */
-static int64_t dense_unit(const struct si_model *m)
+static int64_t dense_unit(const struct si_model *m, int64_t t_unit)
 {
-    int64_t block = 1;
+    int64_t block = t_unit;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const uint32_t t = m->w.layers[l].ffn_down.type;
         const int64_t bw = si_type_get(t)->block, ba = si_type_get(si_act_type(t))->block;
@@ -43,7 +44,27 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
 {
     e->sparse = mode != SI_SPARSITY_DENSE;
     e->has_gate = m->hp.ffn_kind != SI_FFN_PLAIN;
-    e->chunk = dense_unit(m);
+    /* Input sparsity: the tasks' column ranges of the transposed copies
+     * fall on their blocks (si_k_matvec_t). */
+    e->t_unit = 1;
+    if (e->p.ref.input_t && e->p.ref.input_thresholds != NULL)
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            const struct si_layer *L = &m->w.layers[l];
+            const struct si_tensor *t[] = {&L->wq_t,
+                                           &L->wk_t,
+                                           &L->wv_t,
+                                           &L->wo_t,
+                                           &L->ffn_gate_t,
+                                           &L->ffn_up_t,
+                                           si_ref_down_copy(m, L)};
+            for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+                const int64_t u = t[i]->data == NULL       ? 1
+                                  : t[i]->cb_scale != NULL ? SI_CB_GROUP
+                                                           : si_type_get(t[i]->type)->block;
+                e->t_unit = u > e->t_unit ? u : e->t_unit;
+            }
+        }
+    e->chunk = dense_unit(m, e->t_unit);
     /* Predictor mode reads a chosen neuron's rows together: all in its
      * record.  Gate mode reads every gating row: those apart, dense. */
     e->pre_sep = mode == SI_SPARSITY_GATE;
@@ -242,10 +263,21 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
     const struct si_hparams *hp = &m->hp;
     if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
         return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
-    if (p->ref.input_thresholds != NULL)
-        return si__errf(err, err_size, SI_E_INVALID,
-                        "input sparsity: the StarPU engine does not apply it yet (the reference "
-                        "does)");
+    if (p->ref.input_thresholds != NULL) {
+        /* The sparse modes' FFN reads neuron records: its input and its
+         * activations keep the gate's or the predictor's sparsity. */
+        for (int l = 0; p->mode != SI_SPARSITY_DENSE && l < hp->n_layer; l++)
+            if (si_ref_input_threshold(&p->ref, l, SI_INPUT_FFN) > 0.0f ||
+                si_ref_input_threshold(&p->ref, l, SI_INPUT_DOWN) > 0.0f)
+                return si__errf(err, err_size, SI_E_INVALID,
+                                "input sparsity on the FFN's inputs needs dense mode (in %s mode "
+                                "it applies to the attention's products)",
+                                si_sparsity_name(p->mode));
+        if (p->mode == SI_SPARSITY_DENSE && ncuda > 0 && p->vram_budget > 0)
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "input sparsity runs the FFN on CPU workers (no --vram-budget with "
+                            "it in dense mode)");
+    }
     if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
         return si__errf(err, err_size, SI_E_INVALID,
                         "predictor mode: the model has no predictor tensors (blk.N.fc1/fc2)");

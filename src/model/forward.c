@@ -2,6 +2,7 @@
 #include "model/forward.h"
 
 #include "model/act.h"
+#include "model/colblock.h"
 #include "model/kernels.h"
 #include "model/pack8.h"
 #include "model/quants.h"
@@ -86,6 +87,62 @@ static void matvec_as(const struct si_ref *s, int32_t n_tok, bool group4, float 
 static void matvec(const struct si_ref *s, float *y, const struct si_tensor *w, const float *x)
 {
     matvec_as(s, s->batch_n, s->batch_g4, y, w, x);
+}
+
+void si_ref_matvec_t(const struct si_tensor *wt, int64_t c0, int64_t c1, const float *x, float *y)
+{
+    if (wt->cb_scale != NULL) {
+        si_cb_matvec(wt, c0, c1, x, y); /* the kernel in use, as for every dot here */
+        return;
+    }
+    size_t off = 0;
+    si_type_row_size(wt->type, c0, &off);
+    memset(y, 0, (size_t)(c1 - c0) * sizeof *y);
+    const char *row = (const char *)wt->data + off;
+    for (int64_t i = 0; i < wt->ne[1]; i++, row += wt->row_bytes)
+        if (x[i] != 0.0f)
+            si_vec_mad(wt->type, row, x[i], y, c1 - c0);
+}
+
+float si_ref_input_threshold(const struct si_ref_params *p, int l, int kind)
+{
+    return p->input_thresholds != NULL ? p->input_thresholds[(size_t)l * SI_INPUT_KINDS + kind]
+                                       : 0.0f;
+}
+
+const struct si_tensor *si_ref_down_copy(const struct si_model *m, const struct si_layer *L)
+{
+    /* ReLU's activations are mostly exact zeros: the rows of the few others,
+     * without a block's scales for each of them (docs/measurements.md) */
+    if (m->hp.act == SI_ACT_RELU && L->ffn_down_t.data != NULL)
+        return &L->ffn_down_t;
+    return L->ffn_down_c.data != NULL ? &L->ffn_down_c : &L->ffn_down_t;
+}
+
+bool si_ref_reads_t(const struct si_ref_params *p, const struct si_model *m, int l, int kind)
+{
+    if (!p->input_t || p->input_thresholds == NULL)
+        return false;
+    const struct si_layer *L = &m->w.layers[l];
+    const bool thr = si_ref_input_threshold(p, l, kind) > 0.0f;
+    switch (kind) {
+    case SI_INPUT_QKV:
+        return thr && L->wq_t.data != NULL && L->wk_t.data != NULL && L->wv_t.data != NULL;
+    case SI_INPUT_O:
+        return thr && L->wo_t.data != NULL;
+    case SI_INPUT_FFN:
+        return thr && L->ffn_up_t.data != NULL &&
+               (m->hp.ffn_kind == SI_FFN_PLAIN || L->ffn_gate_t.data != NULL);
+    case SI_INPUT_DOWN: {
+        /* ReLU's own zeros: worth the copy whenever the layer is sparse */
+        bool on = thr;
+        for (int k = 0; !on && m->hp.act == SI_ACT_RELU && k < SI_INPUT_KINDS; k++)
+            on = si_ref_input_threshold(p, l, k) > 0.0f;
+        return on && si_ref_down_copy(m, L)->data != NULL;
+    }
+    default:
+        return false;
+    }
 }
 
 int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2, float threshold,
@@ -389,13 +446,20 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     const int32_t n_tok = last ? s->batch_out_n : s->batch_n;
     const bool g4 = last ? s->batch_out_g4 : s->batch_g4;
     sparsify(s, l, SI_INPUT_FFN, s->xb, hp->n_embd);
-    matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
+    const bool ffn_t = si_ref_reads_t(&s->p, s->m, l, SI_INPUT_FFN);
+    if (ffn_t)
+        si_ref_matvec_t(&L->ffn_up_t, 0, ff, s->xb, s->hu);
+    else
+        matvec_as(s, n_tok, g4, s->hu, &L->ffn_up, s->xb);
     add_bias(s->hu, &L->ffn_up_b, ff);
     if (hp->ffn_kind == SI_FFN_PLAIN) {
         for (int64_t i = 0; i < ff; i++)
             s->hu[i] = si_act_apply(hp->act, s->hu[i]);
     } else {
-        matvec_as(s, n_tok, g4, s->hg, &L->ffn_gate, s->xb);
+        if (ffn_t)
+            si_ref_matvec_t(&L->ffn_gate_t, 0, ff, s->xb, s->hg);
+        else
+            matvec_as(s, n_tok, g4, s->hg, &L->ffn_gate, s->xb);
         for (int64_t i = 0; i < ff; i++)
             s->hu[i] = si_act_gated(hp->ffn_kind, si_act_apply(hp->act, s->hg[i]), s->hu[i]);
     }
@@ -428,6 +492,11 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         int64_t *c = s->neuron_counts + (size_t)l * (size_t)ff;
         for (int64_t i = 0; i < ff; i++)
             c[i] += s->hu[i] != 0.0f;
+    }
+    if (!s->p.down_t && si_ref_reads_t(&s->p, s->m, l, SI_INPUT_DOWN)) {
+        si_ref_matvec_t(si_ref_down_copy(s->m, L), 0, hp->n_embd, s->hu, s->xb2);
+        add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
+        return;
     }
     if (s->p.down_t) {
         /* Neuron by neuron, skipping the zeros (as the sparse kernels do). */
@@ -642,12 +711,21 @@ void si_ref_attn(struct si_ref *s, int l)
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;
     sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
-    matvec(s, s->q, &L->wq, s->xb);
-    matvec(s, s->k, &L->wk, s->xb);
-    matvec(s, s->v, &L->wv, s->xb);
+    if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_QKV)) {
+        si_ref_matvec_t(&L->wq_t, 0, L->wq_t.ne[0], s->xb, s->q);
+        si_ref_matvec_t(&L->wk_t, 0, L->wk_t.ne[0], s->xb, s->k);
+        si_ref_matvec_t(&L->wv_t, 0, L->wv_t.ne[0], s->xb, s->v);
+    } else {
+        matvec(s, s->q, &L->wq, s->xb);
+        matvec(s, s->k, &L->wk, s->xb);
+        matvec(s, s->v, &L->wv, s->xb);
+    }
     si_ref_attn_core(s, l);
     sparsify(s, l, SI_INPUT_O, s->att, (int64_t)hp->n_head * hp->head_dim);
-    matvec(s, s->xb2, &L->wo, s->att);
+    if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_O))
+        si_ref_matvec_t(&L->wo_t, 0, L->wo_t.ne[0], s->att, s->xb2);
+    else
+        matvec(s, s->xb2, &L->wo, s->att);
     si_ref_attn_finish(s, l);
 }
 

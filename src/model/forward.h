@@ -47,6 +47,15 @@ struct si_ref_params {
      * input_thresholds[l * SI_INPUT_KINDS + kind] become 0 (kinds below;
      * 0: none).  predict/input_sparsity.h calibrates them. */
     const float *input_thresholds;
+    /* With input_thresholds: each product of an input with a positive
+     * threshold reads the layer's transposed copy when it has one
+     * (model.h: wq_t ... ffn_up_t, ffn_down_t; `starinfer convert
+     * --transpose`): y = the sum over the input's non-zero entries, in
+     * order, of x_i times row i (si_ref_matvec_t), the zeros' rows never
+     * read, as the engine computes it (which products: si_ref_reads_t).
+     * Off: the zeroed input goes through the file's matrices (the same
+     * function up to the copies' rounding). */
+    bool input_t;
 };
 
 /* The inputs input sparsity thresholds, one each per layer. */
@@ -250,6 +259,30 @@ void si_ref_ffn_finish_into(const struct si_ref *s, int l, const float *x, float
  * si_type_row_size(si_act_type(W type), ne[0]) bytes) first.  Rows packed 8
  * at a time (w->pk, act_quant only) give the same values, read faster. */
 void si_ref_matvec(bool act_quant, void *xq, float *y, const struct si_tensor *w, const float *x);
+/* y[0 .. c1 - c0) = columns [c0, c1) of W x from W's transposed copy wt
+ * (model.h: a row of ne[0] outputs per input entry, ne[1] of them): the sum
+ * over i < ne[1] with x[i] != 0, in order, of x[i] times row i's columns
+ * (si_vec_mad); or, for a column-block copy (wt->cb_scale), its product
+ * (model/colblock.h).  c0 and c1 fall on wt's blocks
+ * (SI_CB_GROUP outputs for a column-block copy). */
+void si_ref_matvec_t(const struct si_tensor *wt, int64_t c0, int64_t c1, const float *x, float *y);
+/* The input sparsity threshold of layer l's products of kind (an enum
+ * si_input_kind) under p: 0 for none. */
+float si_ref_input_threshold(const struct si_ref_params *p, int l, int kind);
+/* Whether layer l's products of kind (an enum si_input_kind) read the
+ * transposed copies under p (si_ref_params.input_t): q, k, v when the
+ * layer has the three copies, the output projection wo_t, gate and up
+ * ffn_up_t and (gated kinds) ffn_gate_t, each when its input's threshold
+ * is positive; down si_ref_down_copy() when its threshold is positive or, on ReLU
+ * models (whose activations are mostly 0 already), when any of the layer's
+ * is: at thresholds all 0 every product is the dense one.  The engine
+ * follows the same rule. */
+bool si_ref_reads_t(const struct si_ref_params *p, const struct si_model *m, int l, int kind);
+/* The copy of layer L of m's down projection that input sparsity reads:
+ * on ReLU models, whose activations are mostly exact zeros, ffn_down_t's
+ * neuron rows where the file has them; else the column-block copy
+ * ffn_down_c where it has one; else ffn_down_t. */
+const struct si_tensor *si_ref_down_copy(const struct si_model *m, const struct si_layer *L);
 /* y[r] = row r of w dotted with xq (converted as above) for r < ne[1],
  * packed groups through si_vec_dot_act8. */
 void si_ref_matvec_act(float *y, const struct si_tensor *w, const void *xq);

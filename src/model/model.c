@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "internal.h"
+#include "model/colblock.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -137,6 +138,43 @@ static int tensor(struct loader *ld, struct si_tensor *t, bool required, int64_t
     memcpy(t->ne, gt->ne, sizeof t->ne);
     t->nbytes = gt->nbytes;
     si_type_row_size(gt->type, gt->ne[0], &t->row_bytes);
+    return SI_OK;
+}
+
+/*
+ * The transposed copy blk.<l>.<name> of a matrix of n_out rows of n_in
+ * (optional): a row of n_out per input (tensor()), or a column-block copy
+ * (model/colblock.h): its q rows as I8 {n_out / 2, n_in} beside its scales
+ * blk.<l>.<name>.scale, F16 {n_out or 2 n_out, n_in / 32}.
+ */
+static int tcopy(struct loader *ld, struct si_tensor *t, int64_t n_out, int64_t n_in,
+                 const char *name, int l)
+{
+    char full[128], scale[128];
+    snprintf(full, sizeof full, "blk.%d.%s.weight", l, name);
+    snprintf(scale, sizeof scale, "blk.%d.%s.scale", l, name);
+    const int64_t i = si_gguf_find_tensor(ld->g, full);
+    if (i < 0 || ld->g->tensors[i].type != SI_TYPE_I8)
+        return tensor(ld, t, false, n_out, n_in, "%s", full);
+    const struct si_gguf_tensor *q = &ld->g->tensors[i];
+    const int64_t is = si_gguf_find_tensor(ld->g, scale);
+    const struct si_gguf_tensor *sc = is >= 0 ? &ld->g->tensors[is] : NULL;
+    if (q->ne[0] != n_out / 2 || q->ne[1] != n_in || q->ne[2] != 1 || n_out % SI_CB_GROUP ||
+        n_in % 32 || sc == NULL || sc->type != SI_TYPE_F16 ||
+        (sc->ne[0] != n_out && sc->ne[0] != 2 * n_out) || sc->ne[1] != n_in / 32 || sc->ne[2] != 1)
+        return fail(ld, SI_E_FORMAT,
+                    "%s is not a column-block copy of %" PRId64 " x %" PRId64
+                    " (with its scales %s)",
+                    full, n_out, n_in, scale);
+    memset(t, 0, sizeof *t);
+    t->data = q->data;
+    t->type = sc->ne[0] == 2 * n_out ? SI_TYPE_Q4_1 : SI_TYPE_Q4_0;
+    t->ne[0] = n_out;
+    t->ne[1] = n_in;
+    t->ne[2] = t->ne[3] = 1;
+    t->row_bytes = (size_t)(n_out / 2);
+    t->nbytes = q->nbytes + sc->nbytes;
+    t->cb_scale = sc->data;
     return SI_OK;
 }
 
@@ -305,6 +343,14 @@ static int read_weights(struct loader *ld, struct si_model *m)
             (rc = tensor(ld, &L->ffn_up_b, opt, ff, 0, "blk.%d.ffn_up.bias", l)) != SI_OK ||
             (rc = tensor(ld, &L->ffn_down_b, opt, d, 0, "blk.%d.ffn_down.bias", l)) != SI_OK ||
             (rc = tensor(ld, &L->ffn_down_t, false, d, ff, "blk.%d.ffn_down_t.weight", l)) != SI_OK)
+            return rc;
+        if ((rc = tcopy(ld, &L->wq_t, qd, d, "attn_q_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->wk_t, kvd, d, "attn_k_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->wv_t, kvd, d, "attn_v_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->wo_t, d, qd, "attn_output_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->ffn_gate_t, ff, d, "ffn_gate_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->ffn_up_t, ff, d, "ffn_up_t", l)) != SI_OK ||
+            (rc = tcopy(ld, &L->ffn_down_c, d, ff, "ffn_down_c", l)) != SI_OK)
             return rc;
         if (hp->arch == SI_ARCH_GEMMA3) {
             if ((rc = tensor(ld, &L->q_norm, true, hp->head_dim, 0, "blk.%d.attn_q_norm.weight",

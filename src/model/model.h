@@ -93,6 +93,8 @@ struct si_tensor {
     size_t nbytes;
     size_t row_bytes; /* bytes of one row of ne[0] elements */
     int64_t pk;       /* rows packed by si_pack8, from the first */
+    const void *cb_scale; /* a column-block copy (model/colblock.h): its scales;
+                           * data its q rows, type Q4_0 or Q4_1 (with mins) */
 };
 
 struct si_layer {
@@ -109,6 +111,16 @@ struct si_layer {
     struct si_tensor ffn_post_norm;        /* [n_embd] (gemma3) */
     struct si_tensor fc1, fc2;             /* predictor [n_embd, r], [r, n_ff] */
     struct si_tensor ffn_down_t;           /* [n_embd, n_ff], a row per neuron */
+    /* Input sparsity's transposed copies (`starinfer convert --transpose`):
+     * a row per input entry, quantized along the outputs, so that a product
+     * whose input is sparse reads only the rows of its non-zero entries.
+     * Optional; data NULL when the file has none. */
+    struct si_tensor wq_t, wk_t, wv_t;     /* [n_head*head_dim, n_embd], [kv, n_embd] x 2 */
+    struct si_tensor wo_t;                 /* [n_embd, n_head*head_dim] */
+    struct si_tensor ffn_gate_t, ffn_up_t; /* [n_ff, n_embd] */
+    struct si_tensor ffn_down_c;           /* [n_embd, n_ff]: ffn_down's column-block
+                                            * copy (ffn_down_t's rows serve the sparse
+                                            * layouts' records) */
 };
 
 struct si_weights {

@@ -172,6 +172,10 @@ void si__vnni_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float 
 void si__avx2_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                        int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                        int head_dim, float scale, uint16_t *scratch);
+/* The column-block products' block kernel (si__cb_block_fn; quants_avx2_cb.c). */
+void si__avx2_cb_block(bool has_min, const uint8_t *const *rows, const int8_t *xq, int na,
+                       int32_t sxq, float s, const uint16_t *d, const uint16_t *m, int64_t n,
+                       float *y);
 void si__avx2_attn_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                          int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                          int head_dim, float scale, float *scratch);

@@ -99,6 +99,8 @@ static void overlay(const struct si__quants_table *t)
     }
     if (t->attn_f16 != NULL)
         active.attn_f16 = t->attn_f16;
+    if (t->cb_block != NULL)
+        active.cb_block = t->cb_block;
 }
 
 static void choose_kernels(void)

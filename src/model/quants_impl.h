@@ -134,12 +134,25 @@ typedef void (*si__attn_tiled_fn)(float *out, const float *q, const uint16_t *k,
                                   int n_head, int n_head_kv, int head_dim, float scale,
                                   float *scratch);
 
+/*
+ * One input block of a column-block product (model/colblock.h) over n
+ * outputs (a multiple of SI_CB_GROUP): the na rows of q at rows[k] (at the
+ * range's first group) times the 8-bit entries xq[k], summed exactly, then
+ * into y[0 .. n) with the block's scales d and, when has_min, mins m (fp16,
+ * at the range's first output), s the block's input scale and sxq the sum
+ * of xq.  Every implementation gives the portable one's bits.
+ */
+typedef void (*si__cb_block_fn)(bool has_min, const uint8_t *const *rows, const int8_t *xq, int na,
+                                int32_t sxq, float s, const uint16_t *d, const uint16_t *m,
+                                int64_t n, float *y);
+
 struct si__quants_table {
     const char *name; /* "scalar", "avx2" or "avx2+vnni" */
     bool compiled;    /* false when the build left this implementation out */
     struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
     si__attn_f16_fn attn_f16; /* NULL: si__k_attn_f16_portable */
     si__attn_tiled_fn attn_tiled; /* NULL: si__k_attn_f16_tiled_portable */
+    si__cb_block_fn cb_block;     /* NULL: the portable code of colblock.c */
 };
 
 /* The portable implementation: every supported type (quants_scalar.c). */

@@ -6,6 +6,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/quants.h"
+#include "model/transpose.h"
 #include "model/types.h"
 #include "predict/profile.h"
 #include "starinfer.h"
@@ -940,45 +941,6 @@ static void *quantize(uint32_t t, const float *src, int64_t rows, int64_t n, siz
     return dst;
 }
 
-/* ffn_down_t of one layer, transposed from ffn_down while the file is written. */
-struct down_t_fill {
-    const struct si_tensor *down; /* {n_ff, n_embd}: n_embd rows of n_ff */
-    uint32_t type;
-    int64_t n_embd, n_ff;
-    size_t row_bytes;
-    float *t; /* (n_ff, n_embd) while the layer is being written */
-};
-
-static int down_t_fill(void *user, int64_t row0, int64_t n_rows, void *dst)
-{
-    struct down_t_fill *f = user;
-    if (f->t == NULL) {
-        float *row = malloc((size_t)f->n_ff * sizeof *row);
-        f->t = malloc((size_t)f->n_ff * (size_t)f->n_embd * sizeof *f->t);
-        if (row == NULL || f->t == NULL) {
-            free(row);
-            free(f->t);
-            f->t = NULL;
-            return SI_E_NOMEM;
-        }
-        for (int64_t o = 0; o < f->n_embd; o++) {
-            si_dequantize_row(f->down->type, (const char *)f->down->data +
-                                                 (size_t)o * f->down->row_bytes, row, f->n_ff);
-            for (int64_t i = 0; i < f->n_ff; i++)
-                f->t[(size_t)i * (size_t)f->n_embd + (size_t)o] = row[i];
-        }
-        free(row);
-    }
-    for (int64_t r = 0; r < n_rows; r++)
-        si_quantize_row(f->type, f->t + (size_t)(row0 + r) * (size_t)f->n_embd,
-                        (char *)dst + (size_t)r * f->row_bytes, f->n_embd);
-    if (row0 + n_rows >= f->n_ff) { /* the layer is done: one at a time in memory */
-        free(f->t);
-        f->t = NULL;
-    }
-    return SI_OK;
-}
-
 int si_train_write(const struct si_model *m, const struct si_train_layer *layers,
                    const struct si_train_write_params *wp, const char *path, char *err,
                    size_t err_size)
@@ -999,7 +961,7 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
     struct si_gguf_writer *w = si_gguf_writer_init(pwri);
     void **bufs = calloc(2 * (size_t)hp->n_layer, sizeof *bufs);
     const bool add_dt = wp->down_t && m->w.layers[0].ffn_down_t.data == NULL;
-    struct down_t_fill *dt = add_dt ? calloc((size_t)hp->n_layer, sizeof *dt) : NULL;
+    struct si_transpose *dt = add_dt ? calloc((size_t)hp->n_layer, sizeof *dt) : NULL;
     int rc = SI_OK;
     if (w == NULL || bufs == NULL || (add_dt && dt == NULL)) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
@@ -1064,18 +1026,15 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         if (add_dt) {
             const struct si_tensor *down = &m->w.layers[l].ffn_down;
             const struct si_type_traits *dtt = si_type_get(down->type);
-            struct down_t_fill *f = &dt[l];
-            f->down = down;
-            f->type = si_type_quantizable(down->type) && hp->n_embd % dtt->block == 0
-                          ? down->type
-                          : SI_TYPE_F16;
-            f->n_embd = hp->n_embd;
-            f->n_ff = hp->n_ff;
-            si_type_row_size(f->type, hp->n_embd, &f->row_bytes);
+            struct si_transpose *f = &dt[l];
+            si_transpose_init(f, down,
+                              si_type_quantizable(down->type) && hp->n_embd % dtt->block == 0
+                                  ? down->type
+                                  : SI_TYPE_F16);
             char nd[64];
             snprintf(nd, sizeof nd, "blk.%" PRId32 ".ffn_down_t.weight", l);
             const int64_t ned[2] = {hp->n_embd, hp->n_ff};
-            if ((rc = si_gguf_writer_add_tensor_cb(w, nd, f->type, 2, ned, down_t_fill, f)) !=
+            if ((rc = si_gguf_writer_add_tensor_cb(w, nd, f->type, 2, ned, si_transpose_fill, f)) !=
                 SI_OK)
                 goto fail;
         }
@@ -1089,7 +1048,7 @@ out:
         free(bufs[k]);
     free(bufs);
     for (int32_t l = 0; dt != NULL && l < hp->n_layer; l++)
-        free(dt[l].t);
+        si_transpose_release(&dt[l]);
     free(dt);
     si_gguf_writer_free(w);
     return rc;
