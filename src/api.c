@@ -633,11 +633,8 @@ static int input_sparsity(struct si_context *ctx, const struct si_context_params
     if (rc != SI_OK)
         return rc;
     double S[SI_INPUT_KINDS];
-    for (int k = 0; k < SI_INPUT_KINDS; k++)
-        S[k] = p->input_sparsity;
     const bool sparse_ffn = p->engine == SI_ENGINE_STARPU && p->sparsity != SI_SPARSE_DENSE;
-    if (sparse_ffn)
-        S[SI_INPUT_FFN] = S[SI_INPUT_DOWN] = 0.0;
+    si_input_targets(p->input_sparsity, sparse_ffn, S);
     ctx->input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *ctx->input_thr);
     if (ctx->input_thr == NULL)
         rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");

@@ -43,6 +43,23 @@ static float frand(void)
     return (float)((double)(rng >> 40) / (double)(1u << 24)) * 2.0f - 1.0f;
 }
 
+/* The largest difference between y[0 .. c1 - c0) and rows [c0, c1) of W x
+ * in double (W: rows of n_in floats at w); *mag the largest of those. */
+static double product_err(const float *w, int n_in, const float *x, int64_t c0, int64_t c1,
+                          const float *y, double *mag)
+{
+    double err = 0;
+    *mag = 0;
+    for (int64_t o = c0; o < c1; o++) {
+        double s = 0;
+        for (int i = 0; i < n_in; i++)
+            s += (double)w[o * n_in + i] * x[i];
+        err = fmax(err, fabs(s - y[o - c0]));
+        *mag = fmax(*mag, fabs(s));
+    }
+    return err;
+}
+
 /* The kernel and the reference on a transposed copy of type t of a random
  * (n_out, n_in) matrix, with a third of the inputs zero. */
 static void kernel_case(uint32_t t)
@@ -94,14 +111,8 @@ static void kernel_case(uint32_t t)
               "%s: kernel and reference differ on columns [%lld, %lld)", si_type_name(t),
               (long long)c0, (long long)c1);
         /* and the product itself, in double from w */
-        double err = 0, mag = 0;
-        for (int64_t o = c0; o < c1; o++) {
-            double s = 0;
-            for (int i = 0; i < N_IN; i++)
-                s += (double)w[o * N_IN + i] * x[i];
-            err = fmax(err, fabs(s - yk[o - c0]));
-            mag = fmax(mag, fabs(s));
-        }
+        double mag;
+        const double err = product_err(w, N_IN, x, c0, c1, yk, &mag);
         CHECK(err <= (t == SI_TYPE_F32    ? 1e-4
                       : t == SI_TYPE_F16  ? 1e-2
                       : t == SI_TYPE_Q8_0 ? 0.03
@@ -164,14 +175,8 @@ static void colblock_case(uint32_t t)
         CHECK(memcmp(yk, yp, (size_t)(c1 - c0) * sizeof *yk) == 0,
               "%s: kernels differ on columns [%lld, %lld)", si_type_name(t), (long long)c0,
               (long long)c1);
-        double err = 0, mag = 0;
-        for (int64_t o = c0; o < c1; o++) {
-            double s = 0;
-            for (int i = 0; i < N_IN; i++)
-                s += (double)w[o * N_IN + i] * x[i];
-            err = fmax(err, fabs(s - yk[o - c0]));
-            mag = fmax(mag, fabs(s));
-        }
+        double mag;
+        const double err = product_err(w, N_IN, x, c0, c1, yk, &mag);
         CHECK(err <= 0.02 * mag, "%s: columns [%lld, %lld) %g off W x (largest %g)",
               si_type_name(t), (long long)c0, (long long)c1, err, mag);
         if (r == 0)

@@ -418,9 +418,7 @@ int si_cmd_bench(int argc, char **argv)
     if (input_s > 0.0f) {
         /* As the library sets it up: the FFN's inputs keep the sparse modes' own. */
         double S[SI_INPUT_KINDS];
-        for (int k = 0; k < SI_INPUT_KINDS; k++)
-            S[k] = ep.mode == SI_SPARSITY_DENSE || k == SI_INPUT_QKV || k == SI_INPUT_O ? input_s
-                                                                                        : 0.0;
+        si_input_targets(input_s, ep.mode != SI_SPARSITY_DENSE, S);
         if ((input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *input_thr)) ==
             NULL) {
             si_cli_error("out of memory");

@@ -131,8 +131,7 @@ static int eval_input(const struct si_model *m, const char *model, const char *f
     int rc = 0;
     for (int k = 0; k < n_list && rc == 0; k++) {
         double S[SI_INPUT_KINDS];
-        for (int j = 0; j < SI_INPUT_KINDS; j++)
-            S[j] = list[k];
+        si_input_targets(list[k], false, S);
         struct si_engine_params ep = si_engine_default_params();
         ep.ref.n_ctx = (int32_t)n_ctx;
         ep.n_batch = 1; /* as it decodes: the batches are dense */
@@ -167,8 +166,7 @@ static int eval_input(const struct si_model *m, const char *model, const char *f
         printf("S     weights skipped  perplexity            vs first  tokens/s\n");
         for (int k = 0; k < n_list; k++) {
             double S[SI_INPUT_KINDS];
-            for (int j = 0; j < SI_INPUT_KINDS; j++)
-                S[j] = list[k];
+            si_input_targets(list[k], false, S);
             const double evaluated = (double)res[k].n_chunks * (double)(n_ctx - 1);
             printf("%.2f  %14.1f%%  %9.4f +/- %7.4f  %+7.2f%%  %8.2f\n", list[k],
                    100.0 * si_input_model_sparsity(m, S), res[k].ppl, res[k].ppl_err,

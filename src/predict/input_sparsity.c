@@ -226,3 +226,9 @@ bool si_input_parse(const char *spec, double S[SI_INPUT_KINDS], char *err, size_
     }
     return true;
 }
+
+void si_input_targets(double S, bool sparse_ffn, double out[SI_INPUT_KINDS])
+{
+    for (int k = 0; k < SI_INPUT_KINDS; k++)
+        out[k] = sparse_ffn && (k == SI_INPUT_FFN || k == SI_INPUT_DOWN) ? 0.0 : S;
+}

@@ -80,6 +80,13 @@ int si_input_thresholds_by_kind(const struct si_profile *p, const double S[SI_IN
 double si_input_model_sparsity(const struct si_model *m, const double S[SI_INPUT_KINDS]);
 
 /*
+ * The targets per input kind of input sparsity S beside an FFN mode: S for
+ * every kind, but 0 for the FFN's inputs (gate/up, down) when sparse_ffn
+ * (gate and predictor modes keep their own neuron sparsity there).
+ */
+void si_input_targets(double S, bool sparse_ffn, double out[SI_INPUT_KINDS]);
+
+/*
  * Parse a --sparsity input value after "input": "" (0.4 everywhere), "=S",
  * or "=KIND:S,..." with KIND qkv, o, ffn, down (the kinds not named: 0).
  * Each S in [0, 0.9].  true, or false with one line in err.
