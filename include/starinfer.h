@@ -360,6 +360,17 @@ struct si_context_params {
                          * thread (evaluations on another thread fail with
                          * SI_E_RUNTIME).  Default false; the CLI sets it
                          * (docs/cli.md: STARINFER_CALLER_WORKER) */
+    bool mpi;           /* run the model across the ranks of MPI_COMM_WORLD (the program
+                         * started by mpirun) with StarPU-MPI: a pipeline of layers, each
+                         * rank the layers of about 1/N of the weights' bytes and only
+                         * those read; every rank makes the same calls, rank 0 gets the
+                         * logits (the other ranks' are not this token's), and the token
+                         * it samples (si_context_sample, si_generate) is every rank's.
+                         * StarPU-MPI starts with the first context and stops with the
+                         * last (once per process: MPI starts once).  The StarPU engine
+                         * on CPU workers, in memory (no VRAM budget, flash tier, input
+                         * sparsity); prompts token by token.  Default
+                         * false; SI_E_UNSUPPORTED when this library has no StarPU-MPI */
     struct si_sampling_params sampling;
     /* Notices that are not errors ("no CUDA worker: vram_budget ignored",
      * the profile's thresholds, ...), one line each without a newline; NULL

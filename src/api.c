@@ -384,12 +384,19 @@ static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct si_runtime rt;
 static int rt_users;
 
-static int runtime_acquire(bool caller_worker, char *err, size_t err_size)
+static int runtime_acquire(bool caller_worker, bool mpi, char *err, size_t err_size)
 {
     pthread_mutex_lock(&rt_lock);
     int rc = SI_OK;
-    if (rt_users == 0)
+    if (rt_users == 0 && !si_runtime_set_mpi(mpi))
+        rc = si__errf(err, err_size, SI_E_UNSUPPORTED,
+                      "this starinfer was built without StarPU-MPI: it runs in one process "
+                      "(tools/install-deps builds StarPU with MPI; then reconfigure)");
+    else if (rt_users == 0)
         rc = si_runtime_start(&rt, caller_worker, err, err_size);
+    else if (mpi != si_runtime_mpi())
+        rc = si__errf(err, err_size, SI_E_INVALID, "StarPU already runs %s MPI for another context",
+                      mpi ? "without" : "with");
     if (rc == SI_OK)
         rt_users++;
     pthread_mutex_unlock(&rt_lock);
@@ -554,6 +561,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         {"redux", "--merge redux", NULL},
         {"flash_store", "--flash-store", "the flash tier"},
         {"flash_window", "--flash-window", "the flash tier"},
+        {"mpi", "mpirun", "running across MPI ranks"},
     };
     const bool set[] = {
         p->sparsity != SI_SPARSE_DENSE,
@@ -564,6 +572,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         p->redux,
         p->flash_store != NULL,
         p->flash_window != 0,
+        p->mpi,
     };
     _Static_assert(sizeof set / sizeof set[0] == sizeof opt / sizeof opt[0], "one flag an option");
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
@@ -715,6 +724,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         ep.redux = p.redux;
         ep.exact_prefill = p.exact_prefill;
         ep.attn_split = p.attn_split;
+        ep.pipe = p.mpi;
         if (p.n_batch > 0)
             ep.n_batch = p.n_batch;
         if (flash) {
@@ -758,7 +768,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                 goto fail_err;
             }
         }
-        if ((rc = runtime_acquire(p.caller_worker, err, sizeof err)) != SI_OK)
+        if ((rc = runtime_acquire(p.caller_worker, p.mpi, err, sizeof err)) != SI_OK)
             goto fail_err;
         ctx->holds_runtime = true;
         if ((ep.vram_budget > 0 || plc != NULL) && si_runtime_ncuda() == 0) {
@@ -1083,6 +1093,16 @@ int32_t si_context_reuse_prefix(struct si_context *ctx, const int32_t *tokens, i
     return rc != SI_OK ? rc : k;
 }
 
+/* The next token from logits: drawn by the sampler, or across MPI ranks
+ * (p.mpi) drawn on rank 0, which has the logits, and shared with every rank. */
+static int32_t sample(struct si_context *ctx, const float *logits)
+{
+    int32_t t = !ctx->p.mpi || si_runtime_mpi_rank() == 0 ? si_sampler_sample(ctx->smp, logits) : 0;
+    if (ctx->p.mpi)
+        si_runtime_mpi_share(&t);
+    return t;
+}
+
 int si_context_sample(struct si_context *ctx, int32_t *token)
 {
     int rc = enter(ctx, "si_context_sample");
@@ -1094,7 +1114,7 @@ int si_context_sample(struct si_context *ctx, int32_t *token)
     else if (logits == NULL)
         rc = fail(SI_E_INVALID, "no logits to sample from: evaluate a token first");
     else
-        *token = si_sampler_sample(ctx->smp, logits);
+        *token = sample(ctx, logits);
     leave(ctx);
     return rc;
 }
@@ -1199,7 +1219,7 @@ static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_
             r.stop = SI_STOP_LENGTH;
             break;
         }
-        int32_t next = si_sampler_sample(ctx->smp, si_context_logits(ctx));
+        int32_t next = sample(ctx, si_context_logits(ctx));
         if (!gp.ignore_eos && si_tokenizer_is_eog(llm->tok, next)) {
             r.stop = SI_STOP_EOG;
             break;

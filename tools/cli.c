@@ -318,3 +318,32 @@ bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input)
     *input = (float)S;
     return true;
 }
+
+/* The first of the launchers' variables that is set, as a number >= 0 (-1: none). */
+static int env_int(const char *const *names)
+{
+    for (; *names != NULL; names++) {
+        const char *v = getenv(*names);
+        char *end;
+        if (v != NULL && *v != '\0') {
+            const long n = strtol(v, &end, 10);
+            if (*end == '\0' && n >= 0 && n < 1 << 24)
+                return (int)n;
+        }
+    }
+    return -1;
+}
+
+int si_cli_mpi_rank(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", NULL};
+    const int r = env_int(names);
+    return r > 0 ? r : 0;
+}
+
+int si_cli_mpi_size(void)
+{
+    static const char *const names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    const int n = env_int(names);
+    return n > 1 ? n : 1;
+}

@@ -45,6 +45,11 @@ bool si_cli_interrupted(void);
  * error message. */
 bool si_cli_int(const char *flag, const char *s, long long min, long long max, long long *out);
 bool si_cli_float(const char *flag, const char *s, double min, double max, double *out);
+/* Under mpirun (its launcher's environment: OpenMPI's, or PMI's), this
+ * process's rank and the number of ranks; 0 and 1 otherwise. */
+int si_cli_mpi_rank(void);
+int si_cli_mpi_size(void);
+
 /* A --sparsity value: MODE (dense, gate, predictor), input[=S] (dense mode
  * with input sparsity S, 0.4 without =S) or MODE+input[=S] into *mode and
  * *input (0: none).  false after printing the error. */

@@ -20,6 +20,7 @@ void si_run_opts_init(struct si_run_opts *o, const char *cmd, long long n_predic
      * single-threaded reference (the oracle the tests compare with). */
     o->cp.engine = SI_ENGINE_STARPU;
     o->cp.caller_worker = si_cli_caller_worker();
+    o->cp.mpi = si_cli_mpi_size() > 1; /* started by mpirun: one model across the ranks */
     o->cp.log = si_run_log;
 }
 

@@ -15,29 +15,31 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "Usage: " PROG " COMMAND [OPTIONS]\n"
-               "\n"
-               "Sparse, heterogeneous LLM inference on StarPU.\n"
-               "\n"
-               "Commands:\n"
-               "  info             summarise a GGUF model file and the StarPU workers\n"
-               "  generate         generate text from a prompt (reference or StarPU engine)\n"
-               "  chat             chat with a model, turns read from stdin\n"
-               "  perplexity       perplexity of a model on a text file (reference CPU path)\n"
-               "  synth            write a synthetic model with planted neuron activity\n"
-               "  profile          count how often each FFN neuron fires over a text\n"
-               "  bench            one workload under several StarPU schedulers, side by side\n"
-               "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
-               "  eval             predictor recall/precision and perplexity per sparsity mode\n"
-               "  place            choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
-               "  convert          write a model's flash store (--bundle) for --dram-budget\n"
-               "\n"
-               "Options:\n"
-               "  -h, --help       show this help (COMMAND --help: the command's help)\n"
-               "  -V, --version    show the version\n"
-               "\n"
-               "StarPU's environment variables apply (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA, ...);\n"
-               "StarPU's own notices are off unless STARPU_SILENT=0.\n");
+    fprintf(f,
+            "Usage: " PROG " COMMAND [OPTIONS]\n"
+            "\n"
+            "Sparse, heterogeneous LLM inference on StarPU.\n"
+            "\n"
+            "Commands:\n"
+            "  info             summarise a GGUF model file and the StarPU workers\n"
+            "  generate         generate text from a prompt (reference or StarPU engine)\n"
+            "  chat             chat with a model, turns read from stdin\n"
+            "  perplexity       perplexity of a model on a text file (reference CPU path)\n"
+            "  synth            write a synthetic model with planted neuron activity\n"
+            "  profile          count how often each FFN neuron fires over a text\n"
+            "  bench            one workload under several StarPU schedulers, side by side\n"
+            "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
+            "  eval             predictor recall/precision and perplexity per sparsity mode\n"
+            "  place            choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
+            "  convert          write a model's flash store (--bundle) for --dram-budget\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help       show this help (COMMAND --help: the command's help)\n"
+            "  -V, --version    show the version\n"
+            "\n"
+            "StarPU's environment variables apply (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA, ...);\n"
+            "StarPU's own notices are off unless STARPU_SILENT=0.  Under mpirun, generate runs\n"
+            "one model across the ranks (StarPU-MPI; docs/mpi.md); rank 0 prints.\n");
 }
 
 int main(int argc, char **argv)
@@ -58,19 +60,38 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
         int major, minor, release;
         starpu_get_version(&major, &minor, &release);
-        printf(PROG " %s (StarPU %d.%d.%d%s%s)\n", si_version(), major, minor, release,
+        printf(PROG " %s (StarPU %d.%d.%d%s%s%s)\n", si_version(), major, minor, release,
 #ifdef SI_USE_CUDA
                ", CUDA codelets",
 #else
                ", no CUDA codelets",
 #endif
 #ifdef SI_HAVE_FXT
-               ", FxT traces"
+               ", FxT traces",
 #else
-               ", no FxT traces"
+               ", no FxT traces",
+#endif
+#ifdef SI_USE_MPI
+               ", StarPU-MPI"
+#else
+               ", no StarPU-MPI"
 #endif
         );
         return 0;
+    }
+    /* Under mpirun: generate runs one model across the ranks (StarPU-MPI);
+     * rank 0 alone prints, unless STARINFER_MPI_VERBOSE is set. */
+    if (si_cli_mpi_size() > 1) {
+        if (strcmp(cmd, "generate") != 0 && strcmp(cmd, "info") != 0) {
+            if (si_cli_mpi_rank() == 0)
+                si_cli_error("%s runs in one process; across MPI ranks (mpirun) so far: generate",
+                             cmd);
+            return 1;
+        }
+        if (si_cli_mpi_rank() != 0 && getenv("STARINFER_MPI_VERBOSE") == NULL &&
+            (freopen("/dev/null", "w", stdout) == NULL ||
+             freopen("/dev/null", "w", stderr) == NULL))
+            return 1;
     }
     static const struct {
         const char *name;

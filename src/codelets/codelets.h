@@ -32,6 +32,7 @@
  *                 ffn_down (R), down_k (W)
  * merge.c
  *   merge         merge_L (redux): x (RW), y (RW)
+ *   residual      residual_L (a pipeline's rank, its last layer): x (RW), carried* (R)
  *   zero, sum     redux's init and reduction of y
  * load.c
  *   load          load_L (flash): idx of each cold slice (R), cache (RW), spill (RW)
@@ -71,7 +72,7 @@ extern struct starpu_codelet si__cl_embed, si__cl_head, si__cl_head_rows;
 extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_ao, si__cl_aout;
 extern struct starpu_codelet si__cl_pred, si__cl_gmask;
 extern struct starpu_codelet si__cl_hot, si__cl_cold, si__cl_down;
-extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum;
+extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum, si__cl_residual;
 extern struct starpu_codelet si__cl_load, si__cl_flash;
 extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
     si__cl_bmerge, si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_bao,

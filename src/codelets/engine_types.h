@@ -68,6 +68,13 @@ struct si_engine_params {
                            * (k; 0: none, every active neuron read each token) */
     bool model_in_memory; /* the model file was read, not mapped: all of it
                            * counts as resident */
+
+    /* A layer pipeline across the StarPU-MPI ranks (graph/pipe.c; the
+     * runtime started with si_runtime_set_mpi): this rank computes its
+     * share of the layers (si_engine_pipe_range), receives the residual
+     * from the rank before and sends it to the one after; the last rank's
+     * logits go to rank 0.  CPU workers, in memory; prefill token by token. */
+    bool pipe;
 };
 
 struct si_engine_params si_engine_default_params(void);

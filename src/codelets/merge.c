@@ -47,7 +47,7 @@ static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, cons
  * adds them into x. */
 int si__n_carried(const struct si_engine *e, int l)
 {
-    if (l == 0 || e->p.redux)
+    if (l == 0 || l == e->l0 || e->p.redux) /* l0: x came whole from the rank before */
         return 0;
     return (e->sparse ? e->L[l - 1].nsl : e->nd) + (e->m->hp.parallel_residual ? 1 : 0);
 }
@@ -93,6 +93,17 @@ static void merge_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_MERGE, t0);
 }
 
+/* residual_L (a pipeline's last layer on this rank, l = l1): x += layer
+ * l - 1's FFN output, carried, before x goes to the next rank.  Buffers: x
+ * (RW), carried* (R). */
+static void residual_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    si__charge(e, SI_TASK_MERGE, si__residual_in(e, a->l, buffers, 1, x, x, si__scratch_of(e)));
+}
+
 /* Redux mode: the layer output starts at zero and workers' shares add up. */
 static void zero_cpu(void *buffers[], void *cl_arg)
 {
@@ -120,6 +131,14 @@ struct starpu_codelet si__cl_merge = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &merge_model,
     .name = "merge",
+};
+static struct starpu_perfmodel residual_model = {.type = STARPU_HISTORY_BASED,
+                                                 .symbol = "si_residual"};
+struct starpu_codelet si__cl_residual = {
+    .cpu_funcs = {residual_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &residual_model,
+    .name = "residual",
 };
 struct starpu_codelet si__cl_zero = {
     .cpu_funcs = {zero_cpu},

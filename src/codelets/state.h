@@ -152,6 +152,9 @@ struct si_engine {
     int64_t t_unit;     /* input sparsity: the block of the transposed copies
                          * the products read (1: none); the tasks' column
                          * ranges fall on it */
+    int32_t l0, l1;     /* this process's layers [l0, l1): all, or its share of a
+                         * pipeline across MPI ranks (p.pipe) */
+    int rank, nranks;   /* the pipeline's ranks: this one, how many (0 and 1) */
     int64_t in_saved;   /* input sparsity: bytes of the weights a token's
                          * products left unread (atomic; si__matvec_t) */
     float *gthr;        /* (n_layer) gate mode's threshold of each layer */

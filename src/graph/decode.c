@@ -320,17 +320,35 @@ int si_engine_eval(struct si_engine *e, int32_t token)
 
     struct si__args a;
     a.n = 0;
-    si__add(&a, e->h_x, STARPU_W);
-    int rc = si__run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
-    for (int l = 0; l < hp->n_layer && rc == 0; l++)
+    int rc;
+    if (e->l0 == 0) {
+        si__add(&a, e->h_x, STARPU_W);
+        rc = si__run(e, &si__cl_embed, "embed", -1, -1, token, &a, 0);
+    } else { /* a pipeline's later rank: x from the rank before (graph/pipe.c) */
+        rc = si__pipe_recv_x(e) == SI_OK ? 0 : -1;
+    }
+    for (int l = e->l0; l < e->l1 && rc == 0; l++)
         rc = submit_layer(e, l, token);
-    if (rc == 0)
+    const bool last = e->l1 == hp->n_layer;
+    if (rc == 0 && last) {
         rc = submit_head(e, token);
+    } else if (rc == 0) { /* x whole for the next rank */
+        a.n = 0;
+        si__add(&a, e->h_x, STARPU_RW);
+        add_carried(e, e->l1, &a);
+        rc = si__run(e, &si__cl_residual, "residual", e->l1, -1, token, &a, 0);
+        if (rc == 0)
+            rc = si__pipe_send_x(e) == SI_OK ? 0 : -1;
+    }
+    if (rc == 0)
+        rc = si__pipe_logits(e) == SI_OK ? 0 : -1;
     /* Wait for this token's tasks: the logits are ready when readable (the
-     * caller's worker, if it has one, runs tasks meanwhile). */
-    si_runtime_acquire(e->h_logits, STARPU_R);
-    starpu_data_release(e->h_logits);
-    if (rc == 0 && e->na > 1)
+     * caller's worker, if it has one, runs tasks meanwhile); on a middle
+     * rank of a pipeline, x once its last layer is added in. */
+    starpu_data_handle_t done = last || e->rank == 0 ? e->h_logits : e->h_x;
+    si_runtime_acquire(done, STARPU_R);
+    starpu_data_release(done);
+    if (rc == 0 && (e->na > 1 || !last)) /* else the head's si_ref_end moved it */
         e->ref->n_past++;
     if (rc != 0) {
         si_runtime_wait_all();

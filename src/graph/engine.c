@@ -348,6 +348,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     if (rc != SI_OK)
         return rc;
     const struct si_layer *W0 = &m->w.layers[0];
+    int32_t l0 = 0, l1 = hp->n_layer;
+    const int rank = p.pipe ? si_runtime_mpi_rank() : 0,
+              nranks = p.pipe ? si_runtime_mpi_size() : 1;
+    if (p.pipe && !si_runtime_mpi())
+        return si__errf(
+            err, err_size, SI_E_INVALID,
+            "a pipeline across MPI ranks needs StarPU-MPI running (si_runtime_set_mpi)");
+    if (p.pipe && si_engine_pipe_range(m, rank, nranks, &l0, &l1) != SI_OK)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "%d MPI ranks for a model of %d layers: at most one rank a layer", nranks,
+                        hp->n_layer);
 
     struct si_engine *e = calloc(1, sizeof *e);
     if (e == NULL)
@@ -355,6 +366,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->m = m;
     e->w = &m->w;
     e->p = p;
+    e->l0 = l0;
+    e->l1 = l1;
+    e->rank = rank;
+    e->nranks = nranks;
     e->flash = p.flash != NULL;
     si__layout_of(m, p.mode, e);
     int64_t ffn_bytes;
@@ -404,6 +419,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->n_batch = p.n_batch > 0 ? p.n_batch : 128;
     if (e->flash)
         e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
+    if (e->nranks > 1)
+        e->n_batch = 1; /* a pipeline passes one token's residual at a time */
     {
         /* Attention's products split over the workers when they weigh enough
          * to repay the extra tasks (docs/measurements.md). */
@@ -711,7 +728,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         if (transpose &&
             (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
             goto oom;
-        for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
+        for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) /* this rank's layers */
             rc = si__build_records(e, l, col, err, err_size);
         free(col);
         if (rc != SI_OK) {

@@ -127,6 +127,14 @@ int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_param
 
 struct si_engine;
 
+/*
+ * The layers [*l0, *l1) of rank `rank` of `nranks` in a pipeline over model
+ * m (si_engine_params.pipe): contiguous ranges of about equal weight bytes,
+ * the LM head counted on the last rank, at least one layer each.  SI_OK, or
+ * SI_E_INVALID (more ranks than layers, a rank out of range).
+ */
+int si_engine_pipe_range(const struct si_model *m, int rank, int nranks, int32_t *l0, int32_t *l1);
+
 int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_engine_params p,
                    char *err, size_t err_size);
 void si_engine_free(struct si_engine *e);

@@ -132,4 +132,11 @@ static inline void si__add_slice_weights(const struct si_engine *e,
 /* After a batch: the observer on each kept (token, layer), in order. */
 void si__observe_batch(struct si_engine *e);
 
+/* pipe.c: a pipeline's transfers (SI_E_UNSUPPORTED without StarPU-MPI):
+ * receive x from the rank before, send x to the rank after, the logits
+ * from the last rank to rank 0 (a no-op with one rank). */
+int si__pipe_recv_x(struct si_engine *e);
+int si__pipe_send_x(struct si_engine *e);
+int si__pipe_logits(struct si_engine *e);
+
 #endif /* SI_GRAPH_GRAPH_H */

@@ -263,6 +263,11 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
     const struct si_hparams *hp = &m->hp;
     if ((unsigned)p->mode > SI_SPARSITY_PREDICTOR)
         return si__errf(err, err_size, SI_E_INVALID, "unknown sparsity mode %d", (int)p->mode);
+    if (p->pipe && (p->vram_budget > 0 || p->placement != NULL || p->flash != NULL || p->redux ||
+                    p->ref.input_thresholds != NULL))
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "across MPI ranks the engine runs on CPU workers in memory so far (no "
+                        "VRAM budget, placement, flash tier, redux or input sparsity)");
     if (p->ref.input_thresholds != NULL) {
         /* The sparse modes' FFN reads neuron records: its input and its
          * activations keep the gate's or the predictor's sparsity. */

@@ -1,6 +1,7 @@
 /* runtime.c - StarPU start-up shared by the library, the CLI and the tests. */
 #include "graph/runtime.h"
 
+#include "config.h" /* SI_USE_MPI */
 #include "starinfer.h"
 
 #include <errno.h>
@@ -10,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef SI_USE_MPI
+#include <starpu_mpi.h>
+#endif
 
 /* The caller's worker (caller_worker): the driver of CPU worker 0, run by
  * the thread that started StarPU, and that thread's CPU mask before
@@ -64,6 +69,13 @@ static int check_env(char *err, size_t err_size)
     return SI_OK;
 }
 
+/* StarPU-MPI: asked for (si_runtime_set_mpi), running, this rank, the ranks. */
+#ifdef SI_USE_MPI
+static bool mpi_wanted;
+#endif
+static bool mpi_on;
+static int mpi_rank = 0, mpi_size = 1;
+
 int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size)
 {
     rt->owned = false;
@@ -92,6 +104,20 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
         snprintf(err, err_size, "starpu_init failed: %s", strerror(-ret));
         return SI_E_RUNTIME;
     }
+#ifdef SI_USE_MPI
+    if (mpi_wanted) {
+        /* MPI itself started by StarPU-MPI (MPI_Init_thread), its
+         * communications on a thread of StarPU-MPI's */
+        if ((ret = starpu_mpi_init_comm(NULL, NULL, 1, MPI_COMM_WORLD)) != 0) {
+            starpu_shutdown();
+            snprintf(err, err_size, "starpu_mpi_init_comm failed: %s", strerror(-ret));
+            return SI_E_RUNTIME;
+        }
+        mpi_on = true;
+        starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
+        starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
+    }
+#endif
     rt->owned = true;
     rt->started = true;
     if (caller_worker && starpu_worker_get_count_by_type(STARPU_CPU_WORKER) > 0 &&
@@ -155,10 +181,64 @@ void si_runtime_stop(struct si_runtime *rt)
             if (caller_mask_saved)
                 pthread_setaffinity_np(caller_thread, sizeof caller_mask, &caller_mask);
         }
+#ifdef SI_USE_MPI
+        if (mpi_on) {
+            starpu_mpi_shutdown(); /* MPI_Finalize too */
+            mpi_on = false;
+            mpi_rank = 0;
+            mpi_size = 1;
+        }
+#endif
         starpu_shutdown();
     }
     rt->started = false;
     rt->owned = false;
+}
+
+void si_runtime_mpi_share(int32_t *v)
+{
+#ifdef SI_USE_MPI
+    if (!mpi_on || mpi_size < 2)
+        return;
+    /* through StarPU-MPI, whose thread makes the MPI calls */
+    starpu_data_handle_t h;
+    starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)v, sizeof *v);
+    for (int r = 1; r < mpi_size; r++)
+        if (mpi_rank == 0)
+            starpu_mpi_isend_detached(h, r, 3, MPI_COMM_WORLD, NULL, NULL);
+    if (mpi_rank != 0)
+        starpu_mpi_irecv_detached(h, 0, 3, MPI_COMM_WORLD, NULL, NULL);
+    si_runtime_acquire(h, STARPU_RW); /* after the sends and the receive */
+    starpu_data_release(h);
+    starpu_data_unregister(h);
+#else
+    (void)v;
+#endif
+}
+
+bool si_runtime_set_mpi(bool on)
+{
+#ifdef SI_USE_MPI
+    mpi_wanted = on;
+    return true;
+#else
+    return !on;
+#endif
+}
+
+bool si_runtime_mpi(void)
+{
+    return mpi_on;
+}
+
+int si_runtime_mpi_rank(void)
+{
+    return mpi_rank;
+}
+
+int si_runtime_mpi_size(void)
+{
+    return mpi_size;
 }
 
 unsigned si_runtime_ncpu(void)

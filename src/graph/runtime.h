@@ -34,6 +34,20 @@ struct si_runtime {
  */
 int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_t err_size);
 
+/*
+ * StarPU-MPI: si_runtime_set_mpi(true) before si_runtime_start has it start
+ * MPI and StarPU-MPI over MPI_COMM_WORLD too (and si_runtime_stop shut
+ * them down); false when this build has no StarPU-MPI (SI_USE_MPI).  Then
+ * whether it runs, this process's rank and the number of ranks (0 and 1
+ * without it).
+ */
+bool si_runtime_set_mpi(bool on);
+bool si_runtime_mpi(void);
+int si_runtime_mpi_rank(void);
+int si_runtime_mpi_size(void);
+/* *v as rank 0 has it, on every rank (a no-op with one rank). */
+void si_runtime_mpi_share(int32_t *v);
+
 /* Whether name is one of StarPU's scheduling policies (STARPU_SCHED's values;
  * si_runtime_start refuses an unknown one). */
 bool si_runtime_sched_known(const char *name);

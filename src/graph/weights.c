@@ -177,7 +177,8 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     const bool mapped = m->gguf != NULL && m->gguf->map != NULL;
     struct plan p = {0};
     int rc = SI_OK;
-    for (int l = 0; l < hp->n_layer && rc == SI_OK; l++) {
+    /* a pipeline's rank reads only its own layers (and the last, the head) */
+    for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) {
         struct si_layer *L = &layers[l];
         if (hp->head_dim % 8 == 0) {
             struct si_tensor *aw[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
@@ -196,12 +197,12 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     }
     /* The LM head; when tied, the embedding keeps reading the model's rows,
      * a few per token, which come back from the file as they are read. */
-    if (rc == SI_OK)
+    if (rc == SI_OK && e->l1 == hp->n_layer)
         rc = plan_copy(e, &p, &w->output, mapped);
     /* Gate mode's gating rows (the engine's copy, in position order): each
      * cold slice's packed in place from its start, the rows after its last
      * group as they are; the hot slice (the GPU's) keeps the row layout. */
-    for (int l = 0; l < hp->n_layer && rc == SI_OK && e->pre_sep; l++) {
+    for (int l = e->l0; l < e->l1 && rc == SI_OK && e->pre_sep; l++) {
         struct si__layer_state *S = &e->L[l];
         if (S->pre == NULL || !si_pack8_type(S->f.gu_type))
             continue;
@@ -222,7 +223,7 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     /* The predictor's fc2 (the engine's copy, in position order), packed in
      * place: its rows are short (the predictor's width), where the row
      * kernel spends more on each row than on its bytes. */
-    for (int l = 0; l < hp->n_layer && rc == SI_OK && e->p.mode == SI_SPARSITY_PREDICTOR; l++) {
+    for (int l = e->l0; l < e->l1 && rc == SI_OK && e->p.mode == SI_SPARSITY_PREDICTOR; l++) {
         struct si__layer_state *S = &e->L[l];
         const struct si_tensor *fc2 = &m->w.layers[l].fc2;
         if (S->fc2p == NULL || !si_pack8_type(fc2->type))
