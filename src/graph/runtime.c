@@ -95,7 +95,15 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
         caller_mask_saved =
             pthread_getaffinity_np(pthread_self(), sizeof caller_mask, &caller_mask) == 0;
     }
+#ifdef SI_USE_MPI
+    /* StarPU-MPI's own start: it may then run MPI's progress on the CPU
+     * driver between tasks (STARPU_MPI_DRIVER_CALL_FREQUENCY) instead of a
+     * thread that competes with the workers for the cores */
+    int ret = mpi_wanted ? starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf)
+                         : starpu_init(&conf);
+#else
     int ret = starpu_init(&conf);
+#endif
     if (ret == -ENODEV) {
         snprintf(err, err_size, "StarPU found no worker (check STARPU_NCPU and STARPU_NCUDA)");
         return SI_E_NO_DEVICE;
@@ -105,14 +113,7 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
         return SI_E_RUNTIME;
     }
 #ifdef SI_USE_MPI
-    if (mpi_wanted) {
-        /* MPI itself started by StarPU-MPI (MPI_Init_thread), its
-         * communications on a thread of StarPU-MPI's */
-        if ((ret = starpu_mpi_init_comm(NULL, NULL, 1, MPI_COMM_WORLD)) != 0) {
-            starpu_shutdown();
-            snprintf(err, err_size, "starpu_mpi_init_comm failed: %s", strerror(-ret));
-            return SI_E_RUNTIME;
-        }
+    if (mpi_wanted) { /* MPI itself started by StarPU-MPI (MPI_Init_thread) */
         mpi_on = true;
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &mpi_rank);
         starpu_mpi_comm_size(MPI_COMM_WORLD, &mpi_size);
@@ -183,13 +184,17 @@ void si_runtime_stop(struct si_runtime *rt)
         }
 #ifdef SI_USE_MPI
         if (mpi_on) {
-            starpu_mpi_shutdown(); /* MPI_Finalize too */
+            /* started by starpu_mpi_init_conf: StarPU, then MPI, stop here */
+            starpu_mpi_shutdown();
             mpi_on = false;
             mpi_rank = 0;
             mpi_size = 1;
+        } else {
+            starpu_shutdown();
         }
-#endif
+#else
         starpu_shutdown();
+#endif
     }
     rt->started = false;
     rt->owned = false;
