@@ -255,8 +255,10 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
         t->pk = groups * 8;
         e->stats.packed_bytes += (int64_t)t->nbytes;
     }
-    if (rc == SI_OK)
+    if (rc == SI_OK) {
         e->ref->lm_head = &w->output; /* the head tasks that run the reference's end */
+        e->ref->attn_w = w;           /* attn_L tasks, the reference's attention */
+    }
     free(p.jobs);
     free(p.todo);
     if (rc == SI_E_NOMEM)

@@ -706,7 +706,7 @@ void si_ref_attn_finish(struct si_ref *s, int l)
 
 void si_ref_attn(struct si_ref *s, int l)
 {
-    const struct si_layer *L = &s->m->w.layers[l];
+    const struct si_layer *L = &(s->attn_w != NULL ? s->attn_w : &s->m->w)->layers[l];
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;

@@ -138,6 +138,9 @@ struct si_ref {
     /* The LM head's rows si_ref_end multiplies: the model's output, or an
      * engine's own copy of it (packed 8 rows at a time: the same values). */
     const struct si_tensor *lm_head;
+    /* Likewise the attention's projections si_ref_attn multiplies: the
+     * model's (NULL), or an engine's own copy of the weights. */
+    const struct si_weights *attn_w;
 
     /* Per layer, the FFN neurons active for the last token (activation != 0),
      * counted when count_active is set: (n_layer). */
