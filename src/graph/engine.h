@@ -94,6 +94,17 @@
  * predictors stay in DRAM; the model's FFN tensors are never read.  Prefill
  * runs token by token (a dense batch would read every neuron).
  *
+ * Input sparsity (TEAL; params.ref.input_thresholds): each task zeroes its
+ * own copy of a product's input below the layer's threshold and, where the
+ * model has the transposed copies (model/transpose.h, model/colblock.h),
+ * reads only the non-zero inputs' rows over its column range; the rule is
+ * the reference's (si_ref_reads_t), and so are the bits.  Prompt batches
+ * stay dense.  docs/input-sparsity.md.
+ *
+ * Across MPI ranks (params.pipe, graph/pipe.c): each rank submits the tasks
+ * of its layer range; x arrives from the rank before and leaves, after a
+ * residual_L task, for the one after; the logits go to rank 0.
+ *
  * The VRAM budget is honest: si_engine_gpu_reserve() itemizes what the
  * engine puts on the GPU besides the hot neurons (the same function tells
  * `starinfer place` what to leave free), init refuses with SI_E_BUDGET a
