@@ -46,9 +46,17 @@ within() { # NAME VALUE WANT
         r = v / w - 1; printf "%s: engine %s vs llama.cpp %s (%+.2f%%)\n", n, v, w, 100 * r
         exit (v == "" || r > 0.01 || r < -0.01) }'
 }
-out=$("$si" perplexity -m "$STARINFER_TEST_MODEL" -f "$text" -c 512) || exit 1
-v=$(echo "$out" | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p')
-within "SmolLM2, 14 chunks" "$v" 18.3914 || exit 1
+# In the sanitizer build (10x slower) the first two chunks, against llama.cpp's
+# 17.7185 (measured: 17.7311, +0.07%), instead of the whole text.
+if [ -n "${SI_SAN_FLAGS:-}" ]; then
+    out=$("$si" perplexity -m "$STARINFER_TEST_MODEL" -f "$text" -c 512 --chunks 2) || exit 1
+    v=$(echo "$out" | sed -n 's/^\[2\] \([0-9.]*\)$/\1/p')
+    within "SmolLM2, 2 chunks" "$v" 17.7185 || exit 1
+else
+    out=$("$si" perplexity -m "$STARINFER_TEST_MODEL" -f "$text" -c 512) || exit 1
+    v=$(echo "$out" | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p')
+    within "SmolLM2, 14 chunks" "$v" 18.3914 || exit 1
+fi
 if [ -n "${STARINFER_GEMMA_MODEL:-}" ] && [ -r "$STARINFER_GEMMA_MODEL" ]; then
     out=$("$si" perplexity -m "$STARINFER_GEMMA_MODEL" -f "$text" -c 512 --chunks 2) || exit 1
     v=$(echo "$out" | sed -n 's/^\[2\] \([0-9.]*\)$/\1/p')
