@@ -365,7 +365,8 @@ struct si_context_params {
                          * rank the layers of about 1/N of the weights' bytes and only
                          * those read; every rank makes the same calls, rank 0 gets the
                          * logits (the other ranks' are not this token's), and the token
-                         * it samples (si_context_sample, si_generate) is every rank's.
+                         * it samples (si_context_sample, si_generate) is every rank's;
+                         * so is rank 0's callback's answer in si_generate.
                          * StarPU-MPI starts with the first context and stops with the
                          * last (once per process: MPI starts once).  The StarPU engine
                          * on CPU workers, in memory (no VRAM budget, flash tier, input
@@ -405,6 +406,18 @@ SI_API int32_t si_context_n_ctx(const struct si_context *ctx);  /* KV cache leng
 SI_API int32_t si_context_n_past(const struct si_context *ctx); /* tokens in the cache */
 /* The tokens in the cache, n_past of them (valid until the next call on ctx). */
 SI_API const int32_t *si_context_tokens(const struct si_context *ctx);
+
+/*
+ * Across MPI ranks (params.mpi): this process's rank and the number of
+ * ranks (0 and 1 otherwise).  Every rank makes the same calls with the same
+ * arguments; what only rank 0 knows (a line a user typed) reaches the others
+ * with si_context_share: size bytes at buf as rank 0 has them, on every rank
+ * (each passes the same size; nothing happens with one rank).  SI_E_INVALID
+ * for buf NULL with size > 0.
+ */
+SI_API int si_context_mpi_rank(const struct si_context *ctx);
+SI_API int si_context_mpi_size(const struct si_context *ctx);
+SI_API int si_context_share(struct si_context *ctx, void *buf, size_t size);
 
 /*
  * Evaluate one token at the next position (decoding).  The logits of the

@@ -912,6 +912,29 @@ const int32_t *si_context_tokens(const struct si_context *ctx)
 }
 
 /* A clear message for an evaluation's status. */
+int si_context_mpi_rank(const struct si_context *ctx)
+{
+    return ctx != NULL && ctx->p.mpi ? si_runtime_mpi_rank() : 0;
+}
+
+int si_context_mpi_size(const struct si_context *ctx)
+{
+    return ctx != NULL && ctx->p.mpi ? si_runtime_mpi_size() : 1;
+}
+
+int si_context_share(struct si_context *ctx, void *buf, size_t size)
+{
+    int rc = enter(ctx, "si_context_share");
+    if (rc != SI_OK)
+        return rc;
+    if (buf == NULL && size > 0)
+        rc = fail(SI_E_INVALID, "si_context_share: NULL buffer");
+    else if (ctx->p.mpi)
+        si_runtime_mpi_share_bytes(buf, size);
+    leave(ctx);
+    return rc;
+}
+
 static int eval_failed(const struct si_context *ctx, int rc, const char *what)
 {
     if (ctx->eng != NULL && si_engine_error(ctx->eng)[0] != '\0')
@@ -1251,7 +1274,12 @@ static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_
         memcpy(all, pend, n_pend);
         const size_t total = n_pend + (size_t)len, whole = utf8_whole(all, total);
         r.n_generated++;
-        const bool go_on = cb == NULL || cb(user, next, all, whole);
+        bool go_on = cb == NULL || cb(user, next, all, whole);
+        if (ctx->p.mpi) { /* rank 0's answer, on every rank */
+            int32_t g = go_on;
+            si_runtime_mpi_share(&g);
+            go_on = g != 0;
+        }
         n_pend = total - whole;
         memcpy(pend, all + whole, n_pend);
         if (!go_on) {

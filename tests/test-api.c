@@ -461,6 +461,15 @@ static void test_generate(struct si_llm *llm, const char *model_path, enum si_en
               st.step_tokens == 0,
           "stats after reset");
 
+    /* One process: rank 0 of 1; sharing leaves the bytes as they are. */
+    char shared[8] = "abcdefg";
+    CHECK(si_context_mpi_rank(ctx) == 0 && si_context_mpi_size(ctx) == 1 &&
+              si_context_share(ctx, shared, sizeof shared) == SI_OK && !strcmp(shared, "abcdefg") &&
+              si_context_share(ctx, NULL, 0) == SI_OK &&
+              si_context_share(ctx, NULL, 4) == SI_E_INVALID &&
+              si_context_share(NULL, shared, 1) == SI_E_INVALID,
+          "mpi rank, size and share in one process");
+
     /* Callback stop: after 3 tokens. */
     si_context_reset(ctx);
     CHECK(si_context_n_past(ctx) == 0 && si_context_logits(ctx) == NULL, "reset");

@@ -2,11 +2,13 @@
 # test-mpi.sh - one model across MPI ranks (StarPU-MPI, issue 23): generate
 # under mpirun with 2 (and 3) ranks of one CPU worker each decodes the
 # single process's greedy tokens, in dense, gate and predictor modes, on a
-# synthetic model and on SmolLM2 when it is there; only rank 0 prints; the
-# engine's options it does not run across ranks and the commands other than
-# generate are refused in one line; a rank that dies ends the run (mpirun's
-# abort, naming it) instead of hanging it.  Skipped, with the reason, without a
-# StarPU-MPI build or mpirun.
+# synthetic model and on SmolLM2 when it is there; perplexity on 2 ranks
+# prints the single process's values (every position's logits scored), chat
+# answers as one process, bench prints one table; only rank 0 prints; the
+# engine's options it does not run across ranks and the other commands are
+# refused in one line; a rank that dies ends the run (mpirun's abort, naming
+# it) instead of hanging it.  Skipped, with the reason, without a StarPU-MPI
+# build or mpirun.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -60,16 +62,63 @@ else
     echo "note: STARINFER_TEST_MODEL not set; SmolLM2 across ranks not run"
 fi
 
+# perplexity: every position's logits, scored on rank 0, as one process
+# evaluating token by token (-b 1) scores them: the same values to the digit.
+ppl_same() { # MODEL CTX
+    local m=$1 c=$2
+    STARPU_NCPU=1 "$si" perplexity -m "$m" -f "$text" -c "$c" --chunks 2 -b 1 >"$tmp/one" 2>"$tmp/err" ||
+        { fail "perplexity, one process: $(cat "$tmp/err")"; return; }
+    mpi 2 perplexity -m "$m" -f "$text" -c "$c" --chunks 2 >"$tmp/many" 2>"$tmp/err" ||
+        { fail "perplexity, 2 ranks: $(tail -3 "$tmp/err")"; return; }
+    grep -q 'rank 0 of 2 MPI ranks' "$tmp/err" ||
+        fail "perplexity, 2 ranks: $(cat "$tmp/err")"
+    local a b
+    a=$(sed 's/ tokens scored, .*//' "$tmp/one")
+    b=$(sed 's/ tokens scored, .*//' "$tmp/many")
+    [ "$(grep -c '^\[[12]\] [0-9]' "$tmp/many")" = 2 ] && [ "$a" = "$b" ] &&
+        echo "ok: perplexity of $(basename "$m") on 2 ranks: $(echo "$b" | tr '\n' ' ')" ||
+        fail "perplexity of $(basename "$m"): 2 ranks '$b', one process '$a'"
+}
+text=$tmp/text.txt
+head -c 4000 "${srcdir:-.}/README.md" >"$text"
+ppl_same "$tmp/r.gguf" 64
+if [ -n "${STARINFER_TEST_MODEL:-}" ] && [ -f "$STARINFER_TEST_MODEL" ]; then
+    ppl_same "$STARINFER_TEST_MODEL" 128
+    # chat: rank 0 reads the turns and shares them; the answers are the
+    # single process's (-b 1: its prompts token by token, as the ranks do).
+    printf 'What is the capital of France?\nAnd of Germany?\n' >"$tmp/turns"
+    STARPU_NCPU=1 "$si" chat -m "$STARINFER_TEST_MODEL" -n 10 --temp 0 -b 1 <"$tmp/turns" \
+        >"$tmp/one" 2>"$tmp/err" || fail "chat, one process: $(cat "$tmp/err")"
+    mpi 2 chat -m "$STARINFER_TEST_MODEL" -n 10 --temp 0 <"$tmp/turns" >"$tmp/many" 2>"$tmp/err" ||
+        fail "chat, 2 ranks: $(tail -3 "$tmp/err")"
+    [ "$(grep -c '^chat: turn ' "$tmp/err")" = 2 ] || fail "chat, 2 ranks: not 2 turns: $(cat "$tmp/err")"
+    [ -s "$tmp/one" ] && cmp -s "$tmp/one" "$tmp/many" &&
+        echo "ok: chat on 2 ranks answers as one process: $(tr '\n' '|' <"$tmp/many")" ||
+        fail "chat, 2 ranks: '$(cat "$tmp/many")', one process '$(cat "$tmp/one")'"
+fi
+# bench: one table (rank 0's), the same tokens in every run.
+mpi 2 bench -m "$tmp/r.gguf" --prompt-tokens 8 -n 8 -r 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "bench, 2 ranks: $(tail -3 "$tmp/err")"
+[ "$(grep -c '^| (default) |.*| yes |$' "$tmp/out")" = 1 ] && grep -q 'across 2 MPI ranks' "$tmp/err" &&
+    echo "ok: bench on 2 ranks: $(grep '^| (default)' "$tmp/out")" ||
+    fail "bench, 2 ranks: $(cat "$tmp/out" "$tmp/err")"
+
 # What does not run across ranks says so, once, and fails.
 "$si" convert -m "$tmp/r.gguf" --bundle -o "$tmp/r.flash" >/dev/null || fail "convert --bundle"
 mpi 2 generate -m "$tmp/r.gguf" -p hi -n 2 --sparsity gate --flash-store "$tmp/r.flash" >"$tmp/out" \
     2>"$tmp/err" && fail "the flash tier across ranks succeeded"
 grep -q 'across MPI ranks the engine runs on CPU workers in memory so far' "$tmp/err" ||
     fail "flash across ranks: $(cat "$tmp/err")"
-mpi 2 perplexity -m "$tmp/r.gguf" -f "$tmp/r.gguf" >"$tmp/out" 2>"$tmp/err" &&
-    fail "perplexity across ranks succeeded"
-[ "$(grep -c 'perplexity runs in one process; across MPI ranks (mpirun) so far: generate' "$tmp/err")" = 1 ] ||
-    fail "perplexity across ranks: $(cat "$tmp/err")"
+for bad in "convert -m $tmp/r.gguf --bundle -o $tmp/x.flash:convert runs in one process" \
+    "perplexity -m $tmp/r.gguf -f $text --engine ref:--engine ref runs in one process" \
+    "bench -m $tmp/r.gguf -n 2 --sched eager,dmda:StarPU starts once: one --sched policy"; do
+    read -r -a args <<<"${bad%%:*}"
+    mpi 2 "${args[@]}" >"$tmp/out" 2>"$tmp/err" && fail "${args[0]} across ranks succeeded"
+    [ "$(grep -c "^starinfer: error: .*${bad#*:}" "$tmp/err")" = 1 ] &&
+        echo "ok: ${args[0]} across ranks: $(grep '^starinfer: error' "$tmp/err")" ||
+        fail "${args[0]} across ranks: $(cat "$tmp/err")"
+done
+[ ! -e "$tmp/x.flash" ] || fail "convert across ranks wrote $tmp/x.flash"
 mpi 7 generate -m "$tmp/r.gguf" -p hi -n 2 >"$tmp/out" 2>"$tmp/err" && fail "7 ranks for 6 layers succeeded"
 grep -q '7 MPI ranks for a model of 6 layers' "$tmp/err" || fail "7 ranks: $(cat "$tmp/err")"
 

@@ -44,6 +44,7 @@ static void bench_usage(FILE *f)
                "Run the same workload on the StarPU engine under each scheduling policy and\n"
                "print a side-by-side Markdown table: the prompt's prefill, then N greedily\n"
                "decoded tokens, repeated R times with the policies interleaved; medians.\n"
+               "Under mpirun: the model across the ranks, one policy, rank 0's figures.\n"
                "\n"
                "Options:\n"
                "  -m, --model FILE        the model (GGUF)\n"
@@ -172,6 +173,7 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
         for (int32_t t = 1; t < n_vocab; t++)
             if (logits[t] > logits[best])
                 best = t;
+        si_runtime_mpi_share(&best); /* across MPI ranks: rank 0 has the logits */
         h = (h ^ (uint64_t)(uint32_t)best) * 1099511628211ull;
         double s = si__now();
         if (si_engine_eval(eng, best) != SI_OK) {
@@ -395,6 +397,15 @@ int si_cmd_bench(int argc, char **argv)
         }
         scheds[n_sched++] = t;
     }
+    /* Under mpirun: the model across the ranks (a pipeline of layers).  MPI
+     * starts once a process, so StarPU runs once for every run: one policy. */
+    const bool mpi = si_cli_mpi_size() > 1;
+    ep.pipe = mpi;
+    if (mpi && (n_sched > 1 || trace_dir != NULL)) {
+        free(list);
+        return si_cli_error("bench: across MPI ranks StarPU starts once: %s",
+                            n_sched > 1 ? "one --sched policy" : "no --trace");
+    }
     const char *saved_sched = getenv("STARPU_SCHED");
     char *saved = saved_sched != NULL ? strdup(saved_sched) : NULL;
 
@@ -406,6 +417,7 @@ int si_cmd_bench(int argc, char **argv)
     int32_t *toks = NULL;
     double *lat = NULL, *all_lat = NULL;
     struct run *runs = NULL;
+    struct si_runtime rt_mpi = {0}; /* under mpirun: StarPU for every run */
     int rc = 1;
     char err[600];
     if (si_cli_load_model(model, &m, &tok) != 0)
@@ -489,6 +501,25 @@ int si_cmd_bench(int argc, char **argv)
         }
     }
 
+    if (mpi) {
+        if (n_sched > 0)
+            setenv("STARPU_SCHED", scheds[0], 1);
+        if (!si_runtime_set_mpi(true)) {
+            si_cli_error("this starinfer was built without StarPU-MPI: it runs in one process "
+                         "(tools/install-deps builds StarPU with MPI; then reconfigure)");
+            goto out;
+        }
+        if (si_runtime_start(&rt_mpi, si_cli_caller_worker(), err, sizeof err) != SI_OK) {
+            si_cli_error("%s", err);
+            goto out;
+        }
+        int32_t l0 = 0, l1 = 0;
+        si_engine_pipe_range(m, 0, si_runtime_mpi_size(), &l0, &l1);
+        fprintf(stderr,
+                "bench: across %d MPI ranks (a pipeline of layers, token by token); the "
+                "figures are rank 0's, which computes layers %d-%d of %d (its MB/token too)\n",
+                si_runtime_mpi_size(), l0, l1 - 1, m->hp.n_layer);
+    }
     for (int r = 0; r < repeat; r++)
         for (int s = 0; s < n_rows; s++) {
             if (n_sched > 0)
@@ -512,6 +543,7 @@ int si_cmd_bench(int argc, char **argv)
             if (brc != 0 || (tracing && si_trace_finish(tdir, s + 1 < n_rows) != 0))
                 goto out;
         }
+    si_runtime_stop(&rt_mpi); /* StarPU and MPI */
 
     const uint64_t h0 = runs[0].tokens_hash;
     bool all_same = true;
@@ -582,6 +614,7 @@ int si_cmd_bench(int argc, char **argv)
     }
     rc = 0;
 out:
+    si_runtime_stop(&rt_mpi);
     if (saved != NULL)
         setenv("STARPU_SCHED", saved, 1);
     else

@@ -26,6 +26,7 @@ static void chat_usage(FILE *f)
                "conversation.  The KV cache is kept across turns: only each turn's new\n"
                "tokens are evaluated.  /exit or the end of input ends the chat; a line\n"
                "ending with \\ continues on the next one.  Per-turn timings go to stderr.\n"
+               "Under mpirun the model runs across the ranks; rank 0 reads stdin.\n"
                "\n"
                "Options:\n"
                "  -m, --model FILE        the model (GGUF)\n"
@@ -88,6 +89,35 @@ static bool read_turn(struct buf *line)
         return true;
     }
     return any;
+}
+
+/* The next turn: read by rank 0 (the one mpirun gives stdin) and shared
+ * with the other ranks, which run the same turns (one process: read).  1: a
+ * turn in line, 0: the input ended (or Ctrl-C), -1: out of memory. */
+static int next_turn(struct si_context *ctx, struct buf *line)
+{
+    const int rank = si_context_mpi_rank(ctx);
+    int32_t hdr[2] = {0, 0}; /* a turn?, its length */
+    if (rank == 0) {
+        hdr[0] = read_turn(line) && !si_cli_interrupted() && line->n < INT32_MAX;
+        hdr[1] = hdr[0] ? (int32_t)line->n : 0;
+    }
+    if (si_context_mpi_size(ctx) < 2)
+        return hdr[0];
+    si_context_share(ctx, hdr, sizeof hdr);
+    if (hdr[0] == 0)
+        return 0;
+    if (rank == 0)
+        return si_context_share(ctx, line->p, (size_t)hdr[1]) == SI_OK ? 1 : -1;
+    /* A rank that cannot take the line ends with an error, and mpirun the run. */
+    line->n = 0;
+    char *tmp = malloc((size_t)hdr[1] + 1);
+    if (tmp == NULL)
+        return -1;
+    bool ok =
+        si_context_share(ctx, tmp, (size_t)hdr[1]) == SI_OK && buf_add(line, tmp, (size_t)hdr[1]);
+    free(tmp);
+    return ok ? 1 : -1;
 }
 
 struct answer {
@@ -192,7 +222,12 @@ int si_cmd_chat(int argc, char **argv)
             printf("> ");
             fflush(stdout);
         }
-        if (!read_turn(&line) || si_cli_interrupted()) {
+        int got = next_turn(ctx, &line);
+        if (got < 0) {
+            si_cli_error("out of memory");
+            goto out;
+        }
+        if (got == 0) {
             if (tty)
                 printf("\n");
             break;

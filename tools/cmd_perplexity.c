@@ -32,6 +32,7 @@ static void perplexity_usage(FILE *f)
                "--ctx-size tokens, each evaluated from an empty cache (its first token\n"
                "replaced by BOS when the model adds one), and the tokens of the second half\n"
                "of each chunk are scored.  Prints the running value after each chunk.\n"
+               "Under mpirun the engine runs across the ranks, token by token (docs/mpi.md).\n"
                "\n"
                "Options:\n"
                "  -m, --model FILE    the model (GGUF)\n"
@@ -68,6 +69,17 @@ static void on_chunk(void *user, int64_t chunk, int64_t n_chunks, double ppl)
     fflush(stdout);
 }
 
+/* ", rank 0 of N MPI ranks" when StarPU-MPI runs the engine across ranks */
+static const char *st_ranks(void)
+{
+    static char s[64];
+    s[0] = '\0';
+    if (si_runtime_mpi_size() > 1)
+        snprintf(s, sizeof s, " (rank %d of %d MPI ranks)", si_runtime_mpi_rank(),
+                 si_runtime_mpi_size());
+    return s;
+}
+
 /*
  * The same chunks, BOS and scored halves as si_eval_perplexity, through the
  * engine: each chunk's first ctx - 1 tokens in pieces of n_batch, the
@@ -85,6 +97,9 @@ int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params e
     int rc = 1;
     const int64_t ctx = ep.ref.n_ctx, first = ctx / 2, nb = ep.n_batch;
     const int32_t nv = m->hp.n_vocab;
+    if (!si_runtime_set_mpi(ep.pipe))
+        return si_cli_error("this starinfer was built without StarPU-MPI: it runs in one process "
+                            "(tools/install-deps builds StarPU with MPI; then reconfigure)");
     if (si_runtime_start(&rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
     if (si_engine_init(&e, m, ep, err, sizeof err) != SI_OK) {
@@ -141,14 +156,19 @@ int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params e
     if (!o->stats_line)
         goto out;
     /* where the time went, as generate's engine lines say it */
-    fprintf(stderr, "engine: %u CPU + %u CUDA workers, batches of %lld, per token:",
-            si_runtime_ncpu(), si_runtime_ncuda(), (long long)nb);
-    for (int k = SI_TASK_PREFILL_EMBED; k < SI_TASK_KIND_COUNT; k++)
+    /* batches' tasks, or (token by token: -b 1, input sparsity, MPI ranks)
+     * the decoding ones */
+    const bool batched = st.batch_tokens > st.tokens;
+    const double ntok = (double)(batched ? st.batch_tokens : st.tokens > 0 ? st.tokens : 1);
+    fprintf(stderr,
+            "engine: %u CPU + %u CUDA workers%s, batches of %lld, per token:", si_runtime_ncpu(),
+            si_runtime_ncuda(), st_ranks(), (long long)nb);
+    for (int k = batched ? SI_TASK_PREFILL_EMBED : 0;
+         k < (batched ? SI_TASK_KIND_COUNT : SI_TASK_PREFILL_EMBED); k++)
         if (st.task_count[k] > 0)
             fprintf(stderr, " %s %.3f ms", si_task_kind_name((enum si_task_kind)k),
-                    1e3 * st.task_seconds[k] / (double)(st.batch_tokens > 0 ? st.batch_tokens : 1));
-    fprintf(stderr, ", wall %.3f ms\n",
-            1e3 * res->seconds / (double)(st.batch_tokens > 0 ? st.batch_tokens : 1));
+                    1e3 * st.task_seconds[k] / ntok);
+    fprintf(stderr, ", wall %.3f ms\n", 1e3 * res->seconds / ntok);
 out:
     free(lg);
     free(chunk);
@@ -236,6 +256,16 @@ int si_cmd_perplexity(int argc, char **argv)
                             "engine (prompt batches are dense): -b 1, or --engine ref");
     if (input && !use_ref)
         n_batch = 1;
+    /* Under mpirun: the engine across the ranks, a pipeline that passes one
+     * token's residual at a time. */
+    const bool mpi = si_cli_mpi_size() > 1;
+    if (mpi && use_ref)
+        return si_cli_error("perplexity: --engine ref runs in one process, not across MPI ranks");
+    if (mpi && batch_given && n_batch > 1)
+        return si_cli_error("perplexity: across MPI ranks the engine evaluates token by token: "
+                            "-b 1, or leave -b out");
+    if (mpi)
+        n_batch = 1;
     if (!input && profile != NULL)
         return si_cli_error("perplexity: --profile is for --sparsity input");
 
@@ -309,6 +339,7 @@ int si_cmd_perplexity(int argc, char **argv)
         eng.ref = rp;
         eng.n_batch = (int32_t)n_batch;
         eng.exact_prefill = exact;
+        eng.pipe = mpi;
         const struct si_cli_ppl o = {.progress = on_chunk, .stats_line = true};
         if (si_cli_engine_perplexity(m, eng, toks, n_chunks, ep.bos, &o, &res) != 0)
             goto out;

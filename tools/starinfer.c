@@ -38,8 +38,9 @@ static void usage(FILE *f)
             "  -V, --version    show the version\n"
             "\n"
             "StarPU's environment variables apply (STARPU_SCHED, STARPU_NCPU, STARPU_NCUDA, ...);\n"
-            "StarPU's own notices are off unless STARPU_SILENT=0.  Under mpirun, generate runs\n"
-            "one model across the ranks (StarPU-MPI; docs/mpi.md); rank 0 prints.\n");
+            "StarPU's own notices are off unless STARPU_SILENT=0.  Under mpirun, generate, chat,\n"
+            "perplexity and bench run one model across the ranks (StarPU-MPI; docs/mpi.md);\n"
+            "rank 0 prints.\n");
 }
 
 int main(int argc, char **argv)
@@ -82,9 +83,14 @@ int main(int argc, char **argv)
     /* Under mpirun: generate runs one model across the ranks (StarPU-MPI);
      * rank 0 alone prints, unless STARINFER_MPI_VERBOSE is set. */
     if (si_cli_mpi_size() > 1) {
-        if (strcmp(cmd, "generate") != 0 && strcmp(cmd, "info") != 0) {
+        static const char *const across[] = {"generate", "chat", "perplexity", "bench", "info"};
+        bool ok = false;
+        for (size_t i = 0; i < sizeof across / sizeof across[0]; i++)
+            ok = ok || !strcmp(cmd, across[i]);
+        if (!ok) {
             if (si_cli_mpi_rank() == 0)
-                si_cli_error("%s runs in one process; across MPI ranks (mpirun) so far: generate",
+                si_cli_error("%s runs in one process; across MPI ranks (mpirun): generate, chat, "
+                             "perplexity and bench",
                              cmd);
             return 1;
         }

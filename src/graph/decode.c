@@ -379,7 +379,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
                 e->stats.weight_bytes_cpu += L->rd[j];
         }
     }
-    e->stats.neurons_total += (int64_t)hp->n_layer * hp->n_ff;
+    e->stats.neurons_total += (int64_t)(e->l1 - e->l0) * hp->n_ff; /* this rank's layers */
     e->stats.weight_bytes_cpu +=
         e->token_bytes_fixed - __atomic_exchange_n(&e->in_saved, 0, __ATOMIC_RELAXED);
     if (e->cuda_hot && e->cuda_node >= 0) {

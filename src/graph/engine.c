@@ -373,8 +373,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->flash = p.flash != NULL;
     si__layout_of(m, p.mode, e);
     int64_t ffn_bytes;
-    e->token_bytes_fixed = si_model_token_bytes(m, &ffn_bytes) - ffn_bytes;
-    for (int32_t l = 0; l < hp->n_layer; l++) {
+    /* this rank's layers (all in one process) */
+    e->token_bytes_fixed =
+        si_model_range_bytes(m, l0, l1, rank == 0, rank == nranks - 1, &ffn_bytes) - ffn_bytes;
+    for (int32_t l = l0; l < l1; l++) {
         const struct si_layer *W = &m->w.layers[l];
         if (p.mode == SI_SPARSITY_PREDICTOR)
             e->token_bytes_fixed += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);

@@ -200,14 +200,14 @@ void si_runtime_stop(struct si_runtime *rt)
     rt->owned = false;
 }
 
-void si_runtime_mpi_share(int32_t *v)
+void si_runtime_mpi_share_bytes(void *buf, size_t size)
 {
 #ifdef SI_USE_MPI
-    if (!mpi_on || mpi_size < 2)
+    if (!mpi_on || mpi_size < 2 || size == 0)
         return;
     /* through StarPU-MPI, whose thread makes the MPI calls */
     starpu_data_handle_t h;
-    starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)v, sizeof *v);
+    starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, size);
     for (int r = 1; r < mpi_size; r++)
         if (mpi_rank == 0)
             starpu_mpi_isend_detached(h, r, 3, MPI_COMM_WORLD, NULL, NULL);
@@ -217,8 +217,14 @@ void si_runtime_mpi_share(int32_t *v)
     starpu_data_release(h);
     starpu_data_unregister(h);
 #else
-    (void)v;
+    (void)buf;
+    (void)size;
 #endif
+}
+
+void si_runtime_mpi_share(int32_t *v)
+{
+    si_runtime_mpi_share_bytes(v, sizeof *v);
 }
 
 bool si_runtime_set_mpi(bool on)

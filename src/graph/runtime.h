@@ -45,8 +45,11 @@ bool si_runtime_set_mpi(bool on);
 bool si_runtime_mpi(void);
 int si_runtime_mpi_rank(void);
 int si_runtime_mpi_size(void);
-/* *v as rank 0 has it, on every rank (a no-op with one rank). */
+/* *v as rank 0 has it, on every rank (a no-op with one rank); every rank
+ * calls it, in the same order. */
 void si_runtime_mpi_share(int32_t *v);
+/* The same for size bytes at buf (every rank passes the same size). */
+void si_runtime_mpi_share_bytes(void *buf, size_t size);
 
 /* Whether name is one of StarPU's scheduling policies (STARPU_SCHED's values;
  * si_runtime_start refuses an unknown one). */

@@ -519,8 +519,14 @@ void si_model_free(struct si_model *m)
 
 int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn)
 {
+    return si_model_range_bytes(m, 0, m->hp.n_layer, true, true, ffn);
+}
+
+int64_t si_model_range_bytes(const struct si_model *m, int32_t l0, int32_t l1, bool first,
+                             bool last, int64_t *ffn)
+{
     int64_t total = 0, f = 0;
-    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+    for (int32_t l = l0; l < l1; l++) {
         const struct si_layer *L = &m->w.layers[l];
         const struct si_tensor *other[] = {
             &L->attn_norm, &L->attn_norm_b, &L->attn_norm2, &L->attn_norm2_b, &L->wq, &L->wk,
@@ -535,10 +541,15 @@ int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn)
             f += ffn_t[i]->data != NULL ? (int64_t)ffn_t[i]->nbytes : 0;
     }
     const struct si_weights *w = &m->w;
-    total += (int64_t)w->output.nbytes + (int64_t)w->token_embd.row_bytes;
-    total += w->output_norm.data != NULL ? (int64_t)w->output_norm.nbytes : 0;
-    total += w->output_norm_b.data != NULL ? (int64_t)w->output_norm_b.nbytes : 0;
-    total += w->pos_embd.data != NULL ? (int64_t)w->pos_embd.row_bytes : 0;
+    if (first) {
+        total += (int64_t)w->token_embd.row_bytes;
+        total += w->pos_embd.data != NULL ? (int64_t)w->pos_embd.row_bytes : 0;
+    }
+    if (last) {
+        total += (int64_t)w->output.nbytes;
+        total += w->output_norm.data != NULL ? (int64_t)w->output_norm.nbytes : 0;
+        total += w->output_norm_b.data != NULL ? (int64_t)w->output_norm_b.nbytes : 0;
+    }
     if (ffn != NULL)
         *ffn = f;
     return total + f;

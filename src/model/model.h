@@ -157,6 +157,10 @@ void si_model_free(struct si_model *m);
  * are not counted.
  */
 int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn);
+/* The same for layers [l0, l1), with the embedding row (first) and the
+ * output norm and LM head (last): a pipeline rank's share. */
+int64_t si_model_range_bytes(const struct si_model *m, int32_t l0, int32_t l1, bool first,
+                             bool last, int64_t *ffn);
 
 /* Name of an architecture ("llama", ...) */
 const char *si_arch_name(enum si_arch arch);
