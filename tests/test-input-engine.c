@@ -165,6 +165,10 @@ static void colblock_case(uint32_t t)
         x[i] = i % 5 < 2 ? 0.0f : frand();
     for (int i = 64; i < 96; i++) /* a block with no input at all */
         x[i] = 0.0f;
+    for (int i = 96; i < 128; i++) /* one with all 32 (16 pairs, two rounds of 8) */
+        x[i] = frand() + (i % 2 ? 2.0f : -2.0f);
+    for (int i = 128; i < 160; i++) /* one with a single input (an odd pair) */
+        x[i] = i == 140 ? -1.5f : 0.0f;
     const int64_t ranges[3][2] = {{0, N_OUT}, {64, 128}, {128, 192}};
     for (int r = 0; r < 3; r++) {
         const int64_t c0 = ranges[r][0], c1 = ranges[r][1];

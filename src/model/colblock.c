@@ -92,7 +92,7 @@ static void cb_block_portable(bool has_min, const uint8_t *const *rows, const in
 }
 
 #ifndef CB_HEAD
-#define CB_HEAD 1024
+#define CB_HEAD 256
 #endif
 #ifndef CB_HINT
 #define CB_HINT 2
