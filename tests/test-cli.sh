@@ -203,7 +203,11 @@ expect_error 1 "the profile has no input thresholds" \
     perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input=0.3 --profile "$tmp/prof-silu.gguf"
 expect_error 1 "--sparsity" \
     perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" -c 64 --engine ref --sparsity input=0.95 --profile "$tmp/prof-in.gguf"
-expect_error 1 "neither dense nor input" perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" --sparsity gate
+expect_error 1 "is not dense, gate, predictor or input[=S]" perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" --sparsity fast
+expect_error 1 "--sparsity gate is the engine's" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" --sparsity gate --engine ref
+expect_error 1 "--sparsity predictor evaluates token by token" \
+    perplexity -m "$tmp/silu.gguf" -f "$tmp/text.txt" --sparsity predictor -b 8
 if command -v rsvg-convert >/dev/null; then
     "$si" profile -m "$tmp/silu.gguf" -f "$tmp/text.txt" -o "$tmp/prof-silu.gguf" -c 64 -n 64 \
         --plot "$tmp/silu.png" >"$tmp/out" 2>"$tmp/err" || fail "profile --plot png: $(cat "$tmp/err")"

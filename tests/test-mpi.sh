@@ -3,7 +3,8 @@
 # under mpirun with 2 (and 3) ranks of one CPU worker each decodes the
 # single process's greedy tokens, in dense, gate and predictor modes, on a
 # synthetic model and on SmolLM2 when it is there; perplexity on 2 ranks
-# prints the single process's values (every position's logits scored), chat
+# prints the single process's values (every position's logits scored: dense,
+# gate and predictor modes on the synthetic model, dense on SmolLM2), chat
 # answers as one process, bench prints one table; only rank 0 prints; the
 # engine's options it does not run across ranks and the other commands are
 # refused in one line; a rank that dies ends the run (mpirun's abort, naming
@@ -64,11 +65,12 @@ fi
 
 # perplexity: every position's logits, scored on rank 0, as one process
 # evaluating token by token (-b 1) scores them: the same values to the digit.
-ppl_same() { # MODEL CTX
+ppl_same() { # MODEL CTX [ARGS...]
     local m=$1 c=$2
-    STARPU_NCPU=1 "$si" perplexity -m "$m" -f "$text" -c "$c" --chunks 2 -b 1 >"$tmp/one" 2>"$tmp/err" ||
+    shift 2
+    STARPU_NCPU=1 "$si" perplexity -m "$m" -f "$text" -c "$c" --chunks 2 -b 1 "$@" >"$tmp/one" 2>"$tmp/err" ||
         { fail "perplexity, one process: $(cat "$tmp/err")"; return; }
-    mpi 2 perplexity -m "$m" -f "$text" -c "$c" --chunks 2 >"$tmp/many" 2>"$tmp/err" ||
+    mpi 2 perplexity -m "$m" -f "$text" -c "$c" --chunks 2 "$@" >"$tmp/many" 2>"$tmp/err" ||
         { fail "perplexity, 2 ranks: $(tail -3 "$tmp/err")"; return; }
     grep -q 'rank 0 of 2 MPI ranks' "$tmp/err" ||
         fail "perplexity, 2 ranks: $(cat "$tmp/err")"
@@ -76,12 +78,14 @@ ppl_same() { # MODEL CTX
     a=$(sed 's/ tokens scored, .*//' "$tmp/one")
     b=$(sed 's/ tokens scored, .*//' "$tmp/many")
     [ "$(grep -c '^\[[12]\] [0-9]' "$tmp/many")" = 2 ] && [ "$a" = "$b" ] &&
-        echo "ok: perplexity of $(basename "$m") on 2 ranks: $(echo "$b" | tr '\n' ' ')" ||
-        fail "perplexity of $(basename "$m"): 2 ranks '$b', one process '$a'"
+        echo "ok: perplexity of $(basename "$m") $* on 2 ranks: $(echo "$b" | tr '\n' ' ')" ||
+        fail "perplexity of $(basename "$m") $*: 2 ranks '$b', one process '$a'"
 }
 text=$tmp/text.txt
 head -c 4000 "${srcdir:-.}/README.md" >"$text"
 ppl_same "$tmp/r.gguf" 64
+ppl_same "$tmp/r.gguf" 64 --sparsity gate
+ppl_same "$tmp/r.gguf" 64 --sparsity predictor
 if [ -n "${STARINFER_TEST_MODEL:-}" ] && [ -f "$STARINFER_TEST_MODEL" ]; then
     ppl_same "$STARINFER_TEST_MODEL" 128
     # chat: rank 0 reads the turns and shares them; the answers are the

@@ -47,9 +47,11 @@ static void perplexity_usage(FILE *f)
                "                      logits of a batch take N x vocabulary floats)\n"
                "      --exact-prefill engine: the reference's arithmetic in the batches\n"
                "                      (converted activations, no sgemm; slower)\n"
-               "      --sparsity M    dense (default) or input[=S]: before every matrix\n"
-               "                      product the entries of its input at or below the\n"
-               "                      layer's threshold for target sparsity S (default\n"
+               "      --sparsity M    dense (default); gate or predictor: the engine's\n"
+               "                      sparse FFN modes, token by token; or input[=S]:\n"
+               "                      before every matrix product the entries of its\n"
+               "                      input at or below the layer's threshold for\n"
+               "                      target sparsity S (default\n"
                "                      0.4, up to 0.9) become 0 (TEAL); or one S per input,\n"
                "                      input=qkv:S,o:S,ffn:S,down:S (unnamed: 0); needs\n"
                "                      --profile.  Products read only the weights of the\n"
@@ -183,6 +185,7 @@ int si_cmd_perplexity(int argc, char **argv)
     long long n_ctx = 512, max_chunks = -1, n_batch = 128;
     bool kv_f32 = false, use_ref = false, exact = false, batch_given = false;
     bool input = false; /* --sparsity input[=...] */
+    enum si_sparsity mode = SI_SPARSITY_DENSE; /* --sparsity gate|predictor: the engine's */
     double input_s[SI_INPUT_KINDS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -221,15 +224,19 @@ int si_cmd_perplexity(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
             char perr[256];
-            if (!strcmp(v, "dense")) {
+            if (!strcmp(v, "dense") || !strcmp(v, "gate") || !strcmp(v, "predictor")) {
                 input = false;
+                mode = !strcmp(v, "gate")        ? SI_SPARSITY_GATE
+                       : !strcmp(v, "predictor") ? SI_SPARSITY_PREDICTOR
+                                                 : SI_SPARSITY_DENSE;
             } else if (!strncmp(v, "input", 5)) {
+                mode = SI_SPARSITY_DENSE;
                 if (!si_input_parse(v + 5, input_s, perr, sizeof perr))
                     return si_cli_error("perplexity: --sparsity %s", perr);
                 input = true;
             } else {
-                return si_cli_error("perplexity: --sparsity: '%s' is neither dense nor input[=S]",
-                                    v);
+                return si_cli_error(
+                    "perplexity: --sparsity: '%s' is not dense, gate, predictor or input[=S]", v);
             }
         } else if (!strcmp(a, "--profile")) {
             if ((profile = si_cli_value(argc, argv, &i)) == NULL)
@@ -255,6 +262,18 @@ int si_cmd_perplexity(int argc, char **argv)
         return si_cli_error("perplexity: --sparsity input evaluates token by token on the "
                             "engine (prompt batches are dense): -b 1, or --engine ref");
     if (input && !use_ref)
+        n_batch = 1;
+    /* gate and predictor modes: the engine's decoding, token by token (its
+     * prompt batches compute every neuron) */
+    const bool sparse = mode != SI_SPARSITY_DENSE;
+    if (sparse && use_ref)
+        return si_cli_error("perplexity: --sparsity %s is the engine's: leave out --engine ref",
+                            mode == SI_SPARSITY_GATE ? "gate" : "predictor");
+    if (sparse && batch_given && n_batch > 1)
+        return si_cli_error("perplexity: --sparsity %s evaluates token by token (prompt batches "
+                            "compute every neuron): -b 1, or leave -b out",
+                            mode == SI_SPARSITY_GATE ? "gate" : "predictor");
+    if (sparse)
         n_batch = 1;
     /* Under mpirun: the engine across the ranks, a pipeline that passes one
      * token's residual at a time. */
@@ -340,6 +359,7 @@ int si_cmd_perplexity(int argc, char **argv)
         eng.n_batch = (int32_t)n_batch;
         eng.exact_prefill = exact;
         eng.pipe = mpi;
+        eng.mode = mode;
         const struct si_cli_ppl o = {.progress = on_chunk, .stats_line = true};
         if (si_cli_engine_perplexity(m, eng, toks, n_chunks, ep.bos, &o, &res) != 0)
             goto out;
