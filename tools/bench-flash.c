@@ -3,7 +3,7 @@
  * a synthetic model's flash stores (`make bench-flash`, or by hand):
  *
  *   bench-flash -m MODEL --bundled STORE --split STORE --budget SIZE|half
- *               [-n TOKENS] [--window K] [--seed N]
+ *               [-n TOKENS] [--window K] [--pin F] [--seed N]
  *
  * (half: half of the model's size counting its FFN once, as records, and its
  * other tensors, attention, embeddings, norms and predictors.)
@@ -26,6 +26,11 @@
  *              K, split store
  *   +bundling  the same with the bundled store: one read per record
  *   +merging   bundled, adjacent records in one request (the engine's loader)
+ *   +resident  the same, with a share F (--pin, default 0.9) of each layer's
+ *              cache given to its hottest neurons by the profile (here the
+ *              planted probabilities), resident and never read, the rest to
+ *              the window: PowerInfer's hot/cold split over the flash tier
+ *              (measured here; the engine's flash tier caches by window only)
  *
  * Reads go through the store's reader threads with O_DIRECT (the page cache
  * is bypassed; the tool refuses to run otherwise); naive and hybrid read
@@ -101,6 +106,7 @@ int main(int argc, char **argv)
     bool half = false;
     int n_tok = 6, window = 5;
     uint64_t seed = 1;
+    double pin = 0.9; /* --pin: share of the cache the last row keeps for the hottest */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
@@ -121,6 +127,8 @@ int main(int argc, char **argv)
             n_tok = atoi(v);
         else if (!strcmp(a, "--window"))
             window = atoi(v);
+        else if (!strcmp(a, "--pin"))
+            pin = atof(v);
         else if (!strcmp(a, "--seed"))
             seed = strtoull(v, NULL, 10);
         else {
@@ -129,9 +137,10 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    if (!model || !bundled || !split || (budget <= 0 && !half) || n_tok < 2 || window < 0) {
+    if (!model || !bundled || !split || (budget <= 0 && !half) || n_tok < 2 || window < 0 ||
+        !(pin >= 0.0 && pin <= 1.0)) {
         fprintf(stderr, "usage: bench-flash -m MODEL --bundled STORE --split STORE --budget SIZE "
-                        "[-n TOKENS >= 2] [--window K] [--seed N]\n");
+                        "[-n TOKENS >= 2] [--window K] [--pin F] [--seed N]\n");
         return 1;
     }
     char err[600];
@@ -224,20 +233,56 @@ int main(int argc, char **argv)
     char **dst = malloc((size_t)ff * sizeof *dst);
     char *spill_buf = aligned_alloc(SI_FLASH_BLOCK, (size_t)ff * f->rec_bytes);
     struct si_flash_cache *c = calloc((size_t)nl, sizeof *c);
-    struct row rows[6];
+    /* The last row: the hottest neurons by the profile (here the planted
+     * probabilities) resident, each layer's share of the budget split
+     * between them (a fraction `pin` of its records) and the window's cache. */
+    const int32_t pinned = (int32_t)((double)cap * pin);
+    bool *hot = calloc((size_t)nl * (size_t)ff, sizeof *hot);
+    {
+        float *pv = malloc((size_t)ff * sizeof *pv);
+        for (int32_t l = 0; l < nl; l++) {
+            /* the pinned-th largest probability of the layer, then those above it */
+            memcpy(pv, prob + (size_t)l * ff, (size_t)ff * sizeof *pv);
+            int32_t n = 0;
+            for (int32_t k = 0; k < pinned; k++) { /* partial selection, pinned << ff */
+                int32_t best = k;
+                for (int32_t i = k + 1; i < ff; i++)
+                    if (pv[i] > pv[best])
+                        best = i;
+                const float t = pv[k];
+                pv[k] = pv[best];
+                pv[best] = t;
+            }
+            const float cut = pinned > 0 ? pv[pinned - 1] : 2.0f;
+            for (int32_t i = 0; i < ff && n < pinned; i++)
+                if (prob[(size_t)l * ff + i] > cut)
+                    hot[(size_t)l * ff + i] = true, n++;
+            for (int32_t i = 0; i < ff && n < pinned; i++)
+                if (prob[(size_t)l * ff + i] == cut && !hot[(size_t)l * ff + i])
+                    hot[(size_t)l * ff + i] = true, n++;
+        }
+        free(pv);
+    }
+    struct row rows[7];
     int nrows = 0;
-    for (int r = 0; r < 6; r++) {
-        static const char *const names[] = {"naive (all FFN records)", "hybrid (half resident)",
-                                            "predictor", "predictor + window",
+    for (int r = 0; r < 7; r++) {
+        static const char *const names[] = {"naive (all FFN records)",
+                                            "hybrid (half resident)",
+                                            "predictor",
+                                            "predictor + window",
                                             "predictor + window + bundling",
-                                            "... + adjacent records merged"};
+                                            "... + adjacent records merged",
+                                            "... + hottest neurons resident"};
         struct si_flash_store *s = r <= 1 || r >= 4 ? sb : ss;
-        const bool merge = r == 5;
+        const bool merge = r >= 5, pin_row = r == 6;
         const int32_t w = r == 2 ? 0 : window;
         for (int32_t l = 0; l < nl && r >= 2; l++) {
             si_flash_cache_free(&c[l]);
-            si_flash_cache_init(&c[l], ff, r == 2 ? ff : cap, f->rec_bytes, SI_FLASH_BLOCK, w,
-                                NULL, NULL);
+            si_flash_cache_init(&c[l], ff,
+                                r == 2    ? ff
+                                : pin_row ? cap - pinned
+                                          : cap,
+                                f->rec_bytes, SI_FLASH_BLOCK, w, NULL, NULL);
         }
         double io = 0, manage = 0, bytes = 0;
         int64_t nreq = 0;
@@ -256,11 +301,19 @@ int main(int argc, char **argv)
                     const double t0 = si__now();
                     const int32_t *a = act[t * nl + l];
                     int64_t na = n_act[t * nl + l], nk = 0, ns = 0, nld = 0;
+                    if (pin_row) { /* the resident ones need no read */
+                        int64_t o = 0;
+                        for (int64_t i = 0; i < na; i++)
+                            if (!hot[(size_t)l * ff + a[i]])
+                                load[o++] = a[i];
+                        a = load;
+                        na = o;
+                    }
                     /* as the engine's load task: in store order, the excess
                      * over the cache to the spill area */
                     const int32_t *row = s->row_of + (size_t)l * ff;
                     int32_t *sorted = keep;
-                    memcpy(sorted, a, (size_t)na * sizeof *a);
+                    memmove(sorted, a, (size_t)na * sizeof *a);
                     for (int64_t i = 1; i < na; i++) { /* insertion sort by row */
                         int32_t v = sorted[i];
                         int64_t j = i;
@@ -343,6 +396,7 @@ int main(int argc, char **argv)
     free(n_act);
     free(c);
     free(prob);
+    free(hot);
     free(buf);
     free(req);
     free(load);
