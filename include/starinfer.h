@@ -318,6 +318,16 @@ struct si_context_params {
                            * (k); 0 (default): 5, the paper's; -1: none (every
                            * active neuron is read for every token); set on the
                            * reference engine, SI_E_INVALID (as flash_store) */
+    float flash_pin;      /* share (0..1] of each layer's flash cache kept for its
+                           * hottest cold neurons by the profile (profile_path):
+                           * read once, never evicted, as PowerInfer keeps its
+                           * hot neurons; the window gets the rest.  0
+                           * (default): none, the window only.  It pays with
+                           * a profile that foretells the predictor's choices
+                           * (7B, trained predictors: 21% fewer bytes read)
+                           * and costs where it does not (docs/flash.md).
+                           * Needs profile_path and the flash tier
+                           * (SI_E_INVALID otherwise) */
     float input_sparsity; /* training-free input sparsity (TEAL), the target
                            * share S of each matrix product's input entries
                            * set to 0 (the smallest in magnitude, by the

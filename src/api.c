@@ -542,6 +542,11 @@ static int check_params(const struct si_context_params *p)
                                   "(profile_path; starinfer profile --input-sparsity)");
     if (p->flash_window < -1 || p->flash_window > 1000000)
         return fail(SI_E_INVALID, "flash_window: %d is outside [-1, 1000000]", p->flash_window);
+    if (!(p->flash_pin >= 0.0f && p->flash_pin <= 1.0f))
+        return fail(SI_E_INVALID, "flash_pin: %g is outside [0, 1]", (double)p->flash_pin);
+    if (p->flash_pin > 0.0f && p->profile_path == NULL)
+        return fail(SI_E_INVALID, "flash_pin keeps the hottest neurons by the profile: it needs "
+                                  "profile_path (--profile)");
     const struct si__engine_option *eo =
         p->engine == SI_ENGINE_REF ? si__engine_only_option(p) : NULL;
     if (eo != NULL)
@@ -561,6 +566,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         {"redux", "--merge redux", NULL},
         {"flash_store", "--flash-store", "the flash tier"},
         {"flash_window", "--flash-window", "the flash tier"},
+        {"flash_pin", "--flash-pin", "the flash tier"},
         {"mpi", "mpirun", "running across MPI ranks"},
     };
     const bool set[] = {
@@ -572,6 +578,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         p->redux,
         p->flash_store != NULL,
         p->flash_window != 0,
+        p->flash_pin > 0.0f,
         p->mpi,
     };
     _Static_assert(sizeof set / sizeof set[0] == sizeof opt / sizeof opt[0], "one flag an option");
@@ -685,11 +692,12 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     bool flash;
     if ((rc = check_dram(llm, &p, n_ctx, &flash)) != SI_OK)
         return rc;
-    if (!flash && p.flash_window != 0)
+    if (!flash && (p.flash_window != 0 || p.flash_pin > 0.0f))
         return fail(SI_E_INVALID,
-                    "the flash window (--flash-window) is the flash tier's: it needs a flash store "
+                    "the flash %s is the flash tier's: it needs a flash store "
                     "(--flash-store) or a DRAM budget below what the model keeps resident, in gate "
-                    "or predictor mode");
+                    "or predictor mode",
+                    p.flash_window != 0 ? "window (--flash-window)" : "pinning (--flash-pin)");
 
     struct si_context *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
@@ -738,6 +746,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
             ep.flash = ctx->fs;
             ep.dram_budget = p.dram_budget;
             ep.flash_window = p.flash_window == 0 ? 5 : p.flash_window < 0 ? 0 : p.flash_window;
+            ep.flash_pin = p.flash_pin;
             ep.model_in_memory = llm->buf != NULL;
         }
         if (p.profile_path != NULL) {
@@ -787,14 +796,18 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
             goto fail_err;
         if (ctx->fs != NULL) {
             const struct si_engine_stats es = si_engine_get_stats(ctx->eng);
+            char pinned[96] = "";
+            if (es.flash_pinned > 0)
+                snprintf(pinned, sizeof pinned,
+                         "; %lld records pinned to the hottest neurons (%.0f%% of each cache)",
+                         (long long)es.flash_pinned, 100.0 * ep.flash_pin);
             note(&p,
                  "flash tier: %s store, %s, %s; resident %.1f MiB, caches %.1f MiB (%lld "
-                 "records per layer of %d), window %d tokens",
+                 "records per layer of %d), window %d tokens%s",
                  si_flash_layout_name(ctx->fs->layout),
                  ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
-                 mib(es.dram_resident),
-                 mib(es.flash_cache_bytes), (long long)es.flash_cache_records, m->hp.n_ff,
-                 ep.flash_window);
+                 mib(es.dram_resident), mib(es.flash_cache_bytes),
+                 (long long)es.flash_cache_records, m->hp.n_ff, ep.flash_window, pinned);
         }
         if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
             prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {

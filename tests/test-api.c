@@ -255,7 +255,7 @@ static void test_bad_params(struct si_llm *llm)
     struct bad_case {
         const char *needle;
         struct si_context_params p;
-    } cases[12];
+    } cases[16];
     int n = 0;
     struct si_context_params p = si_context_default_params();
     p.n_ctx = -1;
@@ -288,6 +288,12 @@ static void test_bad_params(struct si_llm *llm)
     p.engine = SI_ENGINE_REF;
     p.flash_window = 3;
     cases[n++] = (struct bad_case){"flash_window needs the StarPU engine", p};
+    p = si_context_default_params();
+    p.flash_pin = 1.5f;
+    cases[n++] = (struct bad_case){"flash_pin: 1.5 is outside [0, 1]", p};
+    p = si_context_default_params();
+    p.flash_pin = 0.5f;
+    cases[n++] = (struct bad_case){"flash_pin keeps the hottest neurons by the profile", p};
     /* Input sparsity: a target in [0, 0.9], and its thresholds' profile. */
     p = si_context_default_params();
     p.input_sparsity = 0.95f;

@@ -7,6 +7,7 @@
  * model's set, each slot the record of the neuron its table names (records
  * carry their neuron's id as a byte pattern, so a record moved to the wrong
  * slot shows), and the loads must be the model's missing neurons in order.
+ * The same with pinned neurons (never deleted), and the bad calls.
  */
 #include "flash/cache.h"
 #include "starinfer.h"
@@ -48,7 +49,13 @@ static bool rec_is(const char *r, int32_t id)
     return true;
 }
 
-/* The simple model. */
+/* The simple model; neurons [pin_lo, pin_hi) are never dropped. */
+static int32_t pin_lo, pin_hi;
+static bool pinned(int32_t i)
+{
+    return i >= pin_lo && i < pin_hi;
+}
+
 struct model {
     bool cached[N];
     int64_t last[N];
@@ -80,11 +87,14 @@ static int model_step(struct model *m, int32_t cap, int32_t window, const int32_
         m->last[act[k]] = t;
     }
     *nl = 0;
-    if (n > cap)
+    int idle_pinned = 0;
+    for (int i = 0; i < N; i++)
+        idle_pinned += pinned(i) && m->cached[i] && !now[i];
+    if (n + idle_pinned > cap)
         return -1;
     int kept = 0;
     for (int i = 0; i < N; i++) {
-        if (m->cached[i] && (window == 0 || t - m->last[i] >= window))
+        if (m->cached[i] && !pinned(i) && (window == 0 || t - m->last[i] >= window))
             m->cached[i] = false;
         kept += m->cached[i];
     }
@@ -95,7 +105,7 @@ static int model_step(struct model *m, int32_t cap, int32_t window, const int32_
         struct victim v[N];
         int nv = 0;
         for (int i = 0; i < N; i++)
-            if (m->cached[i] && !now[i])
+            if (m->cached[i] && !now[i] && !pinned(i))
                 v[nv++] = (struct victim){m->last[i], i};
         qsort(v, (size_t)nv, sizeof *v, cmp_victim);
         for (int k = 0; k < nv && kept + missing > cap; k++, kept--)
@@ -128,14 +138,18 @@ static int draw(int32_t *act)
     return n;
 }
 
-static void run(int32_t cap, int32_t window, int steps)
+static void run(int32_t cap, int32_t window, int steps, int32_t lo, int32_t hi)
 {
     struct si_flash_cache c;
+    pin_lo = lo;
+    pin_hi = hi;
     /* the caller's matrix for one case, the cache's own for the others */
     char *mat = cap == 40 ? aligned_alloc(512, (size_t)cap * REC) : NULL;
     float *bias = cap == 40 ? malloc((size_t)cap * sizeof *bias) : NULL;
     int rc = si_flash_cache_init(&c, N, cap, REC, 512, window, mat, bias);
     CHECK(rc == SI_OK, "init cap %d window %d: %d", cap, window, rc);
+    if (rc == SI_OK && hi > lo)
+        CHECK((rc = si_flash_cache_pin(&c, lo, hi)) == SI_OK, "pin [%d, %d): %d", lo, hi, rc);
     if (rc != SI_OK) {
         free(mat);
         free(bias);
@@ -193,12 +207,17 @@ static void run(int32_t cap, int32_t window, int steps)
         }
         CHECK(c.n_used == cached && c.n_used <= cap, "step %d: num_used %d, the model %d", s,
               c.n_used, cached);
+        int np = 0;
+        for (int32_t i = lo; i < hi; i++)
+            np += c.slot_of[i] >= 0;
+        CHECK(c.n_pinned == np, "step %d: %d pinned cached, counted %d", s, np, c.n_pinned);
         for (int32_t sl = 0; sl < c.n_used; sl++)
             CHECK(rec_is(si_flash_cache_rec(&c, sl), c.ids[sl]) && c.bias[sl] == (float)c.ids[sl],
                   "step %d: slot %d does not hold neuron %d's record", s, sl, c.ids[sl]);
     }
-    printf("cap %3d window %d: %d steps, %lld loads, %lld hits, %lld over capacity\n", cap,
-           window, steps, (long long)total_loads, (long long)total_hits,
+    printf("cap %3d window %d pinned [%d, %d): %d steps, %lld loads, %lld hits, %lld over "
+           "capacity\n",
+           cap, window, lo, hi, steps, (long long)total_loads, (long long)total_hits,
            (long long)budget_fails);
     si_flash_cache_free(&c);
     free(mat);
@@ -212,11 +231,15 @@ int main(void)
      * tokens' active sets (SI_E_BUDGET). */
     const int32_t windows[] = {0, 1, 2, 5, 8};
     for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
-        run(N, windows[w], 200);
-        run(40, windows[w], 200);
-        run(28, windows[w], 200);
+        run(N, windows[w], 200, 0, 0);
+        run(40, windows[w], 200, 0, 0);
+        run(28, windows[w], 200, 0, 0);
+        /* pinned: the hottest (low ids), and a range of rarely active ones */
+        run(40, windows[w], 200, 0, 20);
+        run(40, windows[w], 200, 100, 130);
     }
-    run(16, 5, 200);
+    run(16, 5, 200, 0, 0);
+    run(28, 2, 200, 0, 28); /* every slot pinned: budget failures when others fire */
 
     /* Bad input. */
     struct si_flash_cache c;
@@ -231,6 +254,14 @@ int main(void)
     CHECK(si_flash_cache_step(&c, act, 3, load, slot, &nl, &st) == SI_E_INVALID, "out of range");
     act[2] = 3;
     CHECK(si_flash_cache_step(&c, act, 3, load, slot, &nl, &st) == SI_OK && nl == 3, "valid");
+    CHECK(si_flash_cache_pin(&c, 0, 4) == SI_E_INVALID, "pin on a cache in use");
+    si_flash_cache_clear(&c);
+    CHECK(si_flash_cache_pin(&c, 0, 9) == SI_E_INVALID, "pin more than cap");
+    CHECK(si_flash_cache_pin(&c, 5, 4) == SI_E_INVALID &&
+              si_flash_cache_pin(&c, -1, 2) == SI_E_INVALID &&
+              si_flash_cache_pin(&c, N - 2, N + 1) == SI_E_INVALID,
+          "pin out of range");
+    CHECK(si_flash_cache_pin(&c, 0, 8) == SI_OK, "pin the whole cap");
     si_flash_cache_free(&c);
     si_flash_cache_free(NULL);
     return test_result();

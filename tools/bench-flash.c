@@ -30,7 +30,7 @@
  *              cache given to its hottest neurons by the profile (here the
  *              planted probabilities), resident and never read, the rest to
  *              the window: PowerInfer's hot/cold split over the flash tier
- *              (measured here; the engine's flash tier caches by window only)
+ *              (the engine's --flash-pin F)
  *
  * Reads go through the store's reader threads with O_DIRECT (the page cache
  * is bypassed; the tool refuses to run otherwise); naive and hybrid read

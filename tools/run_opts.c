@@ -122,6 +122,11 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         if (!si_cli_int(a, v, 0, 1000000, &ll))
             return -1;
         cp->flash_window = ll == 0 ? -1 : (int32_t)ll; /* the API's 0 is "default" */
+    } else if (!strcmp(a, "--flash-pin")) {
+        VALUE();
+        if (!si_cli_float(a, v, 0, 1, &d))
+            return -1;
+        cp->flash_pin = (float)d;
     } else if (!strcmp(a, "--profile")) {
         VALUE();
         cp->profile_path = v;
@@ -243,6 +248,9 @@ void si_run_usage(FILE *f, bool chat)
             "                          flash tier is used whatever the budget\n"
             "      --flash-window K    keep the neurons active in the last K tokens cached\n"
             "                          (default 5; 0: read every active neuron each token)\n"
+            "      --flash-pin F       keep a share F (0..1) of each layer's flash cache for\n"
+            "                          its hottest neurons by --profile, never evicted (the\n"
+            "                          window gets the rest; default 0: the window only)\n"
             "      --profile FILE      activation profile (starinfer profile): the hottest\n"
             "                          neurons go to the GPU, the rest are balanced over\n"
             "                          the CPU slices (gate and predictor modes)\n"

@@ -66,6 +66,9 @@ struct si_engine_params {
                            * budget's share (0: from dram_budget) */
     int32_t flash_window; /* flash: tokens whose active neurons stay cached
                            * (k; 0: none, every active neuron read each token) */
+    float flash_pin;      /* flash: share of each cache pinned to its first cold
+                           * positions (the hottest with a profile), never
+                           * evicted; 0: none */
     bool model_in_memory; /* the model file was read, not mapped: all of it
                            * counts as resident */
 
@@ -141,6 +144,7 @@ struct si_engine_stats {
     int64_t dram_resident;
     int64_t flash_cache_bytes;
     int64_t flash_cache_records;
+    int64_t flash_pinned; /* flash: records pinned (all layers) */
     int64_t flash_loads, flash_hits, flash_bytes, flash_reads;
     double flash_io_seconds, flash_manage_seconds;
     /* Bytes of weights the single-token evaluations read, summed over them:

@@ -53,11 +53,21 @@ void si_flash_cache_free(struct si_flash_cache *c)
 void si_flash_cache_clear(struct si_flash_cache *c)
 {
     c->n_used = 0;
+    c->n_pinned = 0;
     c->tick = 0;
     for (int32_t i = 0; i < c->n; i++) {
         c->slot_of[i] = -1;
         c->last[i] = NEVER;
     }
+}
+
+int si_flash_cache_pin(struct si_flash_cache *c, int32_t lo, int32_t hi)
+{
+    if (lo < 0 || hi < lo || hi > c->n || hi - lo > c->cap || c->n_used > 0)
+        return SI_E_INVALID;
+    c->pin_lo = lo;
+    c->pin_hi = hi;
+    return SI_OK;
 }
 
 /* Delete the record in slot s: the last record moves into its place. */
@@ -104,10 +114,17 @@ int si_flash_cache_step(struct si_flash_cache *c, const int32_t *act, int64_t n_
     if (n_act > c->cap)
         return SI_E_BUDGET;
 
-    /* 2. The window: keep what was active in the last k tokens. */
+    /* Room: the pinned ones that stay without being active take theirs. */
+    int64_t idle_pinned = c->n_pinned;
+    for (int64_t k = 0; k < n_act; k++)
+        idle_pinned -= si_flash_cache_pinned(c, act[k]) && c->slot_of[act[k]] >= 0;
+    if (n_act + idle_pinned > c->cap)
+        return SI_E_BUDGET;
+
+    /* 2. The window: keep what was active in the last k tokens (and the pinned). */
     for (int32_t s = 0; s < c->n_used;) {
         const int64_t age = t - c->last[c->ids[s]];
-        if (c->window == 0 || age >= c->window)
+        if (!si_flash_cache_pinned(c, c->ids[s]) && (c->window == 0 || age >= c->window))
             delete_slot(c, s, st); /* slot s now holds the former last record */
         else
             s++;
@@ -120,7 +137,7 @@ int si_flash_cache_step(struct si_flash_cache *c, const int32_t *act, int64_t n_
     if (c->n_used + missing > c->cap) {
         int32_t nv = 0;
         for (int32_t s = 0; s < c->n_used; s++)
-            if (c->last[c->ids[s]] != t)
+            if (c->last[c->ids[s]] != t && !si_flash_cache_pinned(c, c->ids[s]))
                 c->order[nv++] = c->ids[s];
         qsort_r(c->order, (size_t)nv, sizeof *c->order, cmp_last, c);
         for (int32_t v = 0; v < nv && c->n_used + missing > c->cap; v++)
@@ -137,6 +154,7 @@ int si_flash_cache_step(struct si_flash_cache *c, const int32_t *act, int64_t n_
         const int32_t s = c->n_used++;
         c->ids[s] = id;
         c->slot_of[id] = s;
+        c->n_pinned += si_flash_cache_pinned(c, id);
         load[*n_load] = id;
         load_slot[(*n_load)++] = s;
     }

@@ -23,6 +23,10 @@
  *
  * Neurons are numbered [0, n) by the caller (the engine: positions in its
  * layer).  Pure bookkeeping: no I/O, no StarPU, no locks.
+ *
+ * Pinned neurons (ids in [pin_lo, pin_hi): the hottest by the profile) are
+ * never deleted, by the window or for room: once read they stay, as the hot
+ * neurons of PowerInfer stay in memory; the window has the rest of the cap.
  */
 #ifndef SI_FLASH_CACHE_H
 #define SI_FLASH_CACHE_H
@@ -44,6 +48,8 @@ struct si_flash_cache {
     int64_t *last;     /* (n) last_k_active: the token each neuron was last active in */
     int64_t tick;      /* tokens stepped */
     int32_t *order;    /* (cap) scratch for step 3 */
+    int32_t pin_lo, pin_hi; /* pinned ids: never deleted (none by default) */
+    int32_t n_pinned;       /* of them, cached */
     bool own;          /* mat and bias allocated here */
 };
 
@@ -55,8 +61,19 @@ int si_flash_cache_init(struct si_flash_cache *c, int32_t n, int32_t cap, size_t
                         size_t align, int32_t window, char *mat, float *bias);
 void si_flash_cache_free(struct si_flash_cache *c);
 
-/* Forget every record (a new sequence). */
+/* Forget every record (a new sequence); the pinned ones too (they come back
+ * as they are read again). */
 void si_flash_cache_clear(struct si_flash_cache *c);
+
+/* Pin ids [lo, hi) (at most cap of them, within [0, n)): SI_OK or
+ * SI_E_INVALID.  On an empty cache. */
+int si_flash_cache_pin(struct si_flash_cache *c, int32_t lo, int32_t hi);
+
+/* Whether id is pinned. */
+static inline bool si_flash_cache_pinned(const struct si_flash_cache *c, int32_t id)
+{
+    return id >= c->pin_lo && id < c->pin_hi;
+}
 
 /* What a step did. */
 struct si_flash_step {
@@ -71,8 +88,8 @@ struct si_flash_step {
  * [0, n)): the neurons to read go to load[0..*n_load), in the order of act,
  * each into slot load_slot[k] (load and load_slot: n_act entries of room).
  * SI_OK; SI_E_INVALID for an id out of range or listed twice; SI_E_BUDGET
- * when the active neurons alone exceed cap (the cache is then unchanged
- * but for the stamps).
+ * when the active neurons alone exceed cap, or with the pinned ones cached
+ * and not active (the cache is then unchanged but for the stamps).
  */
 int si_flash_cache_step(struct si_flash_cache *c, const int32_t *act, int64_t n_act,
                         int32_t *load, int32_t *load_slot, int64_t *n_load,

@@ -53,7 +53,7 @@ static int alloc_layer(struct si_flash_layer *L, int64_t n_ff)
 }
 
 int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_t n_layer,
-                       int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap,
+                       int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap, double pin,
                        const int64_t *n_hot, const int32_t *const *perm, char *err, size_t err_size)
 {
     memset(t, 0, sizeof *t);
@@ -97,6 +97,10 @@ int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_
                                 t->region + (size_t)off * rec_bytes, t->region_bias + off) != SI_OK)
             return si__errf(err, err_size, SI_E_NOMEM,
                             "out of memory for the flash cache of layer %d (%d records)", l, c);
+        /* the first cold positions (the hottest, with a profile) pinned */
+        const int32_t np = (int32_t)(pin * (double)c);
+        si_flash_cache_pin(&L->fc, (int32_t)n_hot[l], (int32_t)n_hot[l] + np);
+        t->pinned += np;
         for (int64_t p = 0; p < ff; p++)
             L->row[p] = s->row_of[(size_t)l * (size_t)ff + (size_t)perm[l][p]];
         t->cache_bytes += (int64_t)c * si_flash_tier_record_bytes(rec_bytes);
@@ -154,11 +158,15 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
      * through the cache, the others are read into the spill area for this
      * token only. */
     int64_t nk = na;
-    if (na > c->cap) {
+    /* the pinned neurons cached and not active keep their slots */
+    int64_t idle_pinned = c->n_pinned;
+    for (int64_t k = 0; k < na && idle_pinned > 0; k++)
+        idle_pinned -= si_flash_cache_pinned(c, L->act[k]) && c->slot_of[L->act[k]] >= 0;
+    if (na + idle_pinned > c->cap) {
         int64_t cached = 0, room, w = 0;
         for (int64_t k = 0; k < na; k++)
             cached += c->slot_of[L->act[k]] >= 0;
-        room = c->cap - cached;
+        room = c->cap - cached - idle_pinned;
         for (int64_t k = 0; k < na; k++) {
             const int32_t p = L->act[k];
             if (c->slot_of[p] >= 0 || room-- > 0) {

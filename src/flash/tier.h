@@ -46,6 +46,7 @@ struct si_flash_tier {
     int32_t *spill_pos; /* (spill_cap) the positions in the spill area */
     int64_t cache_bytes;   /* host bytes of the caches (records and their bookkeeping) */
     int32_t cache_records; /* records of the smallest cache */
+    int64_t pinned;        /* records pinned, all layers */
     struct si_flash_layer *L; /* (n_layer) */
 };
 
@@ -63,12 +64,14 @@ int64_t si_flash_tier_record_bytes(size_t rec_bytes);
 
 /*
  * A tier for n_layer layers of n_ff neurons on store s: layer l's cache
- * holds min(cap, n_ff - n_hot[l]) records (its cold neurons at most), and
- * perm[l] maps its positions to the file's ids.  SI_OK or SI_E_NOMEM (with
+ * holds min(cap, n_ff - n_hot[l]) records (its cold neurons at most), a
+ * share pin (0..1) of them for its first cold positions, pinned (the
+ * hottest with a profile: never evicted once read), and perm[l] maps its
+ * positions to the file's ids.  SI_OK or SI_E_NOMEM (with
  * a message); t is then freed with si_flash_tier_free whatever the result.
  */
 int si_flash_tier_init(struct si_flash_tier *t, struct si_flash_store *s, int32_t n_layer,
-                       int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap,
+                       int64_t n_ff, size_t rec_bytes, int32_t window, int64_t cap, double pin,
                        const int64_t *n_hot, const int32_t *const *perm, char *err,
                        size_t err_size);
 void si_flash_tier_free(struct si_flash_tier *t);

@@ -121,14 +121,15 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     }
     e->stats.dram_resident = resident;
     if (rc == SI_OK)
-        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb,
-                                e->p.flash_window, cap, n_hot, perm, err, err_size);
+        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb, e->p.flash_window, cap,
+                                e->p.flash_pin, n_hot, perm, err, err_size);
     free(n_hot);
     free(perm);
     if (rc != SI_OK)
         return rc;
     e->stats.flash_cache_bytes = e->ft.cache_bytes;
     e->stats.flash_cache_records = e->ft.cache_records;
+    e->stats.flash_pinned = e->ft.pinned;
     /* the hot records, read from the store by si__build_flash */
     for (int l = 0; l < nl; l++) {
         struct si__layer_state *L = &e->L[l];

@@ -341,6 +341,9 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
         if (p->redux)
             return si__errf(err, err_size, SI_E_UNSUPPORTED,
                             "redux merging is not available with the flash tier");
+        if (!(p->flash_pin >= 0.0f && p->flash_pin <= 1.0f))
+            return si__errf(err, err_size, SI_E_INVALID, "flash pin share %g is outside [0, 1]",
+                            (double)p->flash_pin);
         if (p->flash_window < 0 || p->flash_cache < 0 || p->dram_budget < 0)
             return si__errf(err, err_size, SI_E_INVALID,
                             "negative flash window, cache size or DRAM budget");
