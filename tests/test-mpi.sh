@@ -2,7 +2,8 @@
 # test-mpi.sh - one model across MPI ranks (StarPU-MPI, issue 23): generate
 # under mpirun with 2 (and 3) ranks of one CPU worker each decodes the
 # single process's greedy tokens, in dense, gate and predictor modes, on a
-# synthetic model and on SmolLM2 when it is there; perplexity on 2 ranks
+# synthetic model and on SmolLM2 (dense, and gate with a profile's CATS
+# thresholds) when it is there; perplexity on 2 ranks
 # prints the single process's values (every position's logits scored: dense,
 # gate and predictor modes on the synthetic model, dense on SmolLM2), chat
 # answers as one process, bench prints one table; only rank 0 prints; the
@@ -59,6 +60,10 @@ same "$tmp/r.gguf" --sparsity gate
 same "$tmp/r.gguf" --sparsity predictor
 if [ -n "${STARINFER_TEST_MODEL:-}" ] && [ -f "$STARINFER_TEST_MODEL" ]; then
     same "$STARINFER_TEST_MODEL"
+    # gate mode on the SiLU model: CATS thresholds from a short profile
+    "$si" profile -m "$STARINFER_TEST_MODEL" -f "${srcdir:-.}/README.md" -o "$tmp/smol.prof" -n 64 -c 64 \
+        >/dev/null 2>&1 || fail "profile SmolLM2"
+    same "$STARINFER_TEST_MODEL" --sparsity gate --profile "$tmp/smol.prof"
 else
     echo "note: STARINFER_TEST_MODEL not set; SmolLM2 across ranks not run"
 fi
