@@ -389,9 +389,7 @@ static int runtime_acquire(bool caller_worker, bool mpi, char *err, size_t err_s
     pthread_mutex_lock(&rt_lock);
     int rc = SI_OK;
     if (rt_users == 0 && !si_runtime_set_mpi(mpi))
-        rc = si__errf(err, err_size, SI_E_UNSUPPORTED,
-                      "this starinfer was built without StarPU-MPI: it runs in one process "
-                      "(tools/install-deps builds StarPU with MPI; then reconfigure)");
+        rc = si__errf(err, err_size, SI_E_UNSUPPORTED, "%s", SI_RUNTIME_NO_MPI);
     else if (rt_users == 0)
         rc = si_runtime_start(&rt, caller_worker, err, err_size);
     else if (mpi != si_runtime_mpi())
@@ -924,7 +922,6 @@ const int32_t *si_context_tokens(const struct si_context *ctx)
     return ctx_ok(ctx, "si_context_tokens") ? ctx->hist : NULL;
 }
 
-/* A clear message for an evaluation's status. */
 int si_context_mpi_rank(const struct si_context *ctx)
 {
     return ctx != NULL && ctx->p.mpi ? si_runtime_mpi_rank() : 0;
@@ -948,6 +945,7 @@ int si_context_share(struct si_context *ctx, void *buf, size_t size)
     return rc;
 }
 
+/* A clear message for an evaluation's status. */
 static int eval_failed(const struct si_context *ctx, int rc, const char *what)
 {
     if (ctx->eng != NULL && si_engine_error(ctx->eng)[0] != '\0')

@@ -319,6 +319,16 @@ bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input)
     return true;
 }
 
+int si_cli_runtime_start(struct si_runtime *rt, bool mpi)
+{
+    char err[600];
+    if (!si_runtime_set_mpi(mpi))
+        return si_cli_error("%s", SI_RUNTIME_NO_MPI);
+    if (si_runtime_start(rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    return 0;
+}
+
 /* The first of the launchers' variables that is set, as a number >= 0 (-1: none). */
 static int env_int(const char *const *names)
 {

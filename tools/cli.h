@@ -64,6 +64,11 @@ bool si_cli_size(const char *flag, const char *s, int64_t *out);
  * (si_context_params.caller_worker): yes unless STARINFER_CALLER_WORKER=0. */
 bool si_cli_caller_worker(void);
 
+/* StarPU started for a command (across MPI ranks with mpi, by StarPU-MPI),
+ * its thread a worker as si_cli_caller_worker says: 0, or 1 after the
+ * one-line error.  si_runtime_stop(rt) ends it. */
+int si_cli_runtime_start(struct si_runtime *rt, bool mpi);
+
 /* Read a whole file into a NUL-terminated buffer (free() it); NULL after an
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);

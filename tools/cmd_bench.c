@@ -504,15 +504,8 @@ int si_cmd_bench(int argc, char **argv)
     if (mpi) {
         if (n_sched > 0)
             setenv("STARPU_SCHED", scheds[0], 1);
-        if (!si_runtime_set_mpi(true)) {
-            si_cli_error("this starinfer was built without StarPU-MPI: it runs in one process "
-                         "(tools/install-deps builds StarPU with MPI; then reconfigure)");
+        if (si_cli_runtime_start(&rt_mpi, true) != 0)
             goto out;
-        }
-        if (si_runtime_start(&rt_mpi, si_cli_caller_worker(), err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
         int32_t l0 = 0, l1 = 0;
         si_engine_pipe_range(m, 0, si_runtime_mpi_size(), &l0, &l1);
         fprintf(stderr,

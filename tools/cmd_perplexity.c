@@ -99,11 +99,8 @@ int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params e
     int rc = 1;
     const int64_t ctx = ep.ref.n_ctx, first = ctx / 2, nb = ep.n_batch;
     const int32_t nv = m->hp.n_vocab;
-    if (!si_runtime_set_mpi(ep.pipe))
-        return si_cli_error("this starinfer was built without StarPU-MPI: it runs in one process "
-                            "(tools/install-deps builds StarPU with MPI; then reconfigure)");
-    if (si_runtime_start(&rt, si_cli_caller_worker(), err, sizeof err) != SI_OK)
-        return si_cli_error("%s", err);
+    if (si_cli_runtime_start(&rt, ep.pipe) != 0)
+        return 1;
     if (si_engine_init(&e, m, ep, err, sizeof err) != SI_OK) {
         si_cli_error("%s (--engine ref runs every model the reader loads)", err);
         goto out;

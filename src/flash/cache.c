@@ -70,6 +70,15 @@ int si_flash_cache_pin(struct si_flash_cache *c, int32_t lo, int32_t hi)
     return SI_OK;
 }
 
+int64_t si_flash_cache_idle_pinned(const struct si_flash_cache *c, const int32_t *act,
+                                   int64_t n_act)
+{
+    int64_t idle = c->n_pinned;
+    for (int64_t k = 0; k < n_act && idle > 0; k++)
+        idle -= si_flash_cache_pinned(c, act[k]) && c->slot_of[act[k]] >= 0;
+    return idle;
+}
+
 /* Delete the record in slot s: the last record moves into its place. */
 static void delete_slot(struct si_flash_cache *c, int32_t s, struct si_flash_step *st)
 {
@@ -115,10 +124,7 @@ int si_flash_cache_step(struct si_flash_cache *c, const int32_t *act, int64_t n_
         return SI_E_BUDGET;
 
     /* Room: the pinned ones that stay without being active take theirs. */
-    int64_t idle_pinned = c->n_pinned;
-    for (int64_t k = 0; k < n_act; k++)
-        idle_pinned -= si_flash_cache_pinned(c, act[k]) && c->slot_of[act[k]] >= 0;
-    if (n_act + idle_pinned > c->cap)
+    if (n_act + si_flash_cache_idle_pinned(c, act, n_act) > c->cap)
         return SI_E_BUDGET;
 
     /* 2. The window: keep what was active in the last k tokens (and the pinned). */

@@ -75,6 +75,11 @@ static inline bool si_flash_cache_pinned(const struct si_flash_cache *c, int32_t
     return id >= c->pin_lo && id < c->pin_hi;
 }
 
+/* The pinned neurons cached but not among act[0..n_act): slots a step
+ * cannot free. */
+int64_t si_flash_cache_idle_pinned(const struct si_flash_cache *c, const int32_t *act,
+                                   int64_t n_act);
+
 /* What a step did. */
 struct si_flash_step {
     int64_t hits;    /* active neurons found cached */

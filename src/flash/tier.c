@@ -159,9 +159,7 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
      * token only. */
     int64_t nk = na;
     /* the pinned neurons cached and not active keep their slots */
-    int64_t idle_pinned = c->n_pinned;
-    for (int64_t k = 0; k < na && idle_pinned > 0; k++)
-        idle_pinned -= si_flash_cache_pinned(c, L->act[k]) && c->slot_of[L->act[k]] >= 0;
+    const int64_t idle_pinned = si_flash_cache_idle_pinned(c, L->act, na);
     if (na + idle_pinned > c->cap) {
         int64_t cached = 0, room, w = 0;
         for (int64_t k = 0; k < na; k++)

@@ -42,6 +42,10 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
  * without it).
  */
 bool si_runtime_set_mpi(bool on);
+/* What to say when si_runtime_set_mpi(true) is refused. */
+#define SI_RUNTIME_NO_MPI                                                                          \
+    "this starinfer was built without StarPU-MPI: it runs in one process (tools/install-deps "     \
+    "builds StarPU with MPI; then reconfigure)"
 bool si_runtime_mpi(void);
 int si_runtime_mpi_rank(void);
 int si_runtime_mpi_size(void);
