@@ -21,9 +21,10 @@ static void convert_usage(FILE *f)
                "       " SI_PROG " convert -m MODEL --transpose -o FILE\n"
                "\n"
                "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
-               "(gate row, up row, down_t row and up bias, in the model's types, each part\n"
-               "aligned to 512 bytes so a record is read with O_DIRECT straight into a cache\n"
-               "slot), for `generate --dram-budget SIZE`, which keeps attention, embeddings,\n"
+               "(gate row, up row and down_t row, in the model's types, each part aligned to\n"
+               "512 bytes so a record is read with O_DIRECT straight into a cache slot; the\n"
+               "up biases apart, kept in memory), for `generate --dram-budget SIZE`, which keeps "
+               "attention, embeddings,\n"
                "norms, predictors and hot neurons in memory and reads the other neurons from\n"
                "the store when they are predicted active.  With a profile, each layer's\n"
                "records go hottest first: neurons that fire together sit together, and the\n"
@@ -214,11 +215,11 @@ int si_cmd_convert(int argc, char **argv)
         const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         const double bytes = (double)f.rec_bytes * f.n_ff * f.n_layer;
         printf("wrote %s: %s layout, %d layers x %d neurons, records of %zu bytes (gate %zu, "
-               "up %zu, down_t %zu, bias 4), %.2f GiB of records, order %s, in %.1f s\n",
+               "up %zu, down_t %zu%s), %.2f GiB of records, order %s, in %.1f s\n",
                out, si_flash_layout_name((enum si_flash_layout)layout), f.n_layer, f.n_ff,
                f.rec_bytes, f.has_gate ? f.gu_row : (size_t)0, f.gu_row, f.dt_row,
-               bytes / 1073741824.0, pr != NULL ? "by profile (hottest first)" : "the model's",
-               s);
+               f.has_bias ? "; up biases apart" : "", bytes / 1073741824.0,
+               pr != NULL ? "by profile (hottest first)" : "the model's", s);
     }
     free(def);
     si_profile_free(pr);

@@ -75,8 +75,7 @@ int si_flash_format_of(const struct si_model *m, struct si_flash_format *f, char
     f->gate_off = 0;
     f->up_off = f->gate_part;
     f->dt_off = f->up_off + f->up_part;
-    f->bias_off = f->dt_off + f->dt_part;
-    f->rec_bytes = pad(f->bias_off + sizeof(float));
+    f->rec_bytes = f->dt_off + f->dt_part; /* each part padded: a multiple of A */
     return SI_OK;
 }
 
@@ -160,9 +159,14 @@ static int fill(void *user, int64_t row0, int64_t n_rows, void *dst)
     const struct si_flash_format *f = s->f;
     const struct si_layer *W = &s->m->w.layers[s->l];
     char *out = dst;
+    if (s->part == PART_BIAS) { /* one row: the layer's biases in the store's order */
+        const float *b = W->ffn_up_b.data;
+        for (int64_t r = 0; r < n_rows * f->n_ff; r++)
+            ((float *)dst)[r] = b[s->order[r]];
+        return SI_OK;
+    }
     for (int64_t r = row0; r < row0 + n_rows; r++) {
         const int32_t i = s->order[r];
-        const float b = f->has_bias ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
         int rc = SI_OK;
         switch (s->part) {
         case PART_REC:
@@ -171,7 +175,6 @@ static int fill(void *user, int64_t row0, int64_t n_rows, void *dst)
                 memcpy(out + f->gate_off, row_of(&W->ffn_gate, i), f->gu_row);
             memcpy(out + f->up_off, row_of(&W->ffn_up, i), f->gu_row);
             rc = down_t_row(s, i, out + f->dt_off);
-            memcpy(out + f->bias_off, &b, sizeof b);
             out += f->rec_bytes;
             break;
         case PART_GATE:
@@ -186,8 +189,6 @@ static int fill(void *user, int64_t row0, int64_t n_rows, void *dst)
             out += f->dt_part;
             break;
         case PART_BIAS:
-            memcpy(out, &b, sizeof b);
-            out += sizeof b;
             break;
         }
         if (rc != SI_OK)
@@ -250,6 +251,7 @@ int si_flash_store_write(const struct si_model *m, const struct si_profile *pr,
     } while (0)
     SET(si_gguf_writer_set_str(w, "general.architecture", SI_FLASH_ARCH));
     SET(si_gguf_writer_set_u32(w, "general.alignment", 4096));
+    SET(si_gguf_writer_set_u32(w, "flash.version", SI_FLASH_VERSION));
     SET(si_gguf_writer_set_str(w, "flash.layout", si_flash_layout_name(layout)));
     SET(si_gguf_writer_set_str(w, "flash.order", pr != NULL ? "profile" : "file"));
     SET(si_gguf_writer_set_u32(w, "flash.block_align", SI_FLASH_BLOCK));
@@ -264,7 +266,6 @@ int si_flash_store_write(const struct si_model *m, const struct si_profile *pr,
     SET(si_gguf_writer_set_u64(w, "flash.gate_off", f.gate_off));
     SET(si_gguf_writer_set_u64(w, "flash.up_off", f.up_off));
     SET(si_gguf_writer_set_u64(w, "flash.dt_off", f.dt_off));
-    SET(si_gguf_writer_set_u64(w, "flash.bias_off", f.bias_off));
     SET(si_gguf_writer_set_u64(w, "flash.model_bytes", (uint64_t)m->gguf->data_size));
     SET(si_gguf_writer_set_u64(w, "flash.model_hash", si_flash_model_hash(m, &f)));
     for (size_t l = 0; l < L && rc == SI_OK; l++) {
@@ -275,7 +276,9 @@ int si_flash_store_write(const struct si_model *m, const struct si_profile *pr,
         static const char *const names[] = {"flash_rec", "flash_gate", "flash_up",
                                             "flash_down_t", "flash_bias"};
         for (int p = PART_REC; p <= PART_BIAS; p++) {
-            if ((layout == SI_FLASH_BUNDLED) != (p == PART_REC) || (p == PART_GATE && !f.has_gate))
+            if (p == PART_BIAS ? !f.has_bias
+                               : (layout == SI_FLASH_BUNDLED) != (p == PART_REC) ||
+                                     (p == PART_GATE && !f.has_gate))
                 continue;
             struct layer_src *s = &src[l * 5 + (size_t)p];
             *s = (struct layer_src){.m = m, .f = &f, .l = (int)l, .part = (enum part)p,
@@ -405,6 +408,16 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
                       path, (int)arch.len, arch.data);
         goto fail;
     }
+    /* Version 1 (no key) kept each up bias inside the record. */
+    uint32_t version = 1;
+    si_gguf_get_u32(g, "flash.version", &version);
+    if (version != SI_FLASH_VERSION) {
+        rc = si__errf(err, err_size, SI_E_FORMAT,
+                      "%s: flash store format %u, this starinfer reads format %d: write it "
+                      "again with `starinfer convert --bundle`",
+                      path, version, SI_FLASH_VERSION);
+        goto fail;
+    }
     si_gguf_get_str(g, "flash.layout", &lay);
     s->layout = si_gguf_str_eq(lay, "bundled") ? SI_FLASH_BUNDLED
                 : si_gguf_str_eq(lay, "split") ? SI_FLASH_SPLIT
@@ -416,14 +429,22 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
     }
     /* Every key that fixes the record must match what this model makes. */
     {
-        const char *keys[] = {"flash.block_align", "flash.n_layer", "flash.n_ff", "flash.n_embd",
-                              "flash.gu_type",     "flash.dt_type", "flash.rec_bytes",
-                              "flash.gate_off",    "flash.up_off",  "flash.dt_off",
-                              "flash.bias_off",    "flash.model_bytes", "flash.model_hash"};
-        const uint64_t want[] = {SI_FLASH_BLOCK, (uint64_t)f.n_layer, (uint64_t)f.n_ff,
-                                 (uint64_t)f.n_embd, f.gu_type, f.dt_type, f.rec_bytes,
-                                 f.gate_off, f.up_off, f.dt_off, f.bias_off,
-                                 (uint64_t)m->gguf->data_size, si_flash_model_hash(m, &f)};
+        const char *keys[] = {"flash.block_align", "flash.n_layer",     "flash.n_ff",
+                              "flash.n_embd",      "flash.gu_type",     "flash.dt_type",
+                              "flash.rec_bytes",   "flash.gate_off",    "flash.up_off",
+                              "flash.dt_off",      "flash.model_bytes", "flash.model_hash"};
+        const uint64_t want[] = {SI_FLASH_BLOCK,
+                                 (uint64_t)f.n_layer,
+                                 (uint64_t)f.n_ff,
+                                 (uint64_t)f.n_embd,
+                                 f.gu_type,
+                                 f.dt_type,
+                                 f.rec_bytes,
+                                 f.gate_off,
+                                 f.up_off,
+                                 f.dt_off,
+                                 (uint64_t)m->gguf->data_size,
+                                 si_flash_model_hash(m, &f)};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             uint64_t v;
             if ((rc = key_u64(g, path, keys[k], &v, err, err_size)) != SI_OK)
@@ -437,13 +458,21 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
             }
         }
     }
+    bool has_bias;
+    if (si_gguf_get_bool(g, "flash.has_bias", &has_bias) != SI_OK || has_bias != f.has_bias) {
+        rc = si__errf(err, err_size, SI_E_FORMAT,
+                      "%s: the flash store was written for another model (flash.has_bias is not "
+                      "%s): convert it again",
+                      path, f.has_bias ? "true" : "false");
+        goto fail;
+    }
     const size_t L = (size_t)f.n_layer, ff = (size_t)f.n_ff;
     s->order = malloc(L * ff * sizeof *s->order);
     s->row_of = malloc(L * ff * sizeof *s->row_of);
     s->base = calloc(L * 4, sizeof *s->base);
-    if (s->layout == SI_FLASH_SPLIT)
+    if (f.has_bias)
         s->bias = malloc(L * ff * sizeof *s->bias);
-    if (!s->order || !s->row_of || !s->base || (s->layout == SI_FLASH_SPLIT && !s->bias)) {
+    if (!s->order || !s->row_of || !s->base || (f.has_bias && !s->bias)) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash store");
         goto fail;
     }
@@ -480,10 +509,12 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
                                     NULL, err, err_size)))
                     goto fail;
             }
+        }
+        if (f.has_bias) {
             snprintf(name, sizeof name, "blk.%zu.flash_bias", l);
             if ((rc = tensor_at(g, path, name, SI_TYPE_F32, ff * 4, &off, &data, err, err_size)))
                 goto fail;
-            /* kept by neuron id: the loader copies a neuron's bias by id */
+            /* kept by neuron id: the tier takes a loaded neuron's bias by id */
             for (size_t r = 0; r < ff; r++)
                 s->bias[l * ff + (size_t)s->order[l * ff + r]] = ((const float *)data)[r];
         }
@@ -570,8 +601,6 @@ int64_t si_flash_plan(const struct si_flash_store *s, int l, const int32_t *ids,
                                               rec[k] + f->gate_off};
         req[nr++] = (struct si_flash_req){base[1] + r * f->up_part, f->up_part, rec[k] + f->up_off};
         req[nr++] = (struct si_flash_req){base[2] + r * f->dt_part, f->dt_part, rec[k] + f->dt_off};
-        const float b = s->bias[(size_t)l * ff + (size_t)ids[k]];
-        memcpy(rec[k] + f->bias_off, &b, sizeof b);
     }
     return nr;
 }

@@ -144,7 +144,6 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
 {
     struct si_flash_layer *L = &t->L[l];
     struct si_flash_cache *c = &L->fc;
-    const struct si_flash_format *f = &t->store->f;
     const double t0 = si__now();
     *msg = "";
     /* Neighbours in the store get neighbouring slots: one read for a run. */
@@ -200,9 +199,9 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     if (rc != SI_OK)
         *msg = t->store->read_err;
     for (int64_t k = 0; k < nl; k++)
-        memcpy(&c->bias[L->slot[k]], L->dst[k] + f->bias_off, sizeof(float));
+        c->bias[L->slot[k]] = si_flash_bias(t->store, l, L->fid[k]);
     for (int32_t k = 0; k < t->spill_n; k++)
-        memcpy(&t->region_bias[k], L->dst[nl + k] + f->bias_off, sizeof(float));
+        t->region_bias[k] = si_flash_bias(t->store, l, L->fid[nl + k]);
     nl += t->spill_n;
     for (int64_t r = 0; r < nr; r++)
         L->bytes += (int64_t)L->req[r].len;
