@@ -800,10 +800,12 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                          "; %lld records pinned to the hottest neurons (%.0f%% of each cache)",
                          (long long)es.flash_pinned, 100.0 * ep.flash_pin);
             note(&p,
-                 "flash tier: %s store, %s, %s; resident %.1f MiB, caches %.1f MiB (%lld "
-                 "records per layer of %d), window %d tokens%s",
+                 "flash tier: %s store, %s, %s, %s; resident %.1f MiB, caches %.1f MiB "
+                 "(%lld records per layer of %d), window %d tokens%s",
                  si_flash_layout_name(ctx->fs->layout),
                  ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
+                 es.flash_overlap ? "reads beside compute"
+                                  : "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)",
                  mib(es.dram_resident), mib(es.flash_cache_bytes),
                  (long long)es.flash_cache_records, m->hp.n_ff, ep.flash_window, pinned);
         }

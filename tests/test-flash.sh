@@ -84,6 +84,8 @@ same() {
         return
     fi
     grep -q '^flash tier: ' "$tmp/gerr" || fail "$m $mode $*: the flash tier was not used"
+    [ "${STARINFER_FLASH_OVERLAP:-1}" = 0 ] || grep -q '^flash tier: .*reads beside compute' "$tmp/gerr" ||
+        fail "$m $mode $*: the reads are not beside compute: $(grep '^flash tier' "$tmp/gerr")"
     grep -q '^flash: per token: read ' "$tmp/gerr" || fail "$m $mode $*: no flash figures"
     if cmp -s "$tmp/gen" "$tmp/want"; then
         echo "ok: $(basename "$m") $mode $* decodes as in DRAM: $(grep '^flash: per token' "$tmp/gerr" | cut -c1-90)"
@@ -97,6 +99,12 @@ for mode in gate predictor; do
     same "$tmp/o.gguf" $mode --dram-budget 6.7M
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.split" --flash-window 1
     same "$tmp/o.gguf" $mode --flash-store "$tmp/o.split" --dram-budget 6.7M # biases apart
+    # the reads inside the load task, not beside the cached neurons' compute
+    STARINFER_FLASH_OVERLAP=0 same "$tmp/r.gguf" $mode --dram-budget 7M
+    grep -q 'reads inside the load tasks' "$tmp/gerr" || fail "STARINFER_FLASH_OVERLAP=0 not said"
+    # reads that land 2 ms late: a fresh record used before the wait would show
+    STARINFER_FLASH_READ_DELAY_US=2000 same "$tmp/r.gguf" $mode --dram-budget 7M
+    STARINFER_FLASH_READ_DELAY_US=2000 same "$tmp/o.gguf" $mode --dram-budget 6.7M
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.gguf.flash" --flash-window 0 --slices 3
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.prof.flash" --profile "$tmp/r.prof"
     same "$tmp/r.gguf" $mode --flash-store "$tmp/r.prof.flash" --profile "$tmp/r.prof" \

@@ -145,6 +145,7 @@ struct si_engine_stats {
     int64_t flash_cache_bytes;
     int64_t flash_cache_records;
     int64_t flash_pinned; /* flash: records pinned (all layers) */
+    bool flash_overlap;   /* flash: reads on the reader thread, beside compute */
     int64_t flash_loads, flash_hits, flash_bytes, flash_reads;
     double flash_io_seconds, flash_manage_seconds;
     /* Bytes of weights the single-token evaluations read, summed over them:

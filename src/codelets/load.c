@@ -9,7 +9,9 @@
 #include "model/act.h"
 #include "starinfer.h"
 
+#include <math.h>
 #include <starpu.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,8 +25,9 @@ static void flash_fail(struct si_engine *e, int rc, const char *msg)
 
 /*
  * A layer's load: its cold slices' active positions (idx children, R),
- * handed to the tier, which updates the layer's cache and reads the missing
- * records into their slots (si_flash_tier_load).
+ * handed to the tier, which updates the layer's cache and has its reader
+ * thread read the missing records into their slots (si_flash_tier_load):
+ * the task ends without waiting for them, the ffn_cold tasks do.
  * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
  */
 static void load_cpu(void *buffers[], void *cl_arg)
@@ -49,10 +52,28 @@ static void load_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_LOAD, t0);
 }
 
+/* Wait for layer l's reads; the time waited counts as the load's. */
+static void wait_reads(struct si_engine *e, int l, double *t0)
+{
+    const double w0 = si__now();
+    const char *msg;
+    const int rc = si_flash_tier_wait(&e->ft, l, &msg);
+    if (rc != SI_OK)
+        flash_fail(e, rc, msg);
+    const double waited = si__now() - w0;
+    struct si__scratch *sc = si__scratch_of(e);
+    sc->busy[SI_TASK_LOAD] += waited;
+    *t0 += waited;
+}
+
 /*
  * A cold slice from the flash cache: the active positions (idx) mapped to
  * their records, then ffn_sparse_slice's arithmetic in the same order (the
- * partial output equals the all-in-DRAM one bit for bit).
+ * partial output equals the all-in-DRAM one bit for bit).  The records that
+ * were cached already go first, while the layer's reads are in flight;
+ * then the task waits for the reads and does the fresh ones.  Each neuron's
+ * activation is the same whenever it is computed, and the down projection
+ * runs after the wait, in order.
  * Buffers: ffn_in, the cache, idx, the spill area (R), out (W).
  */
 static void ffn_flash_cpu(void *buffers[], void *cl_arg)
@@ -78,31 +99,73 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     const char *gate = f->gate_off >= 0 ? mat + f->gate_off : NULL;
     const char *up = f->up_off >= 0 ? mat + f->up_off : NULL;
+    const struct si_flash_tier *ft = &e->ft;
     int64_t k = 0;
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        /* ix: the records in order; sx: the cached ones (kc), then the
+         * fresh ones; g: their activations in sx's order. */
+        int32_t *sx = sc->sx;
+        float *hs = sc->g;
+        int64_t kc = 0;
         for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-            const int32_t s = si_flash_tier_record(&e->ft, a->l, p0 + idx[q]);
-            if (s >= 0) /* < 0 only after a failed load (reported by eval) */
-                sc->ix[k++] = s;
+            const int32_t s = si_flash_tier_record(ft, a->l, p0 + idx[q]);
+            if (s < 0) /* only after a failed load (reported by eval) */
+                continue;
+            sc->ix[k++] = s;
+            if (!si_flash_tier_fresh(ft, s))
+                sx[kc++] = s;
         }
-        si__ffn_act_records(e, f, gate, up, b, xa, xb, sc->ix, k, sc->h);
+        int64_t kf = kc;
+        for (int64_t q = 0; q < k; q++)
+            if (si_flash_tier_fresh(ft, sc->ix[q]))
+                sx[kf++] = sc->ix[q];
+        si__ffn_act_records(e, f, gate, up, b, xa, xb, sx, kc, hs);
+        wait_reads(e, a->l, &t0);
+        si__ffn_act_records(e, f, gate, up, b, xa, xb, sx + kc, k - kc, hs + kc);
+        for (int64_t q = 0, c = 0, r = kc; q < k; q++)
+            sc->h[q] = si_flash_tier_fresh(ft, sc->ix[q]) ? hs[r++] : hs[c++];
         L->rd[a->j] = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
-        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-            const int32_t s = si_flash_tier_record(&e->ft, a->l, p0 + idx[q]);
-            if (s < 0)
-                continue;
-            float h = L->gact[p0 + idx[q]];
-            if (hp->ffn_kind != SI_FFN_PLAIN) {
-                float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
-                L->rd[a->j] += (int64_t)f->gu_row; /* after gmask's gating rows */
-                if (b != NULL)
-                    u += b[s];
-                h = si_act_gated(hp->ffn_kind, h, u);
+        /* hq[q]: position q's activation (gmask's act(gate), times the up
+         * dot for the gated kinds), the cached records' while the reads are
+         * in flight (NAN: fresh, after the wait); then the non-zero ones'
+         * records and activations into ix and h, in order.  The plain kind
+         * has nothing to compute before its records are in. */
+        float *hq = sc->g;
+        bool waited = false;
+        if (hp->ffn_kind == SI_FFN_PLAIN) {
+            wait_reads(e, a->l, &t0);
+            waited = true;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1 && !waited)
+                wait_reads(e, a->l, &t0);
+            for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+                const int32_t s = si_flash_tier_record(ft, a->l, p0 + idx[q]);
+                if (s < 0 || (pass == 1 && !isnan(hq[q])))
+                    continue;
+                if (pass == 0 && !waited && si_flash_tier_fresh(ft, s)) {
+                    hq[q] = NAN;
+                    continue;
+                }
+                float h = L->gact[p0 + idx[q]];
+                if (hp->ffn_kind != SI_FFN_PLAIN) {
+                    float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
+                    L->rd[a->j] += (int64_t)f->gu_row; /* after gmask's gating rows */
+                    if (b != NULL)
+                        u += b[s];
+                    h = si_act_gated(hp->ffn_kind, h, u);
+                }
+                hq[q] = h;
             }
-            if (h == 0.0f)
+            if (waited)
+                break;
+        }
+        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
+            const int32_t s = si_flash_tier_record(ft, a->l, p0 + idx[q]);
+            if (s < 0 || hq[q] == 0.0f)
                 continue;
-            sc->h[k] = h;
+            sc->h[k] = hq[q];
             sc->ix[k++] = s;
         }
     }

@@ -6,6 +6,14 @@
  * the engine's load task (codelets/load.c) hands the active positions over
  * and reads the records back by their index in the region.
  *
+ * A load does the cache's bookkeeping on the caller's thread and hands the
+ * reads to the tier's reader thread: the caller goes on (the engine
+ * computes the neurons that were cached already) and waits for the reads
+ * with si_flash_tier_wait before it touches a record marked fresh.
+ * STARINFER_FLASH_OVERLAP=0 makes the load wait itself (for comparisons);
+ * STARINFER_FLASH_READ_DELAY_US=N delays every job's reads (for the tests:
+ * a task that used a fresh record before waiting would see it unread).
+ *
  * Positions are the engine's (its neurons permuted by expected activity);
  * perm maps a layer's positions to the file's neuron ids.  A record's index
  * in the region (int32) is what the sparse kernels take: the cached records
@@ -17,6 +25,8 @@
 #include "flash/cache.h"
 #include "flash/store.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,8 +39,20 @@ struct si_flash_layer {
     char **dst;        /* (n_ff) where each goes */
     struct si_flash_req *req; /* (3 n_ff) */
     int64_t off;       /* the cache's first record in the region */
+    int32_t *fresh_at; /* (n_ff) the cache records read by the last load */
+    int64_t n_fresh;
     int64_t loads, hits, bytes, reads; /* totals: records read, found cached, bytes, requests */
-    double io, manage; /* seconds waiting for reads, in bookkeeping */
+    double io, manage; /* seconds the reads took (submitted to done), in bookkeeping */
+};
+
+/* The reads of one load, handed to the reader thread. */
+struct si_flash_job {
+    int layer; /* -1: none since the last wait */
+    int64_t n_req;
+    bool done; /* the reader has finished them */
+    bool seen; /* a wait has taken the result (and the time) */
+    int rc;    /* SI_OK or SI_E_IO (store->read_err says why) */
+    double t_submit, t_done;
 };
 
 struct si_flash_tier {
@@ -47,7 +69,17 @@ struct si_flash_tier {
     int64_t cache_bytes;   /* host bytes of the caches (records and their bookkeeping) */
     int32_t cache_records; /* records of the smallest cache */
     int64_t pinned;        /* records pinned, all layers */
+    unsigned char *fresh;  /* (region records) 1: read by its layer's last load */
     struct si_flash_layer *L; /* (n_layer) */
+    /* The reader thread and its one job (loads go one layer at a time). */
+    bool overlap;  /* reads on the reader thread (else in the load) */
+    long delay_us; /* STARINFER_FLASH_READ_DELAY_US (tests): the reader sleeps
+                    * this long before each job's reads */
+    bool reader_up, quit;
+    pthread_t reader;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct si_flash_job job;
 };
 
 /* Host bytes of a layer's load arrays and cache bookkeeping besides its records. */
@@ -55,11 +87,11 @@ int64_t si_flash_tier_layer_bytes(int64_t n_ff);
 
 /* Host bytes of the spill area of a tier whose layers have n_hot[l] hot
  * neurons of n_ff: room for the most cold neurons of a layer (records,
- * biases, positions) and each position's spill index. */
+ * biases, fresh flags, positions) and each position's spill index. */
 int64_t si_flash_tier_spill_bytes(int32_t n_layer, int64_t n_ff, const int64_t *n_hot,
                                   size_t rec_bytes);
 
-/* Host bytes per cached record: the record, its bias, its slot and id entries. */
+/* Host bytes per cached record: the record, its bias, fresh flag, slot and id entries. */
 int64_t si_flash_tier_record_bytes(size_t rec_bytes);
 
 /*
@@ -78,14 +110,27 @@ void si_flash_tier_free(struct si_flash_tier *t);
 
 /*
  * Layer l's load for one token: its na active cold positions in L[l].act,
- * in store order; the previous layer's spill released; the cache's step
- * (deletes, moves, appends); the missing records read in parallel into
- * their slots (those beyond the cache into the spill area, for this token
- * only), and their biases taken.  SI_OK, or SI_E_IO / SI_E_INVALID with
- * *msg saying what failed.
+ * in store order; the previous load's reads waited for, the previous
+ * layer's spill released; the cache's step (deletes, moves, appends); the
+ * records to read (into their slots, those beyond the cache into the spill
+ * area, for this token only) marked fresh, their biases taken, and their
+ * reads handed to the reader thread (or done here without overlap).
+ * SI_OK, or SI_E_IO / SI_E_INVALID with *msg saying what failed (an earlier
+ * load's read failure too).
  */
 int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int64_t na,
                        const char **msg);
+
+/* Wait for layer l's reads (any number of callers, any thread): SI_OK, or
+ * SI_E_IO with *msg naming the store and what failed. */
+int si_flash_tier_wait(struct si_flash_tier *t, int l, const char **msg);
+
+/* Whether the record at region index s was read by its layer's last load
+ * (then si_flash_tier_wait must come before it is used). */
+static inline bool si_flash_tier_fresh(const struct si_flash_tier *t, int32_t s)
+{
+    return t->fresh[s] != 0;
+}
 
 /* Read n hot neurons (ids) into dst (n records, aligned): SI_OK or SI_E_IO. */
 int si_flash_tier_read(struct si_flash_tier *t, int l, const int32_t *ids, int64_t n, char *dst);

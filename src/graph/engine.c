@@ -130,6 +130,7 @@ static int flash_setup(struct si_engine *e, char *err, size_t err_size)
     e->stats.flash_cache_bytes = e->ft.cache_bytes;
     e->stats.flash_cache_records = e->ft.cache_records;
     e->stats.flash_pinned = e->ft.pinned;
+    e->stats.flash_overlap = e->ft.overlap;
     /* the hot records, read from the store by si__build_flash */
     for (int l = 0; l < nl; l++) {
         struct si__layer_state *L = &e->L[l];
