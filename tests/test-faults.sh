@@ -77,12 +77,12 @@ writer train-predictor 64 "$tmp/out/t.gguf" train-predictor -m "$tmp/m.gguf" -f 
 # the answer printed so far stays.  A store replaced by a rename is not an
 # error: the run goes on reading the file it opened.
 "$si" convert -m "$tmp/m.gguf" --bundle -o "$tmp/m.flash" >/dev/null 2>&1 || fail "convert"
-flash_fault() { # NAME COMMAND-ON-THE-STORE...
-    local name=$1 pid rc i
-    shift
+flash_fault() { # MODE NAME COMMAND-ON-THE-STORE...
+    local mode=$1 name="$1: $2" pid rc i
+    shift 2
     cp "$tmp/m.flash" "$tmp/run.flash"
     rm -f "$tmp/gen" # the last run's answer must not count as this one's
-    "$si" generate -m "$tmp/m.gguf" --sparsity gate --flash-store "$tmp/run.flash" --flash-window 0 \
+    "$si" generate -m "$tmp/m.gguf" --sparsity "$mode" --flash-store "$tmp/run.flash" --flash-window 0 \
         -n 4000 --ignore-eos -p hi >"$tmp/gen" 2>"$tmp/err" &
     pid=$!
     for ((i = 0; i < 300; i++)); do
@@ -98,8 +98,10 @@ flash_fault() { # NAME COMMAND-ON-THE-STORE...
     [ "$(wc -c <"$tmp/gen")" -gt 20 ] || fail "flash store $name: the answer so far is gone"
     echo "ok: flash store $name mid-run -> $(grep 'starinfer: error' "$tmp/err")"
 }
-flash_fault cut truncate -s 100000 "$tmp/run.flash"
-flash_fault "written over" dd if=/dev/zero of="$tmp/run.flash" bs=4096 seek=8 count=4 conv=notrunc status=none
+flash_fault gate cut truncate -s 100000 "$tmp/run.flash"
+flash_fault gate "written over" dd if=/dev/zero of="$tmp/run.flash" bs=4096 seek=8 count=4 conv=notrunc status=none
+# predictor mode: two ffn_cold tasks wait for the failed reads, one line
+flash_fault predictor cut truncate -s 100000 "$tmp/run.flash"
 cp "$tmp/m.flash" "$tmp/run.flash"
 "$si" generate -m "$tmp/m.gguf" --sparsity gate --flash-store "$tmp/run.flash" --flash-window 0 -n 24 \
     --ignore-eos --temp 0 -p hi >"$tmp/want" 2>/dev/null || fail "flash run"

@@ -157,7 +157,8 @@ static int uring_read(struct si_flash_io *io, const struct si_flash_req *req, in
     unsigned free_slots[1024], n_free = 0;
     for (unsigned s = io->depth; s-- > 0;)
         free_slots[n_free++] = s;
-    while (next < n || in_flight > 0) {
+    /* After a failure nothing more is queued: wait only for what is in flight. */
+    while ((err_no == 0 && next < n) || in_flight > 0) {
         /* Fill the ring: the requests (none after a failure). */
         while (err_no == 0 && next < n && n_free > 0) {
             const unsigned s = free_slots[--n_free];
