@@ -197,17 +197,17 @@ static int cmp_row(const void *pa, const void *pb, void *user)
     return (a > b) - (a < b);
 }
 
-/* Under t->mu: the job in hand finished, its time counted once; its result. */
+/* Under t->mu: the job in hand finished; its time counted and its result
+ * returned once, to the first taker (the others get SI_OK: one report of a
+ * failure, from one thread). */
 static int take_job(struct si_flash_tier *t, const char **msg)
 {
     while (t->job.layer >= 0 && !t->job.done)
         pthread_cond_wait(&t->cv, &t->mu);
-    if (t->job.layer < 0)
+    if (t->job.layer < 0 || t->job.seen)
         return SI_OK;
-    if (!t->job.seen) {
-        t->job.seen = true;
-        t->L[t->job.layer].io += t->job.t_done - t->job.t_submit;
-    }
+    t->job.seen = true;
+    t->L[t->job.layer].io += t->job.t_done - t->job.t_submit;
     if (t->job.rc != SI_OK)
         *msg = t->store->read_err;
     return t->job.rc;
@@ -232,13 +232,11 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
     /* The previous load's reads are in (its layer's tasks waited for them;
      * a failure nobody took is reported here). */
     pthread_mutex_lock(&t->mu);
-    const bool unseen = t->job.layer >= 0 && !t->job.seen;
     int rc = take_job(t, msg);
     t->job.layer = -1;
     pthread_mutex_unlock(&t->mu);
-    if (rc != SI_OK && unseen)
+    if (rc != SI_OK)
         return rc;
-    *msg = "";
     /* The records this layer read last time, and the spill area's, are
      * old news now. */
     for (int64_t k = 0; k < L->n_fresh; k++)

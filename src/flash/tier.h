@@ -50,7 +50,7 @@ struct si_flash_job {
     int layer; /* -1: none since the last wait */
     int64_t n_req;
     bool done; /* the reader has finished them */
-    bool seen; /* a wait has taken the result (and the time) */
+    bool seen; /* a wait has taken the result (and the time): once */
     int rc;    /* SI_OK or SI_E_IO (store->read_err says why) */
     double t_submit, t_done;
 };
@@ -122,7 +122,8 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
                        const char **msg);
 
 /* Wait for layer l's reads (any number of callers, any thread): SI_OK, or
- * SI_E_IO with *msg naming the store and what failed. */
+ * to the first caller only, SI_E_IO with *msg naming the store and what
+ * failed. */
 int si_flash_tier_wait(struct si_flash_tier *t, int l, const char **msg);
 
 /* Whether the record at region index s was read by its layer's last load
