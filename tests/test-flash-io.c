@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #define FILE_BYTES (256 * 1024)
-#define REQ_BYTES 512
-#define N_REQ 300
+#define REQ_BYTES  512
+#define N_REQ      300
 
 static unsigned char byte_at(uint64_t o)
 {
@@ -52,8 +52,8 @@ static void run(struct si_flash_io *io, const char *name, int bad)
     const int e = si_flash_io_read(io, req, N_REQ);
     alarm(0);
     if (bad >= 0) {
-        CHECK(e == EIO, "%s: a read past the end at request %d: error %d, expected EIO", name,
-              bad, e);
+        CHECK(e == EIO, "%s: a read past the end at request %d: error %d, expected EIO", name, bad,
+              e);
         return;
     }
     CHECK(e == 0, "%s: error %d", name, e);
@@ -94,10 +94,10 @@ int main(void)
             continue;
         printf("%s\n", si_flash_io_name(io));
         run(io, backs[b], -1);
-        run(io, backs[b], 0);          /* the first: the rest not yet queued */
-        run(io, backs[b], N_REQ / 2);  /* the middle */
-        run(io, backs[b], N_REQ - 1);  /* the last */
-        run(io, backs[b], -1);         /* and the reader still works */
+        run(io, backs[b], 0);         /* the first: the rest not yet queued */
+        run(io, backs[b], N_REQ / 2); /* the middle */
+        run(io, backs[b], N_REQ - 1); /* the last */
+        run(io, backs[b], -1);        /* and the reader still works */
         si_flash_io_free(io);
     }
     unsetenv("STARINFER_FLASH_IO");
