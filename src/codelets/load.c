@@ -9,7 +9,6 @@
 #include "model/act.h"
 #include "starinfer.h"
 
-#include <math.h>
 #include <starpu.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -126,30 +125,27 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
             sc->h[q] = si_flash_tier_fresh(ft, sc->ix[q]) ? hs[r++] : hs[c++];
         L->rd[a->j] = k * (int64_t)f->gu_row * (gate != NULL ? 2 : 1);
     } else {
-        /* hq[q]: position q's activation (gmask's act(gate), times the up
-         * dot for the gated kinds), the cached records' while the reads are
-         * in flight (NAN: fresh, after the wait); then the non-zero ones'
-         * records and activations into ix and h, in order.  The plain kind
-         * has nothing to compute before its records are in. */
+        /* rx[q]: position q's record (< 0: none); hq[q]: its activation,
+         * gmask's act(gate) times the up dot for the gated kinds, whose
+         * cached records go in pass 0 while the reads are in flight and
+         * fresh ones in pass 1 (the plain kind has no dot: it waits, then
+         * takes them all in pass 1); then the non-zero ones' records and
+         * activations into ix and h, in order. */
+        int32_t *rx = sc->sx;
         float *hq = sc->g;
-        bool waited = false;
-        if (hp->ffn_kind == SI_FFN_PLAIN) {
-            wait_reads(e, a->l, &t0);
-            waited = true;
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            if (pass == 1 && !waited)
+        int64_t nq = 0;
+        for (; nq < n && idx[nq] >= 0; nq++)
+            rx[nq] = si_flash_tier_record(ft, a->l, p0 + idx[nq]);
+        const bool early = hp->ffn_kind != SI_FFN_PLAIN;
+        for (int pass = early ? 0 : 1; pass < 2; pass++) {
+            if (pass == 1)
                 wait_reads(e, a->l, &t0);
-            for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-                const int32_t s = si_flash_tier_record(ft, a->l, p0 + idx[q]);
-                if (s < 0 || (pass == 1 && !isnan(hq[q])))
+            for (int64_t q = 0; q < nq; q++) {
+                const int32_t s = rx[q];
+                if (s < 0 || (early && si_flash_tier_fresh(ft, s) != (pass == 1)))
                     continue;
-                if (pass == 0 && !waited && si_flash_tier_fresh(ft, s)) {
-                    hq[q] = NAN;
-                    continue;
-                }
                 float h = L->gact[p0 + idx[q]];
-                if (hp->ffn_kind != SI_FFN_PLAIN) {
+                if (early) {
                     float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
                     L->rd[a->j] += (int64_t)f->gu_row; /* after gmask's gating rows */
                     if (b != NULL)
@@ -158,15 +154,12 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
                 }
                 hq[q] = h;
             }
-            if (waited)
-                break;
         }
-        for (int64_t q = 0; q < n && idx[q] >= 0; q++) {
-            const int32_t s = si_flash_tier_record(ft, a->l, p0 + idx[q]);
-            if (s < 0 || hq[q] == 0.0f)
+        for (int64_t q = 0; q < nq; q++) {
+            if (rx[q] < 0 || hq[q] == 0.0f)
                 continue;
             sc->h[k] = hq[q];
-            sc->ix[k++] = s;
+            sc->ix[k++] = rx[q];
         }
     }
     si_k_ffn_down_sparse(f->dt_type, mat + f->dt_off, rb, d, sc->h, sc->ix, k, y);

@@ -54,6 +54,14 @@ static int alloc_layer(struct si_flash_layer *L, int64_t n_ff)
                : SI_E_NOMEM;
 }
 
+/* Under t->mu: the job in hand is finished, with result rc. */
+static void job_done(struct si_flash_tier *t, int rc)
+{
+    t->job.rc = rc;
+    t->job.t_done = si__now();
+    t->job.done = true;
+}
+
 /* The reader thread: each job's reads, then done. */
 static void *reader_main(void *arg)
 {
@@ -71,11 +79,8 @@ static void *reader_main(void *arg)
             nanosleep(&(struct timespec){t->delay_us / 1000000, t->delay_us % 1000000 * 1000},
                       NULL);
         const int rc = si_flash_read(t->store, t->L[l].req, n);
-        const double t_done = si__now();
         pthread_mutex_lock(&t->mu);
-        t->job.rc = rc;
-        t->job.t_done = t_done;
-        t->job.done = true;
+        job_done(t, rc);
         pthread_cond_broadcast(&t->cv);
     }
     pthread_mutex_unlock(&t->mu);
@@ -315,9 +320,7 @@ int si_flash_tier_load(struct si_flash_tier *t, int l, const int32_t *perm, int6
         pthread_mutex_unlock(&t->mu);
         rc = si_flash_read(t->store, L->req, nr);
         pthread_mutex_lock(&t->mu);
-        t->job.rc = rc;
-        t->job.t_done = si__now();
-        t->job.done = true;
+        job_done(t, rc);
         rc = take_job(t, msg);
     } else {
         pthread_cond_broadcast(&t->cv);
