@@ -804,8 +804,10 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                  "(%lld records per layer of %d), window %d tokens%s",
                  si_flash_layout_name(ctx->fs->layout),
                  ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
-                 es.flash_overlap ? "reads beside compute"
-                                  : "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)",
+                 !es.flash_overlap ? "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)"
+                 : ep.mode == SI_SPARSITY_PREDICTOR && m->predictor_lookahead
+                     ? "reads beside compute and the attention (lookahead predictors)"
+                     : "reads beside compute",
                  mib(es.dram_resident), mib(es.flash_cache_bytes),
                  (long long)es.flash_cache_records, m->hp.n_ff, ep.flash_window, pinned);
         }

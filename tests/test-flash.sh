@@ -214,6 +214,19 @@ else
     fail "gate+input in DRAM: $(cat "$tmp/gerr")"
 fi
 
+# Lookahead predictors (train-predictor --lookahead): the predictor and the
+# layer's reads start beside its attention; the same tokens as in DRAM, also
+# with reads that land late.
+for i in $(seq 1 40); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done >"$tmp/train.txt"
+"$si" train-predictor -m "$tmp/r.gguf" -f "$tmp/train.txt" -o "$tmp/rl.gguf" -n 300 -c 128 --rank 64 \
+    --epochs 1 --lookahead >/dev/null 2>"$tmp/err" || fail "train-predictor --lookahead: $(cat "$tmp/err")"
+"$si" convert -m "$tmp/rl.gguf" --bundle >/dev/null 2>"$tmp/err" || fail "convert rl: $(cat "$tmp/err")"
+same "$tmp/rl.gguf" predictor --dram-budget 7M
+grep -q '^flash tier: .*reads beside compute and the attention (lookahead predictors)' "$tmp/gerr" ||
+    fail "lookahead: $(grep '^flash tier' "$tmp/gerr")"
+STARINFER_FLASH_READ_DELAY_US=2000 same "$tmp/rl.gguf" predictor --dram-budget 7M
+STARINFER_FLASH_OVERLAP=0 same "$tmp/rl.gguf" predictor --dram-budget 7M --flash-window 0
+
 # Tokens whose active neurons outnumber a layer's cache: the excess is read
 # into the spill area for that token, and the output is still the same.
 same "$tmp/r.gguf" predictor --dram-budget 6.3M

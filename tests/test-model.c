@@ -108,6 +108,8 @@ int main(void)
     expect_load_error(path, "llama", FAULT_VOCAB_MISMATCH, "the vocabulary has 41 tokens");
     expect_load_error(path, "llama", FAULT_BAD_ACTIVATION, "unknown starinfer.ffn_activation");
     expect_load_error(path, "opt", FAULT_NEGATIVE_FF, "opt.feed_forward_length = -5 is out of range");
+    expect_load_error(path, "llama", FAULT_BAD_PREDICTOR_INPUT,
+                      "starinfer.predictor.input 'attention' is neither 'ffn' nor 'layer'");
     unlink(path);
     si_model_free(NULL);
     return test_result();

@@ -62,6 +62,29 @@ grep -q 'samples per layer read from' "$tmp/out2" || fail "samples not reused: $
     --epochs 6 --samples "$tmp/relu.samples" --threads 1 >/dev/null 2>&1 || fail "train a third time"
 cmp -s "$tmp/pred2.gguf" "$tmp/pred3.gguf" || fail "the same seed and samples gave different files"
 
+# --lookahead: predictors of the attention's input, said by the file's key;
+# eval's table through the engine and the reference agree on them; samples
+# of one input are refused for the other.
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/la.gguf" -n 600 -c 128 \
+    --epochs 3 --lookahead --samples "$tmp/la.samples" >/dev/null 2>"$tmp/err" ||
+    fail "train --lookahead: $(cat "$tmp/err")"
+"$si" info --no-workers --kv "$tmp/la.gguf" | grep -q 'starinfer.predictor.input *STRING *"layer"' ||
+    fail "--lookahead: no starinfer.predictor.input \"layer\""
+"$si" info --no-workers --kv "$tmp/pred.gguf" | grep -q 'starinfer.predictor.input *STRING *"ffn"' ||
+    fail "no starinfer.predictor.input \"ffn\""
+"$si" eval -m "$tmp/la.gguf" -f "$tmp/held.txt" -c 128 >"$tmp/la-eng" 2>"$tmp/err" || fail "eval lookahead: $(cat "$tmp/err")"
+"$si" eval -m "$tmp/la.gguf" -f "$tmp/held.txt" -c 128 --engine ref >"$tmp/la-ref" 2>"$tmp/err" ||
+    fail "eval lookahead --engine ref: $(cat "$tmp/err")"
+ra=$(awk '$1 == "all" {print $2}' "$tmp/la-eng")
+rb=$(awk '$1 == "all" {print $2}' "$tmp/la-ref")
+awk -v a="$ra" -v b="$rb" 'BEGIN { d = a - b; exit (a == "" || b == "" || a < 0.5 || d > 0.01 || d < -0.01) }' ||
+    fail "eval lookahead: the engine's recall $ra, the reference's $rb"
+echo "ok: lookahead predictors, held-out recall $ra (engine) $rb (reference)"
+expect_error "la.samples: samples of the attention's input, but this run trains on the FFN's (without --lookahead)" \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/la.samples"
+expect_error "relu.samples: samples of the FFN's input, but this run trains on the attention's (--lookahead)" \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/relu.samples" --lookahead
+
 # Eval: a table of two layers, the size share, three modes.
 "$si" eval -m "$tmp/pred.gguf" -f "$tmp/held.txt" -c 128 >"$tmp/out" 2>"$tmp/err" || fail "eval: $(cat "$tmp/err")"
 cat "$tmp/out"

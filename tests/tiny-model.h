@@ -22,6 +22,7 @@ enum fault {
     FAULT_VOCAB_MISMATCH,
     FAULT_BAD_ACTIVATION,
     FAULT_NEGATIVE_FF,
+    FAULT_BAD_PREDICTOR_INPUT,
 };
 
 /* Write a tiny model of architecture `arch` (llama, bamboo, opt, gemma3,

@@ -91,6 +91,10 @@ static void train_usage(FILE *f)
             "                            worker) or ref (the single-threaded reference)\n"
             "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
             "                            it exists, else collect them and keep them there\n"
+            "      --lookahead           train on each layer's attention input (its norm of\n"
+            "                            the residual before the attention) instead of the\n"
+            "                            FFN's: the engine then runs the predictor, and the\n"
+            "                            flash tier's reads, beside the attention\n"
             "  -h, --help                show this help\n");
 }
 
@@ -166,7 +170,7 @@ int si_cmd_train(int argc, char **argv)
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
     bool target_given = false, powerinfer = false, auto_type = true, down_t = false, use_ref = false;
-    bool thr_given = false;
+    bool thr_given = false, lookahead = false;
     double predict_sparsity = 0;
     enum si_train_loss loss = SI_TRAIN_LOSS_BALANCED;
     double cost_power = 1.0;
@@ -292,6 +296,8 @@ int si_cmd_train(int argc, char **argv)
         } else if (!strcmp(a, "--samples")) {
             VALUE();
             samples_file = v;
+        } else if (!strcmp(a, "--lookahead")) {
+            lookahead = true;
         } else if (!strcmp(a, "--engine")) {
             VALUE();
             if (!si_cli_engine_opt(v, &use_ref))
@@ -405,6 +411,13 @@ int si_cmd_train(int argc, char **argv)
                          samples_file);
             goto out;
         }
+        if (samples->lookahead != lookahead) {
+            si_cli_error("%s: samples of the %s input, but this run trains on the %s's (%s)",
+                         samples_file, samples->lookahead ? "attention's" : "FFN's",
+                         lookahead ? "attention" : "FFN",
+                         lookahead ? "--lookahead" : "without --lookahead");
+            goto out;
+        }
         thresholds = relu ? NULL : kept_thr;
         printf("train-predictor: %s, %" PRId64 " samples per layer read from %s (%.1f s)\n",
                model, samples->n, samples_file, si__now() - bar_t0);
@@ -467,6 +480,7 @@ int si_cmd_train(int argc, char **argv)
             si_cli_error("%s", err);
             goto out;
         }
+        samples->lookahead = lookahead;
         bar_t0 = si__now();
         ps.samples = samples;
         ps.rule = rule;
@@ -585,6 +599,7 @@ int si_cmd_train(int argc, char **argv)
         .thresholds = thresholds,
         .target_sparsity = relu ? 0.0 : target,
         .n_samples = samples->n,
+        .lookahead = lookahead,
     };
     if (si_train_write(m, layers, &wp, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);

@@ -10,7 +10,10 @@
 #include <math.h>
 #include <starpu.h>
 
-/* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W). */
+/* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W).  A
+ * lookahead predictor (model.h): x and the carried ones (R) instead of
+ * ffn_in; it reads the attention's normalised input, the layer's input
+ * residual made as the attention tasks make it. */
 static void pred_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
@@ -20,8 +23,16 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     double t0 = si__now();
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    int b = 1; /* fc1's buffer */
+    double tm = 0.0;
+    if (e->m->predictor_lookahead) {
+        b += si__n_carried(e, a->l);
+        tm = si__residual_in(e, a->l, buffers, 1, xb, sc->xl, sc);
+        si_ref_attn_input(e->ref, a->l, sc->xl, sc->xn, sc->tmp);
+        xb = sc->xn;
+    }
     struct si_tensor fc2 = W->fc2;
-    fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
     fc2.pk = L->fc2_pk; /* packed in place (graph/weights.c) */
     /* The reference's predictor on fc2's rows in position order: the
      * selection comes out in position order, then as each slice's list. */
@@ -29,7 +40,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb, sc->h,
                    sc->y, sel);
     for (int32_t j = 0; j < L->nsl; j++) {
-        int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3 + j]);
+        int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[b + 2 + j]);
         const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
         int64_t k = 0;
         for (int64_t p = 0; p < n; p++)
@@ -38,7 +49,8 @@ static void pred_cpu(void *buffers[], void *cl_arg)
         for (; k < n; k++)
             idx[k] = -1;
     }
-    si__account(e, SI_TASK_PRED, t0);
+    si__charge(e, SI_TASK_MERGE, tm);
+    si__charge(e, SI_TASK_PRED, si__now() - t0 - tm);
 }
 
 /*

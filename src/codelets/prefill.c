@@ -104,6 +104,9 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     float *y = sc->hx;
     for (int64_t t = 0; t < nt; t++)
         si_ref_attn_input(e->ref, a->l, bx + (t0 + t) * d, y + t * d, sc->tmp);
+    if (e->obs_fn != NULL) /* si_ffn_view's xa: rows of the batch's tokens, this layer's */
+        memcpy(e->obs_a + ((size_t)a->l * (size_t)e->obs_nb + (size_t)t0) * (size_t)d, y,
+               (size_t)(nt * d) * sizeof(float));
     if (nt > 0) {
         batch_products(e, &W->wq, qd, y, d, nt, out, row, sc->gemm);
         batch_products(e, &W->wk, kvd, y, d, nt, out + qd, row, sc->gemm);

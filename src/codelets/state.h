@@ -235,11 +235,12 @@ struct si_engine {
      * batch FFN tasks keep, per layer and batch token, the FFN's input
      * (slice 0's task), gate products and activations (each task its
      * columns) for obs_fn, called after the batch; batches of at most obs_nb
-     * tokens while it is set. */
+     * tokens while it is set.  The batch attention tasks keep the
+     * attention's normalised inputs (obs_a: si_ffn_view's xa). */
     si_ffn_hook obs_fn;
     void *obs_user;
     int32_t obs_nb;
-    float *obs_x, *obs_g, *obs_h; /* (n_layer, obs_nb, n_embd | n_ff | n_ff) */
+    float *obs_x, *obs_g, *obs_h, *obs_a; /* (n_layer, obs_nb, n_embd | n_ff | n_ff | n_embd) */
 
     bool flash;        /* cold neurons from p.flash */
     struct si_flash_tier ft; /* their region, caches and loads */

@@ -133,13 +133,21 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
     return rc;
 }
 
-/* idx_L.j = the positions of slice j that the predictor says fire. */
+/* idx_L.j = the positions of slice j that the predictor says fire.  A
+ * lookahead predictor (model.h) reads the layer's input, x and the carried
+ * FFN output, as the attention tasks do: submitted before them, it runs
+ * beside them. */
 static int submit_predictor(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
     a.n = 0;
-    si__add(&a, e->h_xb, STARPU_R);
+    if (e->m->predictor_lookahead) {
+        si__add(&a, e->h_x, STARPU_R);
+        add_carried(e, l, &a);
+    } else {
+        si__add(&a, e->h_xb, STARPU_R);
+    }
     si__add(&a, L->h_fc1, STARPU_R);
     si__add(&a, L->h_fc2, STARPU_R);
     for (int32_t j = 0; j < L->nsl; j++)
@@ -263,10 +271,20 @@ static int submit_merge(struct si_engine *e, int l, int32_t token)
 static int submit_layer(struct si_engine *e, int l, int32_t token)
 {
     const struct si__layer_state *L = &e->L[l];
-    int rc = submit_attention(e, l, token);
-    if (rc == 0 && e->p.mode == SI_SPARSITY_PREDICTOR && !e->fuse_pred)
+    const bool pred = e->p.mode == SI_SPARSITY_PREDICTOR && !e->fuse_pred,
+               ahead = pred && e->m->predictor_lookahead,
+               loads = e->flash && L->nsl > (L->hot ? 1 : 0);
+    int rc = 0;
+    if (ahead) { /* the predictor and the flash tier's reads beside the attention */
         rc = submit_predictor(e, l, token);
-    if (rc == 0 && e->flash && L->nsl > (L->hot ? 1 : 0))
+        if (rc == 0 && loads)
+            rc = submit_loads(e, l, token);
+    }
+    if (rc == 0)
+        rc = submit_attention(e, l, token);
+    if (rc == 0 && pred && !ahead)
+        rc = submit_predictor(e, l, token);
+    if (rc == 0 && loads && !ahead)
         rc = submit_loads(e, l, token);
     if (rc == 0)
         rc = submit_ffn(e, l, token);

@@ -452,8 +452,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
          * predictor for its own neurons (fc1 whole, its rows of fc2), so
          * neither a predictor task nor the wait for it sits between a
          * layer's attention and its FFN (docs/measurements.md). */
+        /* Lookahead predictors (model.h) read the layer's input instead:
+         * their task runs beside the attention. */
         e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !e->flash &&
-                       getenv("SI_NO_FUSE_PRED") == NULL;
+                       !m->predictor_lookahead && getenv("SI_NO_FUSE_PRED") == NULL;
         e->fuse_out = e->na > 1 && !e->cuda_hot && !e->flash && !p.redux &&
                       (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
     }

@@ -24,7 +24,11 @@
  *       attn_o_L.j         att_*, Wo (R) -> o_j (W): row slice j of the projection
  *       attn_out_L         x2, o_* (R) -> x, ffn_in (W): residual, FFN input
  *     pred_L               ffn_in, fc1, fc2 (R) -> idx_L.j (W)     predictor mode:
- *                          each slice's list of predicted-active positions
+ *                          each slice's list of predicted-active positions;
+ *                          lookahead predictors (model.h): x and the carried
+ *                          FFN output (R) instead of ffn_in, submitted
+ *                          before attn_L (with the flash tier's load_L), so
+ *                          both run beside the attention
  *     ffn_hot_L            ffn_in, hot slice, [idx_L.0] (R) -> part_L.0 (W)
  *     ffn_cold_L.j         ffn_in, cold slice j, [idx_L.j] (R) -> part_L.j (W)
  *     ffn_down_L.k         dense mode: part_L.* (R: the activations), rows

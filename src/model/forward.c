@@ -245,6 +245,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     s->n_active = calloc((size_t)hp->n_layer, sizeof(int64_t));
     s->xb3 = calloc(d, sizeof(float));
+    s->xa = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
     s->attn_tile = malloc(si_k_attn_tiled_scratch(hp->head_dim, hp->n_head) * sizeof(float));
     const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
@@ -252,8 +253,8 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->kcache = calloc(cache, esz);
     s->vcache = calloc(cache, esz);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
-        !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits || !s->n_active ||
-        !s->xb3 || !s->tmp || !s->attn_tile || !s->kcache || !s->vcache)
+        !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits ||
+        !s->n_active || !s->xb3 || !s->xa || !s->tmp || !s->attn_tile || !s->kcache || !s->vcache)
         goto oom;
     *out = s;
     return SI_OK;
@@ -285,6 +286,7 @@ void si_ref_free(struct si_ref *s)
     free(s->logits);
     free(s->n_active);
     free(s->xb3);
+    free(s->xa);
     free(s->tmp);
     free(s->attn_tile);
     free(s->kcache);
@@ -465,7 +467,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     }
     if (s->ffn_hook != NULL) {
         const struct si_ffn_view v = {s->m, s->xb, hp->ffn_kind == SI_FFN_PLAIN ? NULL : s->hg,
-                                      s->hu};
+                                      s->hu, s->xa};
         s->ffn_hook(s->ffn_hook_user, &v, l);
     }
     const float thr = s->p.gate_thresholds != NULL ? s->p.gate_thresholds[l] : s->p.gate_threshold;
@@ -476,7 +478,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     if (s->p.predictor) {
         /* hg is free now: it takes fc2's output */
         si_ref_predict(&L->fc1, &L->fc2, s->m->predictor_threshold, s->p.act_quant, s->xq,
-                       s->xb, s->r1, s->hg, s->mask);
+                       s->m->predictor_lookahead ? s->xa : s->xb, s->r1, s->hg, s->mask);
         for (int64_t i = 0; i < ff; i++)
             if (!s->mask[i])
                 s->hu[i] = 0.0f;
@@ -710,6 +712,8 @@ void si_ref_attn(struct si_ref *s, int l)
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;
+    if (s->m->predictor_lookahead || s->ffn_hook != NULL)
+        memcpy(s->xa, s->xb, (size_t)hp->n_embd * sizeof(float));
     sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
     if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_QKV)) {
         si_ref_matvec_t(&L->wq_t, 0, L->wq_t.ne[0], s->xb, s->q);

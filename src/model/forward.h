@@ -79,13 +79,16 @@ struct si_ref_params si_ref_default_params(void);
  * ffn_hook; the engine's observer, graph/engine.h): x, its input after the
  * norm (n_embd); g, the gate products gate . x before the activation (n_ff;
  * NULL for plain FFNs); h, the activations act(g) * (up . x), or act(up . x)
- * for plain FFNs (n_ff), before any sparsity applies.
+ * for plain FFNs (n_ff), before any sparsity applies; xa, the layer's
+ * attention input after its norm (n_embd: what a lookahead predictor reads,
+ * model.h), or NULL where the runner does not keep it.
  */
 struct si_ffn_view {
     const struct si_model *m;
     const float *x;
     const float *g;
     float *h;
+    const float *xa;
 };
 typedef void (*si_ffn_hook)(void *user, const struct si_ffn_view *v, int l);
 
@@ -111,6 +114,8 @@ struct si_ref {
     float *r1;             /* (predictor rank) its hidden layer */
     float *logits;         /* (n_vocab) */
     float *xb3;            /* (n_embd) falcon: the attention output beside the FFN's */
+    float *xa;             /* (n_embd) the attention's normalised input, kept for a
+                            * lookahead predictor (model.h) and the FFN hook */
     float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
     float *attn_tile;      /* si_k_attn_f16_tiled's scratch (attn_f32 with kv_f16) */
 

@@ -131,12 +131,20 @@ struct si_weights {
     struct si_layer *layers; /* [n_layer] */
 };
 
+/* The key that says what the predictors read: "ffn" or "layer" (below). */
+#define SI_PREDICTOR_INPUT_KEY "starinfer.predictor.input"
+
 struct si_model {
     struct si_gguf *gguf;
     struct si_hparams hp;
     struct si_weights w;
     float predictor_threshold; /* powerinfer.sparse_threshold, 0 by default */
     bool has_predictor;
+    /* starinfer.predictor.input = "layer": the predictors read the layer's
+     * attention input (attn_norm of the residual before the attention, a
+     * lookahead that lets the FFN's reads start beside the attention), not
+     * the FFN's own input ("ffn", the default and PowerInfer's) */
+    bool predictor_lookahead;
 };
 
 /* Map and check the model at `path`; SI_OK or a negative si_status with one
