@@ -110,6 +110,8 @@ int main(void)
     expect_load_error(path, "opt", FAULT_NEGATIVE_FF, "opt.feed_forward_length = -5 is out of range");
     expect_load_error(path, "llama", FAULT_BAD_PREDICTOR_INPUT,
                       "starinfer.predictor.input 'attention' is neither 'ffn' nor 'layer'");
+    expect_load_error(path, "llama", FAULT_PREDICTOR_INPUT_TYPE,
+                      "starinfer.predictor.input is not a string");
     unlink(path);
     si_model_free(NULL);
     return test_result();

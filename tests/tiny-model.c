@@ -80,6 +80,8 @@ void write_model(const char *path, const char *arch, enum fault fault)
         si_gguf_writer_set_str(w, "starinfer.ffn_activation", "swish-9000");
     if (fault == FAULT_BAD_PREDICTOR_INPUT)
         si_gguf_writer_set_str(w, "starinfer.predictor.input", "attention");
+    if (fault == FAULT_PREDICTOR_INPUT_TYPE)
+        si_gguf_writer_set_u32(w, "starinfer.predictor.input", 1);
 #undef KEY
     const int nv = fault == FAULT_VOCAB_MISMATCH ? NV + 1 : NV;
     const char *toks[NV + 1];

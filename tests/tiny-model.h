@@ -23,6 +23,7 @@ enum fault {
     FAULT_BAD_ACTIVATION,
     FAULT_NEGATIVE_FF,
     FAULT_BAD_PREDICTOR_INPUT,
+    FAULT_PREDICTOR_INPUT_TYPE,
 };
 
 /* Write a tiny model of architecture `arch` (llama, bamboo, opt, gemma3,

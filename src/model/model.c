@@ -487,15 +487,16 @@ int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size
     double thr = 0.0;
     si_gguf_get_f64(g, "powerinfer.sparse_threshold", &thr);
     m->predictor_threshold = (float)thr;
-    struct si_gguf_str pin;
-    if (si_gguf_get_str(g, SI_PREDICTOR_INPUT_KEY, &pin) == SI_OK) {
-        m->predictor_lookahead = si_gguf_str_eq(pin, "layer");
-        if (!m->predictor_lookahead && !si_gguf_str_eq(pin, "ffn")) {
-            free(m->w.layers);
-            free(m);
-            return fail(&ld, SI_E_FORMAT, "%s '%.*s' is neither 'ffn' nor 'layer'",
-                        SI_PREDICTOR_INPUT_KEY, (int)pin.len > 32 ? 32 : (int)pin.len, pin.data);
-        }
+    struct si_gguf_str pin = {0};
+    rc = si_gguf_get_str(g, SI_PREDICTOR_INPUT_KEY, &pin);
+    m->predictor_lookahead = rc == SI_OK && si_gguf_str_eq(pin, "layer");
+    if (rc != SI_E_NOT_FOUND && !m->predictor_lookahead && !si_gguf_str_eq(pin, "ffn")) {
+        free(m->w.layers);
+        free(m);
+        if (rc != SI_OK)
+            return fail(&ld, SI_E_FORMAT, "%s is not a string", SI_PREDICTOR_INPUT_KEY);
+        return fail(&ld, SI_E_FORMAT, "%s '%.*s' is neither 'ffn' nor 'layer'",
+                    SI_PREDICTOR_INPUT_KEY, (int)pin.len > 32 ? 32 : (int)pin.len, pin.data);
     }
     m->gguf = g;
     *out = m;
