@@ -383,6 +383,38 @@ static void test_model(void)
         CHECK(same, "samples differ after the round trip");
     }
     si_train_samples_free(s2);
+    s2 = NULL;
+    free(thr);
+    thr = NULL;
+    /* Samples of the attention's input say so; an input kind of neither
+     * name is refused (the file's "layer" turned into "later"). */
+    s->lookahead = true;
+    CHECK(si_train_samples_write(s, G, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
+          err);
+    s->lookahead = false;
+    CHECK(si_train_samples_read(&s2, &rule, &thr, &tgt, samp_path, m, err, sizeof err) == SI_OK &&
+              s2 != NULL && s2->lookahead,
+          "lookahead samples read back: %s", err);
+    si_train_samples_free(s2);
+    s2 = NULL;
+    FILE *sf = fopen(samp_path, "r+b");
+    char head[4096];
+    const size_t got = sf != NULL ? fread(head, 1, sizeof head, sf) : 0;
+    const char *key = memmem(head, got, "starinfer.samples.input", 23);
+    const char *val = key != NULL ? memmem(key, got - (size_t)(key - head), "layer", 5) : NULL;
+    CHECK(val != NULL, "no samples input key in the file's first %zu bytes", got);
+    if (val != NULL) {
+        fseek(sf, (long)(val - head) + 2, SEEK_SET);
+        fputc('t', sf);
+    }
+    if (sf != NULL)
+        fclose(sf);
+    err[0] = '\0';
+    CHECK(si_train_samples_read(&s2, &rule, &thr, &tgt, samp_path, m, err, sizeof err) ==
+                  SI_E_FORMAT &&
+              s2 == NULL && strstr(err, "starinfer.samples.input not ffn/layer") != NULL,
+          "an unknown samples input: '%s'", err);
+    si_train_samples_free(s2);
     free(thr);
 
     /* Training lowers the loss and raises recall; the same seed, the same weights. */

@@ -712,7 +712,7 @@ void si_ref_attn(struct si_ref *s, int l)
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;
-    if (s->m->predictor_lookahead || s->ffn_hook != NULL)
+    if ((s->p.predictor && s->m->predictor_lookahead) || s->ffn_hook != NULL)
         memcpy(s->xa, s->xb, (size_t)hp->n_embd * sizeof(float));
     sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
     if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_QKV)) {

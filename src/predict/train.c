@@ -1167,8 +1167,13 @@ int si_train_samples_read(struct si_train_samples **out, enum si_active_rule *ru
         }
     }
     s->n = (int64_t)n;
-    struct si_gguf_str input;
-    s->lookahead = si_gguf_get_str(g, SK_INPUT, &input) == SI_OK && si_gguf_str_eq(input, "layer");
+    struct si_gguf_str input = {0};
+    const int ri = si_gguf_get_str(g, SK_INPUT, &input);
+    s->lookahead = ri == SI_OK && si_gguf_str_eq(input, "layer");
+    if (ri != SI_E_NOT_FOUND && !s->lookahead && !si_gguf_str_eq(input, "ffn")) {
+        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: %s not ffn/layer", path, SK_INPUT);
+        goto out;
+    }
     const int64_t k = si_gguf_find_key(g, SK_THR);
     if (k >= 0) {
         const struct si_gguf_kv *kv = &g->kv[k];
