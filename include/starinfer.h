@@ -291,12 +291,17 @@ struct si_context_params {
     float gate_threshold; /* gate mode on SiLU/GELU models: |act(gate)| must exceed
                            * it; 0 (default): the profile's per-layer thresholds
                            * when it has them, else exact zeros only */
-    int64_t vram_budget;  /* bytes the GPU may hold: the engine's reserve (buffers;
-                           * attention and the KV cache stay on the CPU in this
-                           * engine) plus FFN neurons, the hottest first (or the
+    int64_t vram_budget;  /* bytes the GPU may hold: the engine's reserve (buffers,
+                           * and the attention of gpu_attention's layers with their
+                           * KV caches) plus FFN neurons, the hottest first (or the
                            * placement's); 0 (default): none, every neuron on the
                            * CPU.  Below the reserve: SI_E_BUDGET; without a CUDA
                            * worker: SI_E_NO_DEVICE */
+    int32_t gpu_attention; /* with vram_budget: the layers (the first ones) whose
+                            * attention runs on the GPU; 0 (default): as many as
+                            * pay against the hottest neurons (none in dense mode
+                            * or with a placement); -1: none; N: the first N (all
+                            * of them when N is at least the model's layers) */
     int64_t dram_budget;  /* bytes of host memory the model may keep resident;
                            * 0 (default): unlimited.  When the file's tensor data
                            * plus the KV cache exceed it, the flash tier serves
@@ -583,6 +588,7 @@ struct si_stats {
     unsigned n_cpu_workers, n_cuda_workers;
     int32_t n_slices;          /* cold FFN slices per layer */
     int64_t hot_bytes;         /* FFN weights placed in the GPU's hot slices */
+    int32_t gpu_attention_layers; /* layers whose attention runs on the GPU */
     int64_t gpu_budget;        /* the VRAM budget the engine placed under (0: none) */
     int64_t gpu_accounted;     /* GPU bytes of the engine's handles: reserve + hot slices */
     int64_t gpu_allocated_peak; /* the most StarPU had allocated on the CUDA nodes */

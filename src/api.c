@@ -530,6 +530,11 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "n_batch: %d is outside [0, 4096]", p->n_batch);
     if (p->n_slices < 0 || p->n_slices > 256)
         return fail(SI_E_INVALID, "n_slices: %d is outside [0, 256]", p->n_slices);
+    if (p->gpu_attention < -1)
+        return fail(SI_E_INVALID, "gpu_attention: %d is below -1", p->gpu_attention);
+    if (p->gpu_attention > 0 && p->vram_budget == 0 && p->placement_path == NULL)
+        return fail(SI_E_INVALID, "gpu_attention: the GPU's layers need a VRAM budget "
+                                  "(vram_budget, or a placement's)");
     if (p->attn_split < 0 || p->attn_split > 256)
         return fail(SI_E_INVALID, "attn_split: %d is outside [0, 256]", p->attn_split);
     if (!(p->input_sparsity >= 0.0f && p->input_sparsity <= 0.9f))
@@ -558,6 +563,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
     static const struct si__engine_option opt[] = {
         {"sparsity gate or predictor", "--sparsity", NULL},
         {"vram_budget", "--vram-budget", NULL},
+        {"gpu_attention", "--gpu-attention", NULL},
         {"profile_path", "--profile", NULL},
         {"placement_path", "--placement", NULL},
         {"exact_prefill", "--exact-prefill", NULL},
@@ -570,6 +576,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
     const bool set[] = {
         p->sparsity != SI_SPARSE_DENSE,
         p->vram_budget > 0,
+        p->gpu_attention > 0,
         p->profile_path != NULL && p->input_sparsity == 0.0f,
         p->placement_path != NULL,
         p->exact_prefill,
@@ -730,6 +737,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         ep.redux = p.redux;
         ep.exact_prefill = p.exact_prefill;
         ep.attn_split = p.attn_split;
+        ep.attn_gpu = p.gpu_attention;
         ep.pipe = p.mpi;
         if (p.n_batch > 0)
             ep.n_batch = p.n_batch;
@@ -1408,6 +1416,7 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.n_cuda_workers = si_runtime_ncuda();
         s.n_slices = si_engine_n_slices(ctx->eng);
         s.hot_bytes = si_engine_hot_bytes(ctx->eng);
+        s.gpu_attention_layers = e.attn_gpu_layers;
         s.gpu_budget = e.gpu_budget;
         s.gpu_accounted = e.gpu_accounted;
         s.gpu_allocated_peak = e.gpu_allocated_peak;

@@ -255,7 +255,7 @@ static void test_bad_params(struct si_llm *llm)
     struct bad_case {
         const char *needle;
         struct si_context_params p;
-    } cases[16];
+    } cases[24];
     int n = 0;
     struct si_context_params p = si_context_default_params();
     p.n_ctx = -1;
@@ -282,6 +282,12 @@ static void test_bad_params(struct si_llm *llm)
     p = si_context_default_params();
     p.vram_budget = -5;
     cases[n++] = (struct bad_case){"vram_budget", p};
+    p = si_context_default_params();
+    p.gpu_attention = -2;
+    cases[n++] = (struct bad_case){"gpu_attention: -2 is below -1", p};
+    p = si_context_default_params();
+    p.gpu_attention = 4;
+    cases[n++] = (struct bad_case){"gpu_attention: the GPU's layers need a VRAM budget", p};
     /* The flash tier's options are the StarPU engine's too (the CLI checks
      * the same table). */
     p = si_context_default_params();

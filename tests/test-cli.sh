@@ -103,6 +103,10 @@ expect_error 1 "--sparsity: 'half' is not dense, gate or predictor" generate -m 
 expect_error 1 "--vram-budget: '12Q' has an unknown unit" generate -m x.gguf -p a --vram-budget 12Q
 expect_error 1 "--vram-budget: 'lots' is not a size" generate -m x.gguf -p a --vram-budget lots
 expect_error 1 "--merge: 'sum' is neither task nor redux" generate -m x.gguf -p a --merge sum
+expect_error 1 "--gpu-attention: 'many' is not a whole number" generate -m x.gguf -p a --gpu-attention many
+expect_error 1 "--gpu-attention: 0 is out of range" generate -m x.gguf -p a --gpu-attention 0
+expect_error 1 "generate: --gpu-attention needs --engine starpu" \
+    generate -m x.gguf -p a --engine ref --gpu-attention 2
 expect_error 1 "synth: unknown option '--bogus'" synth --bogus
 head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a
@@ -244,6 +248,9 @@ STARPU_NCUDA=0 "$si" generate -m "$tmp/tiny.gguf" -p a -n 1 --engine starpu --sp
 [ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
     grep -qF "a VRAM budget needs a GPU, and StarPU has no CUDA worker" "$tmp/err" ||
     fail "generate --vram-budget without a CUDA worker: $(cat "$tmp/err")"
+expect_error 1 "gpu_attention: the GPU's layers need a VRAM budget" \
+    generate -m "$tmp/tiny.gguf" -p a -n 1 --sparsity gate --gpu-attention 2
+"$si" generate --help | grep -q -- '--gpu-attention N' || fail "generate --help lacks --gpu-attention"
 STARPU_NCUDA=0 "$si" bench -m "$tmp/tiny.gguf" -p a -n 1 -r 1 --vram-budget 64M >"$tmp/out" 2>"$tmp/err"
 [ $? = 1 ] && grep -qF "bench: --vram-budget needs a GPU" "$tmp/err" ||
     fail "bench --vram-budget without a CUDA worker: $(cat "$tmp/err")"

@@ -895,6 +895,82 @@ static void test_combine(int kind, int act, bool bias, cudaStream_t stream)
     free(h);
 }
 
+/* si_cuda_residual, si_cuda_add and si_cuda_to_f16 against the CPU's own
+ * sums and conversion: the same operations in the same order, so the same
+ * bits. */
+static void test_elementwise(int n_parts, bool bias, cudaStream_t stream)
+{
+    const int64_t n = 5003;
+    const size_t fb = (size_t)n * sizeof(float);
+    float *x = malloc(fb), *b = malloc(fb), *want = malloc(fb), *got = malloc(fb);
+    float **parts = malloc((size_t)n_parts * sizeof *parts);
+    const float **dparts = malloc((size_t)n_parts * sizeof *dparts);
+    fill(x, n, 3.0f);
+    fill(b, n, 0.5f);
+    for (int j = 0; j < n_parts; j++) {
+        parts[j] = malloc(fb);
+        fill(parts[j], n, 2.0f);
+        dparts[j] = dev_copy(parts[j], fb);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float s = parts[0][i];
+        for (int j = 1; j < n_parts; j++)
+            s += parts[j][i];
+        if (bias)
+            s += b[i];
+        want[i] = x[i] + s;
+    }
+    float *dx = dev_copy(x, fb), *db = dev_copy(b, fb);
+    char what[64];
+    snprintf(what, sizeof what, "residual of %d parts%s", n_parts, bias ? " and a bias" : "");
+    if (finish(si_cuda_residual(dx, dparts, n_parts, bias ? db : NULL, n, stream), stream, what)) {
+        host_copy(got, dx, fb);
+        CHECK(memcmp(got, want, fb) == 0, "%s: not the CPU's bits", what);
+    }
+    /* y = a + b, in place too, then fp16 */
+    for (int64_t i = 0; i < n; i++)
+        want[i] = x[i] + b[i];
+    float *da = dev_copy(x, fb);
+    if (finish(si_cuda_add(da, da, db, n, stream), stream, "add in place")) {
+        host_copy(got, da, fb);
+        CHECK(memcmp(got, want, fb) == 0, "add: not the CPU's bits");
+    }
+    uint16_t *h = malloc((size_t)n * 2), *hw = malloc((size_t)n * 2);
+    uint16_t *dh = dev_copy(NULL, (size_t)n * 2);
+    want[0] = 65520.0f; /* rounds to infinity */
+    want[1] = 1e-8f;    /* a subnormal half */
+    want[2] = -0.0f;
+    float *dw = dev_copy(want, fb);
+    if (finish(si_cuda_to_f16(dh, dw, n, stream), stream, "to_f16")) {
+        host_copy(h, dh, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++)
+            hw[i] = si_fp32_to_fp16(want[i]);
+        CHECK(memcmp(h, hw, (size_t)n * 2) == 0, "to_f16: not si_fp32_to_fp16's bits");
+    }
+    CHECK(si_cuda_residual(dx, dparts, 0, NULL, n, stream) == cudaErrorInvalidValue,
+          "residual of no parts accepted");
+    CHECK(si_cuda_residual(dx, dparts, SI_CUDA_MAX_PARTS + 1, NULL, n, stream) ==
+              cudaErrorInvalidValue,
+          "residual of too many parts accepted");
+    for (int j = 0; j < n_parts; j++) {
+        cudaFree((void *)dparts[j]);
+        free(parts[j]);
+    }
+    cudaFree(dx);
+    cudaFree(db);
+    cudaFree(da);
+    cudaFree(dh);
+    cudaFree(dw);
+    free(parts);
+    free(dparts);
+    free(x);
+    free(b);
+    free(want);
+    free(got);
+    free(h);
+    free(hw);
+}
+
 int main(void)
 {
     int n_dev = 0;
@@ -952,6 +1028,10 @@ int main(void)
     test_rope(SI_ROPE_NEOX, 4, 256, 256, 2047, 1, 1e4f, 1.0f, stream);  /* gemma3 local */
     test_rope(SI_ROPE_NEOX, 2, 128, 64, 7, 5, 10000.0f, 1.0f, stream);  /* partial rotation */
     test_rope(SI_ROPE_NONE, 2, 64, 64, 7, 1, 10000.0f, 1.0f, stream);
+
+    test_elementwise(1, false, stream);
+    test_elementwise(7, true, stream);
+    test_elementwise(SI_CUDA_MAX_PARTS, true, stream);
 
     test_attn(9, 3, 64, 0, 700, stream); /* SmolLM2's GQA */
     test_attn(4, 1, 256, 300, 812, stream); /* gemma3, a sliding window */

@@ -45,6 +45,7 @@ expect_error "--sparsity: 'dense' is not gate or predictor" "${base[@]}" --vram-
 expect_error "--time-limit: 'soon' is not a number" "${base[@]}" --vram-budget 1M -o x --time-limit soon
 expect_error "--cpu-bw: 0 is out of range" "${base[@]}" --vram-budget 1M -o x --cpu-bw 0
 expect_error "place: unknown option '--bogus'" place --bogus
+expect_error "--gpu-attention: 0 is out of range" "${base[@]}" --vram-budget 1M -o x --gpu-attention 0
 expect_error "is below the" "${base[@]}" --vram-budget 100 -o "$tmp/x.gguf" "${hw[@]}"
 [ -e "$tmp/x.gguf" ] && fail "a refused placement wrote its file"
 expect_error "profile of 2 layers x 512 neurons, but the model has 2 x 256" \
@@ -60,6 +61,12 @@ expect_error "trunc.gguf" place --show "$tmp/trunc.gguf"
     fail "place: $(cat "$tmp/err")"
 cat "$tmp/out"
 grep -q 'kv cache .*kept on the CPU' "$tmp/out" || fail "place: the reserve does not itemize the KV cache"
+# --gpu-attention N: the reserve holds the attention of N layers and their
+# KV caches, and the ILP gets what they leave.
+"$si" "${base[@]}" --vram-budget 64M --gpu-attention 1 -c 64 -o "$tmp/pla.gguf" "${hw[@]}" \
+    >"$tmp/outa" 2>"$tmp/err" || fail "place --gpu-attention: $(cat "$tmp/err")"
+grep -Eq '^  attention +[1-9][0-9]* bytes' "$tmp/outa" && grep -Eq '^  kv cache +[1-9][0-9]* bytes' "$tmp/outa" ||
+    fail "place --gpu-attention 1: the reserve lacks the layer's attention: $(cat "$tmp/outa")"
 grep -q 'placement (ilp): optimal' "$tmp/out" || fail "place: not solved to optimality"
 grep -q 'gap' "$tmp/out" || fail "place: no gap reported"
 "$si" place --show "$tmp/pl.gguf" -m "$tmp/m.gguf" >"$tmp/show" 2>&1 || fail "--show: $(cat "$tmp/show")"

@@ -67,6 +67,8 @@ static void bench_usage(FILE *f)
                "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
                "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
                "                          an error without a CUDA worker)\n"
+               "      --gpu-attention N   with --vram-budget: the attention of the first N\n"
+               "                          layers on the GPU; auto (default), all, none\n"
                "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
                "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
                "      --attn-split N      attention's products in N row slices (0: automatic)\n"
@@ -116,6 +118,7 @@ struct run {
     double gpu_bytes_per_tok;  /* ... of which from GPU memory */
     double neurons_computed;   /* share of FFN neurons computed */
     int64_t vram_peak;         /* -1 without a CUDA worker */
+    int32_t attn_gpu_layers;   /* layers whose attention ran on the GPU */
     uint64_t tokens_hash;
     unsigned ncpu, ncuda;
     double *lat;               /* (n_predict) ms per decoded token */
@@ -210,6 +213,7 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
             ? (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total
             : 0.0;
     out->vram_peak = st.gpu_allocated_peak;
+    out->attn_gpu_layers = st.attn_gpu_layers;
     out->tasks_per_tok = st.tokens > 0 ? (double)st.tasks / (double)st.tokens : 0.0;
     out->busy = st.seconds > 0 ? busy / (st.seconds * workers) : 0.0;
     out->tokens_hash = h;
@@ -260,6 +264,7 @@ static void print_json(const char *model, const struct si_engine_params *ep,
            si_sparsity_name(ep->mode), n_prompt, n_predict, runs[0].ncpu, runs[0].ncuda, rss_kib,
            (long long)runs[0].vram_peak, runs[0].bytes_per_tok, runs[0].gpu_bytes_per_tok,
            (long long)dense_bytes, runs[0].neurons_computed);
+    printf(", \"attn_gpu_layers\": %d", (int)runs[0].attn_gpu_layers);
     if (membw > 0)
         printf(", \"membw_bytes_per_s\": %.0f", membw);
     printf(", \"policies\": [");
@@ -347,6 +352,15 @@ int si_cmd_bench(int argc, char **argv)
                 return 1;
         } else if (!strcmp(a, "--vram-budget")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &ep.vram_budget))
+                return 1;
+        } else if (!strcmp(a, "--gpu-attention")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL)
+                return 1;
+            if (!strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "all"))
+                ep.attn_gpu = v[1] == 'u' ? 0 : v[1] == 'o' ? -1 : INT32_MAX;
+            else if (si_cli_int(a, v, 1, 100000, &ll))
+                ep.attn_gpu = (int32_t)ll;
+            else
                 return 1;
         } else if (!strcmp(a, "--slices")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 256, &ll))
@@ -590,8 +604,10 @@ int si_cmd_bench(int argc, char **argv)
                runs[0].bytes_per_tok / 1e6, (double)dense_bytes / 1e6,
                100.0 * runs[0].neurons_computed, (double)ru.ru_maxrss / 1024.0);
         if (runs[0].vram_peak >= 0)
-            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token%s",
+            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token, the attention of "
+                   "%d layers%s",
                    (double)runs[0].vram_peak / 1048576.0, runs[0].gpu_bytes_per_tok / 1e6,
+                   (int)runs[0].attn_gpu_layers,
                    ep.mode != SI_SPARSITY_DENSE && runs[0].gpu_bytes_per_tok > 0
                        ? " (the GPU's hot slices counted whole: the GPU does not count its "
                          "active neurons)"

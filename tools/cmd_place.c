@@ -43,6 +43,8 @@ static void place_usage(FILE *f)
             "      --sparsity M       gate or predictor: the engine mode the neuron sizes are\n"
             "                         for (default: predictor when the model has one)\n"
             "  -c, --ctx-size N       context of the engine (KV cache size in the report)\n"
+            "      --gpu-attention N  leave room for the attention of the first N layers\n"
+            "                         and their KV caches (give generate the same N)\n"
             "      --policy P         ilp (default), hottest (most active neurons of any\n"
             "                         layer while they fit) or random (for comparisons)\n"
             "      --seed N           random policy's seed (default 1)\n"
@@ -134,7 +136,7 @@ int si_cmd_place(int argc, char **argv)
     const char *sparsity = NULL;
     struct si_place_params pp = si_place_default_params();
     bool budget_given = false;
-    long long n_ctx = 0, threads = 0, seed = 1, batch = 64;
+    long long n_ctx = 0, threads = 0, seed = 1, batch = 64, attn_gpu = 0;
     struct si_hwmodel hw;
     si_hwmodel_defaults(&hw, 0);
     for (int i = 1; i < argc; i++) {
@@ -158,6 +160,10 @@ int si_cmd_place(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &pp.vram_budget))
                 return 1;
             budget_given = true;
+        } else if (!strcmp(a, "--gpu-attention")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
+                !si_cli_int(a, v, 1, 100000, &attn_gpu))
+                return 1;
         } else if (!strcmp(a, "--cpu-capacity")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &pp.cpu_capacity))
                 return 1;
@@ -246,6 +252,7 @@ int si_cmd_place(int argc, char **argv)
     ep.mode = !strcmp(sparsity, "gate") ? SI_SPARSITY_GATE : SI_SPARSITY_PREDICTOR;
     ep.ref.n_ctx = (int32_t)n_ctx;
     ep.vram_budget = pp.vram_budget;
+    ep.attn_gpu = (int32_t)attn_gpu;
     if (si_engine_gpu_reserve(m, &ep, &pp.reserve, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);
         goto out;

@@ -110,6 +110,19 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         VALUE();
         if (!si_cli_size(a, v, &cp->vram_budget))
             return -1;
+    } else if (!strcmp(a, "--gpu-attention")) {
+        VALUE();
+        if (!strcmp(v, "auto")) {
+            cp->gpu_attention = 0;
+        } else if (!strcmp(v, "none")) {
+            cp->gpu_attention = -1;
+        } else if (!strcmp(v, "all")) {
+            cp->gpu_attention = INT32_MAX; /* the engine takes the model's layers */
+        } else {
+            if (!si_cli_int(a, v, 1, 100000, &ll))
+                return -1;
+            cp->gpu_attention = (int32_t)ll;
+        }
     } else if (!strcmp(a, "--dram-budget")) {
         VALUE();
         if (!si_cli_size(a, v, &cp->dram_budget))
@@ -239,6 +252,10 @@ void si_run_usage(FILE *f, bool chat)
             "      --vram-budget SIZE  GPU memory for the engine: its buffers, then the\n"
             "                          hottest FFN neurons, e.g. 512M (default 0: CPU only;\n"
             "                          an error without a CUDA worker)\n"
+            "      --gpu-attention N   with --vram-budget: the attention (weights and KV\n"
+            "                          cache) of the first N layers on the GPU; auto (the\n"
+            "                          default): as many layers as keep more bytes off\n"
+            "                          the CPU than the hottest neurons would; all; none\n"
             "      --dram-budget SIZE  host memory the model may keep resident (default 0:\n"
             "                          unlimited).  Below its tensor data and KV cache the\n"
             "                          flash tier reads cold FFN neurons from the flash\n"
@@ -300,6 +317,9 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
     if (st->packed_bytes > 0)
         fprintf(f, "engine: %.1f MiB of weights packed 8 rows at a time\n",
                 (double)st->packed_bytes / 1048576.0);
+    if (st->gpu_attention_layers > 0)
+        fprintf(f, "engine: the attention of %d layer%s on the GPU (its weights and KV cache)\n",
+                (int)st->gpu_attention_layers, si_cli_s(st->gpu_attention_layers));
     if (st->gpu_budget > 0)
         fprintf(f, "engine: GPU bytes: budget %lld, engine handles %lld, allocated by StarPU "
                    "(peak) %lld\n",

@@ -132,6 +132,27 @@ cudaError_t si_cuda_attn_f16(float *out, const float *q, const uint16_t *k, cons
                              int first, int n_kv, int n_head, int n_head_kv, int head_dim,
                              float scale, cudaStream_t stream);
 
+/* y[i] = a[i] + b[i] for i < n (b NULL: y = a); y may alias a or b. */
+cudaError_t si_cuda_add(float *y, const float *a, const float *b, int64_t n, cudaStream_t stream);
+
+/* The most partial outputs si_cuda_residual adds (kernel parameters). */
+#define SI_CUDA_MAX_PARTS 320
+
+/*
+ * A layer's input residual from the one before, as the engine's merge
+ * computes it on the CPU (codelets/merge.c): s = parts[0][i] + parts[1][i]
+ * + ... in that order, then + bias[i] (bias NULL: none), then x[i] = x[i] +
+ * s, for i < n.  parts: a host array of n_parts (1 to SI_CUDA_MAX_PARTS)
+ * device pointers.  Every sum is rounded as the CPU rounds it: the same
+ * bits.
+ */
+cudaError_t si_cuda_residual(float *x, const float *const *parts, int n_parts, const float *bias,
+                             int64_t n, cudaStream_t stream);
+
+/* dst[i] = src[i] rounded to fp16 (to nearest even, as si_fp32_to_fp16),
+ * for i < n: a position's keys or values into an fp16 cache. */
+cudaError_t si_cuda_to_f16(uint16_t *dst, const float *src, int64_t n, cudaStream_t stream);
+
 /*
  * The predictor, si_k_predictor's twin: hid = relu(fc1 x) (fc1: r rows of
  * n_embd elements), z = fc2 hid (fc2: n_ff rows of r elements), then idx =

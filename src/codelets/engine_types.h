@@ -36,6 +36,9 @@ struct si_engine_params {
     const struct si_placement *placement; /* per layer, the neurons for the GPU
                                            * (may be NULL: the greedy rule); must
                                            * outlive si_engine_init only */
+    int32_t attn_gpu;                     /* layers whose attention runs on the GPU (the first
+                                           * ones; graph/attn_gpu.c): 0 as many as pay under the
+                                           * VRAM budget, -1 none, N the first N (or all) */
     bool hot_on_cpu; /* testing: place the hot slice as with a GPU, but run
                       * it on a CPU worker (no CUDA worker needed) */
     bool redux;      /* the slices add into the layer output through
@@ -154,6 +157,7 @@ struct si_engine_stats {
      * computed) and from GPU memory (hot slices, whole).  A dense pass reads
      * si_model_token_bytes() per token. */
     int64_t weight_bytes_cpu, weight_bytes_gpu;
+    int32_t attn_gpu_layers; /* layers whose attention runs on the GPU */
 };
 
 #endif /* SI_CODELETS_ENGINE_TYPES_H */

@@ -202,3 +202,84 @@ extern "C" cudaError_t si_cuda_attn_f16(float *out, const float *q, const uint16
         out, q, k, v, first, n_kv, n_head / n_head_kv, n_head_kv, head_dim, scale);
     return cudaGetLastError();
 }
+
+/* Threads per block of the element-wise kernels below. */
+#define ELEM_THREADS 256
+
+static unsigned elem_blocks(int64_t n)
+{
+    const int64_t b = (n + ELEM_THREADS - 1) / ELEM_THREADS;
+    return (unsigned)(b < 65535 ? b : 65535);
+}
+
+static __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = b != NULL ? __fadd_rn(a[i], b[i]) : a[i];
+}
+
+extern "C" cudaError_t si_cuda_add(float *y, const float *a, const float *b, int64_t n,
+                                   cudaStream_t stream)
+{
+    if (n < 0 || y == NULL || a == NULL)
+        return cudaErrorInvalidValue;
+    if (n == 0 || (b == NULL && y == a))
+        return cudaSuccess;
+    add_kernel<<<elem_blocks(n), ELEM_THREADS, 0, stream>>>(y, a, b, n);
+    return cudaGetLastError();
+}
+
+/* The parts' device pointers, passed by value (kernel parameters). */
+struct residual_parts {
+    const float *p[SI_CUDA_MAX_PARTS];
+};
+
+static __global__ void residual_kernel(float *x, struct residual_parts parts, int n_parts,
+                                       const float *bias, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float s = parts.p[0][i];
+        for (int j = 1; j < n_parts; j++)
+            s = __fadd_rn(s, parts.p[j][i]);
+        if (bias != NULL)
+            s = __fadd_rn(s, bias[i]);
+        x[i] = __fadd_rn(x[i], __fadd_rn(s, 0.0f));
+    }
+}
+
+extern "C" cudaError_t si_cuda_residual(float *x, const float *const *parts, int n_parts,
+                                        const float *bias, int64_t n, cudaStream_t stream)
+{
+    if (n < 0 || x == NULL || n_parts < 1 || n_parts > SI_CUDA_MAX_PARTS || parts == NULL)
+        return cudaErrorInvalidValue;
+    struct residual_parts p;
+    for (int j = 0; j < n_parts; j++) {
+        if (parts[j] == NULL)
+            return cudaErrorInvalidValue;
+        p.p[j] = parts[j];
+    }
+    if (n == 0)
+        return cudaSuccess;
+    residual_kernel<<<elem_blocks(n), ELEM_THREADS, 0, stream>>>(x, p, n_parts, bias, n);
+    return cudaGetLastError();
+}
+
+static __global__ void to_f16_kernel(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+extern "C" cudaError_t si_cuda_to_f16(uint16_t *dst, const float *src, int64_t n,
+                                      cudaStream_t stream)
+{
+    if (n < 0 || dst == NULL || src == NULL || (uintptr_t)dst % 2 != 0)
+        return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
+    to_f16_kernel<<<elem_blocks(n), ELEM_THREADS, 0, stream>>>(dst, src, n);
+    return cudaGetLastError();
+}

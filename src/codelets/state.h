@@ -28,6 +28,20 @@
 #define SI__DT_TILE 64 /* down_t rows dequantized at a time in prefill */
 #define SI__BLAS_MIN_BATCH 8 /* smaller batches: the reference's dots (see codelets/prefill.c) */
 
+/* The vectors of a layer's attention on the GPU (si__layer_state.aux). */
+enum si__aux {
+    SI__AUX_ATTN_NORM,
+    SI__AUX_ATTN_NORM_B,
+    SI__AUX_BQ,
+    SI__AUX_BK,
+    SI__AUX_BV,
+    SI__AUX_BO,
+    SI__AUX_FFN_NORM,
+    SI__AUX_FFN_NORM_B,
+    SI__AUX_PREV_DOWN_B, /* the layer before's down bias, for the carried residual */
+    SI__AUX_COUNT
+};
+
 /* Scratch and counters of one worker. */
 struct si__scratch {
     /* Attention tasks: q, k, v and att laid out whole (each task fills its
@@ -104,6 +118,14 @@ struct si__layer_state {
     float *y;         /* (n_embd) redux mode: the layer's FFN output */
 
     starpu_data_handle_t h_w[4], h_k, h_v;           /* attention */
+    /* Its attention runs on the GPU (graph/attn_gpu.c): the weights, the
+     * caches and aux stay there.  aux: the layer's norm weights and
+     * biases as floats, SI__AUX_* at aux_off (-1: the model has none). */
+    bool attn_gpu;
+    float *aux;
+    int64_t aux_off[SI__AUX_COUNT];
+    int64_t aux_n; /* floats in aux (at least 1) */
+    starpu_data_handle_t h_aux;
     starpu_data_handle_t *h_k_c, *h_v_c; /* (ng) the caches' columns of each kv-head group */
     size_t *kv_cols;                     /* (ng + 1) their byte boundaries in a cache row */
     starpu_data_handle_t h_gate, h_up, h_down, h_rec; /* FFN weights */
@@ -169,6 +191,12 @@ struct si_engine {
     int cuda_node;           /* memory node of the first CUDA worker, or -1 */
 
     starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
+    /* Attention on the GPU (graph/attn_gpu.c): the layers that have it (the
+     * first n_attn_gpu), and their task's scratch on the GPU: xn, q, k, v,
+     * att, o (si__attn_gpu_scratch_floats). */
+    int32_t n_attn_gpu;
+    int64_t attn_gpu_bytes; /* their weights, read on the GPU each token (0 with hot_on_cpu) */
+    starpu_data_handle_t h_ascratch;
 
     /* Attention split over the workers (na > 1): ng tasks attn_L.j, each
      * for the kv heads [a_g[j], a_g[j+1]) (ng <= n_head_kv), then na row

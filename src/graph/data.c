@@ -267,6 +267,17 @@ static void register_layer(struct si_engine *e, int l)
         starpu_data_set_reduction_methods(L->h_y, &si__cl_sum, &si__cl_zero);
     }
 
+    /* Attention on the GPU (attn_gpu.c): its vectors as one buffer; its
+     * weights and those go there once and stay. */
+    if (L->attn_gpu) {
+        vec(&L->h_aux, L->aux, (size_t)L->aux_n, sizeof(float));
+        if (e->cuda_hot && e->cuda_node >= 0) {
+            for (int i = 0; i < 4; i++)
+                starpu_data_prefetch_on_node(L->h_w[i], (unsigned)e->cuda_node, 1);
+            starpu_data_prefetch_on_node(L->h_aux, (unsigned)e->cuda_node, 1);
+        }
+    }
+
     /* The hot slice's weights go to the GPU once and stay there. */
     if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
         starpu_data_handle_t hot[3] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
@@ -310,12 +321,38 @@ int64_t si__gpu_accounted(const struct si_engine *e)
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(s[i]));
     }
+    /* The GPU layers' attention task (decode.c's submit_attention): x, the
+     * carried partial outputs, ffn_in, the caches, the weights, aux, the
+     * scratch. */
+    for (int l = 0; l < e->n_attn_gpu; l++) {
+        const struct si__layer_state *L = &e->L[l];
+        for (int i = 0; i < 4; i++)
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(L->h_w[i]));
+        for (int32_t j = 0; j < (e->ng > 1 ? e->ng : 1); j++) {
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->ng > 1 ? L->h_k_c[j] : L->h_k));
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->ng > 1 ? L->h_v_c[j] : L->h_v));
+        }
+        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(L->h_aux));
+        for (int32_t j = 0; l > 0 && e->sparse && !e->p.redux && j < e->L[l - 1].nsl; j++)
+            if (!(j == 0 && e->L[l - 1].hot)) /* the hot one is counted above */
+                si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->L[l - 1].h_part_c[j]));
+    }
+    if (e->n_attn_gpu > 0) {
+        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_x));
+        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_ascratch));
+        if (!any)
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_xb));
+        for (int32_t k = 0; !e->sparse && k < e->nd; k++)
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_dout[k]));
+    }
     return si__gpu_bytes_total(&g);
 }
 
 static void unregister_layer(struct si_engine *e, int l)
 {
     struct si__layer_state *L = &e->L[l];
+    if (L->h_aux != NULL)
+        starpu_data_unregister(L->h_aux);
     for (int i = 0; i < 4; i++)
         if (L->h_w[i] != NULL)
             starpu_data_unregister(L->h_w[i]);
@@ -444,6 +481,9 @@ void si__register_engine(struct si_engine *e)
     vec(&e->h_out, e->w->output.data, e->w->output.nbytes, 1);
     vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
     starpu_vector_data_register(&e->h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
+    if (e->n_attn_gpu > 0)
+        starpu_vector_data_register(&e->h_ascratch, -1, 0, (uint32_t)si__attn_gpu_scratch_floats(m),
+                                    sizeof(float));
     starpu_data_set_name(e->h_x, "x");
     starpu_data_set_name(e->h_xb, "ffn_in");
     starpu_data_set_name(e->h_logits, "logits");
@@ -519,6 +559,8 @@ void si__unregister_engine(struct si_engine *e)
     starpu_data_unregister(e->h_out);
     starpu_data_unregister(e->h_iota);
     starpu_data_unregister(e->h_hscratch);
+    if (e->h_ascratch != NULL)
+        starpu_data_unregister(e->h_ascratch);
     if (e->h_spill != NULL)
         starpu_data_unregister(e->h_spill);
     if (e->h_xb3 != NULL)

@@ -83,7 +83,7 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
     a.n = 0;
-    if (e->na <= 1) {
+    if (e->na <= 1 || L->attn_gpu) {
         si__add(&a, e->h_x, STARPU_RW);
         add_carried(e, l, &a);
         si__add(&a, e->h_xb, STARPU_W);
@@ -95,7 +95,13 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
         }
         for (int i = 0; i < 4; i++)
             si__add(&a, L->h_w[i], STARPU_R);
-        return si__run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, 0);
+        if (!L->attn_gpu)
+            return si__run(e, &si__cl_attn, L->name_attn, l, -1, token, &a, STARPU_CPU);
+        /* on the GPU (a CPU worker with hot_on_cpu): its vectors, scratch */
+        si__add(&a, L->h_aux, STARPU_R);
+        si__add(&a, e->h_ascratch, STARPU_SCRATCH);
+        return si__run(e, &si__cl_attn, L->name_attn, l, -1, token, &a,
+                       e->cuda_hot ? STARPU_CUDA : STARPU_CPU);
     }
     int rc = 0;
     for (int32_t j = 0; j < e->ng && rc == 0; j++) {
@@ -398,8 +404,9 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         }
     }
     e->stats.neurons_total += (int64_t)(e->l1 - e->l0) * hp->n_ff; /* this rank's layers */
-    e->stats.weight_bytes_cpu +=
-        e->token_bytes_fixed - __atomic_exchange_n(&e->in_saved, 0, __ATOMIC_RELAXED);
+    e->stats.weight_bytes_cpu += e->token_bytes_fixed - e->attn_gpu_bytes -
+                                 __atomic_exchange_n(&e->in_saved, 0, __ATOMIC_RELAXED);
+    e->stats.weight_bytes_gpu += e->attn_gpu_bytes;
     if (e->cuda_hot && e->cuda_node >= 0) {
         /* What StarPU really allocated on the GPU (its hot slices stay; the
          * activations it moved may stay cached): never above the budget. */

@@ -154,6 +154,20 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
 {
     const struct si_hparams *hp = &e->m->hp;
     struct si_gpu_reserve rs;
+    /* Attention on the GPU first (graph/attn_gpu.c): its layers join the
+     * reserve, the hot neurons get what they leave. */
+    e->n_attn_gpu = 0;
+    if ((e->cuda_hot || e->p.hot_on_cpu) && (e->p.vram_budget > 0 || e->p.placement != NULL)) {
+        const char *why = si__attn_gpu_unable(e->m, &e->p);
+        if (e->p.attn_gpu > 0 && why != NULL)
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "attention on the GPU: %s (run without --gpu-attention)", why);
+        si__reserve_of(e, &rs);
+        e->n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
+    }
+    e->stats.attn_gpu_layers = e->n_attn_gpu;
+    if (e->n_attn_gpu > 0)
+        e->fuse_out = false; /* the FFN slices read the GPU layers' ffn_in */
     si__reserve_of(e, &rs);
     struct si_plan_params pp = {.n_layer = hp->n_layer,
                                 .n_ff = hp->n_ff,
@@ -201,6 +215,7 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
         struct si__layer_state *L = &e->L[l];
         L->n_hot = pl[l].n_hot;
         L->hot = L->n_hot > 0;
+        L->attn_gpu = l < e->n_attn_gpu;
         L->nsl = pl[l].nsl;
         for (int32_t j = 0; j < L->nsl; j++) {
             L->rows[j] = 1;
@@ -329,6 +344,7 @@ static void free_layer(struct si__layer_state *L)
     free(L->pre);
     free(L->up_b);
     free(L->fc2p);
+    free(L->aux);
     free(L->idx);
     free(L->gact);
     free(L->name_gmask);
@@ -690,6 +706,14 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         }
     }
     rc = plan(e, err, err_size);
+    for (int l = 0; rc == SI_OK && l < e->n_attn_gpu; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        if (si__attn_gpu_aux(e, l) != SI_OK)
+            rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+        if (e->cuda_hot)
+            e->attn_gpu_bytes +=
+                (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
+    }
     if (rc == SI_OK && e->flash)
         rc = flash_setup(e, err, err_size);
     if (rc != SI_OK) {

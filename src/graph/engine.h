@@ -82,7 +82,10 @@
  * hot_on_cpu), the hot slice of layer l holds exactly the neurons that
  * `placement` puts on the GPU (src/placement/, gate and predictor modes),
  * or, without a placement, the hottest neurons (by profile) whose bytes fit
- * the budget.  Attention, the predictor and the merge run on CPU workers.
+ * the budget.  The attention of the first layers goes to the GPU too when
+ * the budget pays for it (params.attn_gpu, graph/attn_gpu.c): their attn_L
+ * is one task on the CUDA worker, its weights and KV cache kept there.  The
+ * other layers' attention, the predictor and the merge run on CPU workers.
  * StarPU must be started (si_runtime_start) before si_engine_init.
  *
  * Flash tier ("LLM in a flash").  With a store (params.flash), the cold

@@ -78,6 +78,27 @@ int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot);
  * StarPU's allocator takes it (data.c). */
 int64_t si__gpu_accounted(const struct si_engine *e);
 
+/* --- attn_gpu.c: a layer's attention on the GPU */
+
+/* Why m's attention under p cannot run on the GPU, or NULL when it can. */
+const char *si__attn_gpu_unable(const struct si_model *m, const struct si_engine_params *p);
+
+/* How many layers get it (the first ones), with rs the reserve without it. */
+int32_t si__attn_gpu_choose(const struct si_engine *e, const struct si_gpu_reserve *rs,
+                            int64_t budget);
+
+/* The GPU handles of layer l's attention (n_parts: the partial outputs of
+ * the layer before it adds in), and those all such layers share. */
+void si__attn_gpu_layer_bytes(const struct si_engine *e, int l, int32_t n_parts,
+                              struct si__gpu_bytes *g);
+void si__attn_gpu_shared(const struct si_engine *e, struct si__gpu_bytes *g);
+
+/* Floats of the attention task's GPU scratch. */
+int64_t si__attn_gpu_scratch_floats(const struct si_model *m);
+
+/* Layer l's aux: its norm weights and biases as floats (state.h). */
+int si__attn_gpu_aux(struct si_engine *e, int l);
+
 /* --- decode.c */
 
 /* Create and submit a task on codelet cl with handles h[0..n); `where`

@@ -141,8 +141,10 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
  * registered whole), each layer's hot partial output in sparse modes (one
  * row of n_embd floats, reserved for every layer, as any may get a hot
  * slice; dense mode's, the hot activations, count with the hot units), and
- * the task's scratch (2 n_ff floats).  Attention, the predictor, the KV cache and the LM head
- * stay on the CPU in this engine: their bytes go to cpu_bytes.
+ * the task's scratch (2 n_ff floats); then the attention of the first
+ * n_attn_gpu layers (attn_gpu.c: weights, KV caches, x and the task's
+ * scratch).  The other layers' attention, the predictor and the LM head stay
+ * on the CPU in this engine: their bytes go to cpu_bytes.
  */
 void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
 {
@@ -150,25 +152,30 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     const struct si_hparams *hp = &m->hp;
     memset(r, 0, sizeof *r);
     const int64_t d = hp->n_embd, ff = hp->n_ff, L = hp->n_layer;
-    int64_t att = 0, pred = 0;
+    int64_t att = 0, att_gpu = 0, pred = 0;
     for (int l = 0; l < L; l++) {
         const struct si_layer *W = &m->w.layers[l];
-        att += (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
+        const int64_t b = (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
+        *(l < e->n_attn_gpu ? &att_gpu : &att) += b;
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
             pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
     }
     const int64_t n_ctx = e->p.ref.n_ctx > 0       ? e->p.ref.n_ctx
                           : hp->n_ctx_train < 4096 ? hp->n_ctx_train
                                                    : 4096; /* si_ref_init's */
+    const int64_t kv_layer = 2 * n_ctx * hp->n_head_kv * hp->head_dim * (e->p.ref.kv_f16 ? 2 : 4);
     r->cpu_bytes[SI_GPU_ATTENTION] = att;
+    r->bytes[SI_GPU_ATTENTION] = att_gpu;
     r->cpu_bytes[SI_GPU_PREDICTOR] = pred;
-    r->cpu_bytes[SI_GPU_KV_CACHE] =
-        2 * L * n_ctx * hp->n_head_kv * hp->head_dim * (e->p.ref.kv_f16 ? 2 : 4);
+    r->cpu_bytes[SI_GPU_KV_CACHE] = (L - e->n_attn_gpu) * kv_layer;
+    r->bytes[SI_GPU_KV_CACHE] = e->n_attn_gpu * kv_layer;
     r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
     const int64_t rows = e->sparse ? 1 : 0;
     r->bytes[SI_GPU_BUFFERS] =
         (int64_t)sizeof(float) * (d + L * rows * d) + (int64_t)sizeof(int32_t) * ff;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
+    if (e->n_attn_gpu > 0) /* x, and the attention task's scratch */
+        r->bytes[SI_GPU_WORKSPACE] += (int64_t)sizeof(float) * (d + si__attn_gpu_scratch_floats(m));
     /* The buffers above and each hot layer's small ones (bias, index list,
      * partial output) are carved from one chunk of StarPU's allocator; the
      * plan adds to it when they need more (engine.c's plan). */
@@ -247,6 +254,13 @@ int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)
     }
     if (any)
         gpu_shared(e, &g);
+    /* The GPU layers' attention (attn_gpu.c), each adding in the partial
+     * outputs of the layer before: at most a slice per worker and the hot
+     * one (data.c counts the real ones). */
+    for (int l = 0; l < e->n_attn_gpu; l++)
+        si__attn_gpu_layer_bytes(e, l, e->n_slices + 1, &g);
+    if (e->n_attn_gpu > 0)
+        si__attn_gpu_shared(e, &g);
     return si__gpu_bytes_total(&g);
 }
 
@@ -371,6 +385,13 @@ int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_param
         return rc;
     struct si_engine e = {.m = m, .p = *p};
     si__layout_of(m, p->mode, &e);
+    /* attention on the GPU when asked for by number (the engine's automatic
+     * choice depends on the budget: `place` leaves it the neurons') */
+    const char *why = p->attn_gpu > 0 ? si__attn_gpu_unable(m, p) : NULL;
+    if (why != NULL)
+        return si__errf(err, err_size, SI_E_UNSUPPORTED, "attention on the GPU: %s", why);
+    if (p->attn_gpu > 0)
+        e.n_attn_gpu = p->attn_gpu < m->hp.n_layer ? p->attn_gpu : m->hp.n_layer;
     si__reserve_of(&e, r);
     return SI_OK;
 }

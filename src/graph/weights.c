@@ -180,7 +180,7 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     /* a pipeline's rank reads only its own layers (and the last, the head) */
     for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) {
         struct si_layer *L = &layers[l];
-        if (hp->head_dim % 8 == 0) {
+        if (hp->head_dim % 8 == 0 && !e->L[l].attn_gpu) { /* the GPU reads the row layout */
             struct si_tensor *aw[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
             for (int i = 0; i < 4 && rc == SI_OK; i++)
                 rc = plan_copy(e, &p, aw[i], mapped);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# bench/gpu-session.sh: the next device session's one call (docs/gpu.md, "The
+# next device session"): the tests, then the hybrid with the attention of the
+# GPU's layers there, against the same hybrid without it and llama.cpp's CUDA
+# build, on a 13B-shaped Q4_0 model with 30% of it in VRAM.
+#
+# Prepared here (the build machine), from the repository root:
+#   tools/setup && tools/device-test prepare
+#   mkdir -p .device/peer && cp "$(tools/build-peer --cuda --cuda-arch 90)" .device/peer/
+#   strip --strip-unneeded .device/bin/* .device/tests/test-* .device/lib/*.so* .device/peer/*
+#   tar cJf device.tar.xz .device     (carried; ignored by git)
+# There (the device tool, carry ["device.tar.xz"], about 9 minutes):
+#   tar xJf device.tar.xz && bench/gpu-session.sh
+# Each step is skipped once the time since the start passes its limit, so that
+# what ran comes back: $OUT/summary.txt and $OUT/logs.tar.gz.
+set -u
+root=$(pwd)
+dev=$root/.device
+R=${OUT:-/tmp/out}
+mkdir -p "$R"
+O=/tmp/w
+mkdir -p "$O"
+S=$R/summary.txt
+T0=$(date +%s)
+trap 'tar -C "$O" -czf "$R/logs.tar.gz" . 2>/dev/null' EXIT
+el() { echo $(($(date +%s) - T0)); }
+stamp() { echo "=== [$(el) s] $*" | tee -a "$S"; }
+late() { [ "$(el)" -gt "$1" ] && { echo "=== [$(el) s] skipped (late): $2" | tee -a "$S"; }; }
+export LD_LIBRARY_PATH=$dev/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export STARPU_HOME=$dev/starpu-home
+export STARINFER=$dev/bin/starinfer
+export srcdir=$root
+SI=$dev/bin/starinfer
+M=/tmp/13b.gguf
+P=/tmp/13b.prof
+NT=$(nproc)
+
+# The model (110 s on the H200 machine's 16 cores) and its llama.cpp copy, in
+# the background while the tests run; then its profile.
+(timeout 200 "$SI" synth -o $M --preset 13b --arch llama-relu --type q4_0 --sparsity 0.9 \
+    --measure 0 --predictor 64 &&
+    timeout 90 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf) >"$O/synth.txt" 2>&1 &
+synth=$!
+stamp "host"
+{ nvidia-smi -L; lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee -a "$S"
+
+stamp "tests (tools/device-test run, 4 CPU workers)"
+STARPU_NCPU=4 timeout 240 tools/device-test run >"$O/tests.txt" 2>&1
+echo "rc=$?" >>"$O/tests.txt"
+grep -E "^(PASS|FAIL|SKIP)|passed|rc=" "$O/tests.txt" | tee -a "$S"
+grep -E "FAIL:|check failed" "$O/tests.txt" | head -20 | tee -a "$S"
+grep -E "attn-gpu|near tie" "$dev/tests/logs/test-engine.log" 2>/dev/null | grep -E "gpu" |
+    head -30 >>"$S"
+for s in dmda dmdas; do
+    late 330 "test-engine under $s" && break
+    stamp "test-engine STARPU_SCHED=$s (quick)"
+    (cd "$dev" && SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=$s timeout 60 ./tests/test-engine) \
+        >"$O/engine-$s.txt" 2>&1
+    echo "rc=$?" >>"$O/engine-$s.txt"
+    grep -E "hot-gpu|near tie|check failed|rc=|checks" "$O/engine-$s.txt" | tail -12 | tee -a "$S"
+done
+
+stamp "the model, then its profile"
+wait $synth
+tail -2 "$O/synth.txt" | tee -a "$S"
+head -c 400000 /usr/share/common-licenses/GPL-3 >/tmp/gpl.txt 2>/dev/null ||
+    yes "the quick brown fox jumps over the lazy dog" | head -c 400000 >/tmp/gpl.txt
+timeout 120 "$SI" profile -m $M -f /tmp/gpl.txt -o $P -n 256 -c 256 >"$O/profile.txt" 2>&1
+echo "profile rc=$?" | tee -a "$S"
+
+B=(-m "$M" --prompt-tokens 64 -n 32 -r 2 --profile "$P" --vram-budget 2100M -c 128)
+row() { grep -E "^\||weights read|error|GPU" | tee -a "$S"; }
+for a in auto none; do
+    late 520 "hybrid gate, --gpu-attention $a" && continue
+    stamp "starinfer hybrid, gate mode, 2100M, --gpu-attention $a (lws)"
+    timeout 120 "$SI" bench "${B[@]}" --sparsity gate --gpu-attention $a 2>&1 | row
+done
+late 560 "generate's breakdown" || {
+    stamp "where a token's time goes (generate, --gpu-attention auto)"
+    timeout 60 "$SI" generate -m $M -p "The quick brown fox" -n 32 --temp 0 --ignore-eos -c 128 \
+        --sparsity gate --profile $P --vram-budget 2100M 2>&1 >/dev/null |
+        grep -E "engine:|tokens/s|error" | tee -a "$S"
+}
+late 600 "llama.cpp" || {
+    stamp "llama.cpp CUDA, -ngl 12 (30% of the layers)"
+    timeout 120 "$dev/peer/llama-peer-cuda" -m /tmp/13b-peer.gguf -t "$NT" --prompt-tokens 64 -n 32 \
+        -r 2 --ngl 12 >"$O/peer.txt" 2>"$O/peer.err"
+    echo "rc=$?" >>"$O/peer.txt"
+    awk '$1=="run"{printf "llama.cpp run %s: prefill %.1f tok/s, decode %.2f tok/s\n", $2, 64/$4, 32/$6} $1 ~ /^rc=/' \
+        "$O/peer.txt" | tee -a "$S"
+}
+late 640 "predictor mode" || {
+    stamp "predictor mode: predictors trained here (rank 64, short), then the hybrid"
+    timeout 200 "$SI" train-predictor -m $M -f /tmp/gpl.txt -o /tmp/13b-tp.gguf -n 1024 -c 256 \
+        --rank 64 --lookahead >"$O/train.txt" 2>&1
+    echo "train rc=$?" | tee -a "$S"
+    [ -s /tmp/13b-tp.gguf ] && timeout 120 "$SI" bench -m /tmp/13b-tp.gguf --prompt-tokens 64 -n 32 \
+        -r 2 --profile $P --vram-budget 2100M -c 128 --sparsity predictor 2>&1 | row
+}
+stamp "done"
