@@ -95,6 +95,8 @@ struct config {
     bool cats;   /* gate mode on a SiLU model: per-layer thresholds in the profile */
     int attn_gpu; /* with hot: the layers whose attention runs on the GPU (a CPU
                    * worker without gpu): 0 the engine's choice, -1 none, N */
+    bool twin;    /* without gpu: that CPU worker runs the GPU form's steps with the
+                   * CPU twins of its kernels (gpu_twin) */
 };
 
 /* The placement: the neuron table is a permutation, every hot neuron is at
@@ -186,6 +188,7 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     ep.redux = cf.redux;
     ep.attn_split = cf.attn;
     ep.attn_gpu = cf.attn_gpu;
+    ep.gpu_twin = cf.twin;
     struct si_profile *pr = NULL;
     if (cf.hot || cf.cats) {
         pr = profile_of(m);
@@ -213,7 +216,9 @@ static void compare(const char *what, const struct si_model *m, struct config cf
                                 (W->ffn_gate.data != NULL ? W->ffn_gate.nbytes : 0));
         ep.vram_budget = ((int64_t)32 << 20) + hp->n_layer * ffn / 3 +
                          4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
-                         4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16;
+                         4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16 +
+                         /* a prefill batch's FFN input and hot output */
+                         2 * 4 * (int64_t)(ep.n_batch > 0 ? ep.n_batch : 128) * hp->n_embd;
         /* and the attention asked for: weights, fp16 caches, vectors */
         for (int l = 0; l < cf.attn_gpu && l < hp->n_layer; l++) {
             const struct si_layer *A = &m->w.layers[l];
@@ -228,7 +233,7 @@ static void compare(const char *what, const struct si_model *m, struct config cf
     }
     char attn_gpu[24] = "";
     if (cf.attn_gpu != 0)
-        snprintf(attn_gpu, sizeof attn_gpu, " attn-gpu %d", cf.attn_gpu);
+        snprintf(attn_gpu, sizeof attn_gpu, " attn-gpu %d%s", cf.attn_gpu, cf.twin ? " twin" : "");
     snprintf(label, sizeof label, "%s %s%s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
              cf.hot ? (cf.gpu ? " +hot-gpu" : " +hot") : "", cf.redux ? " redux" : "",
              cf.prefill == 1   ? " prefill"
@@ -334,7 +339,7 @@ static void compare(const char *what, const struct si_model *m, struct config cf
             worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
-        if (i >= np && te != tr && in_e == in_r && cf.gpu && ep.ref.act_quant) {
+        if (i >= np && te != tr && in_e == in_r && (cf.gpu || cf.twin) && ep.ref.act_quant) {
             double scale = 0;
             for (int32_t t = 0; t < nv; t++)
                 scale = fmax(scale, fabs((double)r->logits[t]));
@@ -383,8 +388,15 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         tol = 1e-3;
     /* The GPU's hot slice dots float activations where the CPU converts
      * them (act_quant) for quantized weights. */
-    if (cf.gpu && ep.ref.act_quant && tol < 5e-2)
+    if ((cf.gpu || cf.twin) && ep.ref.act_quant && tol < 5e-2)
         tol = 5e-2;
+    /* With the attention's products in float too, the FFN's input moves by
+     * more, and in the sparse modes a neuron near the predictor's (or the
+     * gate's) threshold goes the other way with its whole contribution:
+     * 5.25e-2 measured (llama-relu Q8_0, predictor, 2 layers' attention). */
+    if ((cf.gpu || cf.twin) && ep.ref.act_quant && st.attn_gpu_layers > 0 &&
+        cf.mode != SI_SPARSITY_DENSE && tol < 8e-2)
+        tol = 8e-2;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
     if (tie_at >= 0)
         CHECK(same == tie_at && tie_gap <= tol, "%s: greedy tokens part at step %d, gap %.3g",
@@ -395,7 +407,9 @@ static void compare(const char *what, const struct si_model *m, struct config cf
         for (int l = 0; l < m->hp.n_layer; l++)
             CHECK(si_engine_gate_threshold(e, l) == CATS_STEP * (float)(l + 1),
                   "%s: layer %d threshold %g", label, l, si_engine_gate_threshold(e, l));
-    if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU)
+    /* (the GPU's hot slices are counted whole: it does not count its active
+     * neurons, nor does its CPU twin) */
+    if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU && !cf.gpu && !cf.twin)
         CHECK(active < st.neurons_total / 2, "%s: gate mode computed %lld of %lld", label,
               (long long)active, (long long)st.neurons_total);
     if (cf.cats)
@@ -541,10 +555,10 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
     struct si_model *m = synth_model(&p, what, path);
     if (m != NULL) {
         const struct config silu[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, true, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, true, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, true, 0},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, true, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, true, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, true, 0, false},
         };
         if (p.arch == SI_SYNTH_LLAMA_SILU) {
             for (size_t k = 0; k < sizeof silu / sizeof silu[0]; k++)
@@ -554,39 +568,46 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
             return;
         }
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 3, 0, false, false, 0},
-            {SI_SPARSITY_GATE, n_slices, false, false, 3, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 3, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 1, 0, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false, false, 0},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 0},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, true, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 0},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 3, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, 3, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 3, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 1, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, true, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 0, false},
             /* Attention on the GPU's layers (a CPU worker in its stead
              * without one): none, two of the three (the third split over
              * the workers), all, after a batched prompt, and on the GPU. */
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, -1},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, false, false, 2},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 3},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 2, false, false, 2},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 3},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 3},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, true, false, 2},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 3},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, true, false, 3},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, -1, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, false, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 3, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 2, false, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 3, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 3, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, true, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 3, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, true, false, 3, false},
+            /* ... and the GPU's steps with its kernels' CPU twins */
+            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, false, false, 2, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 3, true},
+            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false, 3, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 3, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false, -1, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 2, 0, false, false, -1, true},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -594,10 +615,10 @@ static void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_s
          * the predictor task beside the attention, alone, with a hot slice,
          * after a batched prompt, and with the attention in one task. */
         const struct config ahead[] = {
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 1, false, false, 0},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 1, false, false, 0, false},
         };
         char what_ahead[128];
         snprintf(what_ahead, sizeof what_ahead, "%s, lookahead predictors", what);
@@ -660,10 +681,10 @@ static void synthetic_types(void)
              * (STARPU_NCPU=4, here and on the 16-core GPU machine), the
              * greedy tokens equal. */
             const struct config exact[] = {
-                {SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0},
-                {SI_SPARSITY_GATE, 1, false, false, 0, 0, false, silu, 0},
-                {SI_SPARSITY_PREDICTOR, 1, false, false, 0, 0, false, false, 0},
-                {SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0},
+                {SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
+                {SI_SPARSITY_GATE, 1, false, false, 0, 0, false, silu, 0, false},
+                {SI_SPARSITY_PREDICTOR, 1, false, false, 0, 0, false, false, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
             };
             /* (gate +hot prefill keeps the attention on the CPU: with the
              * engine's choice, opt Q4_K_M's first layer goes to the GPU, the
@@ -671,15 +692,16 @@ static void synthetic_types(void)
              * of two tokens at step 36; the same configuration with the
              * attention on the GPU passes above in the other modes) */
             const struct config reordered[] = {
-                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 0},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, false, false, 0},
-                {SI_SPARSITY_GATE, 0, true, false, 1, 0, false, silu, -1},
-                {SI_SPARSITY_GATE, 0, false, false, 3, 0, false, silu, 0},
-                {SI_SPARSITY_DENSE, 0, false, false, 3, 0, false, false, 0},
+                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 0, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, false, false, 0, false},
+                {SI_SPARSITY_GATE, 0, true, false, 1, 0, false, silu, -1, false},
+                {SI_SPARSITY_GATE, 0, false, false, 3, 0, false, silu, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, 3, 0, false, false, 0, false},
                 /* the attention of layers 0 and 1 on the GPU (its K-quant
                  * matvecs), or on a CPU worker in its stead */
-                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 2},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, true, false, 2},
+                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 2, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, true, false, 2, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, false, false, 2, true},
             };
             for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
                 compare(what, m, exact[k], 0);
@@ -697,21 +719,21 @@ static void tiny_models(void)
 {
     static const char *archs[] = {"llama", "opt", "gemma3", "falcon"};
     const struct config configs[] = {
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 1, false, false, 0},
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 2, false, false, 0},
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 4, false, false, 0},
-        {SI_SPARSITY_DENSE, 0, false, true, 0, 2, false, false, 0},
-        {SI_SPARSITY_DENSE, 0, false, false, 1, 2, false, false, 0},
+        {SI_SPARSITY_DENSE, 0, false, false, 0, 1, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, 0, 2, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, 0, 4, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, true, 0, 2, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, 1, 2, false, false, 0, false},
     };
     /* Gate mode where a gate's activation can be thresholded: llama's SiLU,
      * gemma3's GELU, with per-layer thresholds (opt's ReLU is synthetic
      * opt's; falcon's plain FFN has no gate: its gate mode is dense). */
     const struct config gated[] = {
-        {SI_SPARSITY_GATE, 0, false, false, 0, 0, false, true, 0},
-        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 0},
-        {SI_SPARSITY_GATE, 0, false, false, 1, 0, false, true, 0},
-        {SI_SPARSITY_GATE, 0, true, false, 1, 2, false, true, 0},
-        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 1}, /* gemma3: refused */
+        {SI_SPARSITY_GATE, 0, false, false, 0, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, false, false, 1, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, 1, 2, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 1, false}, /* gemma3: refused */
     };
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         char path[] = "/tmp/si-test-engine-tiny-XXXXXX";
@@ -979,20 +1001,25 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
+            compare(
+                "SmolLM2-135M Q4_1", m,
+                (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
+                1e-4);
+            compare(
+                "SmolLM2-135M Q4_1", m,
+                (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, false, false, 0, false},
+                1e-4);
             compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0},
+                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, true, false, 0, false},
                     1e-4);
-            compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, false, false, 0},
-                    1e-4);
-            compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, true, false, 0}, 1e-4);
-            compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0},
-                    1e-4);
-            compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0, false, false, 0},
-                    1e-4);
+            compare(
+                "SmolLM2-135M Q4_1", m,
+                (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
+                1e-4);
+            compare(
+                "SmolLM2-135M Q4_1", m,
+                (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0, false, false, 0, false},
+                1e-4);
             si_model_free(m);
         } else {
             CHECK(false, "%s", err);
@@ -1007,12 +1034,14 @@ int main(void)
     } else if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare("gemma3-270m Q4_K_M", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0},
-                    1e-4);
-            compare("gemma3-270m Q4_K_M", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0},
-                    1e-4);
+            compare(
+                "gemma3-270m Q4_K_M", m,
+                (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
+                1e-4);
+            compare(
+                "gemma3-270m Q4_K_M", m,
+                (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
+                1e-4);
             /* float activations on both sides, sums in other orders (sgemm's
              * blocks against the reference's dots), which gemma3's sandwich
              * norms amplify: 3.3e-3 measured */

@@ -5,8 +5,11 @@
 #include "codelets/codelets.h"
 
 #include "model/forward.h"
+#include "model/kernels.h"
+#include "model/quants.h"
 
 #include <starpu.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef SI_USE_CUDA
@@ -24,10 +27,16 @@ _Static_assert(SI_CUDA_MAX_PARTS >= SI__MAX_SLICES + 1, "si_cuda_residual takes 
  * Buffers: x (RW), the carried ones (R), xb (W), [xb3 (W)], K, V (RW),
  * Wq, Wk, Wv, Wo (R).
  */
+static void attn_twin(void *buffers[], struct si__task_arg *a);
+
 static void attn_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    if (e->L[a->l].attn_gpu && e->p.gpu_twin) { /* the GPU's steps, on this CPU worker */
+        attn_twin(buffers, a);
+        return;
+    }
     struct si_ref *s = e->ref;
     double t0 = si__now();
     const double tm = si__residual_in(e, a->l, buffers, 1, s->x, s->x, si__scratch_of(e));
@@ -36,36 +45,55 @@ static void attn_cpu(void *buffers[], void *cl_arg)
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
 }
 
-#ifdef SI_USE_CUDA
 /*
- * attn_L on the CUDA worker (a layer whose attention the plan put on the
- * GPU, graph/attn_gpu.c): attn_cpu's buffers, then aux (R: the layer's
- * norm weights and biases as floats, state.h) and a scratch of
- * si__attn_gpu_scratch_floats.  The same steps as the reference's, each a
- * kernel on the task's stream: the carried FFN output added into x, the
- * norm, q k v (dots on float inputs: the CPU converts them to Q8 for
- * quantized weights, so the results differ by that rounding), biases, RoPE,
- * the new k and v into the fp16 cache (each kv-head group's columns, a
- * child of the cache when the engine splits it), attention, the output
- * projection, the residual, the FFN's normalised input.
+ * The GPU form of attn_L, for a layer whose attention the plan put on the
+ * GPU (graph/attn_gpu.c), step by step over an implementation of its
+ * kernels: CUDA's (attn_cuda), or their CPU twins (attn_twin, what a CPU
+ * worker runs in the GPU's stead with params.gpu_twin, so that the steps,
+ * the buffers and their offsets are tested where there is no GPU).
+ * Buffers: attn_cpu's, then aux (R: the layer's norm weights and biases as
+ * floats, state.h) and a scratch of si__attn_gpu_scratch_floats.  The same
+ * steps as the reference's: the carried FFN output added into x, the norm,
+ * q k v (dots on float inputs: the CPU converts them to Q8 for quantized
+ * weights, so the results differ by that rounding), biases, RoPE, the new k
+ * and v into the fp16 cache (each kv-head group's columns, a child of the
+ * cache when the engine splits it), attention, the output projection, the
+ * residual, the FFN's normalised input.  Each step returns 0 or an error,
+ * and the first error ends the chain.
  */
-static void attn_cuda(void *buffers[], void *cl_arg)
+struct attn_ops {
+    void *c; /* the implementation's own (CUDA: the stream) */
+    /* x += ((parts[0] + parts[1]) + ...) + bias, over len */
+    int (*residual)(void *c, float *x, const float *const *parts, int n, const float *bias,
+                    int64_t len);
+    int (*norm)(void *c, bool rms, float *y, const float *x, const float *w, const float *b,
+                int64_t n, float eps);
+    int (*matvec)(void *c, const struct si_tensor *w, const void *data, const float *x, float *y);
+    int (*add)(void *c, float *y, const float *a, const float *b, int64_t n);
+    int (*rope)(void *c, float *x, int n_heads, const struct si_hparams *hp, int pos, float base,
+                float scale);
+    int (*to_f16)(void *c, uint16_t *dst, const float *src, int64_t n);
+    /* k and v: a position every ld halves */
+    int (*attend)(void *c, float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                  int first, int n_kv, int n_head, int n_head_kv, int head_dim, int64_t ld,
+                  float scale);
+};
+
+static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l, void *buffers[])
 {
-    struct si__task_arg *a = cl_arg;
-    struct si_engine *e = a->e;
-    const int l = a->l;
     const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->w->layers[l];
     const struct si__layer_state *L = &e->L[l];
-    cudaStream_t st = starpu_cuda_get_local_stream();
-    const double t0 = si__now();
-    const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd,
-                  kvd = (int64_t)hp->n_head_kv * hd;
+    void *c = op->c;
+    const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int64_t kvd = (int64_t)hp->n_head_kv * hd;
     const int group = hp->n_head / hp->n_head_kv, pos = e->ref->n_past;
     int b = 0;
     float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
     const int nc = si__n_carried(e, l);
-    const float *parts[SI_CUDA_MAX_PARTS];
+    const float *parts[SI__MAX_SLICES + 1];
+    if (nc > SI__MAX_SLICES + 1)
+        return -1;
     for (int j = 0; j < nc; j++)
         parts[j] = (const float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
     float *xb = (float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
@@ -79,79 +107,236 @@ static void attn_cuda(void *buffers[], void *cl_arg)
     float *q = xn + d, *k = q + qd, *v = k + kvd, *att = v + kvd, *o = att + qd;
 #define AUX(i) (L->aux_off[i] >= 0 ? aux + L->aux_off[i] : NULL)
     const bool rms = hp->norm_kind == SI_NORM_RMS;
-    cudaError_t rc = cudaSuccess;
+    int rc = 0;
     if (nc > 0 && e->sparse) { /* the slices' partial outputs, in order */
-        rc = si_cuda_residual(x, parts, nc, AUX(SI__AUX_PREV_DOWN_B), d, st);
+        rc = op->residual(c, x, parts, nc, AUX(SI__AUX_PREV_DOWN_B), d);
     } else if (nc > 0) { /* dense: the down projection's blocks side by side */
         const float *bias = AUX(SI__AUX_PREV_DOWN_B);
-        for (int32_t j = 0; j < e->nd && rc == cudaSuccess; j++)
-            rc = si_cuda_residual(x + e->dn[j], &parts[j], 1, bias ? bias + e->dn[j] : NULL,
-                                  e->dn[j + 1] - e->dn[j], st);
+        for (int32_t j = 0; j < e->nd && rc == 0; j++)
+            rc = op->residual(c, x + e->dn[j], &parts[j], 1, bias ? bias + e->dn[j] : NULL,
+                              e->dn[j + 1] - e->dn[j]);
     }
-    if (rc == cudaSuccess)
-        rc = rms ? si_cuda_rmsnorm(xn, x, AUX(SI__AUX_ATTN_NORM), d, hp->norm_eps, st)
-                 : si_cuda_layernorm(xn, x, AUX(SI__AUX_ATTN_NORM), AUX(SI__AUX_ATTN_NORM_B), d,
-                                     hp->norm_eps, st);
+    if (rc == 0)
+        rc = op->norm(c, rms, xn, x, AUX(SI__AUX_ATTN_NORM), AUX(SI__AUX_ATTN_NORM_B), d,
+                      hp->norm_eps);
     const struct si_tensor *wt[3] = {&W->wq, &W->wk, &W->wv};
     float *out[3] = {q, k, v};
     const enum si__aux bias[3] = {SI__AUX_BQ, SI__AUX_BK, SI__AUX_BV};
-    for (int i = 0; i < 3 && rc == cudaSuccess; i++) {
-        rc = si_cuda_matvec(wt[i]->type, w[i], wt[i]->row_bytes, wt[i]->ne[1], d, xn, out[i], st);
-        if (rc == cudaSuccess && AUX(bias[i]) != NULL)
-            rc = si_cuda_add(out[i], out[i], AUX(bias[i]), wt[i]->ne[1], st);
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        rc = op->matvec(c, wt[i], w[i], xn, out[i]);
+        if (rc == 0 && AUX(bias[i]) != NULL)
+            rc = op->add(c, out[i], out[i], AUX(bias[i]), wt[i]->ne[1]);
     }
     const bool local = si_hparams_is_swa(hp, l);
-    if (rc == cudaSuccess && hp->rope_kind != SI_ROPE_NONE) {
+    if (rc == 0 && hp->rope_kind != SI_ROPE_NONE) {
         const float base = local ? hp->rope_base_local : hp->rope_base;
         const float scale = local ? 1.0f : hp->rope_scale;
-        rc = si_cuda_rope(q, 1, hp->n_head, (int)hd, hp->n_rot, (int)hp->rope_kind, pos, base,
-                          scale, st);
-        if (rc == cudaSuccess)
-            rc = si_cuda_rope(k, 1, hp->n_head_kv, (int)hd, hp->n_rot, (int)hp->rope_kind, pos,
-                              base, scale, st);
+        rc = op->rope(c, q, hp->n_head, hp, pos, base, scale);
+        if (rc == 0)
+            rc = op->rope(c, k, hp->n_head_kv, hp, pos, base, scale);
     }
     const int first = local && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
-    for (int32_t g = 0; g < e->ng && rc == cudaSuccess; g++) {
+    for (int32_t g = 0; g < e->ng && rc == 0; g++) {
         const int64_t g0 = e->ng > 1 ? e->a_g[g] : 0,
                       g1 = e->ng > 1 ? e->a_g[g + 1] : hp->n_head_kv;
         uint16_t *kc, *vc;
-        if (e->ng > 1) { /* the group's columns, packed on the GPU */
+        int64_t ld;      /* halves from a position to the next */
+        if (e->ng > 1) { /* the group's columns: a matrix of bytes, a row per position */
             kc = (uint16_t *)STARPU_MATRIX_GET_PTR(buffers[kv0 + 2 * g]);
             vc = (uint16_t *)STARPU_MATRIX_GET_PTR(buffers[kv0 + 2 * g + 1]);
-            if (STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g]) !=
-                    STARPU_MATRIX_GET_NX(buffers[kv0 + 2 * g]) ||
-                STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g + 1]) !=
-                    STARPU_MATRIX_GET_NX(buffers[kv0 + 2 * g + 1])) {
-                rc = cudaErrorInvalidValue; /* the kernel reads positions packed */
-                break;
-            }
+            ld = (int64_t)STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g]) / 2;
+            if (STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g + 1]) !=
+                STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g]))
+                return -1;
         } else {
             kc = (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[kv0]);
             vc = (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[kv0 + 1]);
+            ld = kvd;
         }
-        const int64_t row = (g1 - g0) * hd; /* halves per position */
-        rc = si_cuda_to_f16(kc + (size_t)pos * (size_t)row, k + g0 * hd, row, st);
-        if (rc == cudaSuccess)
-            rc = si_cuda_to_f16(vc + (size_t)pos * (size_t)row, v + g0 * hd, row, st);
-        if (rc == cudaSuccess)
-            rc = si_cuda_attn_f16(att + g0 * group * hd, q + g0 * group * hd, kc, vc, first,
-                                  pos + 1, (int)((g1 - g0) * group), (int)(g1 - g0), (int)hd,
-                                  hp->attn_scale, st);
+        const int64_t cols = (g1 - g0) * hd;
+        rc = op->to_f16(c, kc + (size_t)pos * (size_t)ld, k + g0 * hd, cols);
+        if (rc == 0)
+            rc = op->to_f16(c, vc + (size_t)pos * (size_t)ld, v + g0 * hd, cols);
+        if (rc == 0)
+            rc = op->attend(c, att + g0 * group * hd, q + g0 * group * hd, kc, vc, first, pos + 1,
+                            (int)((g1 - g0) * group), (int)(g1 - g0), (int)hd, ld, hp->attn_scale);
     }
-    if (rc == cudaSuccess)
-        rc = si_cuda_matvec(W->wo.type, w[3], W->wo.row_bytes, d, qd, att, o, st);
-    if (rc == cudaSuccess && AUX(SI__AUX_BO) != NULL)
-        rc = si_cuda_add(o, o, AUX(SI__AUX_BO), d, st);
-    if (rc == cudaSuccess)
-        rc = si_cuda_add(x, x, o, d, st);
-    if (rc == cudaSuccess)
-        rc = rms ? si_cuda_rmsnorm(xb, x, AUX(SI__AUX_FFN_NORM), d, hp->norm_eps, st)
-                 : si_cuda_layernorm(xb, x, AUX(SI__AUX_FFN_NORM), AUX(SI__AUX_FFN_NORM_B), d,
-                                     hp->norm_eps, st);
+    if (rc == 0)
+        rc = op->matvec(c, &W->wo, w[3], att, o);
+    if (rc == 0 && AUX(SI__AUX_BO) != NULL)
+        rc = op->add(c, o, o, AUX(SI__AUX_BO), d);
+    if (rc == 0)
+        rc = op->add(c, x, x, o, d);
+    if (rc == 0)
+        rc = op->norm(c, rms, xb, x, AUX(SI__AUX_FFN_NORM), AUX(SI__AUX_FFN_NORM_B), d,
+                      hp->norm_eps);
 #undef AUX
-    if (rc != cudaSuccess)
-        STARPU_CUDA_REPORT_ERROR(rc);
-    si__account(e, SI_TASK_ATTN, t0);
+    return rc;
+}
+
+/* The CPU twins of the CUDA kernels, step for step (codelets_cuda.h names
+ * each kernel's twin). */
+static int twin_residual(void *c, float *x, const float *const *parts, int n, const float *bias,
+                         int64_t len)
+{
+    (void)c;
+    for (int64_t i = 0; i < len; i++) {
+        float s = parts[0][i];
+        for (int j = 1; j < n; j++)
+            s += parts[j][i];
+        if (bias != NULL)
+            s += bias[i];
+        x[i] = x[i] + (s + 0.0f);
+    }
+    return 0;
+}
+
+static int twin_norm(void *c, bool rms, float *y, const float *x, const float *w, const float *b,
+                     int64_t n, float eps)
+{
+    (void)c;
+    if (rms)
+        si_k_rmsnorm(y, x, w, n, eps);
+    else
+        si_k_layernorm(y, x, w, b, n, eps);
+    return 0;
+}
+
+static int twin_matvec(void *c, const struct si_tensor *w, const void *data, const float *x,
+                       float *y)
+{
+    (void)c;
+    for (int64_t r = 0; r < w->ne[1]; r++)
+        y[r] = si_vec_dot(w->type, (const char *)data + (size_t)r * w->row_bytes, x, w->ne[0]);
+    return 0;
+}
+
+static int twin_add(void *c, float *y, const float *a, const float *b, int64_t n)
+{
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+    return 0;
+}
+
+static int twin_rope(void *c, float *x, int n_heads, const struct si_hparams *hp, int pos,
+                     float base, float scale)
+{
+    (void)c;
+    si_k_rope(x, n_heads, hp->head_dim, hp->n_rot, hp->rope_kind, pos, base, scale);
+    return 0;
+}
+
+static int twin_to_f16(void *c, uint16_t *dst, const float *src, int64_t n)
+{
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = si_fp32_to_fp16(src[i]);
+    return 0;
+}
+
+/* si_k_attn_f16 reads positions packed: the group's columns are gathered
+ * first when they lie in a wider cache (a child of the CPU's copy). */
+static int twin_attend(void *c, float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                       int first, int n_kv, int n_head, int n_head_kv, int head_dim, int64_t ld,
+                       float scale)
+{
+    (void)c;
+    const int64_t row = (int64_t)n_head_kv * head_dim;
+    uint16_t *kp = malloc((size_t)(n_kv > 0 ? n_kv : 1) * (size_t)row * 2 * sizeof *kp);
+    uint16_t *scratch = malloc((size_t)head_dim * 2 * sizeof *scratch);
+    if (kp == NULL || scratch == NULL) {
+        free(kp);
+        free(scratch);
+        return -1;
+    }
+    uint16_t *vp = kp + (size_t)(n_kv > 0 ? n_kv : 1) * (size_t)row;
+    for (int t = 0; t < n_kv; t++) {
+        memcpy(kp + (size_t)t * (size_t)row, k + (size_t)t * (size_t)ld, (size_t)row * 2);
+        memcpy(vp + (size_t)t * (size_t)row, v + (size_t)t * (size_t)ld, (size_t)row * 2);
+    }
+    si_k_attn_f16(out, q, kp, vp, first, n_kv, n_head, n_head_kv, head_dim, scale, scratch);
+    free(kp);
+    free(scratch);
+    return 0;
+}
+
+static const struct attn_ops twin_ops = {NULL,     twin_residual, twin_norm,   twin_matvec,
+                                         twin_add, twin_rope,     twin_to_f16, twin_attend};
+
+static void attn_twin(void *buffers[], struct si__task_arg *a)
+{
+    const double t0 = si__now();
+    if (attn_chain(&twin_ops, a->e, a->l, buffers) != 0)
+        STARPU_ABORT_MSG("attn_L%d: the GPU form's CPU twin failed (out of memory)", a->l);
+    si__account(a->e, SI_TASK_ATTN, t0);
+}
+
+#ifdef SI_USE_CUDA
+static int cuda_residual(void *c, float *x, const float *const *parts, int n, const float *bias,
+                         int64_t len)
+{
+    return (int)si_cuda_residual(x, parts, n, bias, len, (cudaStream_t)c);
+}
+
+static int cuda_norm(void *c, bool rms, float *y, const float *x, const float *w, const float *b,
+                     int64_t n, float eps)
+{
+    return (int)(rms ? si_cuda_rmsnorm(y, x, w, n, eps, (cudaStream_t)c)
+                     : si_cuda_layernorm(y, x, w, b, n, eps, (cudaStream_t)c));
+}
+
+static int cuda_matvec(void *c, const struct si_tensor *w, const void *data, const float *x,
+                       float *y)
+{
+    return (int)si_cuda_matvec(w->type, data, w->row_bytes, w->ne[1], w->ne[0], x, y,
+                               (cudaStream_t)c);
+}
+
+static int cuda_add(void *c, float *y, const float *a, const float *b, int64_t n)
+{
+    return (int)si_cuda_add(y, a, b, n, (cudaStream_t)c);
+}
+
+static int cuda_rope(void *c, float *x, int n_heads, const struct si_hparams *hp, int pos,
+                     float base, float scale)
+{
+    return (int)si_cuda_rope(x, 1, n_heads, hp->head_dim, hp->n_rot, (int)hp->rope_kind, pos, base,
+                             scale, (cudaStream_t)c);
+}
+
+static int cuda_to_f16(void *c, uint16_t *dst, const float *src, int64_t n)
+{
+    return (int)si_cuda_to_f16(dst, src, n, (cudaStream_t)c);
+}
+
+/* The kernel reads positions packed, as StarPU lays a child out on the GPU. */
+static int cuda_attend(void *c, float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                       int first, int n_kv, int n_head, int n_head_kv, int head_dim, int64_t ld,
+                       float scale)
+{
+    if (ld != (int64_t)n_head_kv * head_dim)
+        return (int)cudaErrorInvalidValue;
+    return (int)si_cuda_attn_f16(out, q, k, v, first, n_kv, n_head, n_head_kv, head_dim, scale,
+                                 (cudaStream_t)c);
+}
+
+static void attn_cuda(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    const double t0 = si__now();
+    const struct attn_ops ops = {(void *)starpu_cuda_get_local_stream(),
+                                 cuda_residual,
+                                 cuda_norm,
+                                 cuda_matvec,
+                                 cuda_add,
+                                 cuda_rope,
+                                 cuda_to_f16,
+                                 cuda_attend};
+    const int rc = attn_chain(&ops, a->e, a->l, buffers);
+    if (rc != 0)
+        STARPU_CUDA_REPORT_ERROR(rc < 0 ? cudaErrorInvalidValue : (cudaError_t)rc);
+    si__account(a->e, SI_TASK_ATTN, t0);
 }
 #endif
 

@@ -14,7 +14,8 @@
  *   head          norm+lm_head: x (RW), carried* (R), xb (RW), logits (W), output (R)
  *   head_rows     lm_head.j: x (R), carried* (R), output (R), logits child j (W)
  * attn.c
- *   attn          attn_L: x (RW), carried* (R), xb (W), [xb3 (W)], K, V (RW), Wq Wk Wv Wo (R)
+ *   attn          attn_L: x (RW), carried* (R), xb (W), [xb3 (W)], K, V (RW), Wq Wk Wv Wo (R),
+ *                 [the GPU's layers: aux (R), scratch (SCRATCH); CUDA, or a CPU worker]
  *   agrp          attn_L.j: x (R), carried* (R), Wq Wk Wv (R), K_j V_j (RW), att_j (W),
  *                 [j = 0: x2 (W)]
  *   ao            attn_o_L.j: att_* (R), Wo (R), o_j (W)
@@ -44,7 +45,8 @@
  *   bacore        attn_core_batch_L.g.r: bqkv_* (R), K_g, V_g (R), att_{g,r} (W)
  *   bao           attn_o_batch_L.j: att_* (R), Wo (R), bo_j (W)
  *   baout         attn_out_batch_L: bo_* (R), x_batch (RW), xb_batch (W), xb3_batch (W)
- *   bffn          ffn_batch_L.j: xb_batch (R), the slice's weights as ffn's (R), out j (W)
+ *   bffn          ffn_batch_L.j: xb_batch (R), the slice's weights as ffn's (R), out j (W);
+ *                 the hot slice of the sparse layouts on CUDA: then iota (R), scratch (SCRATCH)
  *   bdown         ffn_down_batch_L.k: out of each slice (R), rows k of ffn_down (R), down_k (W)
  *   bmerge        merge_batch_L: x_batch (RW), down_* or out_* (R), xb3_batch (R)
  *   bhead         norm+lm_head: x_batch (R), xb (RW), logits (W), output (R)
@@ -269,5 +271,46 @@ int si__n_carried(const struct si_engine *e, int l);
  * buffers[b0 ..]; returns the seconds spent merging. */
 double si__residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
                        float *x_out, struct si__scratch *sc);
+
+/*
+ * The GPU form of the hot FFN slice for one token (ffn.c), over an
+ * implementation of its kernels: CUDA's (si__ffn_cuda_ops) or their CPU
+ * twins (si__ffn_twin_ops, for a CPU worker in the GPU's stead with
+ * params.gpu_twin).  Each returns 0 or an error (CUDA's cudaError_t).
+ */
+struct si__ffn_ops {
+    void *c; /* CUDA: the stream */
+    int (*matvec)(void *c, uint32_t type, const void *w, size_t stride, int64_t n_rows,
+                  int64_t n_cols, const float *x, float *y);
+    int (*gate_up)(void *c, uint32_t type, const void *gate, const void *up, size_t stride,
+                   int64_t n_ff, int64_t n_embd, const float *b, const float *x, const int32_t *idx,
+                   int64_t n_idx, int kind, int act, float *h);
+    int (*combine)(void *c, const float *g, const float *u, const float *b, int64_t n, int kind,
+                   int act, float *h);
+    int (*down)(void *c, uint32_t type, const void *down_t, size_t stride, int64_t n_ff,
+                int64_t n_embd, const float *h, const int32_t *idx, int64_t n_idx, float *y);
+};
+extern const struct si__ffn_ops si__ffn_twin_ops;
+#ifdef SI_USE_CUDA
+struct si__ffn_ops si__ffn_cuda_ops(void *stream);
+#endif
+
+/* A slice's weights as its task's buffers hold them (NULL: not there). */
+struct si__ffn_slice {
+    const char *gate, *up, *rec, *pre;
+    const float *b;
+};
+
+/* The slice's weights from buffers[*i] on, in the FFN tasks' order (dense
+ * [gate], up; sparse [gating rows], records; then up_b); *i moves past them. */
+void si__ffn_slice_of(const struct si_engine *e, int l, void *buffers[], int *i,
+                      struct si__ffn_slice *w);
+
+/* Slice j of layer l for the input xb into out (sparse: n_embd floats;
+ * dense: its activations), its predicted positions idx (NULL: every neuron,
+ * iota), h 2 n_ff floats of scratch; all in the implementation's memory. */
+int si__ffn_gpu_token(const struct si__ffn_ops *op, const struct si_engine *e, int l, int j,
+                      const struct si__ffn_slice *w, const float *xb, const int32_t *idx,
+                      const int32_t *iota, float *out, float *h);
 
 #endif /* SI_CODELETS_CODELETS_H */

@@ -39,8 +39,12 @@ struct si_engine_params {
     int32_t attn_gpu;                     /* layers whose attention runs on the GPU (the first
                                            * ones; graph/attn_gpu.c): 0 as many as pay under the
                                            * VRAM budget, -1 none, N the first N (or all) */
-    bool hot_on_cpu; /* testing: place the hot slice as with a GPU, but run
-                      * it on a CPU worker (no CUDA worker needed) */
+    bool hot_on_cpu;                      /* testing: place the hot slice and the GPU's attention
+                                           * layers as with a GPU, but run them on CPU workers (no
+                                           * CUDA worker needed) */
+    bool gpu_twin;                        /* testing, with hot_on_cpu: those attention tasks run
+                                           * the GPU's steps with the CPU twins of its kernels
+                                           * (codelets/attn.c) instead of the reference's */
     bool redux;      /* the slices add into the layer output through
                       * STARPU_REDUX instead of the merge task adding their
                       * partial outputs (see docs/measurements.md); gate and

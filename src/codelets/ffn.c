@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <starpu.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef SI_USE_CUDA
@@ -228,10 +229,17 @@ static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[]
  * partial output (rows x n_embd, W; dense: its n activations) or, in redux
  * mode, the layer output (n_embd, REDUX).
  */
+static void ffn_twin(void *buffers[], struct si__task_arg *a);
+
 static void ffn_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    if (e->p.gpu_twin && si__is_hot(e, a->l, a->j) && !e->p.redux && !e->fuse_out &&
+        !(e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred)) {
+        ffn_twin(buffers, a); /* the GPU's steps, on this CPU worker */
+        return;
+    }
     struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t d = e->m->hp.n_embd;
@@ -286,81 +294,228 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     si__account(e, si__is_hot(e, a->l, a->j) ? SI_TASK_FFN_HOT : SI_TASK_FFN_COLD, t0);
 }
 
-#ifdef SI_USE_CUDA
 /*
- * The hot slice on a CUDA worker: the same buffers as ffn_cpu, plus iota and
- * a scratch of 2 n_ff floats.  Dots take the input in float (no act_quant),
- * so results differ from the CPU's by that rounding.  Dense mode writes the
- * activations (the down projection runs on CPU workers).  Gate mode on the GPU
- * computes every hot neuron (they are the ones that fire most) and the down
- * kernel skips the zeros; its threshold applies on CPU workers only.
+ * The hot slice's GPU form for one token (what ffn_cuda runs, and bffn's
+ * CUDA function for each token of a batch), over an implementation of its
+ * kernels: CUDA's, or their CPU twins (si__ffn_twin_ops: a CPU worker in the
+ * GPU's stead with params.gpu_twin).  Dots take the input in float (no
+ * act_quant), so results differ from the CPU's by that rounding.  Dense mode
+ * writes the activations (the down projection runs on CPU workers).  Gate
+ * mode computes every neuron of the slice (they are the ones that fire most)
+ * and the down kernel skips the zeros; its threshold applies on CPU workers
+ * only.  idx: the predicted positions (NULL: iota, every neuron); h: 2 n_ff
+ * floats of scratch.
  */
-static void ffn_cuda(void *buffers[], void *cl_arg)
+int si__ffn_gpu_token(const struct si__ffn_ops *op, const struct si_engine *e, int l, int j,
+                      const struct si__ffn_slice *w, const float *xb, const int32_t *idx,
+                      const int32_t *iota, float *out, float *h)
 {
-    struct si__task_arg *a = cl_arg;
-    struct si_engine *e = a->e;
-    struct si__layer_state *L = &e->L[a->l];
+    const struct si__layer_state *L = &e->L[l];
     const struct si__ffn_fmt *f = &L->f;
     const struct si_hparams *hp = &e->m->hp;
-    const int64_t d = hp->n_embd;
-    const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
-    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
-    cudaStream_t st = starpu_cuda_get_local_stream();
-    double t0 = si__now();
-    int i = 0;
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const char *gate = NULL, *up = NULL, *rec = NULL, *pre = NULL;
-    const int32_t *idx = NULL;
-    if (!e->sparse) {
-        if (e->has_gate)
-            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    } else {
-        if (e->pre_sep)
-            pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        gate = f->gate_off >= 0 ? rec + f->gate_off : NULL;
-        up = f->up_off >= 0 ? rec + f->up_off : NULL;
-    }
-    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
-    i++;
-    if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
-        idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    const int32_t *iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    float *h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    cudaError_t rc;
+    const int64_t d = hp->n_embd, n = L->s0[j + 1] - L->s0[j];
+    const int kind = (int)hp->ffn_kind, act = (int)hp->act;
+    void *c = op->c;
+    int rc;
     if (e->pre_sep) {
         /* gating rows and up rows have different strides: two products */
         float *g = h + hp->n_ff;
         if (hp->ffn_kind == SI_FFN_PLAIN) {
-            rc = si_cuda_matvec(f->gu_type, pre, f->gu_row, n, d, xb, h, st);
-            if (rc == cudaSuccess)
-                rc = si_cuda_ffn_combine(NULL, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+            rc = op->matvec(c, f->gu_type, w->pre, f->gu_row, n, d, xb, h);
+            if (rc == 0)
+                rc = op->combine(c, NULL, h, w->b, n, kind, act, h);
         } else {
-            rc = si_cuda_matvec(f->gu_type, pre, f->gu_row, n, d, xb, g, st);
-            if (rc == cudaSuccess)
-                rc = si_cuda_matvec(f->gu_type, up, f->rec_bytes, n, d, xb, h, st);
-            if (rc == cudaSuccess)
-                rc = si_cuda_ffn_combine(g, h, b, n, (int)hp->ffn_kind, (int)hp->act, h, st);
+            rc = op->matvec(c, f->gu_type, w->pre, f->gu_row, n, d, xb, g);
+            if (rc == 0)
+                rc = op->matvec(c, f->gu_type, w->up, f->rec_bytes, n, d, xb, h);
+            if (rc == 0)
+                rc = op->combine(c, g, h, w->b, n, kind, act, h);
         }
     } else {
-        rc = si_cuda_ffn_gate_up(f->gu_type, gate, up, e->sparse ? f->rec_bytes : f->gu_row, n, d,
-                                 b, xb, idx != NULL ? idx : iota, n, (int)hp->ffn_kind,
-                                 (int)hp->act, e->sparse ? h : out, st);
+        rc = op->gate_up(c, f->gu_type, w->gate, w->up, e->sparse ? f->rec_bytes : f->gu_row, n, d,
+                         w->b, xb, idx != NULL ? idx : iota, n, kind, act, e->sparse ? h : out);
     }
-    if (rc == cudaSuccess && e->sparse) {
-        rc = si_cuda_ffn_down(f->dt_type, rec + f->dt_off, f->rec_bytes, n, d, h,
-                              idx != NULL ? idx : iota, n, out, st);
+    if (rc == 0 && e->sparse)
+        rc = op->down(c, f->dt_type, w->rec + f->dt_off, f->rec_bytes, n, d, h,
+                      idx != NULL ? idx : iota, n, out);
+    return rc;
+}
+
+/* The CPU twins of the CUDA FFN kernels (codelets_cuda.h), in float. */
+static int twin_matvec(void *c, uint32_t type, const void *w, size_t stride, int64_t n_rows,
+                       int64_t n_cols, const float *x, float *y)
+{
+    (void)c;
+    for (int64_t r = 0; r < n_rows; r++)
+        y[r] = si_vec_dot(type, (const char *)w + (size_t)r * stride, x, n_cols);
+    return 0;
+}
+
+static float twin_neuron(int kind, int act, float g, float u)
+{
+    if (kind == SI_FFN_PLAIN)
+        return si_act_apply((enum si_act)act, u);
+    return si_act_gated((enum si_ffn_kind)kind, si_act_apply((enum si_act)act, g), u);
+}
+
+static int twin_gate_up(void *c, uint32_t type, const void *gate, const void *up, size_t stride,
+                        int64_t n_ff, int64_t n_embd, const float *b, const float *x,
+                        const int32_t *idx, int64_t n_idx, int kind, int act, float *h)
+{
+    (void)c;
+    for (int64_t k = 0; k < n_idx; k++) {
+        const int32_t i = idx[k];
+        if (i < 0 || i >= n_ff) {
+            h[k] = 0.0f;
+            continue;
+        }
+        const float g = kind == SI_FFN_PLAIN
+                            ? 0.0f
+                            : si_vec_dot(type, (const char *)gate + (size_t)i * stride, x, n_embd);
+        const float u = si_vec_dot(type, (const char *)up + (size_t)i * stride, x, n_embd) +
+                        (b != NULL ? b[i] : 0.0f);
+        h[k] = twin_neuron(kind, act, g, u);
     }
-    if (rc != cudaSuccess)
-        STARPU_CUDA_REPORT_ERROR(rc);
+    return 0;
+}
+
+static int twin_combine(void *c, const float *g, const float *u, const float *b, int64_t n,
+                        int kind, int act, float *h)
+{
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = twin_neuron(kind, act, g != NULL ? g[i] : 0.0f, u[i] + (b != NULL ? b[i] : 0.0f));
+    return 0;
+}
+
+static int twin_down(void *c, uint32_t type, const void *down_t, size_t stride, int64_t n_ff,
+                     int64_t n_embd, const float *h, const int32_t *idx, int64_t n_idx, float *y)
+{
+    (void)c;
+    memset(y, 0, (size_t)n_embd * sizeof *y);
+    for (int64_t k = 0; k < n_idx; k++)
+        if (h[k] != 0.0f && idx[k] >= 0 && idx[k] < n_ff)
+            si_vec_mad(type, (const char *)down_t + (size_t)idx[k] * stride, h[k], y, n_embd);
+    return 0;
+}
+
+const struct si__ffn_ops si__ffn_twin_ops = {NULL, twin_matvec, twin_gate_up, twin_combine,
+                                             twin_down};
+
+void si__ffn_slice_of(const struct si_engine *e, int l, void *buffers[], int *i,
+                      struct si__ffn_slice *w)
+{
+    const struct si__ffn_fmt *f = &e->L[l].f;
+    memset(w, 0, sizeof *w);
+    if (!e->sparse) {
+        if (e->has_gate)
+            w->gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+        w->up = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    } else {
+        if (e->pre_sep)
+            w->pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+        w->rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+        w->gate = f->gate_off >= 0 ? w->rec + f->gate_off : NULL;
+        w->up = f->up_off >= 0 ? w->rec + f->up_off : NULL;
+    }
+    const bool bias = e->w->layers[l].ffn_up_b.data != NULL;
+    w->b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[*i]) : NULL;
+    (*i)++;
+}
+
+/* Bytes the GPU form of slice j reads for a token: the whole slice (an upper
+ * bound in predictor mode, whose mask stays on the GPU). */
+static int64_t gpu_slice_bytes(const struct si_engine *e, int l, int j)
+{
+    const struct si__layer_state *L = &e->L[l];
+    const int64_t n = L->s0[j + 1] - L->s0[j];
+    return !e->sparse ? n * (int64_t)L->f.gu_row * (e->has_gate ? 2 : 1)
+                      : n * (int64_t)(L->f.rec_bytes + (e->pre_sep ? L->f.gu_row : 0));
+}
+
+/*
+ * The hot slice's task in its GPU form: ffn_cpu's buffers, then for CUDA
+ * iota and a scratch of 2 n_ff floats (iota NULL: read them there; the CPU
+ * twin passes its own).
+ */
+static int hot_gpu_form(const struct si__ffn_ops *op, struct si__task_arg *a, void *buffers[],
+                        const int32_t *iota, float *h)
+{
+    struct si_engine *e = a->e;
+    struct si__layer_state *L = &e->L[a->l];
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    struct si__ffn_slice w;
+    si__ffn_slice_of(e, a->l, buffers, &i, &w);
+    const int32_t *idx = NULL;
+    if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
+        idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    if (iota == NULL) {
+        iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    }
+    const int rc = si__ffn_gpu_token(op, e, a->l, a->j, &w, xb, idx, iota, out, h);
     L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
-    /* Bytes: the whole slice (an upper bound in predictor mode, whose mask
-     * stays on the GPU). */
-    L->rd[a->j] = !e->sparse ? n * (int64_t)f->gu_row * (e->has_gate ? 2 : 1)
-                             : n * (int64_t)(f->rec_bytes + (e->pre_sep ? f->gu_row : 0));
-    si__account(e, SI_TASK_FFN_HOT, t0);
+    L->rd[a->j] = gpu_slice_bytes(e, a->l, a->j);
+    return rc;
+}
+
+/* ... on the CPU worker that stands in for the GPU (gpu_twin). */
+static void ffn_twin(void *buffers[], struct si__task_arg *a)
+{
+    const double t0 = si__now();
+    float *h = malloc(2 * (size_t)a->e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
+    if (h == NULL)
+        STARPU_ABORT_MSG("ffn_hot_L%d: the GPU form's CPU twin is out of memory", a->l);
+    hot_gpu_form(&si__ffn_twin_ops, a, buffers, a->e->iota, h);
+    free(h);
+    si__account(a->e, SI_TASK_FFN_HOT, t0);
+}
+
+#ifdef SI_USE_CUDA
+static int cuda_matvec(void *c, uint32_t type, const void *w, size_t stride, int64_t n_rows,
+                       int64_t n_cols, const float *x, float *y)
+{
+    return (int)si_cuda_matvec(type, w, stride, n_rows, n_cols, x, y, (cudaStream_t)c);
+}
+
+static int cuda_gate_up(void *c, uint32_t type, const void *gate, const void *up, size_t stride,
+                        int64_t n_ff, int64_t n_embd, const float *b, const float *x,
+                        const int32_t *idx, int64_t n_idx, int kind, int act, float *h)
+{
+    return (int)si_cuda_ffn_gate_up(type, gate, up, stride, n_ff, n_embd, b, x, idx, n_idx, kind,
+                                    act, h, (cudaStream_t)c);
+}
+
+static int cuda_combine(void *c, const float *g, const float *u, const float *b, int64_t n,
+                        int kind, int act, float *h)
+{
+    return (int)si_cuda_ffn_combine(g, u, b, n, kind, act, h, (cudaStream_t)c);
+}
+
+static int cuda_down(void *c, uint32_t type, const void *down_t, size_t stride, int64_t n_ff,
+                     int64_t n_embd, const float *h, const int32_t *idx, int64_t n_idx, float *y)
+{
+    return (int)si_cuda_ffn_down(type, down_t, stride, n_ff, n_embd, h, idx, n_idx, y,
+                                 (cudaStream_t)c);
+}
+
+struct si__ffn_ops si__ffn_cuda_ops(void *stream)
+{
+    return (struct si__ffn_ops){stream, cuda_matvec, cuda_gate_up, cuda_combine, cuda_down};
+}
+
+/* ... on a CUDA worker. */
+static void ffn_cuda(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    const double t0 = si__now();
+    const struct si__ffn_ops op = si__ffn_cuda_ops((void *)starpu_cuda_get_local_stream());
+    const int rc = hot_gpu_form(&op, a, buffers, NULL, NULL);
+    if (rc != 0)
+        STARPU_CUDA_REPORT_ERROR((cudaError_t)rc);
+    si__account(a->e, SI_TASK_FFN_HOT, t0);
 }
 #endif
 

@@ -16,7 +16,12 @@
 #include <cblas.h>
 #include <math.h>
 #include <starpu.h>
+#include <stdlib.h>
 #include <string.h>
+
+#ifdef SI_USE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /*
  * The batch tasks run the reference's per-token steps on rows of the batch
@@ -419,10 +424,16 @@ static void keep_observed(const struct si_engine *e, int l, const float *xb,
  * for sgemm.  Buffers as ffn_cpu's without idx; the output last: (n_batch,
  * rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
  */
+static void bffn_twin(void *buffers[], struct si__task_arg *a);
+
 static void bffn_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    if (e->p.gpu_twin && e->sparse && si__is_hot(e, a->l, a->j)) {
+        bffn_twin(buffers, a); /* the GPU's steps, on this CPU worker */
+        return;
+    }
     struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
@@ -538,6 +549,58 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     }
     si__account(e, SI_TASK_PREFILL_FFN, t0);
 }
+
+/*
+ * The hot slice of a batch in its GPU form (sparse layouts): each token
+ * through si__ffn_gpu_token, on the CUDA worker (bffn_cuda) or its CPU twin
+ * (bffn_twin, gpu_twin).  Buffers: bffn_cpu's; then, CUDA only, iota (R)
+ * and a scratch of 2 n_ff floats.  Every hot neuron is computed, as in
+ * decoding on the GPU (gate mode's threshold applies on CPU workers only);
+ * the weights stay where decoding keeps them, and a batch moves only its
+ * FFN input there and the output back.
+ */
+static int bffn_gpu(const struct si__ffn_ops *op, struct si_engine *e, int l, int j,
+                    void *buffers[], const int32_t *iota, float *h)
+{
+    const int64_t d = e->m->hp.n_embd;
+    int i = 0;
+    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    struct si__ffn_slice w;
+    si__ffn_slice_of(e, l, buffers, &i, &w);
+    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+    int rc = 0;
+    for (int64_t t = 0; t < e->bn && rc == 0; t++)
+        rc = si__ffn_gpu_token(op, e, l, j, &w, xb + t * d, NULL, iota, y + t * d, h);
+    return rc;
+}
+
+static void bffn_twin(void *buffers[], struct si__task_arg *a)
+{
+    struct si_engine *e = a->e;
+    const double t0 = si__now();
+    float *h = malloc(2 * (size_t)e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
+    if (h == NULL || bffn_gpu(&si__ffn_twin_ops, e, a->l, a->j, buffers, e->iota, h) != 0)
+        STARPU_ABORT_MSG("ffn_batch_hot_L%d: the GPU form's CPU twin is out of memory", a->l);
+    free(h);
+    si__account(e, SI_TASK_PREFILL_FFN, t0);
+}
+
+#ifdef SI_USE_CUDA
+static void bffn_cuda(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const double t0 = si__now();
+    const int nb = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+    const int32_t *iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[nb - 2]);
+    float *h = (float *)STARPU_VECTOR_GET_PTR(buffers[nb - 1]);
+    const struct si__ffn_ops op = si__ffn_cuda_ops((void *)starpu_cuda_get_local_stream());
+    const int rc = bffn_gpu(&op, e, a->l, a->j, buffers, iota, h);
+    if (rc != 0)
+        STARPU_CUDA_REPORT_ERROR((cudaError_t)rc);
+    si__account(e, SI_TASK_PREFILL_FFN, t0);
+}
+#endif
 
 /*
  * down_cpu for a batch: each token's activations gathered from the slices'
@@ -711,6 +774,10 @@ struct starpu_codelet si__cl_baout = {
 };
 struct starpu_codelet si__cl_bffn = {
     .cpu_funcs = {bffn_cpu},
+#ifdef SI_USE_CUDA
+    .cuda_funcs = {bffn_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bffn_model,
     .name = "ffn_batch",

@@ -320,6 +320,10 @@ int64_t si__gpu_accounted(const struct si_engine *e)
         const starpu_data_handle_t s[] = {e->h_xb, e->h_iota, e->h_hscratch};
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(s[i]));
+        if (e->sparse && e->n_batch > 1) { /* a batch's, for bffn_cuda (prefill.c) */
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_bxb));
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_bpart[0]));
+        }
     }
     /* The GPU layers' attention task (decode.c's submit_attention): x, the
      * carried partial outputs, ffn_in, the caches, the weights, aux, the

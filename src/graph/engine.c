@@ -470,9 +470,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
          * layer's attention and its FFN (docs/measurements.md). */
         /* Lookahead predictors (model.h) read the layer's input instead:
          * their task runs beside the attention. */
-        e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !e->flash &&
-                       !m->predictor_lookahead && getenv("SI_NO_FUSE_PRED") == NULL;
-        e->fuse_out = e->na > 1 && !e->cuda_hot && !e->flash && !p.redux &&
+        /* (gpu_twin: the graph a GPU gets, its CPU worker standing in) */
+        e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p.gpu_twin &&
+                       !e->flash && !m->predictor_lookahead && getenv("SI_NO_FUSE_PRED") == NULL;
+        e->fuse_out = e->na > 1 && !e->cuda_hot && !p.gpu_twin && !e->flash && !p.redux &&
                       (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
     }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS

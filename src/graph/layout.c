@@ -135,13 +135,22 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
     return most;
 }
 
+/* Tokens per prefill batch (engine.c's rule, before init has set it). */
+static int64_t batch_of(const struct si_engine *e)
+{
+    if (e->n_batch > 0)
+        return e->n_batch;
+    return e->p.flash != NULL || e->p.pipe ? 1 : e->p.n_batch > 0 ? e->p.n_batch : 128;
+}
+
 /*
  * The reserve, from what ffn_cuda (codelets/ffn.c) reads and writes (the only CUDA task):
  * the FFN input (ffn_in), the "every neuron" index list (iota, n_ff int32,
  * registered whole), each layer's hot partial output in sparse modes (one
  * row of n_embd floats, reserved for every layer, as any may get a hot
  * slice; dense mode's, the hot activations, count with the hot units), and
- * the task's scratch (2 n_ff floats); then the attention of the first
+ * the task's scratch (2 n_ff floats), in the sparse layouts a prefill batch's
+ * FFN input and hot output (bffn_cuda, codelets/prefill.c); then the attention of the first
  * n_attn_gpu layers (attn_gpu.c: weights, KV caches, x and the task's
  * scratch).  The other layers' attention, the predictor and the LM head stay
  * on the CPU in this engine: their bytes go to cpu_bytes.
@@ -173,6 +182,8 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     const int64_t rows = e->sparse ? 1 : 0;
     r->bytes[SI_GPU_BUFFERS] =
         (int64_t)sizeof(float) * (d + L * rows * d) + (int64_t)sizeof(int32_t) * ff;
+    if (e->sparse && batch_of(e) > 1) /* a batch's FFN input and the hot slice's output */
+        r->bytes[SI_GPU_BUFFERS] += 2 * (int64_t)sizeof(float) * batch_of(e) * d;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
     if (e->n_attn_gpu > 0) /* x, and the attention task's scratch */
         r->bytes[SI_GPU_WORKSPACE] += (int64_t)sizeof(float) * (d + si__attn_gpu_scratch_floats(m));
@@ -223,6 +234,10 @@ static void gpu_shared(const struct si_engine *e, struct si__gpu_bytes *g)
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd);     /* ffn_in */
     si__gpu_bytes_add(g, (int64_t)sizeof(int32_t) * hp->n_ff);     /* iota */
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * 2 * hp->n_ff);   /* scratch */
+    if (e->sparse && batch_of(e) > 1) { /* a batch's FFN input, the hot slice's output */
+        si__gpu_bytes_add(g, (int64_t)sizeof(float) * batch_of(e) * hp->n_embd);
+        si__gpu_bytes_add(g, (int64_t)sizeof(float) * batch_of(e) * hp->n_embd);
+    }
 }
 
 int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)

@@ -88,20 +88,26 @@ static void token_ranges(struct si_engine *e)
     e->btp[nr] = e->btr[nr] = (int32_t)n;
 }
 
-/* out_j = FFN slice j (xb_b) for every token: GEMM tasks, on CPU workers
- * (the hot slice too: its weights are read-only, so the main-memory copy
- * stays valid beside the GPU's). */
+/* out_j = FFN slice j (xb_b) for every token: GEMM tasks on CPU workers;
+ * in the sparse layouts the hot slice on the GPU, where its weights are
+ * (token by token, codelets/prefill.c's bffn_cuda; dense mode's runs on a
+ * CPU worker: its read-only weights stay valid in main memory too). */
 static int submit_batch_ffn(struct si_engine *e, int l)
 {
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
     int rc = 0;
     for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
+        const bool gpu = si__is_hot(e, l, j) && e->cuda_hot && e->sparse && e->obs_fn == NULL;
         a.n = 0;
         si__add(&a, e->h_bxb, STARPU_R);
         si__add_slice_weights(e, L, j, &a);
         si__add(&a, e->h_bpart[j], STARPU_W);
-        rc = si__run(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a, STARPU_CPU);
+        if (gpu) {
+            si__add(&a, e->h_iota, STARPU_R);
+            si__add(&a, e->h_hscratch, STARPU_SCRATCH);
+        }
+        rc = si__run(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a, gpu ? STARPU_CUDA : STARPU_CPU);
     }
     return rc;
 }
