@@ -715,6 +715,82 @@ static void synthetic_types(void)
     }
 }
 
+/*
+ * How many layers' attention the engine puts on the GPU by itself
+ * (attn_gpu 0; graph/attn_gpu.c), a CPU worker standing in for the GPU:
+ * none in dense mode; with a profile, none when every neuron fires every
+ * token (a neuron then keeps its bytes off the CPU every token, and an
+ * attention layer pays its KV cache as well), every layer the budget holds
+ * when they rarely fire; without a profile, every layer it holds.
+ */
+static void attn_auto(void)
+{
+    struct si_synth_params p = si_synth_default_params();
+    si_synth_preset("tiny", &p);
+    si_synth_arch_parse("llama-relu", &p.arch);
+    p.type = SI_TYPE_F16;
+    p.n_embd = 512; /* attention's tensors large beside StarPU's 16 KiB blocks */
+    p.n_head = 8;
+    p.n_head_kv = 4;
+    p.n_layer = 3;
+    p.n_ff = 1024;
+    p.seed = 11;
+    p.predictor_rank = 32;
+    char path[32];
+    struct si_model *m = synth_model(&p, "attention's layers", path);
+    if (m == NULL)
+        return;
+    const struct si_hparams *hp = &m->hp;
+    const int64_t nl = hp->n_layer, ff = hp->n_ff;
+    int64_t *counts = calloc((size_t)(nl * ff), sizeof *counts);
+    struct si_profile pr = {
+        .n_layer = (int32_t)nl, .n_ff = (int32_t)ff, .n_tokens = 100, .counts = counts};
+    const struct si_layer *W = &m->w.layers[0];
+    const int64_t ffn = (int64_t)(W->ffn_gate.nbytes + W->ffn_up.nbytes + W->ffn_down.nbytes);
+    struct {
+        const char *what;
+        enum si_sparsity mode;
+        int64_t count; /* of every neuron; -1: no profile */
+        bool all;      /* every layer, else none */
+    } cases[] = {
+        {"predictor mode, neurons that always fire", SI_SPARSITY_PREDICTOR, 100, false},
+        {"predictor mode, neurons that fire 1% of the time", SI_SPARSITY_PREDICTOR, 1, true},
+        {"gate mode, neurons that fire 1% of the time", SI_SPARSITY_GATE, 1, true},
+        {"predictor mode without a profile", SI_SPARSITY_PREDICTOR, -1, true},
+        {"dense mode", SI_SPARSITY_DENSE, 1, false},
+    };
+    for (size_t c = 0; counts != NULL && c < sizeof cases / sizeof cases[0]; c++) {
+        for (int64_t i = 0; i < nl * ff; i++)
+            counts[i] = cases[c].count;
+        struct si_engine_params ep = si_engine_default_params();
+        ep.ref.n_ctx = 96;
+        ep.mode = cases[c].mode;
+        ep.hot_on_cpu = true;
+        ep.profile = cases[c].count >= 0 ? &pr : NULL;
+        /* the buffers (a chunk of StarPU's allocator), then room for two
+         * thirds of the FFN: less than all neurons, more than the attention
+         * of every layer (half as many bytes) */
+        ep.vram_budget = ((int64_t)32 << 20) + nl * ffn * 2 / 3;
+        struct si_engine *e = NULL;
+        char err[512];
+        const int rc = si_engine_init(&e, m, ep, err, sizeof err);
+        CHECK(rc == SI_OK, "attention's layers, %s: %s", cases[c].what, err);
+        if (rc != SI_OK)
+            continue;
+        const struct si_engine_stats st = si_engine_get_stats(e);
+        printf("attention on the GPU by the engine's choice, %s: %d of %d layers\n", cases[c].what,
+               st.attn_gpu_layers, hp->n_layer);
+        CHECK(st.attn_gpu_layers == (cases[c].all ? hp->n_layer : 0), "attention's layers, %s: %d",
+              cases[c].what, st.attn_gpu_layers);
+        CHECK(st.gpu_accounted <= ep.vram_budget, "attention's layers, %s: %lld GPU bytes",
+              cases[c].what, (long long)st.gpu_accounted);
+        si_engine_free(e);
+    }
+    free(counts);
+    si_model_free(m);
+    unlink(path);
+}
+
 static void tiny_models(void)
 {
     static const char *archs[] = {"llama", "opt", "gemma3", "falcon"};
@@ -980,6 +1056,7 @@ int main(void)
     /* More slices than a task's fixed buffer slots: the merge task's
      * handles go through StarPU's dynamic buffer arrays. */
     synthetic("llama-relu", SI_TYPE_Q4_0, 4096, 12, 1e-4);
+    attn_auto();
 
     /* SI_TEST_ENGINE_QUICK=1 (test-engine.sh, for most of its scheduler and
      * worker configurations): without the sweep of types and gemma3. */
