@@ -152,8 +152,17 @@ static void check_placement(const char *what, const struct si_engine *e, const s
  * step.  The reference computes what the mode asks for: down_t rows,
  * predictor selection (see si_ref_params).
  */
+/* SI_TEST_ENGINE_QUICK=1 (see main). */
+static bool quick_run(void)
+{
+    const char *q = getenv("SI_TEST_ENGINE_QUICK");
+    return q != NULL && !strcmp(q, "1");
+}
+
 static void compare(const char *what, const struct si_model *m, struct config cf, double tol)
 {
+    if (cf.twin && quick_run())
+        return; /* the GPU forms' CPU twins: in the full runs only */
     if (cf.gpu && si_runtime_ncuda() == 0) {
         printf("%s %s +hot-gpu: skipped, no CUDA worker\n", what, si_sparsity_name(cf.mode));
         return;
@@ -1059,13 +1068,14 @@ int main(void)
     attn_auto();
 
     /* SI_TEST_ENGINE_QUICK=1 (test-engine.sh, for most of its scheduler and
-     * worker configurations): without the sweep of types and gemma3. */
-    const char *quick_env = getenv("SI_TEST_ENGINE_QUICK");
-    const bool quick = quick_env != NULL && !strcmp(quick_env, "1");
+     * worker configurations): without the sweep of types and gemma3 (and
+     * compare() skips the GPU forms' CPU twins). */
+    const bool quick = quick_run();
     if (!quick)
         synthetic_types();
     else
-        printf("note: SI_TEST_ENGINE_QUICK=1: the sweep of types and gemma3 skipped here\n");
+        printf("note: SI_TEST_ENGINE_QUICK=1: the sweep of types, gemma3 and the GPU forms' CPU "
+               "twins skipped here\n");
 
     /* Hand-built tiny models of the architectures synth does not make
      * (norms, biases, QK norm, sandwich norms, sliding windows, Falcon's

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test-engine.sh - the engine against the reference (tests/test-engine) under
 # each StarPU scheduler the engine is tested with and one and two CPU workers.
-# The sweep of every type on every synthetic architecture and gemma3 run in
-# three of the configurations (a scheduler of each kind, one and two
-# workers, the CLI's caller worker) and without VNNI, the rest with
-# SI_TEST_ENGINE_QUICK=1.
+# The sweep of every type on every synthetic architecture, gemma3 and the GPU
+# forms' CPU twins run in three of the configurations (a scheduler of each
+# kind, one and two workers, the CLI's caller worker) and without VNNI, the
+# rest with SI_TEST_ENGINE_QUICK=1.
 set -u
 rc=0
 for sched in eager lws dmda dmdas; do

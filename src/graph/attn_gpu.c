@@ -33,12 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool cuda_matvec_type(uint32_t t)
-{
-    return t == SI_TYPE_F32 || t == SI_TYPE_F16 || t == SI_TYPE_Q8_0 || t == SI_TYPE_Q4_0 ||
-           t == SI_TYPE_Q4_1 || t == SI_TYPE_Q4_K || t == SI_TYPE_Q5_K || t == SI_TYPE_Q6_K;
-}
-
 const char *si__attn_gpu_unable(const struct si_model *m, const struct si_engine_params *p)
 {
     const struct si_hparams *hp = &m->hp;
@@ -61,7 +55,7 @@ const char *si__attn_gpu_unable(const struct si_model *m, const struct si_engine
             return "its QK and post norms (gemma3) have no CUDA path";
         const struct si_tensor *w[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
         for (int i = 0; i < 4; i++)
-            if (!cuda_matvec_type(w[i]->type))
+            if (!si__cuda_type(w[i]->type))
                 return "its attention weights' type has no CUDA kernel";
     }
     return NULL;

@@ -28,6 +28,9 @@ void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f);
 /* The GPU reserve of engine e (its layout set). */
 void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r);
 
+/* The weight types the CUDA matvec and FFN kernels take (codelets_cuda.h). */
+bool si__cuda_type(uint32_t t);
+
 /* Check p against m and the ncuda CUDA workers: SI_OK or the refusal. */
 int si__check_params(const struct si_model *m, const struct si_engine_params *p, unsigned ncuda,
                      char *err, size_t err_size);

@@ -279,7 +279,7 @@ int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)
     return si__gpu_bytes_total(&g);
 }
 
-static bool cuda_type(uint32_t t)
+bool si__cuda_type(uint32_t t)
 {
     return t == SI_TYPE_F32 || t == SI_TYPE_F16 || t == SI_TYPE_Q8_0 || t == SI_TYPE_Q4_0 ||
            t == SI_TYPE_Q4_1 || t == SI_TYPE_Q4_K || t == SI_TYPE_Q5_K || t == SI_TYPE_Q6_K;
@@ -354,7 +354,7 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
             uint32_t dt = p->mode == SI_SPARSITY_DENSE ? V->ffn_down.type
                           : V->ffn_down_t.data != NULL ? V->ffn_down_t.type
                                                        : SI_TYPE_F16;
-            if (!cuda_type(V->ffn_up.type) || !cuda_type(dt))
+            if (!si__cuda_type(V->ffn_up.type) || !si__cuda_type(dt))
                 return si__errf(err, err_size, SI_E_UNSUPPORTED,
                                 "no CUDA FFN kernels for %s/%s weights (layer %d; F32, F16, Q8_0, "
                                 "Q4_0, Q4_1, Q4_K, Q5_K, Q6_K have them): run without "
