@@ -29,6 +29,8 @@ expect_error 1 "no model given" bench --sched eager
 expect_error 1 "StarPU has no scheduling policy 'fastest'" bench -m x.gguf --sched eager,fastest
 expect_error 1 "unknown option '--bogus'" bench --bogus
 expect_error 1 "-r: 0 is out of range" bench -m x.gguf -r 0
+expect_error 1 "bench: --gpu-attention N needs --vram-budget" bench -m x.gguf --gpu-attention 4
+expect_error 1 "--gpu-attention: 'most' is not a whole number" bench -m x.gguf --gpu-attention most
 expect_error 1 "/nonexistent.gguf: No such file or directory" bench -m /nonexistent.gguf --sched eager
 
 "$si" synth -o "$tmp/tiny.gguf" --arch llama-relu --preset tiny --type q4_0 --seed 3 --measure 0 \

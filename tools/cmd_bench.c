@@ -382,6 +382,10 @@ int si_cmd_bench(int argc, char **argv)
         return print_policies();
     if (model == NULL)
         return si_cli_error("bench: no model given (-m MODEL.gguf)");
+    if (ep.attn_gpu > 0 && ep.vram_budget == 0)
+        return si_cli_error("bench: --gpu-attention %s needs --vram-budget (the GPU's layers "
+                            "come out of its budget)",
+                            ep.attn_gpu == INT32_MAX ? "all" : "N");
     if (input_s > 0.0f && profile_path == NULL)
         return si_cli_error("bench: --sparsity input needs --profile FILE (made by " SI_PROG
                             " profile --input-sparsity)");
