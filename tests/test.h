@@ -11,8 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* A test program of several files defines SI_TEST_SHARED_COUNTERS before
+ * including this, in each, and defines the two counters in one of them. */
+#ifdef SI_TEST_SHARED_COUNTERS
+extern int test_failures;
+extern int test_checks;
+#else
 static int test_failures;
 static int test_checks;
+#endif
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
