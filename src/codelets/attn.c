@@ -205,10 +205,7 @@ static int twin_norm(void *c, bool rms, float *y, const float *x, const float *w
 static int twin_matvec(void *c, const struct si_tensor *w, const void *data, const float *x,
                        float *y)
 {
-    (void)c;
-    for (int64_t r = 0; r < w->ne[1]; r++)
-        y[r] = si_vec_dot(w->type, (const char *)data + (size_t)r * w->row_bytes, x, w->ne[0]);
-    return 0;
+    return si__ffn_twin_ops.matvec(c, w->type, data, w->row_bytes, w->ne[1], w->ne[0], x, y);
 }
 
 static int twin_add(void *c, float *y, const float *a, const float *b, int64_t n)

@@ -61,13 +61,6 @@ const char *si__attn_gpu_unable(const struct si_model *m, const struct si_engine
     return NULL;
 }
 
-/* The context length the reference will have (si_ref_init's rule). */
-static int64_t n_ctx_of(const struct si_engine *e)
-{
-    const struct si_hparams *hp = &e->m->hp;
-    return e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-}
-
 int64_t si__attn_gpu_scratch_floats(const struct si_model *m)
 {
     const struct si_hparams *hp = &m->hp;
@@ -137,7 +130,7 @@ void si__attn_gpu_layer_bytes(const struct si_engine *e, int l, int32_t n_parts,
     si__gpu_bytes_add(g, (int64_t)W->wk.nbytes);
     si__gpu_bytes_add(g, (int64_t)W->wv.nbytes);
     si__gpu_bytes_add(g, (int64_t)W->wo.nbytes);
-    const int64_t n_ctx = n_ctx_of(e), hd = hp->head_dim;
+    const int64_t n_ctx = si__n_ctx_of(e), hd = hp->head_dim;
     const int32_t ng = e->ng > 1 && e->a_g != NULL ? e->ng : 1;
     for (int32_t j = 0; j < ng; j++) {
         const int64_t heads = ng > 1 ? e->a_g[j + 1] - e->a_g[j] : hp->n_head_kv;

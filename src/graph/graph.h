@@ -25,6 +25,9 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
  * tier: the store's records). */
 void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f);
 
+/* The context length the reference will have (si_ref_init's rule). */
+int64_t si__n_ctx_of(const struct si_engine *e);
+
 /* The GPU reserve of engine e (its layout set). */
 void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r);
 

@@ -135,6 +135,12 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
     return most;
 }
 
+int64_t si__n_ctx_of(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    return e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+}
+
 /* Tokens per prefill batch (engine.c's rule, before init has set it). */
 static int64_t batch_of(const struct si_engine *e)
 {
@@ -169,9 +175,7 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
             pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
     }
-    const int64_t n_ctx = e->p.ref.n_ctx > 0       ? e->p.ref.n_ctx
-                          : hp->n_ctx_train < 4096 ? hp->n_ctx_train
-                                                   : 4096; /* si_ref_init's */
+    const int64_t n_ctx = si__n_ctx_of(e);
     const int64_t kv_layer = 2 * n_ctx * hp->n_head_kv * hp->head_dim * (e->p.ref.kv_f16 ? 2 : 4);
     r->cpu_bytes[SI_GPU_ATTENTION] = att;
     r->bytes[SI_GPU_ATTENTION] = att_gpu;
