@@ -258,9 +258,32 @@ enum si_sparsity_mode {
     SI_SPARSE_COUNT
 };
 
-/* "ref", "starpu"; "dense", "gate", "predictor"; "?" for other values. */
+/*
+ * How the StarPU engine multiplies a prompt's batches (decoding is not
+ * affected).  The reference converts each matrix product's input to the
+ * weights' dot type (Q8_0 for most quantized types) and sums each dot in
+ * its own order; a batch can keep both, keep the conversion and sum in
+ * another order, or multiply float inputs.
+ */
+enum si_prefill_mode {
+    SI_PREFILL_AUTO,  /* int8 where this CPU has AVX-512 VNNI and a weight
+                       * type its batched kernel (Q4_0, Q4_1, Q8_0, Q4_K,
+                       * Q5_K, Q6_K), else blas (default) */
+    SI_PREFILL_EXACT, /* the reference's own dots on converted inputs: bit
+                       * for bit the token-by-token result */
+    SI_PREFILL_INT8,  /* converted inputs, as the reference's, through the
+                       * batched integer kernel (AVX-512 VNNI; SI_E_UNSUPPORTED
+                       * without it), sums in its order; the reference's dots
+                       * for types it has no kernel for */
+    SI_PREFILL_BLAS,  /* float inputs times dequantized rows, OpenBLAS sgemm */
+    SI_PREFILL_COUNT
+};
+
+/* "ref", "starpu"; "dense", "gate", "predictor"; "auto", "exact", "int8",
+ * "blas"; "?" for other values. */
 SI_API const char *si_engine_kind_name(enum si_engine_kind e);
 SI_API const char *si_sparsity_mode_name(enum si_sparsity_mode m);
+SI_API const char *si_prefill_mode_name(enum si_prefill_mode m);
 
 /*
  * The sampler's chain, in order: repetition penalty over the last
@@ -360,8 +383,8 @@ struct si_context_params {
     int32_t attn_split; /* attention's products in this many row slices; 0
                          * (default): one per CPU worker when worth it; 1: one
                          * task per layer */
-    bool exact_prefill; /* prefill with the reference's arithmetic (bit for bit
-                         * token by token) instead of OpenBLAS sgemm (default false) */
+    enum si_prefill_mode prefill; /* the prompt batches' arithmetic (default
+                                   * SI_PREFILL_AUTO; see the enum) */
     bool redux;         /* add the FFN slices' outputs with STARPU_REDUX instead of
                          * a merge task (default false; not deterministic) */
     bool caller_worker; /* when this context starts StarPU (the first StarPU
@@ -401,7 +424,7 @@ SI_API struct si_context_params si_context_default_params(void);
  * Make a context on `llm` (which must outlive it).  Starts StarPU or adopts
  * the host's instance for the StarPU engine (see the top of this header).
  * Errors: SI_E_INVALID (a parameter out of range, with its name; sparsity,
- * a VRAM budget, a profile, a placement, exact_prefill or redux on the
+ * a VRAM budget, a profile, a placement, a prefill mode or redux on the
  * reference engine;
  * predictor mode on a model without predictor tensors), SI_E_BUDGET
  * (dram_budget too small, or a VRAM budget below what the engine keeps on
@@ -600,6 +623,8 @@ struct si_stats {
     int64_t batch_tokens;      /* tokens it evaluated in prefill batches */
     double batch_seconds;
     int64_t batch_tasks;
+    enum si_prefill_mode prefill; /* their arithmetic: exact, int8 or blas (auto
+                                   * as it resolved on this CPU) */
     int n_task_kinds;
     struct si_task_stat tasks[SI_MAX_TASK_KINDS];
 

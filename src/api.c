@@ -452,6 +452,17 @@ const char *si_sparsity_mode_name(enum si_sparsity_mode m)
     }
 }
 
+const char *si_prefill_mode_name(enum si_prefill_mode m)
+{
+    switch (m) {
+    case SI_PREFILL_AUTO: return "auto";
+    case SI_PREFILL_EXACT: return "exact";
+    case SI_PREFILL_INT8: return "int8";
+    case SI_PREFILL_BLAS: return "blas";
+    default: return "?";
+    }
+}
+
 struct si_sampling_params si_sampling_default_params(void)
 {
     struct si_sampler_params d = si_sampler_default_params();
@@ -517,6 +528,8 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "engine: %d is not a known engine", (int)p->engine);
     if ((unsigned)p->sparsity >= SI_SPARSE_COUNT)
         return fail(SI_E_INVALID, "sparsity: %d is not a known mode", (int)p->sparsity);
+    if ((unsigned)p->prefill >= SI_PREFILL_COUNT)
+        return fail(SI_E_INVALID, "prefill: %d is not a known mode", (int)p->prefill);
     if (p->n_ctx < 0)
         return fail(SI_E_INVALID, "n_ctx: %d is negative", p->n_ctx);
     if (!(p->gate_threshold >= 0.0f) || !isfinite(p->gate_threshold))
@@ -566,7 +579,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         {"gpu_attention", "--gpu-attention", NULL},
         {"profile_path", "--profile", NULL},
         {"placement_path", "--placement", NULL},
-        {"exact_prefill", "--exact-prefill", NULL},
+        {"prefill", "--prefill", NULL},
         {"redux", "--merge redux", NULL},
         {"flash_store", "--flash-store", "the flash tier"},
         {"flash_window", "--flash-window", "the flash tier"},
@@ -579,7 +592,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         p->gpu_attention > 0,
         p->profile_path != NULL && p->input_sparsity == 0.0f,
         p->placement_path != NULL,
-        p->exact_prefill,
+        p->prefill != SI_PREFILL_AUTO,
         p->redux,
         p->flash_store != NULL,
         p->flash_window != 0,
@@ -735,7 +748,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         ep.n_slices = p.n_slices;
         ep.vram_budget = p.vram_budget;
         ep.redux = p.redux;
-        ep.exact_prefill = p.exact_prefill;
+        ep.prefill = p.prefill;
         ep.attn_split = p.attn_split;
         ep.attn_gpu = p.gpu_attention;
         ep.pipe = p.mpi;
@@ -1427,6 +1440,7 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.batch_tokens = e.batch_tokens - b->batch_tokens;
         s.batch_seconds = e.batch_seconds - b->batch_seconds;
         s.batch_tasks = e.batch_tasks - b->batch_tasks;
+        s.prefill = si_engine_prefill(ctx->eng);
         if (ctx->fs != NULL) {
             s.flash = true;
             s.flash_direct = ctx->fs->direct;

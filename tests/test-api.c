@@ -408,7 +408,7 @@ static void test_generate(struct si_llm *llm, const char *model_path, enum si_en
     p.sparsity = mode;
     p.n_ctx = 128;
     p.sampling.temp = 0.0f;
-    p.exact_prefill = exact;
+    p.prefill = exact ? SI_PREFILL_EXACT : SI_PREFILL_AUTO;
     struct si_context *ctx = NULL;
     int rc = si_context_init(llm, p, &ctx);
     CHECK(rc == SI_OK, "context (%s, %s): %s", si_engine_kind_name(engine),
@@ -717,7 +717,7 @@ int main(void)
         test_vram_budget(llm);
         test_rewind(llm);
         /* Short prompts: the engine's prefill of fewer than 8 tokens is the
-         * reference's arithmetic; a longer one with exact_prefill. */
+         * reference's arithmetic; a longer one with SI_PREFILL_EXACT. */
         test_generate(llm, model_path, SI_ENGINE_REF, SI_SPARSE_DENSE, "hello", false);
         test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_DENSE, "hello", false);
         test_generate(llm, model_path, SI_ENGINE_STARPU, SI_SPARSE_GATE, "hey", false);

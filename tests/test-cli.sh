@@ -108,6 +108,31 @@ expect_error 1 "--gpu-attention: 0 is out of range" generate -m x.gguf -p a --gp
 expect_error 1 "generate: --gpu-attention needs --engine starpu" \
     generate -m x.gguf -p a --engine ref --gpu-attention 2
 expect_error 1 "synth: unknown option '--bogus'" synth --bogus
+# --prefill: the batches' arithmetic.  A bad value and the reference
+# refused; int8 refused where the batched integer kernel cannot run
+# (SI_NO_VNNI=1 stands in for a CPU without AVX-512 VNNI); each mode that
+# runs names itself on the engine's prefill line (a prompt of 8 tokens or
+# more goes in a batch), auto as int8 or blas.
+expect_error 1 "--prefill: 'fast' is not auto, exact, int8 or blas" generate -m x.gguf -p a --prefill fast
+expect_error 1 "generate: --prefill needs --engine starpu" \
+    generate -m x.gguf -p a --engine ref --prefill blas
+expect_error 1 "perplexity: --prefill is the engine's: it needs --engine starpu" \
+    perplexity -m x.gguf -f y --engine ref --prefill exact
+long="one two three four five six seven eight nine ten eleven twelve"
+export SI_NO_VNNI=1
+expect_error 1 "prefill int8 needs the batched integer kernel (AVX-512 VNNI), and SI_NO_VNNI is set" \
+    generate -m "$tmp/tiny.gguf" -p "$long" -n 2 --prefill int8
+"$si" generate -m "$tmp/tiny.gguf" -p "$long" -n 2 >/dev/null 2>"$tmp/err" || fail "SI_NO_VNNI: $(cat "$tmp/err")"
+grep -q '^engine: prefill (blas arithmetic)' "$tmp/err" || fail "SI_NO_VNNI=1: auto is not blas: $(cat "$tmp/err")"
+unset SI_NO_VNNI
+for mode in exact blas auto $(grep -qw avx512_vnni /proc/cpuinfo && echo int8); do
+    "$si" generate -m "$tmp/tiny.gguf" -p "$long" -n 2 --prefill $mode >/dev/null 2>"$tmp/err" ||
+        fail "--prefill $mode: $(cat "$tmp/err")"
+    want=$mode
+    [ $mode = auto ] && want=$(grep -qw avx512_vnni /proc/cpuinfo && echo int8 || echo blas)
+    grep -q "^engine: prefill ($want arithmetic)" "$tmp/err" ||
+        fail "--prefill $mode: no prefill line of $want: $(cat "$tmp/err")"
+done
 head -c 3000 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 expect_error 1 "truncated file" generate -m "$tmp/cut.gguf" -p a
 

@@ -319,6 +319,17 @@ bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input)
     return true;
 }
 
+bool si_cli_prefill(const char *v, enum si_prefill_mode *mode)
+{
+    for (int k = 0; k < SI_PREFILL_COUNT; k++)
+        if (!strcmp(v, si_prefill_mode_name((enum si_prefill_mode)k))) {
+            *mode = (enum si_prefill_mode)k;
+            return true;
+        }
+    si_cli_error("--prefill: '%s' is not auto, exact, int8 or blas", v);
+    return false;
+}
+
 int si_cli_runtime_start(struct si_runtime *rt, bool mpi)
 {
     char err[600];

@@ -55,6 +55,10 @@ int si_cli_mpi_size(void);
  * *input (0: none).  false after printing the error. */
 bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input);
 
+/* A --prefill value (auto, exact, int8, blas) into *mode; false after
+ * printing the error. */
+bool si_cli_prefill(const char *v, enum si_prefill_mode *mode);
+
 /* Parse a byte size for `flag`: a number with an optional unit K, M, G, T
  * (powers of 1024; "KiB", "MB", "GiB" ... are read the same) or none for
  * bytes, e.g. 512M, 1.5G, 4096; false after an error message. */

@@ -72,6 +72,8 @@ static void bench_usage(FILE *f)
                "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
                "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
                "      --attn-split N      attention's products in N row slices (0: automatic)\n"
+               "      --prefill MODE      the prompt batches' arithmetic: auto (default),\n"
+               "                          exact, int8 (AVX-512 VNNI) or blas (generate --help)\n"
                "      --trace DIR         trace the first run of each policy with FxT into\n"
                "                          DIR/POLICY (paje.trace, tasks.rec, trace.png)\n"
                "      --roofline          measure the memory bandwidth first (a streaming read\n"
@@ -374,6 +376,9 @@ int si_cmd_bench(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 256, &ll))
                 return 1;
             ep.attn_split = (int32_t)ll;
+        } else if (!strcmp(a, "--prefill")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_prefill(v, &ep.prefill))
+                return 1;
         } else {
             return si_cli_error("bench: unknown option '%s' (see starinfer bench --help)", a);
         }

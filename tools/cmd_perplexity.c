@@ -45,8 +45,11 @@ static void perplexity_usage(FILE *f)
                "                      reference: llama.cpp's arithmetic bit for bit on AVX2)\n"
                "  -b, --batch-size N  engine: tokens per prefill batch (default 128; the\n"
                "                      logits of a batch take N x vocabulary floats)\n"
-               "      --exact-prefill engine: the reference's arithmetic in the batches\n"
-               "                      (converted activations, no sgemm; slower)\n"
+               "      --prefill MODE  engine: the batches' arithmetic: auto (default:\n"
+               "                      int8 with AVX-512 VNNI, else blas), exact (the\n"
+               "                      reference's, slower), int8 (its converted inputs,\n"
+               "                      batched integer kernel; needs AVX-512 VNNI) or blas\n"
+               "                      (float inputs, OpenBLAS); --exact-prefill: exact\n"
                "      --sparsity M    dense (default); gate or predictor: the engine's\n"
                "                      sparse FFN modes, token by token; or input[=S]:\n"
                "                      before every matrix product the entries of its\n"
@@ -180,7 +183,9 @@ int si_cmd_perplexity(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *profile = NULL, *v;
     long long n_ctx = 512, max_chunks = -1, n_batch = 128;
-    bool kv_f32 = false, use_ref = false, exact = false, batch_given = false;
+    bool kv_f32 = false, use_ref = false, batch_given = false;
+    enum si_prefill_mode prefill = SI_PREFILL_AUTO;
+    const char *prefill_flag = NULL; /* the option that set it */
     bool input = false; /* --sparsity input[=...] */
     enum si_sparsity mode = SI_SPARSITY_DENSE; /* --sparsity gate|predictor: the engine's */
     double input_s[SI_INPUT_KINDS] = {0};
@@ -215,8 +220,13 @@ int si_cmd_perplexity(int argc, char **argv)
                 !si_cli_int(a, v, 1, 4096, &n_batch))
                 return 1;
             batch_given = true;
-        } else if (!strcmp(a, "--exact-prefill")) {
-            exact = true;
+        } else if (!strcmp(a, "--prefill")) {
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_prefill(v, &prefill))
+                return 1;
+            prefill_flag = "--prefill";
+        } else if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
+            prefill = SI_PREFILL_EXACT;
+            prefill_flag = "--exact-prefill";
         } else if (!strcmp(a, "--sparsity")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -249,9 +259,9 @@ int si_cmd_perplexity(int argc, char **argv)
         return si_cli_error("perplexity: --ctx-size must be at least 16");
     if (model == NULL)
         return si_cli_error("no model given (-m MODEL.gguf)");
-    if (use_ref && (batch_given || exact))
+    if (use_ref && (batch_given || prefill_flag != NULL))
         return si_cli_error("perplexity: %s is the engine's: it needs --engine starpu",
-                            batch_given ? "--batch-size" : "--exact-prefill");
+                            batch_given ? "--batch-size" : prefill_flag);
     if (input && profile == NULL)
         return si_cli_error("perplexity: --sparsity input needs --profile FILE (made by "
                             "starinfer profile --input-sparsity)");
@@ -354,7 +364,7 @@ int si_cmd_perplexity(int argc, char **argv)
         struct si_engine_params eng = si_engine_default_params();
         eng.ref = rp;
         eng.n_batch = (int32_t)n_batch;
-        eng.exact_prefill = exact;
+        eng.prefill = prefill;
         eng.pipe = mpi;
         eng.mode = mode;
         const struct si_cli_ppl o = {.progress = on_chunk, .stats_line = true};

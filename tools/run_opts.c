@@ -159,8 +159,12 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         if (!si_cli_int(a, v, 0, 256, &ll))
             return -1;
         cp->attn_split = (int32_t)ll;
-    } else if (!strcmp(a, "--exact-prefill")) {
-        cp->exact_prefill = true;
+    } else if (!strcmp(a, "--prefill")) {
+        VALUE();
+        if (!si_cli_prefill(v, &cp->prefill))
+            return -1;
+    } else if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
+        cp->prefill = SI_PREFILL_EXACT;
     } else if (!strcmp(a, "--merge")) {
         VALUE();
         if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) {
@@ -278,9 +282,13 @@ void si_run_usage(FILE *f, bool chat)
             "      --attn-split N      engine: attention's products in N row slices (0:\n"
             "                          one per CPU worker when the weights are large\n"
             "                          enough, the default; 1: one task per layer)\n"
-            "      --exact-prefill     engine: prefill with the reference's arithmetic (bit\n"
-            "                          for bit token by token; default: OpenBLAS sgemm on\n"
-            "                          float activations, faster, rounded differently)\n"
+            "      --prefill MODE      engine: the prompt batches' arithmetic: auto (the\n"
+            "                          default: int8 with AVX-512 VNNI, else blas), exact\n"
+            "                          (the reference's, bit for bit token by token),\n"
+            "                          int8 (the reference's Q8 inputs, batched integer\n"
+            "                          kernel, sums in its order; needs AVX-512 VNNI) or\n"
+            "                          blas (float inputs, OpenBLAS sgemm); --exact-prefill\n"
+            "                          is --prefill exact\n"
             "      --merge M           task (default: the next layer's attention tasks add\n"
             "                          the FFN slices' partial outputs) or redux (StarPU's\n"
             "                          STARPU_REDUX and a merge task per layer; CPU only)\n"
@@ -336,7 +344,11 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
         if (n == 0)
             continue;
         double busy = 0.0;
-        fprintf(f, "engine: %s, per token:", batch ? "prefill" : "decoding");
+        if (batch)
+            fprintf(f, "engine: prefill (%s arithmetic), per token:",
+                    si_prefill_mode_name(st->prefill));
+        else
+            fprintf(f, "engine: decoding, per token:");
         for (int k = 0; k < st->n_task_kinds; k++) {
             if (st->tasks[k].batch != batch)
                 continue;

@@ -10,6 +10,7 @@
 #define SI_CODELETS_ENGINE_TYPES_H
 
 #include "model/forward.h"
+#include "starinfer.h" /* enum si_prefill_mode */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,11 +58,12 @@ struct si_engine_params {
                          * per CPU worker when the layer's attention weights
                          * are worth it (see docs/measurements.md), 1: one
                          * attn task per layer */
-    bool exact_prefill; /* prefill with the reference's arithmetic (activations
-                         * converted as llama.cpp does), bit for bit the
-                         * token-by-token result, instead of OpenBLAS sgemm on
-                         * float activations (1.2x faster on SmolLM2, the FFN
-                         * tasks 2x: docs/measurements.md) */
+    enum si_prefill_mode prefill; /* the batches' arithmetic (starinfer.h):
+                                   * auto, the reference's (exact), converted
+                                   * inputs through the batched integer kernel
+                                   * (int8; SI_E_UNSUPPORTED without AVX-512
+                                   * VNNI) or float ones through OpenBLAS (blas);
+                                   * codelets/prefill.c's si__prefill_arith */
 
     /* The flash tier (gate and predictor modes; see "Flash tier" above). */
     struct si_flash_store *flash; /* the cold neurons' store (may be NULL: every

@@ -66,13 +66,42 @@ static void bembed_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_PREFILL_EMBED, t0);
 }
 
+/*
+ * How the batch multiplies rows of type t, from the engine's prefill mode
+ * (starinfer.h's si_prefill_mode) and the batch's size, one rule for every
+ * product of the batch, so that a prompt has one arithmetic whichever of
+ * its matrices the engine keeps packed and however its tasks split it:
+ *   ARITH_REF  the reference's dots on converted inputs (gemm_act): exact
+ *              prefill, batches under SI__BLAS_MIN_BATCH tokens, and int8's
+ *              types without a batched kernel;
+ *   ARITH_INT8 inputs converted as the reference converts them, the batched
+ *              integer kernel (qgemm; rows the engine keeps unpacked are
+ *              packed 8 at a time on the way), sums in its order;
+ *   ARITH_BLAS float inputs, sgemm on dequantized rows (si_k_gemm*).
+ * Without act_quant (float weights) the reference's inputs are float too.
+ */
+enum arith { ARITH_REF, ARITH_INT8, ARITH_BLAS };
+
+static enum arith arith_of(const struct si_engine *e, uint32_t t)
+{
+    if (!e->p.ref.act_quant)
+        return ARITH_BLAS;
+    if (e->p.prefill == SI_PREFILL_EXACT || e->bn < SI__BLAS_MIN_BATCH)
+        return ARITH_REF;
+    const bool kernel = si_gemm8_available(t);
+    switch (e->p.prefill) {
+    case SI_PREFILL_INT8: return kernel ? ARITH_INT8 : ARITH_REF;
+    case SI_PREFILL_BLAS: return ARITH_BLAS;
+    default: return kernel ? ARITH_INT8 : ARITH_BLAS; /* auto */
+    }
+}
+
 /* The products y[t] = W x[t] for the batch's n_tok inputs x (rows of n_cols
- * floats): the reference's dots on converted activations where exactness
- * is asked or the batch is small (gemm_act, the same bits as decoding),
- * else si_k_gemm.  xa: scratch for the converted inputs. */
+ * floats) in the batch's arithmetic (arith_of).  scratch: for the converted
+ * inputs or si_k_gemm's tile; tile: 8 of w's rows (qgemm's). */
 static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
                            const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
-                           void *scratch);
+                           void *scratch, void *tile);
 
 /* The row of q | k | v of the batch's token t: in bqkv[r], r its range of
  * btp (the buffers of the attn_batch_L.r tasks, buffers[0 .. nr) of the
@@ -113,9 +142,9 @@ static void battn_cpu(void *buffers[], void *cl_arg)
         memcpy(e->obs_a + ((size_t)a->l * (size_t)e->obs_nb + (size_t)t0) * (size_t)d, y,
                (size_t)(nt * d) * sizeof(float));
     if (nt > 0) {
-        batch_products(e, &W->wq, qd, y, d, nt, out, row, sc->gemm);
-        batch_products(e, &W->wk, kvd, y, d, nt, out + qd, row, sc->gemm);
-        batch_products(e, &W->wv, kvd, y, d, nt, out + qd + kvd, row, sc->gemm);
+        batch_products(e, &W->wq, qd, y, d, nt, out, row, sc->gemm, sc->dt);
+        batch_products(e, &W->wk, kvd, y, d, nt, out + qd, row, sc->gemm, sc->dt);
+        batch_products(e, &W->wv, kvd, y, d, nt, out + qd + kvd, row, sc->gemm, sc->dt);
     }
     for (int64_t t = 0; t < nt; t++) {
         float *q = out + t * row;
@@ -200,7 +229,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     float *o = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
     if (w > 0) {
         const struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, c0, c0 + w);
-        batch_products(e, &wo, w, att, qd, bn, o, w, sc->gemm);
+        batch_products(e, &wo, w, att, qd, bn, o, w, sc->gemm, sc->dt);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
@@ -335,16 +364,13 @@ static bool qgemm(const struct si_tensor *w, const float *x, int64_t ldx, int64_
     return true;
 }
 
-/* The batch's products with the rows of w (n_rows of them, packed or not):
- * gemm_act on converted activations where exactness is asked for or the
- * batch is small, else the batched integer kernel for packed rows (qgemm),
- * else si_k_gemm_tensor. */
 static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
                            const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
-                           void *scratch)
+                           void *scratch, void *tile)
 {
     STARPU_ASSERT(n_rows == w->ne[1]);
-    if (e->p.ref.act_quant && (e->p.exact_prefill || n_tok < SI__BLAS_MIN_BATCH)) {
+    switch (arith_of(e, w->type)) {
+    case ARITH_REF: {
         size_t xa_row = 0;
         const uint32_t at = si_act_type(w->type);
         si_type_row_size(at, n_cols, &xa_row);
@@ -355,10 +381,17 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
                  ldy);
         return;
     }
-    if (e->p.ref.act_quant && qgemm(w, x, n_cols, n_tok, y, ldy, scratch, NULL))
+    case ARITH_INT8: {
+        const bool done = qgemm(w, x, n_cols, n_tok, y, ldy, scratch, tile);
+        STARPU_ASSERT_MSG(done, "no batched integer kernel for a type that has one");
         return;
-    int rc = si_k_gemm_tensor(w, x, n_cols, n_tok, y, ldy, scratch);
-    STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    case ARITH_BLAS: {
+        const int rc = si_k_gemm_tensor(w, x, n_cols, n_tok, y, ldy, scratch);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+        return;
+    }
+    }
 }
 
 /* Whether gate mode's gate lets few neurons of layer l through: ReLU, or a
@@ -416,13 +449,16 @@ static void keep_observed(const struct si_engine *e, int l, const float *xb,
 
 /*
  * A slice for the whole batch, every neuron: G = gate X and U = up X, H,
- * then (sparse layouts) Y = down H.  With converted activations (act_quant)
- * the products are the reference's own dots over row tiles (gemm_act) and,
- * for neuron records, each token's non-zero activations go through the
- * sparse down kernel, as in decoding; with float activations, OpenBLAS:
- * si_k_gemm, and for records the down_t rows dequantized SI__DT_TILE at a time
- * for sgemm.  Buffers as ffn_cpu's without idx; the output last: (n_batch,
- * rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
+ * then (sparse layouts) Y = down H, in the batch's arithmetic (arith_of).
+ * The reference's (ARITH_REF): its own dots over row tiles (gemm_act) and,
+ * for neuron records, each token's non-zero activations through the sparse
+ * down kernel, as in decoding.  ARITH_INT8: G and U through qgemm (gate
+ * mode, and predictor mode on ReLU: up and down only for the neurons the
+ * gate lets through, gate_first).  ARITH_BLAS: G and U through si_k_gemm.
+ * Otherwise the records' down_t rows dequantized SI__DT_TILE at a time for
+ * sgemm on the float activations (the reference's down_t product does not
+ * convert them either).  Buffers as ffn_cpu's without idx; the output
+ * last: (n_batch, rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
  */
 static void bffn_twin(void *buffers[], struct si__task_arg *a);
 
@@ -471,9 +507,9 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
     i++;
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    /* The reference's dots where exactness is asked for, or the batch is too
-     * small for sgemm to repay the dequantization; else OpenBLAS. */
-    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
+    /* the gate and up products in the batch's arithmetic (arith_of) */
+    const enum arith ar = arith_of(e, f->gu_type);
+    const bool q = ar == ARITH_REF;
     if (q) {
         size_t xa_row = 0;
         const uint32_t at = si_act_type(f->gu_type);
@@ -490,12 +526,12 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
                                      .nbytes = (size_t)n * gs, .row_bytes = gs, .pk = gpk},
                                ut = {.data = up, .type = f->gu_type, .ne = {d, n, 1, 1},
                                      .nbytes = (size_t)n * us, .row_bytes = us, .pk = upk};
-        const bool aq = e->p.ref.act_quant;
+        const bool i8 = ar == ARITH_INT8;
         int rc = SI_OK;
-        /* records' rows are packed on the way (qgemm's tile: sc->dt, free
-         * until the down rows below) */
-        void *tile = e->sparse ? sc->dt : NULL;
-        const bool gq = gate != NULL && aq && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm, tile);
+        /* rows kept unpacked (records, a hot slice's) are packed on the way
+         * (qgemm's tile: sc->dt, free until the down rows below) */
+        void *tile = sc->dt;
+        const bool gq = gate != NULL && i8 && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm, tile);
         if (gq && e->sparse && sparse_gate(e, a->l) && (e->pre_sep || hp->act == SI_ACT_RELU)) {
             /* gate mode, and predictor mode on ReLU (whose gate says
              * exactly which neurons fire; over a batch the predicted ones
@@ -508,7 +544,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         if (gate != NULL && !gq)
             rc = gpk > 0 ? si_k_gemm_tensor(&gt, xb, d, bn, sc->bg, n, sc->gemm)
                          : si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
-        if (rc == SI_OK && !(aq && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm, tile)))
+        if (rc == SI_OK && !(i8 && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm, tile)))
             rc = upk > 0 ? si_k_gemm_tensor(&ut, xb, d, bn, sc->bu, n, sc->gemm)
                          : si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
         STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
@@ -604,10 +640,9 @@ static void bffn_cuda(void *buffers[], void *cl_arg)
 
 /*
  * down_cpu for a batch: each token's activations gathered from the slices'
- * outputs; with converted activations (act_quant) the reference's product
- * per token, as in decoding; with float activations (act_quant off, or a
- * batch of SI__BLAS_MIN_BATCH tokens or more without exact_prefill, as bffn_cpu
- * decides), OpenBLAS on H.  Output: (n_batch, block rows), token-major.
+ * outputs, then in the batch's arithmetic (arith_of) the reference's
+ * product per token, as in decoding, or batch_products on H.  Output:
+ * (n_batch, block rows), token-major.
  */
 static void bdown_cpu(void *buffers[], void *cl_arg)
 {
@@ -620,18 +655,13 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
     struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
     rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]);
-    const bool q = e->p.ref.act_quant && (e->p.exact_prefill || bn < SI__BLAS_MIN_BATCH);
     for (int64_t t = 0; t < bn; t++)
         si__ffn_gather(L, buffers, t, sc->bu + t * ff);
-    if (q) {
+    if (arith_of(e, rows.type) == ARITH_REF) /* the reference's product, token by token */
         for (int64_t t = 0; t < bn; t++)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
-    } else {
-        int rc = e->p.ref.act_quant && qgemm(&rows, sc->bu, ff, bn, y, no, sc->gemm, NULL)
-                     ? SI_OK
-                     : si_k_gemm_tensor(&rows, sc->bu, ff, bn, y, no, sc->gemm);
-        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
-    }
+    else
+        batch_products(e, &rows, no, sc->bu, ff, bn, y, no, sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
 }
 
@@ -710,7 +740,7 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
     for (int64_t t = 0; t < nt; t++)
         si_ref_head_input(e->ref, bx + (size_t)(e->bout0 + t) * (size_t)d, sc->hx + t * d,
                           sc->tmp);
-    batch_products(e, &rows, nr, sc->hx, d, nt, y, ldy, sc->gemm);
+    batch_products(e, &rows, nr, sc->hx, d, nt, y, ldy, sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 

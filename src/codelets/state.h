@@ -63,7 +63,8 @@ struct si__scratch {
     float *bqkv;    /* (n_batch, q + 2 kv widths) prefill: a group's q, k, v rows,
                      * or the whole attention output */
     float *dt;      /* (SI__DT_TILE, n_embd) prefill: down_t rows as floats, or
-                     * 8 record rows packed for qgemm */
+                     * 8 rows of a matrix packed for qgemm (at least 8 of the
+                     * longest rows' bytes) */
     double busy[SI_TASK_KIND_COUNT]; /* seconds inside task functions, by kind */
     int64_t count[SI_TASK_KIND_COUNT];
 };

@@ -393,6 +393,26 @@ static void unregister_layer(struct si_engine *e, int l)
  * (si_engine_eval_batch_logits).  Separate registrations, not a partition:
  * undoing one waits inside StarPU, which the CLI's thread, worker 0, must
  * not do. */
+int si_engine_sync_kv(struct si_engine *e)
+{
+    for (int l = e->l0; l < e->l1; l++) {
+        struct si__layer_state *L = &e->L[l];
+        starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
+        for (int i = 0; i < 2; i++) {
+            /* a partitioned cache through its children (its parent is not
+             * accessible while they are) */
+            const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
+            for (int32_t g = 0; g < (parts ? e->ng : 1); g++) {
+                starpu_data_handle_t h = parts ? kv_c[i][g] : *kv[i];
+                if (si_runtime_acquire(h, STARPU_R) != SI_OK)
+                    return SI_E_RUNTIME;
+                starpu_data_release(h);
+            }
+        }
+    }
+    return SI_OK;
+}
+
 void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows)
 {
     const uint32_t nv = (uint32_t)e->m->hp.n_vocab;

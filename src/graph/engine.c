@@ -8,6 +8,7 @@
 #include "graph/runtime.h"
 #include "internal.h"
 #include "model/act.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "placement/plan.h"
@@ -52,7 +53,7 @@ struct si_engine_params si_engine_default_params(void)
                                      .redux = false,
                                      .n_batch = 0,
                                      .attn_split = 0,
-                                     .exact_prefill = false,
+                                     .prefill = SI_PREFILL_AUTO,
                                      .flash_window = 5};
 }
 
@@ -587,7 +588,18 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
                 }
             }
             sc->gemm = malloc(gs + 64);
-            sc->dt = malloc((size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float));
+            /* down_t rows as floats, or 8 rows of any matrix a batch
+             * multiplies, packed on the way (codelets/prefill.c's qgemm) */
+            size_t dt = (size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float);
+            for (int l = 0; l < hp->n_layer; l++) {
+                const struct si_layer *W = &m->w.layers[l];
+                const struct si_tensor *t[7] = {&W->wq,       &W->wk,     &W->wv,   &W->wo,
+                                                &W->ffn_gate, &W->ffn_up, &W->ffn_down};
+                for (int i = 0; i < 7; i++)
+                    dt = 8 * t[i]->row_bytes > dt ? 8 * t[i]->row_bytes : dt;
+            }
+            dt = 8 * m->w.output.row_bytes > dt ? 8 * m->w.output.row_bytes : dt;
+            sc->dt = malloc(dt);
             sc->hx = malloc((size_t)e->n_batch * (size_t)hp->n_embd * sizeof(float));
             sc->bqkv = malloc((size_t)e->n_batch * qd * sizeof(float));
             if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
@@ -935,6 +947,13 @@ const float *si_engine_logits(const struct si_engine *e)
 void si_engine_reset(struct si_engine *e)
 {
     si_ref_reset(e->ref);
+}
+
+enum si_prefill_mode si_engine_prefill(const struct si_engine *e)
+{
+    if (e->p.prefill != SI_PREFILL_AUTO)
+        return e->p.prefill;
+    return e->p.ref.act_quant && si_gemm8_missing() == NULL ? SI_PREFILL_INT8 : SI_PREFILL_BLAS;
 }
 
 struct si_ref *si_engine_ref(struct si_engine *e)

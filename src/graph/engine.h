@@ -168,9 +168,9 @@ int si_engine_eval(struct si_engine *e, int32_t token);
  * every neuron, all modes; gate mode still drops the neurons under its
  * threshold) and whose attention task runs the tokens in order.  Logits are
  * those of the last token.  Numerics: batches of 8 tokens or more multiply
- * dequantized weights with float activations (OpenBLAS), so logits differ
- * from token-by-token evaluation by rounding, unless exact_prefill (or
- * act_quant off, where both are float).  SI_OK, SI_E_INVALID (a token outside the vocabulary, n < 1),
+ * as params.prefill says (codelets/prefill.c's si__prefill_arith): but for
+ * exact, logits differ from token-by-token evaluation by rounding (act_quant
+ * off: float everywhere).  SI_OK, SI_E_INVALID (a token outside the vocabulary, n < 1),
  * SI_E_BUDGET (the context cannot hold them: nothing is evaluated) or
  * SI_E_RUNTIME.
  */
@@ -216,8 +216,20 @@ const float *si_engine_logits(const struct si_engine *e);
 /* Forget the context (start a new sequence). */
 void si_engine_reset(struct si_engine *e);
 
+/* The prompt batches' arithmetic: params.prefill, auto resolved (int8 where
+ * the batched integer kernel runs on this CPU and the inputs are converted,
+ * else blas; int8's types without a kernel take the reference's dots, auto's
+ * take blas: codelets/prefill.c). */
+enum si_prefill_mode si_engine_prefill(const struct si_engine *e);
+
 /* The reference state the engine's attention runs on (for its attn_f32 switch). */
 struct si_ref *si_engine_ref(struct si_engine *e);
+
+/* Make the KV cache of si_engine_ref(e) (kcache, vcache) hold what the
+ * evaluations wrote, the layers whose attention runs on a CUDA worker
+ * included (their copies come back from the GPU).  SI_OK, or SI_E_RUNTIME
+ * (called from another thread than the caller worker's). */
+int si_engine_sync_kv(struct si_engine *e);
 
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e);
 

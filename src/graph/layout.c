@@ -6,6 +6,7 @@
 #include "internal.h"
 #include "model/act.h"
 #include "model/colblock.h"
+#include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
 #include "placement/placement.h"
@@ -316,6 +317,13 @@ int si__check_params(const struct si_model *m, const struct si_engine_params *p,
                             "input sparsity runs the FFN on CPU workers (no --vram-budget with "
                             "it in dense mode)");
     }
+    if ((unsigned)p->prefill >= SI_PREFILL_COUNT)
+        return si__errf(err, err_size, SI_E_INVALID, "unknown prefill mode %d", (int)p->prefill);
+    if (p->prefill == SI_PREFILL_INT8 && si_gemm8_missing() != NULL)
+        return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                        "prefill int8 needs the batched integer kernel (AVX-512 VNNI), and %s "
+                        "(auto, exact and blas run on every CPU)",
+                        si_gemm8_missing());
     if (p->mode == SI_SPARSITY_PREDICTOR && !m->has_predictor)
         return si__errf(err, err_size, SI_E_INVALID,
                         "predictor mode: the model has no predictor tensors (blk.N.fc1/fc2)");

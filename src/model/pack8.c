@@ -202,6 +202,11 @@ bool si_gemm8_available(uint32_t t)
     return si_pack8_type(t) && si__quants_active()->type[t].gemm8 != NULL;
 }
 
+const char *si_gemm8_missing(void)
+{
+    return si__quants_vnni_missing();
+}
+
 void si_gemm8(uint32_t t, const void *group, int64_t n, const void *xa, size_t xa_stride,
               const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
 {

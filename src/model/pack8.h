@@ -94,6 +94,11 @@ void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, f
  * the order of the float additions (per block instead of per lane).
  */
 bool si_gemm8_available(uint32_t t);
+/* Why the kernels in use have no batched kernels (si_gemm8_available false
+ * for every type): NULL where they have them (AVX-512 VNNI usable, neither
+ * SI_NO_VNNI nor SI_NO_SIMD set), else the reason, as "this CPU has no
+ * AVX-512 VNNI" or "SI_NO_VNNI is set". */
+const char *si_gemm8_missing(void);
 void si_gemm8(uint32_t t, const void *group, int64_t n, const void *xa, size_t xa_stride,
               const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
 

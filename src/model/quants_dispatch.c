@@ -113,6 +113,19 @@ static void choose_kernels(void)
         overlay(&si__quants_vnni);
 }
 
+const char *si__quants_vnni_missing(void)
+{
+    if (!si__quants_vnni.compiled)
+        return "this build has no AVX-512 VNNI kernels";
+    if (env_set("SI_NO_SIMD"))
+        return "SI_NO_SIMD is set";
+    if (!si__quants_vnni_usable())
+        return "this CPU has no AVX-512 VNNI";
+    if (env_set("SI_NO_VNNI"))
+        return "SI_NO_VNNI is set";
+    return NULL;
+}
+
 const struct si__quants_table *si__quants_active(void)
 {
     pthread_once(&active_once, choose_kernels);

@@ -24,6 +24,11 @@ bool si__quants_avx2_usable(void);
  * and AVX-512 F, VL and VNNI). */
 bool si__quants_vnni_usable(void);
 
+/* Why the kernels in use lack si__quants_vnni's: NULL where they have them,
+ * else "SI_NO_SIMD is set", "SI_NO_VNNI is set" or "this CPU has no
+ * AVX-512 VNNI" (or: the build has no AVX2 kernels). */
+const char *si__quants_vnni_missing(void);
+
 /*
  * The kernels in use, chosen on the first call (thread-safe): the scalar
  * table, with every kernel of si__quants_avx2 in its place where that table
