@@ -18,16 +18,25 @@
 /* gate mode's per-layer thresholds in the cats configurations: CATS_STEP * (l + 1) */
 #define CATS_STEP 0.0513f
 
+/* The prompt's arithmetic in a configuration (config.prefill). */
+enum prefill {
+    PF_NONE,  /* token by token */
+    PF_EXACT, /* SI_PREFILL_EXACT: the reference's, the same bits */
+    PF_FLOAT, /* float activations everywhere, the reference's too (act_quant
+               * off): OpenBLAS against float dots */
+    PF_INT8,  /* SI_PREFILL_INT8: the reference's converted inputs, the batched
+               * integer kernel (skipped without AVX-512 VNNI) */
+    PF_BLAS,  /* SI_PREFILL_BLAS: float inputs through OpenBLAS in the prompt
+               * (the reference's are float there too), converted ones in
+               * decoding: what auto does without AVX-512 VNNI */
+};
+
 struct config {
     enum si_sparsity mode;
     int32_t n_slices;
     bool hot;     /* a profile and a hot slice (run on a CPU worker) */
     bool redux;   /* STARPU_REDUX instead of the merge task */
-    int prefill;  /* the prompt through si_engine_eval_batch: 1 exact_prefill,
-                   * 2 OpenBLAS on float activations, 3 the default (converted
-                   * activations: the integer GEMM on packed rows with VNNI,
-                   * else sgemm; gate mode's, and predictor mode's on ReLU,
-                   * up and down by token) */
+    int prefill;  /* the prompt through si_engine_eval_batch (enum prefill) */
     int attn;     /* attn_split (0: the engine's choice) */
     bool gpu;     /* with hot: the hot slice on a CUDA worker (skipped without) */
     bool cats;    /* gate mode on a SiLU model: per-layer thresholds in the profile */

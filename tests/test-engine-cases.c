@@ -36,10 +36,10 @@ void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, 
     struct si_model *m = synth_model(&p, what, path);
     if (m != NULL) {
         const struct config silu[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, true, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, true, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, true, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, PF_NONE, 0, false, true, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, true, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, true, 0, false},
         };
         if (p.arch == SI_SYNTH_LLAMA_SILU) {
             for (size_t k = 0; k < sizeof silu / sizeof silu[0]; k++)
@@ -49,46 +49,52 @@ void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, 
             return;
         }
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, true, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 1, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 2, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 2, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 3, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, 3, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 3, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 1, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, 0, 3, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 2, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, true, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, true, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_FLOAT, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_FLOAT, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 3, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 2, false, false, 0, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
             /* Attention on the GPU's layers (a CPU worker in its stead
              * without one): none, two of the three (the third split over
              * the workers), all, after a batched prompt, and on the GPU. */
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 0, false, false, -1, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, false, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 3, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 2, false, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 3, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, true, false, 3, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, true, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, true, false, 3, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, true, false, 3, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, false, -1, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, false, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 3, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 2, false, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 3, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 3, false},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, true, false, 3, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, true, false, 2, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, true, false, 3, false},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, true, false, 3, false},
             /* ... and the GPU's steps with its kernels' CPU twins */
-            {SI_SPARSITY_GATE, n_slices, true, false, 0, 2, false, false, 2, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 3, true},
-            {SI_SPARSITY_DENSE, n_slices, true, false, 0, 0, false, false, 3, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 3, true},
-            {SI_SPARSITY_GATE, n_slices, true, false, 1, 0, false, false, -1, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 2, 0, false, false, -1, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, false, false, 2, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 3, true},
+            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, false, false, 3, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 3, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 3, true},
+            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, false, -1, true},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_FLOAT, 0, false, false, -1, true},
         };
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
             compare(what, m, configs[k], tol);
@@ -96,10 +102,11 @@ void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, 
          * the predictor task beside the attention, alone, with a hot slice,
          * after a batched prompt, and with the attention in one task. */
         const struct config ahead[] = {
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 0, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, 3, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, 0, 1, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 0, false},
+            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 1, false, false, 0, false},
         };
         char what_ahead[128];
         snprintf(what_ahead, sizeof what_ahead, "%s, lookahead predictors", what);
@@ -162,10 +169,10 @@ void synthetic_types(void)
              * (STARPU_NCPU=4, here and on the 16-core GPU machine), the
              * greedy tokens equal. */
             const struct config exact[] = {
-                {SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
-                {SI_SPARSITY_GATE, 1, false, false, 0, 0, false, silu, 0, false},
-                {SI_SPARSITY_PREDICTOR, 1, false, false, 0, 0, false, false, 0, false},
-                {SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 0, false, false, 0, false},
+                {SI_SPARSITY_GATE, 1, false, false, PF_NONE, 0, false, silu, 0, false},
+                {SI_SPARSITY_PREDICTOR, 1, false, false, PF_NONE, 0, false, false, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 0, false, false, 0, false},
             };
             /* (gate +hot prefill keeps the attention on the CPU: with the
              * engine's choice, opt Q4_K_M's first layer goes to the GPU, the
@@ -173,16 +180,18 @@ void synthetic_types(void)
              * of two tokens at step 36; the same configuration with the
              * attention on the GPU passes above in the other modes) */
             const struct config reordered[] = {
-                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 0, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, false, false, 0, false},
-                {SI_SPARSITY_GATE, 0, true, false, 1, 0, false, silu, -1, false},
-                {SI_SPARSITY_GATE, 0, false, false, 3, 0, false, silu, 0, false},
-                {SI_SPARSITY_DENSE, 0, false, false, 3, 0, false, false, 0, false},
+                {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, silu, 0, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 0, false},
+                {SI_SPARSITY_GATE, 0, true, false, PF_EXACT, 0, false, silu, -1, false},
+                {SI_SPARSITY_GATE, 0, false, false, PF_INT8, 0, false, silu, 0, false},
+                {SI_SPARSITY_GATE, 0, false, false, PF_BLAS, 0, false, silu, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, PF_INT8, 0, false, false, 0, false},
+                {SI_SPARSITY_DENSE, 0, false, false, PF_BLAS, 0, false, false, 0, false},
                 /* the attention of layers 0 and 1 on the GPU (its K-quant
                  * matvecs), or on a CPU worker in its stead */
-                {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, silu, 2, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, true, false, 2, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, 0, 0, false, false, 2, true},
+                {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, silu, 2, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, true, false, 2, false},
+                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 2, true},
             };
             for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
                 compare(what, m, exact[k], 0);
@@ -276,21 +285,21 @@ void tiny_models(void)
 {
     static const char *archs[] = {"llama", "opt", "gemma3", "falcon"};
     const struct config configs[] = {
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 1, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 2, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, 0, 4, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, true, 0, 2, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, 1, 2, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 1, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 2, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 4, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, true, PF_NONE, 2, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 2, false, false, 0, false},
     };
     /* Gate mode where a gate's activation can be thresholded: llama's SiLU,
      * gemma3's GELU, with per-layer thresholds (opt's ReLU is synthetic
      * opt's; falcon's plain FFN has no gate: its gate mode is dense). */
     const struct config gated[] = {
-        {SI_SPARSITY_GATE, 0, false, false, 0, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, false, false, 1, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, 1, 2, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, 0, 0, false, true, 1, false}, /* gemma3: refused */
+        {SI_SPARSITY_GATE, 0, false, false, PF_NONE, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, false, false, PF_EXACT, 0, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, PF_EXACT, 2, false, true, 0, false},
+        {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, true, 1, false}, /* gemma3: refused */
     };
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         char path[] = "/tmp/si-test-engine-tiny-XXXXXX";

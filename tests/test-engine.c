@@ -12,6 +12,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/pack8.h"
+#include "model/quants.h"
 #include "model/synth.h"
 #include "model/types.h"
 #include "predict/profile.h"
@@ -130,6 +131,76 @@ static void check_placement(const char *what, const struct si_engine *e, const s
     free(seen);
 }
 
+/* The reference's logit of token a above token b's, relative to the
+ * largest logit. */
+static double logit_gap(const float *logits, int32_t n, int32_t a, int32_t b)
+{
+    double scale = 0;
+    for (int32_t t = 0; t < n; t++)
+        scale = fmax(scale, fabs((double)logits[t]));
+    return scale > 0 ? ((double)logits[a] - logits[b]) / scale : 0;
+}
+
+/* The K and V of positions [0, np) in every layer of a's cache against b's:
+ * the largest |a - b| relative to the largest |b| of its layer and kind. */
+static double kv_rel_err(const struct si_model *m, const struct si_ref *a, const struct si_ref *b,
+                         int np)
+{
+    const size_t kvd = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
+    const size_t layer = (size_t)b->p.n_ctx * kvd, n = (size_t)np * kvd;
+    double worst = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++) {
+            const void *ca = kind ? a->vcache : a->kcache, *cb = kind ? b->vcache : b->kcache;
+            double err = 0, scale = 0;
+            for (size_t i = (size_t)l * layer; i < (size_t)l * layer + n; i++) {
+                const double x = b->p.kv_f16 ? si_fp16_to_fp32(((const uint16_t *)ca)[i])
+                                             : ((const float *)ca)[i],
+                             y = b->p.kv_f16 ? si_fp16_to_fp32(((const uint16_t *)cb)[i])
+                                             : ((const float *)cb)[i];
+                err = fmax(err, fabs(x - y));
+                scale = fmax(scale, fabs(y));
+            }
+            worst = fmax(worst, scale > 0 ? err / scale : err);
+        }
+    return worst;
+}
+
+/*
+ * What converting the matrix products' inputs does on m and this prompt:
+ * the logits (*logits) and cached K and V (*kv) of the reference r (which
+ * converts them) against a reference with float inputs, relative as
+ * rel_err and kv_rel_err (compare's tolerance for prompts).
+ */
+static void conversion_effect(const struct si_model *m, struct si_ref_params rp,
+                              const int32_t *prompt, int np, const struct si_ref *r,
+                              double *logits, double *kv)
+{
+    rp.act_quant = false;
+    rp.predictor = false; /* as the prompt: every neuron that fires */
+    struct si_ref *f = NULL;
+    char err[256];
+    int rc = si_ref_init(&f, m, rp, err, sizeof err);
+    for (int i = 0; i < np && rc == SI_OK; i++)
+        rc = si_ref_eval(f, prompt[i]);
+    CHECK(rc == SI_OK, "the reference with float inputs: %s", si_status_str(rc));
+    if (rc == SI_OK) {
+        *logits = rel_err(f->logits, r->logits, m->hp.n_vocab);
+        *kv = kv_rel_err(m, f, r, np);
+    }
+    si_ref_free(f);
+}
+
+/* dst's KV cache becomes src's (the same model and context length). */
+static void copy_kv(const struct si_model *m, struct si_ref *dst, const struct si_ref *src)
+{
+    const size_t bytes = (size_t)m->hp.n_layer * (size_t)dst->p.n_ctx *
+                         (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim *
+                         (dst->p.kv_f16 ? 2 : 4);
+    memcpy(dst->kcache, src->kcache, bytes);
+    memcpy(dst->vcache, src->vcache, bytes);
+}
+
 /* SI_TEST_ENGINE_QUICK=1 (see main). */
 bool quick_run(void)
 {
@@ -159,22 +230,29 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
      * into whole F16 steps, and the comparison would measure those. */
     const uint32_t wt = m->w.layers[0].ffn_up.type;
     ep.ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
-    /* The default prefill of other quantized types multiplies float
-     * activations with sgemm, which prefill 2 compares against a reference
-     * that does too; 3 is for the integer GEMM of packed rows. */
-    if (cf.prefill == 3 && ep.ref.act_quant && !si_gemm8_available(wt)) {
-        printf("%s %s prefill-default: skipped, no batched integer kernel for %s here\n", what,
-               si_sparsity_name(cf.mode), si_type_name(wt));
+    static const char *const pf_name[] = {"", " prefill", " prefill-float", " prefill-int8",
+                                          " prefill-blas"};
+    if ((cf.prefill == PF_INT8 || cf.prefill == PF_BLAS) && !ep.ref.act_quant) {
+        printf("%s %s%s: skipped, float weights: the float prefill's (prefill-float)\n", what,
+               si_sparsity_name(cf.mode), pf_name[cf.prefill]);
         return;
     }
-    if (cf.prefill) {
-        ep.n_batch = 8;
-        ep.exact_prefill = cf.prefill == 1;
+    if (cf.prefill == PF_INT8 && si_gemm8_missing() != NULL) {
+        printf("%s %s prefill-int8: skipped, %s\n", what, si_sparsity_name(cf.mode),
+               si_gemm8_missing());
+        return;
     }
-    /* OpenBLAS prefill multiplies float activations: the reference does
-     * too then (with llama.cpp's Q8 conversion the two differ by 2-5% of
-     * the logits on SmolLM2, that conversion's own effect). */
-    if (cf.prefill == 2)
+    if (cf.prefill != PF_NONE) {
+        ep.n_batch = 8;
+        ep.prefill = cf.prefill == PF_EXACT  ? SI_PREFILL_EXACT
+                     : cf.prefill == PF_INT8 ? SI_PREFILL_INT8
+                     : cf.prefill == PF_BLAS ? SI_PREFILL_BLAS
+                                             : SI_PREFILL_AUTO;
+    }
+    /* Float activations everywhere, the reference's too (with llama.cpp's
+     * Q8 conversion the two differ by 2-5% of the logits on SmolLM2, that
+     * conversion's own effect). */
+    if (cf.prefill == PF_FLOAT)
         ep.ref.act_quant = false;
     ep.mode = cf.mode;
     ep.n_slices = cf.n_slices;
@@ -229,10 +307,7 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         snprintf(attn_gpu, sizeof attn_gpu, " attn-gpu %d%s", cf.attn_gpu, cf.twin ? " twin" : "");
     snprintf(label, sizeof label, "%s %s%s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
              cf.hot ? (cf.gpu ? " +hot-gpu" : " +hot") : "", cf.redux ? " redux" : "",
-             cf.prefill == 1   ? " prefill"
-             : cf.prefill == 2 ? " prefill-blas"
-             : cf.prefill == 3 ? " prefill-default"
-                               : "",
+             pf_name[cf.prefill],
              cf.attn > 1    ? " attn-split"
              : cf.attn == 1 ? " attn-whole"
                             : "",
@@ -298,7 +373,8 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
     const int np = cf.prefill ? 21 : 5; /* prefill: batches of 8, 8 and 5 */
     for (int i = 0; i < np; i++)
         prompt[i] = i == 0 ? 1 : (int32_t)((i * 53 + 17) % nv);
-    double worst = 0;
+    double worst = 0, prompt_err = 0, kv_err = 0, tie_gap = 0, prompt_tie_gap = 0;
+    double conv_err = 0, conv_kv = 0;
     int same = 0;
     int32_t te = 0, tr = 0;
     if (cf.prefill) {
@@ -306,14 +382,41 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         /* Predictor mode's prefill computes every neuron that fires (those
          * its ReLU gate passes; every neuron for other activations): the
          * predictor decides from the first decoded token on. */
-        const bool pred = r->p.predictor;
+        const bool pred = r->p.predictor, aq = r->p.act_quant;
         r->p.predictor = false;
-        for (int i = 0; i < np; i++)
+        for (int i = 0; i < np; i++) {
+            /* blas: float inputs in the batches of 8; the last one, of 5
+             * tokens, is under the engine's least batch for sgemm
+             * (SI__BLAS_MIN_BATCH, 8) and takes the reference's dots */
+            r->p.act_quant = aq && !(cf.prefill == PF_BLAS && i < np / 8 * 8);
             CHECK(si_ref_eval(r, prompt[i]) == SI_OK, "%s: reference eval at %d", label, i);
+        }
         r->p.predictor = pred;
-        worst = rel_err(si_engine_logits(e), r->logits, nv);
+        r->p.act_quant = aq;
+        prompt_err = rel_err(si_engine_logits(e), r->logits, nv);
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
+        if (cf.prefill != PF_EXACT) {
+            /* The prompt's own results, its last logits and the K and V
+             * it cached, are checked against the reference's below; then
+             * the reference takes the engine's cache and both decode from
+             * the same state, as checked as decoding without a prompt.  (A
+             * cache written at the wrong place shows in the first check;
+             * decoding does not carry the prompt's rounding, which every
+             * later token reads again, into 64 tokens of differences.) */
+            CHECK(si_engine_sync_kv(e) == SI_OK, "%s: the engine's KV cache", label);
+            kv_err = kv_rel_err(m, si_engine_ref(e), r, np);
+            if (ep.ref.act_quant) /* the tolerance's scale (see conversion_effect) */
+                conversion_effect(m, rp, prompt, np, r, &conv_err, &conv_kv);
+            copy_kv(m, r, si_engine_ref(e));
+            if (te != tr) { /* a near tie (checked below): go on with the reference's */
+                prompt_tie_gap = logit_gap(r->logits, nv, tr, te);
+                te = tr;
+            }
+        } else {
+            worst = prompt_err;
+        }
+        same += te == tr;
     }
     /* The GPU's hot slice dots float activations where the reference
      * converts them to Q8 (act_quant): a near tie of the reference's two
@@ -321,23 +424,17 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
      * would decode different texts from there), and the check below holds
      * the reference's gap between the two to the logits' tolerance. */
     int tie_at = -1;
-    double tie_gap = 0;
-    for (int i = cf.prefill ? np : 0; i < np + N_GREEDY; i++) {
+    for (int i = cf.prefill ? np + 1 : 0; i < np + N_GREEDY; i++) {
         int32_t in_e = i < np ? prompt[i] : te, in_r = i < np ? prompt[i] : tr;
-        if (i > np || !cf.prefill) {
-            CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
-            CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
-        }
+        CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
+        CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
         if (in_e == in_r)
             worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
         te = argmax(si_engine_logits(e), nv);
         tr = argmax(r->logits, nv);
         if (i >= np && te != tr && in_e == in_r && (cf.gpu || cf.twin) && ep.ref.act_quant) {
-            double scale = 0;
-            for (int32_t t = 0; t < nv; t++)
-                scale = fmax(scale, fabs((double)r->logits[t]));
             tie_at = i - np;
-            tie_gap = scale > 0 ? ((double)r->logits[tr] - r->logits[te]) / scale : 0;
+            tie_gap = logit_gap(r->logits, nv, tr, te);
             break;
         }
         if (i >= np)
@@ -364,15 +461,6 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
      * quantization steps now and then; the greedy tokens must still agree. */
     if (ep.ref.act_quant && cf.mode != SI_SPARSITY_DENSE && tol > 0 && tol < 1e-2)
         tol = 1e-2; /* (tol 0 asks for the same bits: one slice, the reference's order) */
-    /* OpenBLAS prefill on quantized weights: dequantized rows in sgemm
-     * against the reference's block dots, rounded differently, through the
-     * layers and the fp16 KV cache's rounding steps (SmolLM2: 2e-4 to 9e-4). */
-    if (cf.prefill == 2 && !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16) && tol < 3e-3)
-        tol = 3e-3;
-    /* The integer GEMM's float sums per block instead of per lane, through
-     * the layers and the KV cache's fp16 steps (Q4_0, 12 slices: 4.1e-3). */
-    if (cf.prefill == 3 && ep.ref.act_quant && tol < 1e-2)
-        tol = 1e-2;
     /* Thresholds: a neuron whose |act(gate)| is within an ulp or two of its
      * layer's threshold goes either way once the slices have reordered the
      * previous layers' sums, a jump of its whole contribution (tiny gemma3
@@ -391,6 +479,43 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         cf.mode != SI_SPARSITY_DENSE && tol < 8e-2)
         tol = 8e-2;
     CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
+    if (cf.prefill != PF_NONE && cf.prefill != PF_EXACT) {
+        /* The prompt in another arithmetic than the reference's (int8:
+         * the same converted inputs, sums in another order; blas and
+         * float: float inputs, sgemm's order), checked by what its
+         * rounding can do:
+         * - without conversions (float activations on both sides), only
+         *   the order of the sums differs, by far less than half an fp16
+         *   step (2^-11 of a value): each cached K and V lands on the
+         *   reference's fp16 value or the next one (2^-10 of the layer's
+         *   largest at most), and the deeper layers' inputs carry those
+         *   steps through the attention once more: 2^-9, the logits too;
+         * - with inputs converted to Q8 (Q8_1, Q8_K) in the products the
+         *   prompt shares with the reference (int8's all, the last batch
+         *   of blas's, under the least batch for sgemm), a last-bit
+         *   difference rounds an element one step (1/127 of its block's
+         *   largest) the other way now and then, and from there every
+         *   later conversion rounds values that differ by more than
+         *   last bits: the two prompts end up rounded independently of
+         *   each other, whose difference is about sqrt(2) times what one
+         *   rounding does.  What one does on this model and prompt is
+         *   measured: the reference as it computed the prompt (inputs
+         *   converted where the engine's were) against the reference with
+         *   float ones throughout (conv_err, conv_kv).  The bound
+         *   is twice that (sqrt(2) and the spread of a maximum over
+         *   every logit or cached value); a misplaced cache row or a
+         *   wrong position differs by the values themselves. */
+        const double floor = 1.0 / 512, ptol = fmax(floor, 2 * conv_err),
+                     kvtol = fmax(floor, 2 * conv_kv);
+        printf("%-46s the prompt: logits max rel err %.2e, K and V %.2e (the conversion's own "
+               "%.2e, %.2e)\n",
+               label, prompt_err, kv_err, conv_err, conv_kv);
+        CHECK(prompt_err <= ptol && prompt_tie_gap <= ptol,
+              "%s: the prompt's logits differ by %.3g, a tie's gap %.3g (tolerance %.2g)", label,
+              prompt_err, prompt_tie_gap, ptol);
+        CHECK(kv_err <= kvtol, "%s: the prompt's K and V differ by %.3g (tolerance %.2g)", label,
+              kv_err, kvtol);
+    }
     if (tie_at >= 0)
         CHECK(same == tie_at && tie_gap <= tol, "%s: greedy tokens part at step %d, gap %.3g",
               label, tie_at, tie_gap);
@@ -484,7 +609,7 @@ void batch_logits(const char *what, const struct si_model *m, double tol)
         ep.ref = rp;
         ep.ref.act_quant = runs[k].exact; /* exact prefill: the reference's converted inputs */
         ep.n_batch = runs[k].n_batch;
-        ep.exact_prefill = runs[k].exact;
+        ep.prefill = runs[k].exact ? SI_PREFILL_EXACT : SI_PREFILL_AUTO;
         struct si_engine *e = NULL;
         if (si_engine_init(&e, m, ep, err, sizeof err) != SI_OK) {
             CHECK(false, "%s: engine: %s", what, err);
@@ -583,30 +708,64 @@ static void views_free(struct views *k)
     free(k->h);
 }
 
+/* The largest differences between the views of a and b (b's order
+ * assumed), each relative to b's largest value: x, g, h, xa in err[0..4). */
+static void views_err(const struct views *a, const struct views *b, double err[4])
+{
+    const size_t d = (size_t)b->m->hp.n_embd, ff = (size_t)b->m->hp.n_ff;
+    double e[4] = {0}, sc[4] = {0};
+    for (int64_t i = 0; i < a->n && i < b->n; i++) {
+        for (size_t k = 0; k < d; k++) {
+            e[0] = fmax(e[0], fabs((double)a->x[i * d + k] - b->x[i * d + k]));
+            sc[0] = fmax(sc[0], fabs((double)b->x[i * d + k]));
+            /* fmax drops a NaN: a missing xa counts as an infinite error */
+            const double da = fabs((double)a->xa[i * d + k] - b->xa[i * d + k]);
+            e[3] = isnan(da) ? INFINITY : fmax(e[3], da);
+            sc[3] = fmax(sc[3], fabs((double)b->xa[i * d + k]));
+        }
+        for (size_t k = 0; k < ff; k++) {
+            e[1] = fmax(e[1], fabs((double)a->g[i * ff + k] - b->g[i * ff + k]));
+            sc[1] = fmax(sc[1], fabs((double)b->g[i * ff + k]));
+            e[2] = fmax(e[2], fabs((double)a->h[i * ff + k] - b->h[i * ff + k]));
+            sc[2] = fmax(sc[2], fabs((double)b->h[i * ff + k]));
+        }
+    }
+    for (int q = 0; q < 4; q++)
+        err[q] = sc[q] > 0 ? e[q] / sc[q] : e[q];
+}
+
 /*
  * The engine's FFN observation (si_engine_ffn_runner: what profile,
  * train-predictor and eval run on) against the reference's hook: the same
  * calls in the same order (token by token, layer 0 first), over windows
- * (one cut short) of several batches each, x, g and h within tol of
- * max|ref| (exact prefill: the reference's arithmetic; default: converted
- * activations through the integer GEMM), and profiles that agree; then
- * the refusals (sparse modes, no batches).
+ * (one cut short) of several batches each, x, g and h close to the
+ * reference's, and profiles that agree; then the refusals (sparse modes,
+ * no batches).  pf: the batches' arithmetic, PF_EXACT (the same bits),
+ * PF_INT8 or PF_BLAS (within twice what converting the inputs does, as
+ * compare's prompts: see there).
  */
-static void observe(const char *what, const struct si_model *m, bool exact, double tol)
+static void observe(const char *what, const struct si_model *m, enum prefill pf)
 {
     enum { N = 150, WINDOW = 64 };
     const int32_t nl = m->hp.n_layer;
-    const size_t d = (size_t)m->hp.n_embd, ff = (size_t)m->hp.n_ff;
+    const size_t ff = (size_t)m->hp.n_ff;
     int32_t toks[N];
     for (int i = 0; i < N; i++)
         toks[i] = (i * 29 + 3) % m->hp.n_vocab;
     char err[512], label[160];
-    snprintf(label, sizeof label, "%s observed%s", what, exact ? " (exact prefill)" : "");
-    struct views ref, eng;
-    if (!views_init(&ref, m, (int64_t)N * nl) || !views_init(&eng, m, (int64_t)N * nl)) {
+    snprintf(label, sizeof label, "%s observed (prefill %s)", what,
+             pf == PF_EXACT ? "exact" : pf == PF_INT8 ? "int8" : "blas");
+    if (pf == PF_INT8 && si_gemm8_missing() != NULL) {
+        printf("%s: skipped, %s\n", label, si_gemm8_missing());
+        return;
+    }
+    struct views ref, eng, flt;
+    if (!views_init(&ref, m, (int64_t)N * nl) || !views_init(&eng, m, (int64_t)N * nl) ||
+        !views_init(&flt, m, (int64_t)N * nl)) {
         CHECK(false, "%s: out of memory", label);
         views_free(&ref);
         views_free(&eng);
+        views_free(&flt);
         return;
     }
     struct si_ref_params rp = si_ref_default_params();
@@ -614,10 +773,24 @@ static void observe(const char *what, const struct si_model *m, bool exact, doub
     const struct si_ffn_runner rr = si_ffn_runner_ref(rp);
     CHECK(rr.run(&rr, m, toks, N, keep_view, &ref, err, sizeof err) == SI_OK, "%s: ref: %s",
           label, err);
+    /* what converting the inputs does here: the tolerance's scale */
+    double tol[4] = {0}, conv[4] = {0};
+    if (pf != PF_EXACT) {
+        struct si_ref_params fp = rp;
+        fp.act_quant = false;
+        const struct si_ffn_runner fr = si_ffn_runner_ref(fp);
+        CHECK(fr.run(&fr, m, toks, N, keep_view, &flt, err, sizeof err) == SI_OK,
+              "%s: float ref: %s", label, err);
+        views_err(&flt, &ref, conv);
+        for (int q = 0; q < 4; q++)
+            tol[q] = fmax(1.0 / 512, 2 * conv[q]);
+    }
     struct si_engine_params ep = si_engine_default_params();
     ep.ref = rp;
     ep.n_batch = 16;
-    ep.exact_prefill = exact;
+    ep.prefill = pf == PF_EXACT ? SI_PREFILL_EXACT
+                 : pf == PF_INT8 ? SI_PREFILL_INT8
+                                 : SI_PREFILL_BLAS;
     struct si_engine *e = NULL;
     int rc = si_engine_init(&e, m, ep, err, sizeof err);
     CHECK(rc == SI_OK, "%s: init: %s", label, err);
@@ -628,33 +801,20 @@ static void observe(const char *what, const struct si_model *m, bool exact, doub
         CHECK(eng.n == ref.n && ref.n == (int64_t)N * nl, "%s: %lld views, the reference %lld",
               label, (long long)eng.n, (long long)ref.n);
         int order = 0;
-        double ex = 0, eg = 0, eh = 0, sx = 0, sg = 0, sh = 0, ea = 0, sa = 0;
-        for (int64_t i = 0; i < eng.n && i < ref.n; i++) {
+        for (int64_t i = 0; i < eng.n && i < ref.n; i++)
             order += eng.layer[i] != (int32_t)(i % nl) || ref.layer[i] != (int32_t)(i % nl) ||
                      eng.has_g[i] != ref.has_g[i] ||
                      eng.has_g[i] != (m->hp.ffn_kind != SI_FFN_PLAIN);
-            for (size_t k = 0; k < d; k++) {
-                ex = fmax(ex, fabs((double)eng.x[i * d + k] - ref.x[i * d + k]));
-                sx = fmax(sx, fabs((double)ref.x[i * d + k]));
-                /* fmax drops a NaN: a missing xa counts as an infinite error */
-                const double da = fabs((double)eng.xa[i * d + k] - ref.xa[i * d + k]);
-                ea = isnan(da) ? INFINITY : fmax(ea, da);
-                sa = fmax(sa, fabs((double)ref.xa[i * d + k]));
-            }
-            for (size_t k = 0; k < ff; k++) {
-                eg = fmax(eg, fabs((double)eng.g[i * ff + k] - ref.g[i * ff + k]));
-                sg = fmax(sg, fabs((double)ref.g[i * ff + k]));
-                eh = fmax(eh, fabs((double)eng.h[i * ff + k] - ref.h[i * ff + k]));
-                sh = fmax(sh, fabs((double)ref.h[i * ff + k]));
-            }
-        }
+        double ve[4];
+        views_err(&eng, &ref, ve);
         CHECK(order == 0, "%s: %d views out of order or with the wrong gate", label, order);
-        CHECK(ex <= tol * sx && eg <= tol * fmax(sg, 1e-30) && eh <= tol * sh && ea <= tol * sa,
-              "%s: max error x %.3g, g %.3g, h %.3g, xa %.3g of %.3g, %.3g, %.3g, %.3g", label, ex,
-              eg, eh, ea, sx, sg, sh, sa);
-        printf("%s: %lld views in order, max error x %.2g g %.2g h %.2g xa %.2g (relative)\n",
-               label, (long long)eng.n, sx > 0 ? ex / sx : ex, sg > 0 ? eg / sg : eg,
-               sh > 0 ? eh / sh : eh, sa > 0 ? ea / sa : ea);
+        CHECK(ve[0] <= tol[0] && ve[1] <= tol[1] && ve[2] <= tol[2] && ve[3] <= tol[3],
+              "%s: max error x %.3g, g %.3g, h %.3g, xa %.3g (tolerance %.2g, %.2g, %.2g, %.2g)",
+              label, ve[0], ve[1], ve[2], ve[3], tol[0], tol[1], tol[2], tol[3]);
+        printf("%s: %lld views in order, max error x %.2g g %.2g h %.2g xa %.2g (relative; the "
+               "conversion's own %.2g %.2g %.2g %.2g)\n",
+               label, (long long)eng.n, ve[0], ve[1], ve[2], ve[3], conv[0], conv[1], conv[2],
+               conv[3]);
 
         /* A profile through each runner: counts that agree. */
         struct si_profile *pe = NULL, *pr = NULL;
@@ -697,6 +857,7 @@ static void observe(const char *what, const struct si_model *m, bool exact, doub
     }
     views_free(&ref);
     views_free(&eng);
+    views_free(&flt);
 }
 
 /* observe() on synthetic SwiGLU (SiLU), ReLU Q4_0 and OPT (plain) models. */
@@ -721,8 +882,9 @@ static void observe_models(void)
         struct si_model *m = synth_model(&p, what, path);
         if (m == NULL)
             continue;
-        observe(what, m, true, 0);
-        observe(what, m, false, 1e-2);
+        observe(what, m, PF_EXACT);
+        observe(what, m, PF_INT8);
+        observe(what, m, PF_BLAS);
         si_model_free(m);
         unlink(path);
     }
