@@ -23,7 +23,10 @@ grep -q 'info' "$tmp/out" || fail "--help does not list 'info'"
 "$si" info --help >"$tmp/out" || fail "info --help exits non-zero"
 grep -q -- '--tensors' "$tmp/out" || fail "info --help does not list --tensors"
 "$si" --version >"$tmp/out" || fail "--version exits non-zero"
-grep -q '^starinfer [0-9]' "$tmp/out" || fail "--version prints '$(cat "$tmp/out")'"
+grep -q '^starinfer [0-9].*, CPU kernels \(scalar\|avx2\|avx2+vnni\))$' "$tmp/out" ||
+    fail "--version prints '$(cat "$tmp/out")'"
+SI_NO_VNNI=1 "$si" --version | grep -q 'CPU kernels \(scalar\|avx2\))$' ||
+    fail "SI_NO_VNNI=1 --version: $(SI_NO_VNNI=1 "$si" --version)"
 
 "$si" >/dev/null 2>&1; [ $? = 2 ] || fail "no arguments should exit 2"
 expect_error 1 "unknown command 'frobnicate'" frobnicate
@@ -125,11 +128,13 @@ expect_error 1 "prefill int8 needs the batched integer kernel (AVX-512 VNNI), an
 "$si" generate -m "$tmp/tiny.gguf" -p "$long" -n 2 >/dev/null 2>"$tmp/err" || fail "SI_NO_VNNI: $(cat "$tmp/err")"
 grep -q '^engine: prefill (blas arithmetic)' "$tmp/err" || fail "SI_NO_VNNI=1: auto is not blas: $(cat "$tmp/err")"
 unset SI_NO_VNNI
-for mode in exact blas auto $(grep -qw avx512_vnni /proc/cpuinfo && echo int8); do
+# the kernels this CPU runs (--version names them): int8 with VNNI's
+vnni=$("$si" --version | grep -q 'CPU kernels avx2+vnni' && echo int8)
+for mode in exact blas auto $vnni; do
     "$si" generate -m "$tmp/tiny.gguf" -p "$long" -n 2 --prefill $mode >/dev/null 2>"$tmp/err" ||
         fail "--prefill $mode: $(cat "$tmp/err")"
     want=$mode
-    [ $mode = auto ] && want=$(grep -qw avx512_vnni /proc/cpuinfo && echo int8 || echo blas)
+    [ $mode = auto ] && want=${vnni:-blas}
     grep -q "^engine: prefill ($want arithmetic)" "$tmp/err" ||
         fail "--prefill $mode: no prefill line of $want: $(cat "$tmp/err")"
 done

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cli.h"
+#include "model/quants.h"
 #include "starinfer.h"
 
 #include <inttypes.h>
@@ -61,7 +62,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
         int major, minor, release;
         starpu_get_version(&major, &minor, &release);
-        printf(PROG " %s (StarPU %d.%d.%d%s%s%s)\n", si_version(), major, minor, release,
+        printf(PROG " %s (StarPU %d.%d.%d%s%s%s, CPU kernels %s)\n", si_version(), major, minor,
+               release,
 #ifdef SI_USE_CUDA
                ", CUDA codelets",
 #else
@@ -77,7 +79,8 @@ int main(int argc, char **argv)
 #else
                ", no StarPU-MPI"
 #endif
-        );
+               ,
+               si_quants_kernels());
         return 0;
     }
     /* Under mpirun: generate runs one model across the ranks (StarPU-MPI);

@@ -276,6 +276,11 @@ size_t si_quantize_row(uint32_t t, const float *src, void *dst, int64_t n)
 
 /* ------------------------------------------------------ types */
 
+const char *si_quants_kernels(void)
+{
+    return si__quants_active()->name;
+}
+
 bool si_type_supported(uint32_t t)
 {
     return t < SI_TYPE_COUNT && si__quants_scalar.type[t].dot != NULL;

@@ -22,6 +22,10 @@ uint16_t si_fp32_to_fp16(float f);
 float si_bf16_to_fp32(uint16_t h);
 uint16_t si_fp32_to_bf16(float f);
 
+/* The CPU kernels in use, chosen once from the CPU and the environment
+ * (SI_NO_SIMD, SI_NO_VNNI): "scalar", "avx2" or "avx2+vnni". */
+const char *si_quants_kernels(void);
+
 /* True when dequantize and dot are implemented for type t. */
 bool si_type_supported(uint32_t t);
 /* True when si_quantize_row() can write type t. */
