@@ -826,7 +826,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
                  si_flash_layout_name(ctx->fs->layout),
                  ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
                  !es.flash_overlap ? "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)"
-                 : ep.mode == SI_SPARSITY_PREDICTOR && m->predictor_lookahead
+                 : ep.mode == SI_SPARSITY_PREDICTOR && m->pred_input == SI_PRED_LAYER
                      ? "reads beside compute and the attention (lookahead predictors)"
                      : "reads beside compute",
                  mib(es.dram_resident), mib(es.flash_cache_bytes),

@@ -65,6 +65,7 @@ void batch_logits(const char *what, const struct si_model *m, double tol);
 /* test-engine-cases.c */
 void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol);
 void synthetic_types(void);
+void powerinfer_layout(const char *arch, uint32_t type);
 void attn_auto(void);
 void tiny_models(void);
 

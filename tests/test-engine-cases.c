@@ -110,12 +110,57 @@ void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, 
         };
         char what_ahead[128];
         snprintf(what_ahead, sizeof what_ahead, "%s, lookahead predictors", what);
-        m->predictor_lookahead = true;
+        m->pred_input = SI_PRED_LAYER;
         for (size_t k = 0; k < sizeof ahead / sizeof ahead[0]; k++)
             compare(what_ahead, m, ahead[k], tol);
         si_model_free(m);
         unlink(path);
     }
+}
+
+/*
+ * PowerInfer's layout (synth --powerinfer): ffn_down_t alone, the
+ * predictors reading the residual the FFN's norm reads (files without
+ * starinfer.predictor.input).  Every mode: dense runs on the records as
+ * gate mode does (every neuron whose activation is not 0), against the
+ * reference's down_t arithmetic; prompts in each arithmetic; hot slices.
+ */
+void powerinfer_layout(const char *arch, uint32_t type)
+{
+    struct si_synth_params p = si_synth_default_params();
+    si_synth_preset("tiny", &p);
+    si_synth_arch_parse(arch, &p.arch);
+    p.type = type;
+    p.n_layer = 3;
+    p.n_ff = 1024;
+    p.seed = 7;
+    p.predictor_rank = 32;
+    p.powerinfer = true;
+    if (p.arch == SI_SYNTH_OPT)
+        p.n_head_kv = p.n_head;
+    char path[32], what[96];
+    snprintf(what, sizeof what, "PowerInfer-layout %s %s", arch, si_type_name(type));
+    struct si_model *m = synth_model(&p, what, path);
+    if (m == NULL)
+        return;
+    CHECK(si_model_down_t_only(m) && m->pred_input == SI_PRED_RESIDUAL,
+          "%s: down_t only %d, predictor input %d", what, si_model_down_t_only(m), m->pred_input);
+    const struct config configs[] = {
+        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 0, false, false, 0, false},
+        {SI_SPARSITY_GATE, 0, false, false, PF_NONE, 0, false, false, 0, false},
+        {SI_SPARSITY_PREDICTOR, 0, false, false, PF_NONE, 0, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, true, false, PF_NONE, 0, false, false, 0, false},
+        {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 0, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_INT8, 0, false, false, 0, false},
+        {SI_SPARSITY_DENSE, 0, false, false, PF_BLAS, 0, false, false, 0, false},
+        {SI_SPARSITY_PREDICTOR, 0, true, false, PF_INT8, 0, false, false, 0, false},
+        {SI_SPARSITY_PREDICTOR, 0, false, false, PF_NONE, 2, false, false, 0, false},
+    };
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
+        compare(what, m, configs[k], 1e-4);
+    si_model_free(m);
+    unlink(path);
 }
 
 /*

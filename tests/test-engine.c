@@ -740,7 +740,8 @@ static void views_err(const struct views *a, const struct views *b, double err[4
  * calls in the same order (token by token, layer 0 first), over windows
  * (one cut short) of several batches each, x, g and h close to the
  * reference's, and profiles that agree; then the refusals (sparse modes,
- * no batches).  pf: the batches' arithmetic, PF_EXACT (the same bits),
+ * no batches).  pf: the batches' arithmetic, PF_EXACT (the same bits, but
+ * on a file without ffn_down: see below),
  * PF_INT8 or PF_BLAS (within twice what converting the inputs does, as
  * compare's prompts: see there).
  */
@@ -773,9 +774,11 @@ static void observe(const char *what, const struct si_model *m, enum prefill pf)
     const struct si_ffn_runner rr = si_ffn_runner_ref(rp);
     CHECK(rr.run(&rr, m, toks, N, keep_view, &ref, err, sizeof err) == SI_OK, "%s: ref: %s",
           label, err);
-    /* what converting the inputs does here: the tolerance's scale */
+    /* what converting the inputs does here: the tolerance's scale; exact
+     * prefill gives the same bits but on the neuron records of a file
+     * without ffn_down, whose slices add their parts in another order */
     double tol[4] = {0}, conv[4] = {0};
-    if (pf != PF_EXACT) {
+    if (pf != PF_EXACT || si_model_down_t_only(m)) {
         struct si_ref_params fp = rp;
         fp.act_quant = false;
         const struct si_ffn_runner fr = si_ffn_runner_ref(fp);
@@ -860,13 +863,19 @@ static void observe(const char *what, const struct si_model *m, enum prefill pf)
     views_free(&flt);
 }
 
-/* observe() on synthetic SwiGLU (SiLU), ReLU Q4_0 and OPT (plain) models. */
+/* observe() on synthetic SwiGLU (SiLU), ReLU Q4_0 and OPT (plain) models,
+ * and on ReLU Q4_0 in PowerInfer's layout (no ffn_down: dense mode runs on
+ * the neuron records, which keep their neurons in another order). */
 static void observe_models(void)
 {
     static const struct {
         const char *arch;
         uint32_t type;
-    } cases[] = {{"llama-silu", SI_TYPE_F32}, {"llama-relu", SI_TYPE_Q4_0}, {"opt", SI_TYPE_F16}};
+        bool powerinfer;
+    } cases[] = {{"llama-silu", SI_TYPE_F32, false},
+                 {"llama-relu", SI_TYPE_Q4_0, false},
+                 {"opt", SI_TYPE_F16, false},
+                 {"llama-relu", SI_TYPE_Q4_0, true}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct si_synth_params p = si_synth_default_params();
         si_synth_preset("tiny", &p);
@@ -877,8 +886,11 @@ static void observe_models(void)
         p.seed = 5;
         if (p.arch == SI_SYNTH_OPT)
             p.n_head_kv = p.n_head;
+        p.powerinfer = cases[c].powerinfer;
+        p.predictor_rank = p.powerinfer ? 32 : 0;
         char path[32], what[96];
-        snprintf(what, sizeof what, "synthetic %s %s", cases[c].arch, si_type_name(p.type));
+        snprintf(what, sizeof what, "%s %s %s", p.powerinfer ? "PowerInfer-layout" : "synthetic",
+                 cases[c].arch, si_type_name(p.type));
         struct si_model *m = synth_model(&p, what, path);
         if (m == NULL)
             continue;
@@ -916,6 +928,9 @@ int main(void)
     /* More slices than a task's fixed buffer slots: the merge task's
      * handles go through StarPU's dynamic buffer arrays. */
     synthetic("llama-relu", SI_TYPE_Q4_0, 4096, 12, 1e-4);
+    powerinfer_layout("llama-relu", SI_TYPE_Q4_0);
+    powerinfer_layout("bamboo", SI_TYPE_F16);
+    powerinfer_layout("opt", SI_TYPE_F32);
     attn_auto();
 
     /* SI_TEST_ENGINE_QUICK=1 (test-engine.sh, for most of its scheduler and

@@ -109,7 +109,7 @@ int main(void)
     expect_load_error(path, "llama", FAULT_BAD_ACTIVATION, "unknown starinfer.ffn_activation");
     expect_load_error(path, "opt", FAULT_NEGATIVE_FF, "opt.feed_forward_length = -5 is out of range");
     expect_load_error(path, "llama", FAULT_BAD_PREDICTOR_INPUT,
-                      "starinfer.predictor.input 'attention' is neither 'ffn' nor 'layer'");
+                      "starinfer.predictor.input 'attention' is not 'ffn', 'layer' or 'residual'");
     expect_load_error(path, "llama", FAULT_PREDICTOR_INPUT_TYPE,
                       "starinfer.predictor.input is not a string");
     unlink(path);

@@ -107,14 +107,16 @@ static void activity(const struct si_gguf *g, enum si_synth_arch arch, int64_t l
     const struct si_gguf_tensor *bias = opt ? tensor(g, name) : NULL;
     snprintf(name, sizeof name, "blk.%lld.ffn_norm.bias", (long long)layer);
     const struct si_gguf_tensor *nb = opt ? tensor(g, name) : NULL;
-    snprintf(name, sizeof name, "blk.%lld.ffn_planted_prob", (long long)layer);
-    const struct si_gguf_tensor *planted = tensor(g, name);
-    if (!emb || !nw || !gate || !planted || (opt && (!bias || !nb)) ||
-        (arch == SI_SYNTH_BAMBOO && !up)) {
+    const int64_t ff = gate != NULL ? gate->ne[1] : 0;
+    /* the tensor, or PowerInfer's layout's key */
+    float *pp = malloc((size_t)(ff > 0 ? ff : 1) * sizeof *pp);
+    if (!emb || !nw || !gate || !pp || !si_synth_planted(g, layer, ff, pp) ||
+        (opt && (!bias || !nb)) || (arch == SI_SYNTH_BAMBOO && !up)) {
         *sparsity = *share = *corr = -1;
+        free(pp);
         return;
     }
-    const int64_t d = emb->ne[0], n = emb->ne[1], ff = gate->ne[1];
+    const int64_t d = emb->ne[0], n = emb->ne[1];
     float *x = malloc((size_t)(n * d) * sizeof *x), *w = malloc((size_t)d * sizeof *w);
     float *wb = malloc((size_t)d * sizeof *wb), *gr = malloc((size_t)d * sizeof *gr);
     float *ur = malloc((size_t)d * sizeof *ur), *b = malloc((size_t)ff * sizeof *b);
@@ -154,7 +156,6 @@ static void activity(const struct si_gguf *g, enum si_synth_arch arch, int64_t l
         rate[i] = (double)c / (double)n;
         fired += (double)c;
     }
-    const float *pp = planted->data;
     double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
     for (int64_t i = 0; i < ff; i++) {
         mx += rate[i] / (double)ff;
@@ -172,6 +173,7 @@ static void activity(const struct si_gguf *g, enum si_synth_arch arch, int64_t l
         top += rate[i] * (double)n;
     *sparsity = 1.0 - fired / ((double)n * (double)ff);
     *share = top / fired;
+    free(pp);
     free(x);
     free(w);
     free(wb);
@@ -208,7 +210,7 @@ static void check_model(struct si_synth_params p, const char *file)
     snprintf(key, sizeof key, "%s.block_count", arch);
     check_u32(g, key, (uint64_t)p.n_layer);
     snprintf(key, sizeof key, "%s.context_length", arch);
-    check_u32(g, key, (uint64_t)p.n_ctx);
+    check_u32(g, key, (uint64_t)p.n_ctx + (opt ? 2 : 0)); /* OPT: positions from row 2 */
     snprintf(key, sizeof key, "%s.attention.head_count", arch);
     check_u32(g, key, (uint64_t)p.n_head);
     double eps = 0;
@@ -261,7 +263,7 @@ static void check_model(struct si_synth_params p, const char *file)
     check_shape(g, "output_norm.weight", f32, d, 1);
     check_shape(g, "output.weight", t, d, p.n_vocab);
     if (opt) {
-        check_shape(g, "position_embd.weight", f32, d, p.n_ctx);
+        check_shape(g, "position_embd.weight", f32, d, p.n_ctx + 2);
         check_shape(g, "output_norm.bias", f32, d, 1);
     }
     for (int64_t l = 0; l < p.n_layer; l++) {
@@ -292,7 +294,11 @@ static void check_model(struct si_synth_params p, const char *file)
         };
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, shapes[i].suffix);
-            if ((shapes[i].opt_only && !opt) || (shapes[i].llama_only && opt))
+            /* PowerInfer's layout: only the tensors PowerInfer makes */
+            const bool starinfer_only = !strcmp(shapes[i].suffix, "ffn_down.weight") ||
+                                        !strcmp(shapes[i].suffix, "ffn_planted_prob");
+            if ((shapes[i].opt_only && !opt) || (shapes[i].llama_only && opt) ||
+                (p.powerinfer && starinfer_only))
                 CHECK(si_gguf_find_tensor(g, name) < 0, "%s should not exist", name);
             else
                 check_shape(g, name, shapes[i].type, shapes[i].ne0, shapes[i].ne1);
@@ -304,7 +310,8 @@ static void check_model(struct si_synth_params p, const char *file)
             snprintf(name, sizeof name, "blk.%lld.fc2.weight", (long long)l);
             check_shape(g, name, pt, p.predictor_rank, ff);
             snprintf(name, sizeof name, "blk.%lld.ffn_down_t.weight", (long long)l);
-            check_shape(g, name, t, d, ff);
+            /* PowerInfer's sparse kernel reads Q4_0 or F16 (any other as F16) */
+            check_shape(g, name, p.powerinfer && t != SI_TYPE_Q4_0 ? SI_TYPE_F16 : t, d, ff);
         }
         double sp, sh, corr;
         activity(g, p.arch, l, p.hot_fraction, &sp, &sh, &corr);
@@ -328,7 +335,10 @@ static void check_model(struct si_synth_params p, const char *file)
         float *row = malloc((size_t)(d > ff ? d : ff) * sizeof *row);
         const struct si_gguf_tensor *emb = tensor(g, "token_embd.weight");
         const struct si_gguf_tensor *ao = tensor(g, "blk.0.attn_output.weight");
-        const struct si_gguf_tensor *dn = tensor(g, "blk.0.ffn_down.weight");
+        /* the down projection: ffn_down's first rows, or (PowerInfer's
+         * layout) the first values of every ffn_down_t row */
+        const struct si_gguf_tensor *dn =
+            tensor(g, p.powerinfer ? "blk.0.ffn_down_t.weight" : "blk.0.ffn_down.weight");
         bool ok = emb && ao && dn;
         for (int64_t r = 0; ok && r < 5; r++) {
             row_of(emb, r, row);
@@ -339,15 +349,22 @@ static void check_model(struct si_synth_params p, const char *file)
             row_of(ao, r, row);
             for (int64_t j = 0; j < d; j++)
                 ok = ok && row[j] == 0.0f;
+            if (p.powerinfer)
+                continue;
             row_of(dn, r, row);
             for (int64_t j = 0; j < ff; j++)
+                ok = ok && row[j] == 0.0f;
+        }
+        for (int64_t i = 0; ok && p.powerinfer && i < ff; i++) {
+            row_of(dn, i, row);
+            for (int64_t j = 0; j < chan; j++)
                 ok = ok && row[j] == 0.0f;
         }
         CHECK(ok, "%s: bias channel", file);
         free(row);
     }
     /* ffn_down_t is ffn_down transposed (exactly so in F32). */
-    if (p.predictor_rank > 0 && t == SI_TYPE_F32) {
+    if (p.predictor_rank > 0 && t == SI_TYPE_F32 && !p.powerinfer) {
         const struct si_gguf_tensor *dn = tensor(g, "blk.1.ffn_down.weight");
         const struct si_gguf_tensor *dt = tensor(g, "blk.1.ffn_down_t.weight");
         if (dn && dt) {
@@ -358,6 +375,34 @@ static void check_model(struct si_synth_params p, const char *file)
                     same = a[j * ff + i] == b[i * d + j];
             CHECK(same, "%s: ffn_down_t is ffn_down transposed", file);
         }
+    }
+    /* PowerInfer's layout: ffn_down_t is the GGUF layout's, in the type
+     * PowerInfer reads (Q4_0 the same bytes; F16 the values rounded). */
+    if (p.powerinfer) {
+        struct si_synth_params q = p;
+        q.powerinfer = false;
+        struct si_gguf *h = NULL;
+        CHECK(si_synth_write(&q, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK &&
+                  si_gguf_open(&h, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK,
+              "%s: the GGUF layout's twin: %s", file, err);
+        const struct si_gguf_tensor *a = h != NULL ? tensor(h, "blk.1.ffn_down_t.weight") : NULL,
+                                    *b = tensor(g, "blk.1.ffn_down_t.weight");
+        bool same = a != NULL && b != NULL;
+        float *ra = malloc((size_t)d * sizeof *ra), *rb = malloc((size_t)d * sizeof *rb);
+        for (int64_t i = 0; same && ra && rb && i < ff; i++) {
+            row_of(a, i, ra);
+            row_of(b, i, rb);
+            for (int64_t j = 0; j < d; j++)
+                same = same && rb[j] == (b->type == a->type
+                                             ? ra[j]
+                                             : si_fp16_to_fp32(si_fp32_to_fp16(ra[j])));
+        }
+        CHECK(same, "%s: ffn_down_t is not the GGUF layout's in %s", file,
+              b != NULL ? si_type_name(b->type) : "?");
+        free(ra);
+        free(rb);
+        si_gguf_free(h);
+        unlink(path_of("pwri-twin.gguf"));
     }
     si_gguf_free(g);
 }

@@ -80,9 +80,9 @@ rb=$(awk '$1 == "all" {print $2}' "$tmp/la-ref")
 awk -v a="$ra" -v b="$rb" 'BEGIN { d = a - b; exit (a == "" || b == "" || a < 0.5 || d > 0.01 || d < -0.01) }' ||
     fail "eval lookahead: the engine's recall $ra, the reference's $rb"
 echo "ok: lookahead predictors, held-out recall $ra (engine) $rb (reference)"
-expect_error "la.samples: samples of the attention's input, but this run trains on the FFN's (without --lookahead)" \
+expect_error "la.samples: samples of the attention's input, but this run trains on the FFN's (--input ffn)" \
     train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/la.samples"
-expect_error "relu.samples: samples of the FFN's input, but this run trains on the attention's (--lookahead)" \
+expect_error "relu.samples: samples of the FFN's input, but this run trains on the attention's (--input layer)" \
     train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --samples "$tmp/relu.samples" --lookahead
 
 # Eval: a table of two layers, the size share, three modes.

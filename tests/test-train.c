@@ -388,12 +388,12 @@ static void test_model(void)
     thr = NULL;
     /* Samples of the attention's input say so; an input kind of neither
      * name is refused (the file's "layer" turned into "later"). */
-    s->lookahead = true;
+    s->input = SI_PRED_LAYER;
     CHECK(si_train_samples_write(s, G, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
           err);
-    s->lookahead = false;
+    s->input = SI_PRED_FFN;
     CHECK(si_train_samples_read(&s2, &rule, &thr, &tgt, samp_path, m, err, sizeof err) == SI_OK &&
-              s2 != NULL && s2->lookahead,
+              s2 != NULL && s2->input == SI_PRED_LAYER,
           "lookahead samples read back: %s", err);
     si_train_samples_free(s2);
     s2 = NULL;
@@ -412,7 +412,7 @@ static void test_model(void)
     err[0] = '\0';
     CHECK(si_train_samples_read(&s2, &rule, &thr, &tgt, samp_path, m, err, sizeof err) ==
                   SI_E_FORMAT &&
-              s2 == NULL && strstr(err, "starinfer.samples.input not ffn/layer") != NULL,
+              s2 == NULL && strstr(err, "starinfer.samples.input not ffn, layer or residual") != NULL,
           "an unknown samples input: '%s'", err);
     si_train_samples_free(s2);
     free(thr);

@@ -91,10 +91,13 @@ static void train_usage(FILE *f)
             "                            worker) or ref (the single-threaded reference)\n"
             "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
             "                            it exists, else collect them and keep them there\n"
-            "      --lookahead           train on each layer's attention input (its norm of\n"
-            "                            the residual before the attention) instead of the\n"
-            "                            FFN's: the engine then runs the predictor, and the\n"
-            "                            flash tier's reads, beside the attention\n"
+            "      --input IN            what the predictors read: ffn (default: the FFN's\n"
+            "                            input after its norm), layer (the attention's input\n"
+            "                            after its norm: the engine then runs the predictor,\n"
+            "                            and the flash tier's reads, beside the attention) or\n"
+            "                            residual (the residual the FFN's norm reads, as\n"
+            "                            PowerInfer feeds its predictors)\n"
+            "      --lookahead           the same as --input layer\n"
             "  -h, --help                show this help\n");
 }
 
@@ -161,6 +164,14 @@ static int sample_pass(void *u, const int32_t *t, int64_t n, char *err, size_t e
     return si_train_collect(p->samples, p->c.m, p->c.run, p->rule, p->thresholds, t, n, err, es);
 }
 
+/* The input a predictor reads, in words. */
+static const char *input_what(enum si_pred_input in)
+{
+    return in == SI_PRED_LAYER  ? "attention's"
+           : in == SI_PRED_FFN ? "FFN's"
+                               : "FFN's residual";
+}
+
 int si_cmd_train(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *output = NULL, *profile = NULL, *v;
@@ -170,7 +181,8 @@ int si_cmd_train(int argc, char **argv)
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
     bool target_given = false, powerinfer = false, auto_type = true, down_t = false, use_ref = false;
-    bool thr_given = false, lookahead = false;
+    bool thr_given = false;
+    enum si_pred_input input = SI_PRED_FFN;
     double predict_sparsity = 0;
     enum si_train_loss loss = SI_TRAIN_LOSS_BALANCED;
     double cost_power = 1.0;
@@ -297,7 +309,11 @@ int si_cmd_train(int argc, char **argv)
             VALUE();
             samples_file = v;
         } else if (!strcmp(a, "--lookahead")) {
-            lookahead = true;
+            input = SI_PRED_LAYER;
+        } else if (!strcmp(a, "--input")) {
+            VALUE();
+            if (si_pred_input_parse(v, strlen(v), &input) != SI_OK)
+                return si_cli_error("%s: '%s' is not ffn, layer or residual", a, v);
         } else if (!strcmp(a, "--engine")) {
             VALUE();
             if (!si_cli_engine_opt(v, &use_ref))
@@ -411,11 +427,10 @@ int si_cmd_train(int argc, char **argv)
                          samples_file);
             goto out;
         }
-        if (samples->lookahead != lookahead) {
-            si_cli_error("%s: samples of the %s input, but this run trains on the %s's (%s)",
-                         samples_file, samples->lookahead ? "attention's" : "FFN's",
-                         lookahead ? "attention" : "FFN",
-                         lookahead ? "--lookahead" : "without --lookahead");
+        if (samples->input != input) {
+            si_cli_error("%s: samples of the %s input, but this run trains on the %s (--input %s)",
+                         samples_file, input_what(samples->input), input_what(input),
+                         si_pred_input_name(input));
             goto out;
         }
         thresholds = relu ? NULL : kept_thr;
@@ -480,7 +495,7 @@ int si_cmd_train(int argc, char **argv)
             si_cli_error("%s", err);
             goto out;
         }
-        samples->lookahead = lookahead;
+        samples->input = input;
         bar_t0 = si__now();
         ps.samples = samples;
         ps.rule = rule;
@@ -599,7 +614,7 @@ int si_cmd_train(int argc, char **argv)
         .thresholds = thresholds,
         .target_sparsity = relu ? 0.0 : target,
         .n_samples = samples->n,
-        .lookahead = lookahead,
+        .input = input,
     };
     if (si_train_write(m, layers, &wp, output, err, sizeof err) != SI_OK) {
         si_cli_error("%s", err);

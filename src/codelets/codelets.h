@@ -97,6 +97,15 @@ struct si__pack_job {
 /* --- the FFN's arithmetic, shared by ffn.c, pred.c and load.c (inline: the
  * per-row helpers of the hottest loops) */
 
+/* Whether the FFN slice tasks read x, the residual the FFN's norm read,
+ * after ffn_in: their fused predictor's input (model.h's SI_PRED_RESIDUAL),
+ * when they do not make the FFN's input themselves (fuse_out). */
+static inline bool si__ffn_reads_residual(const struct si_engine *e)
+{
+    return e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred && !e->fuse_out &&
+           e->m->pred_input == SI_PRED_RESIDUAL;
+}
+
 /* The FFN input converted for rows of type t into dst (NULL: dots in float). */
 static inline const void *si__ffn_convert_input(const struct si_engine *e, uint32_t t,
                                                 const float *xb, void *dst)

@@ -194,17 +194,25 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
 
 /*
  * The FFN's input of slice j in buffers[*i ..] (advancing *i past it): the
- * ffn_in handle, or, with fuse_out, attn_out's work done by each slice
- * alike: x2 and o_* (R) give the residual after attention and its
- * normalised input, in scratch; slice 0 also writes the residual into x
- * and, with a parallel residual, the attention output into xb3, its last
- * buffers (from owner_at - 1 or - 2 on: the task's buffer count).
+ * ffn_in handle (and x, the residual its norm read, after it where the
+ * slice's fused predictor reads that: si__ffn_reads_residual), or, with
+ * fuse_out, attn_out's work done by each slice alike: x2 and o_* (R) give
+ * the residual after attention and its normalised input, in scratch; slice
+ * 0 also writes the residual into x and, with a parallel residual, the
+ * attention output into xb3, its last buffers (from owner_at - 1 or - 2
+ * on: the task's buffer count).  *xr: the residual (NULL where the slice
+ * does not read it).
  */
 static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
-                              int owner_at, struct si__scratch *sc)
+                              int owner_at, struct si__scratch *sc, const float **xr)
 {
-    if (!e->fuse_out)
-        return (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    *xr = NULL;
+    if (!e->fuse_out) {
+        const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+        if (si__ffn_reads_residual(e))
+            *xr = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+        return xb;
+    }
     const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
     for (int32_t k = 0; k < e->na; k++)
         memcpy(sc->xf + e->a_o[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]),
@@ -217,14 +225,16 @@ static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[]
             xb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1]);
     }
     si_ref_attn_finish_into(e->ref, l, x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
+    *xr = x_out;
     return sc->xn;
 }
 
 /*
  * Buffers of an FFN slice task, in order:
  *   dense:  ffn_in, gate (absent for the plain kind), up, up_b, out
- *   sparse: ffn_in, [gating rows (gate mode)], records, up_b, [idx (predictor
- *           mode)], out
+ *   sparse: ffn_in, [x (si__ffn_reads_residual)], [gating rows (gate mode)],
+ *           records, up_b, [idx (predictor mode) or fc1, fc2 (fuse_pred)], out
+ * (with fuse_out, x2 and o_* instead of ffn_in: ffn_input)
  * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
  * partial output (rows x n_embd, W; dense: its n activations) or, in redux
  * mode, the layer output (n_embd, REDUX).
@@ -246,7 +256,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     int i = 0;
     const int nbuf = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
-    const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc);
+    const float *xr;
+    const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc, &xr);
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
     /* The up bias (zeros in the handle for files without one: not added) */
     const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
@@ -271,7 +282,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
             const void *fc1 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
             const void *fc2 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
             const double tp = si__now();
-            idx = predict_slice(e, a->l, a->j, xb, fc1, fc2, sc);
+            idx = predict_slice(e, a->l, a->j, si_ref_pred_in(e->m, xr, xb, NULL), fc1, fc2,
+                                sc);
             t0 += si__now() - tp; /* predict_slice counts its own time */
             if (a->j > 0) /* fc1 read again: every slice takes it whole */
                 rd += (int64_t)e->w->layers[a->l].fc1.nbytes;

@@ -10,10 +10,11 @@
 #include <math.h>
 #include <starpu.h>
 
-/* Buffers: ffn_in, fc1, fc2 (position order), idx of each slice (W).  A
- * lookahead predictor (model.h): x and the carried ones (R) instead of
- * ffn_in; it reads the attention's normalised input, the layer's input
- * residual made as the attention tasks make it. */
+/* Buffers: the predictor's input (ffn_in, or x: model.h's si_pred_input),
+ * fc1, fc2 (position order), idx of each slice (W).  A lookahead predictor
+ * (model.h): x and the carried ones (R); it reads the attention's
+ * normalised input, the layer's input residual made as the attention
+ * tasks make it. */
 static void pred_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
@@ -25,7 +26,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     int b = 1; /* fc1's buffer */
     double tm = 0.0;
-    if (e->m->predictor_lookahead) {
+    if (e->m->pred_input == SI_PRED_LAYER) {
         b += si__n_carried(e, a->l);
         tm = si__residual_in(e, a->l, buffers, 1, xb, sc->xl, sc);
         si_ref_attn_input(e->ref, a->l, sc->xl, sc->xn, sc->tmp);

@@ -260,6 +260,9 @@ static void baout_cpu(void *buffers[], void *cl_arg)
     for (int64_t t = 0; t < bn; t++)
         si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bxb + t * d,
                                 bxb3 + t * d, sc->tmp);
+    if (e->obs_fn != NULL) /* si_ffn_view's xr: the residual the FFN's norm read */
+        memcpy(e->obs_r + (size_t)a->l * (size_t)e->obs_nb * (size_t)d, bx,
+               (size_t)(bn * d) * sizeof(float));
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
 
@@ -429,21 +432,26 @@ static void gate_first(const struct si_engine *e, int l, const struct si__ffn_fm
 }
 
 /* Observation (si_engine_observe): a slice's columns [n0, n0 + n) of the
- * batch's gate products g and activations h into layer l's kept rows, and
- * (the slice starting at neuron 0) the FFN inputs xb. */
+ * batch's gate products g and activations h into layer l's kept rows (in
+ * neuron order: the records' positions through the neuron table), and (the
+ * slice starting at position 0) the FFN inputs xb. */
 static void keep_observed(const struct si_engine *e, int l, const float *xb,
                           const float *g, const float *h, int64_t n0, int64_t n)
 {
     const struct si_hparams *hp = &e->m->hp;
     const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
     const size_t row0 = (size_t)l * (size_t)e->obs_nb;
+    const int32_t *perm = e->sparse ? e->L[l].perm : NULL; /* position -> neuron */
     for (int64_t t = 0; t < e->bn; t++) {
         const size_t row = row0 + (size_t)t;
         if (n0 == 0 && n > 0)
             memcpy(e->obs_x + row * d, xb + (size_t)t * d, d * sizeof(float));
-        if (hp->ffn_kind != SI_FFN_PLAIN)
-            memcpy(e->obs_g + row * ff + n0, g + t * n, (size_t)n * sizeof(float));
-        memcpy(e->obs_h + row * ff + n0, h + t * n, (size_t)n * sizeof(float));
+        for (int64_t k = 0; k < n; k++) {
+            const size_t c = perm != NULL ? (size_t)perm[n0 + k] : (size_t)(n0 + k);
+            if (hp->ffn_kind != SI_FFN_PLAIN)
+                e->obs_g[row * ff + c] = g[t * n + k];
+            e->obs_h[row * ff + c] = h[t * n + k];
+        }
     }
 }
 
@@ -532,11 +540,12 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
          * (qgemm's tile: sc->dt, free until the down rows below) */
         void *tile = sc->dt;
         const bool gq = gate != NULL && i8 && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm, tile);
-        if (gq && e->sparse && sparse_gate(e, a->l) && (e->pre_sep || hp->act == SI_ACT_RELU)) {
+        if (gq && e->sparse && sparse_gate(e, a->l) && (e->pre_sep || hp->act == SI_ACT_RELU) &&
+            e->obs_fn == NULL) {
             /* gate mode, and predictor mode on ReLU (whose gate says
              * exactly which neurons fire; over a batch the predicted ones
              * are nearly all): the neurons the gate lets through, token
-             * by token */
+             * by token (observed: every neuron's values, below) */
             gate_first(e, a->l, f, rec, b, sc->gemm, n, y, sc);
             si__account(e, SI_TASK_PREFILL_FFN, t0);
             return;
@@ -554,7 +563,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
     batch_act(e, a->l, sc->bg, sc->bu, bn * n);
-    if (e->obs_fn != NULL && !e->sparse)
+    if (e->obs_fn != NULL)
         keep_observed(e, a->l, xb, sc->bg, sc->bu, L->s0[a->j], n);
     if (!e->sparse) {
         memcpy(y, sc->bu, (size_t)(bn * n) * sizeof(float));

@@ -165,6 +165,8 @@ struct si_engine {
     struct si_engine_params p;
     struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
     bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
+    bool dense_records; /* dense mode on a file without ffn_down: p.mode is gate,
+                         * without thresholds (si_engine_init) */
     bool cuda_hot;      /* hot slices run on CUDA workers */
     int32_t n_slices;   /* cold slices per layer */
     int64_t chunk;      /* dense: slices are whole units of this many neurons */
@@ -265,11 +267,13 @@ struct si_engine {
      * (slice 0's task), gate products and activations (each task its
      * columns) for obs_fn, called after the batch; batches of at most obs_nb
      * tokens while it is set.  The batch attention tasks keep the
-     * attention's normalised inputs (obs_a: si_ffn_view's xa). */
+     * attention's normalised inputs (obs_a: si_ffn_view's xa) and the
+     * residual after them (obs_r: its xr). */
     si_ffn_hook obs_fn;
     void *obs_user;
     int32_t obs_nb;
-    float *obs_x, *obs_g, *obs_h, *obs_a; /* (n_layer, obs_nb, n_embd | n_ff | n_ff | n_embd) */
+    float *obs_x, *obs_g, *obs_h, *obs_a, *obs_r; /* (n_layer, obs_nb, n_embd | n_ff | n_ff |
+                                                   * n_embd | n_embd) */
 
     bool flash;        /* cold neurons from p.flash */
     struct si_flash_tier ft; /* their region, caches and loads */

@@ -139,20 +139,21 @@ static int submit_attention(struct si_engine *e, int l, int32_t token)
     return rc;
 }
 
-/* idx_L.j = the positions of slice j that the predictor says fire.  A
- * lookahead predictor (model.h) reads the layer's input, x and the carried
- * FFN output, as the attention tasks do: submitted before them, it runs
- * beside them. */
+/* idx_L.j = the positions of slice j that the predictor says fire, from
+ * its input (model.h's si_pred_input): the FFN's, or x, the residual the
+ * FFN's norm read (after the attention tasks).  A lookahead predictor
+ * reads the layer's input, x and the carried FFN output, as the attention
+ * tasks do: submitted before them, it runs beside them. */
 static int submit_predictor(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
     a.n = 0;
-    if (e->m->predictor_lookahead) {
+    if (e->m->pred_input == SI_PRED_LAYER) {
         si__add(&a, e->h_x, STARPU_R);
         add_carried(e, l, &a);
     } else {
-        si__add(&a, e->h_xb, STARPU_R);
+        si__add(&a, e->m->pred_input == SI_PRED_RESIDUAL ? e->h_x : e->h_xb, STARPU_R);
     }
     si__add(&a, L->h_fc1, STARPU_R);
     si__add(&a, L->h_fc2, STARPU_R);
@@ -215,6 +216,8 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
                 si__add(&a, e->h_o[k], STARPU_R);
         } else {
             si__add(&a, e->h_xb, STARPU_R);
+            if (si__ffn_reads_residual(e)) /* the fused predictor's input */
+                si__add(&a, e->h_x, STARPU_R);
         }
         si__add_slice_weights(e, L, j, &a);
         if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
@@ -278,7 +281,7 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
 {
     const struct si__layer_state *L = &e->L[l];
     const bool pred = e->p.mode == SI_SPARSITY_PREDICTOR && !e->fuse_pred,
-               ahead = pred && e->m->predictor_lookahead,
+               ahead = pred && e->m->pred_input == SI_PRED_LAYER,
                loads = e->flash && L->nsl > (L->hot ? 1 : 0);
     int rc = 0;
     if (ahead) { /* the predictor and the flash tier's reads beside the attention */

@@ -363,6 +363,16 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     if (ncpu == 0)
         return si__errf(err, err_size, SI_E_NO_DEVICE,
                         "the engine needs a CPU worker (STARPU_NCPU is 0)");
+    /* A file whose down projection is ffn_down_t alone (PowerInfer's layout)
+     * has no dense layout: dense mode runs on its neuron records as gate
+     * mode does, each neuron whose activation is not 0 (no threshold), which
+     * gives the dense values in the reference's down_t arithmetic (a neuron
+     * at 0 adds nothing). */
+    const bool dense_records = p.mode == SI_SPARSITY_DENSE && si_model_down_t_only(m);
+    if (dense_records) {
+        p.mode = SI_SPARSITY_GATE;
+        p.gate_threshold = 0.0f;
+    }
     int rc = si__check_params(m, &p, ncuda, err, err_size);
     if (rc != SI_OK)
         return rc;
@@ -385,6 +395,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     e->m = m;
     e->w = &m->w;
     e->p = p;
+    e->dense_records = dense_records;
     e->l0 = l0;
     e->l1 = l1;
     e->rank = rank;
@@ -473,7 +484,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
          * their task runs beside the attention. */
         /* (gpu_twin: the graph a GPU gets, its CPU worker standing in) */
         e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p.gpu_twin &&
-                       !e->flash && !m->predictor_lookahead && getenv("SI_NO_FUSE_PRED") == NULL;
+                       !e->flash && m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
         e->fuse_out = e->na > 1 && !e->cuda_hot && !p.gpu_twin && !e->flash && !p.redux &&
                       (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
     }
@@ -501,7 +512,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
      * CATS thresholds (SiLU/GELU models), else 0 (only exact zeros). */
     for (int l = 0; l < hp->n_layer; l++)
         e->gthr[l] = p.gate_threshold > 0.0f ? p.gate_threshold
-                     : p.profile != NULL && p.profile->thresholds != NULL && hp->act != SI_ACT_RELU
+                     : p.profile != NULL && p.profile->thresholds != NULL &&
+                             hp->act != SI_ACT_RELU && !dense_records
                          ? p.profile->thresholds[l]
                          : 0.0f;
     for (int64_t i = 0; i < hp->n_ff; i++)

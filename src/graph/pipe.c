@@ -27,8 +27,9 @@ enum { TAG_X = 1, TAG_LOGITS = 2 };
 
 static int64_t layer_bytes(const struct si_layer *L)
 {
-    const struct si_tensor *t[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                   &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+    const struct si_tensor *t[] = {&L->wq,       &L->wk,     &L->wv, &L->wo,
+                                   &L->ffn_gate, &L->ffn_up,
+                                   L->ffn_down.data != NULL ? &L->ffn_down : &L->ffn_down_t};
     int64_t b = 0;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         b += t[i]->data != NULL ? (int64_t)t[i]->nbytes : 0;

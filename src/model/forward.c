@@ -467,7 +467,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     }
     if (s->ffn_hook != NULL) {
         const struct si_ffn_view v = {s->m, s->xb, hp->ffn_kind == SI_FFN_PLAIN ? NULL : s->hg,
-                                      s->hu, s->xa};
+                                      s->hu, s->xa, s->x};
         s->ffn_hook(s->ffn_hook_user, &v, l);
     }
     const float thr = s->p.gate_thresholds != NULL ? s->p.gate_thresholds[l] : s->p.gate_threshold;
@@ -478,7 +478,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
     if (s->p.predictor) {
         /* hg is free now: it takes fc2's output */
         si_ref_predict(&L->fc1, &L->fc2, s->m->predictor_threshold, s->p.act_quant, s->xq,
-                       s->m->predictor_lookahead ? s->xa : s->xb, s->r1, s->hg, s->mask);
+                       si_ref_pred_in(s->m, s->x, s->xb, s->xa), s->r1, s->hg, s->mask);
         for (int64_t i = 0; i < ff; i++)
             if (!s->mask[i])
                 s->hu[i] = 0.0f;
@@ -500,7 +500,7 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
         add_bias(s->xb2, &L->ffn_down_b, hp->n_embd);
         return;
     }
-    if (s->p.down_t) {
+    if (s->p.down_t || si_model_down_t_only(s->m)) {
         /* Neuron by neuron, skipping the zeros (as the sparse kernels do). */
         const struct si_tensor *w = &L->ffn_down_t;
         memset(s->xb2, 0, (size_t)hp->n_embd * sizeof(float));
@@ -534,8 +534,8 @@ int si_ref_begin(struct si_ref *s, int32_t token)
         s->x[i] *= hp->embd_scale;
     if (m->w.pos_embd.data != NULL) {
         const struct si_tensor *pe = &m->w.pos_embd;
-        si_dequantize_row(pe->type, (const char *)pe->data + (size_t)s->n_past * pe->row_bytes,
-                          s->tmp, d);
+        const size_t row = (size_t)s->n_past + (size_t)hp->pos_offset;
+        si_dequantize_row(pe->type, (const char *)pe->data + row * pe->row_bytes, s->tmp, d);
         for (int64_t i = 0; i < d; i++)
             s->x[i] += s->tmp[i];
     }
@@ -545,7 +545,12 @@ int si_ref_begin(struct si_ref *s, int32_t token)
 void si_ref_attn_input(const struct si_ref *s, int l, const float *x, float *y, float *tmp)
 {
     const struct si_layer *L = &s->m->w.layers[l];
-    norm(&s->m->hp, y, x, &L->attn_norm, &L->attn_norm_b, tmp);
+    /* Falcon-40B's two norms (llama.cpp's and PowerInfer's naming): the
+     * attention's is attn_norm_2, the FFN's attn_norm */
+    if (L->attn_norm2.data != NULL)
+        norm(&s->m->hp, y, x, &L->attn_norm2, &L->attn_norm2_b, tmp);
+    else
+        norm(&s->m->hp, y, x, &L->attn_norm, &L->attn_norm_b, tmp);
 }
 
 size_t si_ref_attn_scratch_floats(const struct si_ref *s)
@@ -685,15 +690,13 @@ void si_ref_attn_finish_into(const struct si_ref *s, int l, const float *x, floa
         si_k_rmsnorm(o, o, vec_f32(&L->attn_post_norm, tmp), d, hp->norm_eps);
 
     if (hp->parallel_residual) {
-        /* Falcon: the FFN reads the layer input too (its own norm if any);
-         * the attention output waits in xb3 for the residual. */
+        /* Falcon: the FFN reads the layer input too, through attn_norm
+         * (the attention's own is attn_norm_2 where there is one); the
+         * attention output waits in xb3 for the residual. */
         memcpy(xb3, o, (size_t)d * sizeof(float));
         if (x_out != x)
             memcpy(x_out, x, (size_t)d * sizeof(float));
-        if (L->attn_norm2.data != NULL)
-            norm(hp, xb, x, &L->attn_norm2, &L->attn_norm2_b, tmp);
-        else
-            norm(hp, xb, x, &L->attn_norm, &L->attn_norm_b, tmp);
+        norm(hp, xb, x, &L->attn_norm, &L->attn_norm_b, tmp);
         return;
     }
     for (int64_t i = 0; i < d; i++)
@@ -712,7 +715,7 @@ void si_ref_attn(struct si_ref *s, int l)
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
     si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;
-    if ((s->p.predictor && s->m->predictor_lookahead) || s->ffn_hook != NULL)
+    if ((s->p.predictor && s->m->pred_input == SI_PRED_LAYER) || s->ffn_hook != NULL)
         memcpy(s->xa, s->xb, (size_t)hp->n_embd * sizeof(float));
     sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
     if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_QKV)) {

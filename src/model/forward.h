@@ -33,7 +33,9 @@ struct si_ref_params {
      * default: the dense FFN of the file, as llama.cpp computes it). */
     bool down_t;          /* down projection from the file's ffn_down_t rows:
                            * y = sum_i h_i * down_t_i (si_vec_mad, neuron order,
-                           * h in float) instead of ffn_down's dot products */
+                           * h in float) instead of ffn_down's dot products
+                           * (always, on a file without ffn_down:
+                           * si_model_down_t_only) */
     bool predictor;       /* only the neurons the file's predictor (fc1, ReLU,
                            * fc2 >= powerinfer.sparse_threshold) selects */
     float gate_threshold; /* gated SiLU/GELU FFNs: a neuron with |act(gate)| at
@@ -81,7 +83,7 @@ struct si_ref_params si_ref_default_params(void);
  * NULL for plain FFNs); h, the activations act(g) * (up . x), or act(up . x)
  * for plain FFNs (n_ff), before any sparsity applies; xa, the layer's
  * attention input after its norm (n_embd: what a lookahead predictor reads,
- * model.h), or NULL where the runner does not keep it.
+ * model.h), or NULL where the runner does not keep it; xr (below).
  */
 struct si_ffn_view {
     const struct si_model *m;
@@ -89,7 +91,18 @@ struct si_ffn_view {
     const float *g;
     float *h;
     const float *xa;
+    const float *xr; /* the residual the FFN's norm read (PowerInfer's predictor
+                      * input: model.h's SI_PRED_RESIDUAL), or NULL where the
+                      * runner does not keep it */
 };
+
+/* What layer's predictor reads (m->pred_input), of: xr the residual the
+ * FFN's norm reads, x the FFN's normalised input, xa the attention's. */
+static inline const float *si_ref_pred_in(const struct si_model *m, const float *xr,
+                                          const float *x, const float *xa)
+{
+    return m->pred_input == SI_PRED_RESIDUAL ? xr : m->pred_input == SI_PRED_LAYER ? xa : x;
+}
 typedef void (*si_ffn_hook)(void *user, const struct si_ffn_view *v, int l);
 
 struct si_ref {

@@ -255,8 +255,16 @@ static int read_hparams(struct loader *ld, struct si_model *m)
 
     const char *eps_key = hp->norm_kind == SI_NORM_RMS ? "attention.layer_norm_rms_epsilon"
                                                        : "attention.layer_norm_epsilon";
-    if ((rc = key_f32(ld, eps_key, true, 0, &hp->norm_eps)) != SI_OK)
+    /* (PowerInfer's OPT files have none: it normalises with 0, as here) */
+    if ((rc = key_f32(ld, eps_key, hp->arch != SI_ARCH_OPT, 0, &hp->norm_eps)) != SI_OK)
         return rc;
+    if (hp->arch == SI_ARCH_OPT) {
+        hp->pos_offset = 2;
+        if (hp->n_ctx_train <= hp->pos_offset)
+            return fail(ld, SI_E_FORMAT,
+                        "opt.context_length = %d leaves no position after OPT's first 2 rows",
+                        hp->n_ctx_train);
+    }
     if (hp->arch == SI_ARCH_GEMMA3) {
         if ((rc = key_i32(ld, "attention.sliding_window", false, 0, &hp->sliding_window)) != SI_OK)
             return rc;
@@ -337,13 +345,31 @@ static int read_weights(struct loader *ld, struct si_model *m)
                 return rc;
         }
         const bool gated = hp->ffn_kind != SI_FFN_PLAIN;
+        /* The down projection: ffn_down, or ffn_down_t alone (a row per
+         * neuron), as PowerInfer's files hold it; every path that reads
+         * ffn_down reads ffn_down_t instead then (si_model_down_t_only). */
         if ((rc = tensor(ld, &L->ffn_gate, gated, d, ff, "blk.%d.ffn_gate.weight", l)) != SI_OK ||
             (rc = tensor(ld, &L->ffn_up, true, d, ff, "blk.%d.ffn_up.weight", l)) != SI_OK ||
-            (rc = tensor(ld, &L->ffn_down, true, ff, d, "blk.%d.ffn_down.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->ffn_down_t, false, d, ff, "blk.%d.ffn_down_t.weight", l)) !=
+                SI_OK ||
+            (rc = tensor(ld, &L->ffn_down, false, ff, d, "blk.%d.ffn_down.weight", l)) != SI_OK ||
             (rc = tensor(ld, &L->ffn_up_b, opt, ff, 0, "blk.%d.ffn_up.bias", l)) != SI_OK ||
-            (rc = tensor(ld, &L->ffn_down_b, opt, d, 0, "blk.%d.ffn_down.bias", l)) != SI_OK ||
-            (rc = tensor(ld, &L->ffn_down_t, false, d, ff, "blk.%d.ffn_down_t.weight", l)) != SI_OK)
+            (rc = tensor(ld, &L->ffn_down_b, false, d, 0, "blk.%d.ffn_down.bias", l)) != SI_OK)
             return rc;
+        /* (PowerInfer's OPT files name the down projection's bias after
+         * ffn_down_t) */
+        if (opt && L->ffn_down_b.data == NULL &&
+            (rc = tensor(ld, &L->ffn_down_b, true, d, 0, "blk.%d.ffn_down%s.bias", l,
+                         L->ffn_down.data != NULL ? "" : "_t")) != SI_OK)
+            return rc;
+        if (L->ffn_down.data == NULL && L->ffn_down_t.data == NULL)
+            return fail(ld, SI_E_FORMAT,
+                        "missing tensor blk.%d.ffn_down.weight (nor ffn_down_t, PowerInfer's)", l);
+        if ((L->ffn_down.data == NULL) != (w->layers[0].ffn_down.data == NULL))
+            return fail(ld, SI_E_FORMAT,
+                        "blk.%d.ffn_down.weight: some layers have ffn_down and others only "
+                        "ffn_down_t",
+                        l);
         if ((rc = tcopy(ld, &L->wq_t, qd, d, "attn_q_t", l)) != SI_OK ||
             (rc = tcopy(ld, &L->wk_t, kvd, d, "attn_k_t", l)) != SI_OK ||
             (rc = tcopy(ld, &L->wv_t, kvd, d, "attn_v_t", l)) != SI_OK ||
@@ -462,7 +488,9 @@ int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size
         hp->rope_kind = SI_ROPE_NONE;
         break;
     case SI_ARCH_FALCON:
-        hp->act = SI_ACT_GELU;
+        /* PowerInfer's Falcon files are ReluFalcon's: ReLU (its FFN, sparse
+         * or dense, applies ReLU to every Falcon) */
+        hp->act = g->powerinfer ? SI_ACT_RELU : SI_ACT_GELU;
         hp->ffn_kind = SI_FFN_PLAIN;
         hp->norm_kind = SI_NORM_LAYER;
         hp->rope_kind = SI_ROPE_NEOX;
@@ -484,23 +512,43 @@ int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size
         free(m);
         return rc;
     }
+    m->hp.n_ctx_train -= m->hp.pos_offset; /* the positions a sequence may use */
     double thr = 0.0;
     si_gguf_get_f64(g, "powerinfer.sparse_threshold", &thr);
     m->predictor_threshold = (float)thr;
     struct si_gguf_str pin = {0};
     rc = si_gguf_get_str(g, SI_PREDICTOR_INPUT_KEY, &pin);
-    m->predictor_lookahead = rc == SI_OK && si_gguf_str_eq(pin, "layer");
-    if (rc != SI_E_NOT_FOUND && !m->predictor_lookahead && !si_gguf_str_eq(pin, "ffn")) {
+    m->pred_input = SI_PRED_RESIDUAL; /* PowerInfer's, without the key */
+    if (rc != SI_E_NOT_FOUND &&
+        (rc != SI_OK || si_pred_input_parse(pin.data, pin.len, &m->pred_input) != SI_OK)) {
         free(m->w.layers);
         free(m);
         if (rc != SI_OK)
             return fail(&ld, SI_E_FORMAT, "%s is not a string", SI_PREDICTOR_INPUT_KEY);
-        return fail(&ld, SI_E_FORMAT, "%s '%.*s' is neither 'ffn' nor 'layer'",
+        return fail(&ld, SI_E_FORMAT, "%s '%.*s' is not 'ffn', 'layer' or 'residual'",
                     SI_PREDICTOR_INPUT_KEY, (int)pin.len > 32 ? 32 : (int)pin.len, pin.data);
     }
     m->gguf = g;
     *out = m;
     return SI_OK;
+}
+
+const char *si_pred_input_name(enum si_pred_input in)
+{
+    return in == SI_PRED_FFN ? "ffn" : in == SI_PRED_LAYER ? "layer" : "residual";
+}
+
+int si_pred_input_parse(const char *s, size_t n, enum si_pred_input *in)
+{
+    static const enum si_pred_input all[] = {SI_PRED_RESIDUAL, SI_PRED_FFN, SI_PRED_LAYER};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        const char *name = si_pred_input_name(all[i]);
+        if (strlen(name) == n && !memcmp(s, name, n)) {
+            *in = all[i];
+            return SI_OK;
+        }
+    }
+    return SI_E_INVALID;
 }
 
 int si_model_load(struct si_model **out, const char *path, char *err, size_t err_size)
@@ -544,8 +592,11 @@ int64_t si_model_range_bytes(const struct si_model *m, int32_t l0, int32_t l1, b
             &L->wv,        &L->wo,          &L->bq,         &L->bk,           &L->bv, &L->bo,
             &L->q_norm,    &L->k_norm,      &L->attn_post_norm, &L->ffn_norm, &L->ffn_norm_b,
             &L->ffn_post_norm};
-        const struct si_tensor *ffn_t[] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->ffn_up_b,
-                                           &L->ffn_down_b};
+        /* (the down projection: ffn_down, or ffn_down_t where it is alone) */
+        const struct si_tensor *ffn_t[] = {&L->ffn_gate, &L->ffn_up,
+                                           L->ffn_down.data != NULL ? &L->ffn_down
+                                                                    : &L->ffn_down_t,
+                                           &L->ffn_up_b, &L->ffn_down_b};
         for (size_t i = 0; i < sizeof other / sizeof *other; i++)
             total += other[i]->data != NULL ? (int64_t)other[i]->nbytes : 0;
         for (size_t i = 0; i < sizeof ffn_t / sizeof *ffn_t; i++)

@@ -79,6 +79,9 @@ struct si_hparams {
     enum si_norm_kind norm_kind;
     enum si_rope_kind rope_kind;
     bool parallel_residual; /* falcon: attention and FFN both read the layer input */
+    int32_t pos_offset;     /* opt: the learned position of token p is row p + 2 of
+                             * position_embd (Hugging Face's OPT, and PowerInfer's);
+                             * context_length counts those rows */
 };
 
 /* A tensor as stored in the file: a view into the mapping.  An engine may
@@ -99,7 +102,8 @@ struct si_tensor {
 
 struct si_layer {
     struct si_tensor attn_norm, attn_norm_b;   /* [n_embd] */
-    struct si_tensor attn_norm2, attn_norm2_b; /* falcon-40b style second norm */
+    struct si_tensor attn_norm2, attn_norm2_b; /* falcon-40b style: the attention's
+                                                * norm, attn_norm the FFN's */
     struct si_tensor wq, wk, wv, wo;           /* [n_embd, n_head*head_dim], ... */
     struct si_tensor bq, bk, bv, bo;           /* biases (opt) */
     struct si_tensor q_norm, k_norm;           /* [head_dim] (gemma3) */
@@ -131,8 +135,26 @@ struct si_weights {
     struct si_layer *layers; /* [n_layer] */
 };
 
-/* The key that says what the predictors read: "ffn" or "layer" (below). */
+/* The key that says what the predictors read: "ffn", "layer" or
+ * "residual" (enum si_pred_input). */
 #define SI_PREDICTOR_INPUT_KEY "starinfer.predictor.input"
+
+/* What a layer's predictor reads. */
+enum si_pred_input {
+    /* "residual", and files without the key (PowerInfer's own): the
+     * residual stream the FFN's norm reads, not normalised.  PowerInfer
+     * gives its sparse FFN ffn_inp (the residual after the attention) for
+     * llama, bamboo and OPT, and inpL (the layer's input) for Falcon, whose
+     * FFN reads the layer's input beside the attention: both are that. */
+    SI_PRED_RESIDUAL,
+    /* "ffn": the FFN's normalised input (what `starinfer train-predictor`
+     * trains on by default) */
+    SI_PRED_FFN,
+    /* "layer": the layer's attention input after its norm, a lookahead
+     * that lets the FFN's reads start beside the attention
+     * (train-predictor --lookahead) */
+    SI_PRED_LAYER,
+};
 
 struct si_model {
     struct si_gguf *gguf;
@@ -140,11 +162,9 @@ struct si_model {
     struct si_weights w;
     float predictor_threshold; /* powerinfer.sparse_threshold, 0 by default */
     bool has_predictor;
-    /* starinfer.predictor.input = "layer": the predictors read the layer's
-     * attention input (attn_norm of the residual before the attention, a
-     * lookahead that lets the FFN's reads start beside the attention), not
-     * the FFN's own input ("ffn", the default and PowerInfer's) */
-    bool predictor_lookahead;
+    enum si_pred_input pred_input; /* SI_PREDICTOR_INPUT_KEY's; SI_PRED_LAYER: a
+                                    * lookahead, the predictors can run beside
+                                    * the attention */
 };
 
 /* Map and check the model at `path`; SI_OK or a negative si_status with one
@@ -158,7 +178,8 @@ void si_model_free(struct si_model *m);
 
 /*
  * Bytes of weights a dense forward pass reads for one decoded token: every
- * tensor of every layer but the predictor (fc1, fc2) and ffn_down_t, the
+ * tensor of every layer but the predictor (fc1, fc2) and ffn_down_t (unless
+ * it is the only down projection: si_model_down_t_only), the
  * output norm and matrix, and one row of the token (and position)
  * embeddings.  *ffn (when not NULL) gets the FFN's part of it: ffn_gate,
  * ffn_up, ffn_down and their biases.  KV cache reads are not weights and
@@ -169,6 +190,19 @@ int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn);
  * output norm and LM head (last): a pipeline rank's share. */
 int64_t si_model_range_bytes(const struct si_model *m, int32_t l0, int32_t l1, bool first,
                              bool last, int64_t *ffn);
+
+/* "residual", "ffn", "layer" (SI_PREDICTOR_INPUT_KEY's values); and back
+ * from the n bytes at s (SI_OK, or SI_E_INVALID for another value). */
+const char *si_pred_input_name(enum si_pred_input in);
+int si_pred_input_parse(const char *s, size_t n, enum si_pred_input *in);
+
+/* Whether m's down projection is ffn_down_t alone (PowerInfer's layout: a
+ * row per neuron, no ffn_down): the reference and the engine then compute
+ * y = sum_i h_i * down_t_i in every mode (the reference's down_t). */
+static inline bool si_model_down_t_only(const struct si_model *m)
+{
+    return m->w.layers[0].ffn_down.data == NULL;
+}
 
 /* Name of an architecture ("llama", ...) */
 const char *si_arch_name(enum si_arch arch);

@@ -167,6 +167,14 @@ static uint32_t more_bits_type(const struct si_synth_params *p, int64_t l)
     return p->mix_m && si_synth_more_bits(l, p->n_layer) ? SI_TYPE_Q6_K : p->type;
 }
 
+/* ffn_down_t's type in layer l: ffn_down's; in PowerInfer's layout Q4_0 or
+ * F16, the two its sparse down kernel reads (it takes any other as F16). */
+static uint32_t down_t_type(const struct si_synth_params *p, int64_t l)
+{
+    const uint32_t t = more_bits_type(p, l);
+    return !p->powerinfer || t == SI_TYPE_Q4_0 ? t : SI_TYPE_F16;
+}
+
 /* Predictor tensors: F32 in F32 models, F16 otherwise. */
 static uint32_t predictor_type(const struct si_synth_params *p)
 {
@@ -198,6 +206,9 @@ int si_synth_check(const struct si_synth_params *p, char *err, size_t err_size)
         p->n_ctx > big || p->n_head < 1 || p->n_head_kv < 1 || p->predictor_rank < 0 ||
         p->predictor_rank > big)
         return si__errf(err, err_size, E, "a dimension is out of range");
+    if (p->powerinfer && p->predictor_rank < 1)
+        return si__errf(err, err_size, E,
+                        "PowerInfer's layout needs the predictors and ffn_down_t (--predictor R)");
     if (p->n_embd % block != 0)
         return si__errf(err, err_size, E, "n-embd %lld is not a multiple of the %s block size %lld",
                     (long long)p->n_embd, si_type_name(p->type), (long long)block);
@@ -601,8 +612,9 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
     NAME("token_embd.weight");
     T(K_EMBED, t, d, p->n_vocab, -1, s3);
     if (opt) {
+        /* OPT's positions are rows 2 on (Hugging Face's, and PowerInfer's) */
         NAME("position_embd.weight");
-        T(K_RANDOM, f32, d, p->n_ctx, -1, 0.1f * s3);
+        T(K_RANDOM, f32, d, p->n_ctx + 2, -1, 0.1f * s3);
     }
     for (int64_t l = 0; l < p->n_layer; l++) {
         long long L = (long long)l;
@@ -642,21 +654,28 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
             NAME("blk.%lld.ffn_up.weight", L);
             T(p->arch == SI_SYNTH_BAMBOO ? K_PLANTED : K_RANDOM, t, d, ff, l, a_in);
         }
-        NAME("blk.%lld.ffn_down.weight", L);
-        T(K_NO_CHAN, more_bits_type(p, l), ff, d, l, a_down);
+        /* PowerInfer's layout: the tensors it makes, no more (its loader
+         * refuses any other): ffn_down_t alone, the planted probabilities
+         * in a key (si_synth_write) */
+        if (!p->powerinfer) {
+            NAME("blk.%lld.ffn_down.weight", L);
+            T(K_NO_CHAN, more_bits_type(p, l), ff, d, l, a_down);
+        }
         if (opt) {
             NAME("blk.%lld.ffn_down.bias", L);
             T(K_ZEROS, f32, d, 1, l, 0);
         }
-        NAME("blk.%lld.ffn_planted_prob", L);
-        T(K_PROB, f32, ff, 1, l, 0);
+        if (!p->powerinfer) {
+            NAME("blk.%lld.ffn_planted_prob", L);
+            T(K_PROB, f32, ff, 1, l, 0);
+        }
         if (p->predictor_rank > 0) {
             NAME("blk.%lld.fc1.weight", L);
             T(K_RANDOM, pt, d, p->predictor_rank, l, a_in);
             NAME("blk.%lld.fc2.weight", L);
             T(K_RANDOM, pt, p->predictor_rank, ff, l, s3 / sqrtf((float)p->predictor_rank));
             NAME("blk.%lld.ffn_down_t.weight", L);
-            T(K_DOWN_T, more_bits_type(p, l), d, ff, l, a_down);
+            T(K_DOWN_T, down_t_type(p, l), d, ff, l, a_down);
         }
     }
     NAME("output_norm.weight");
@@ -794,7 +813,8 @@ static int set_metadata(struct si_gguf_writer *w, const struct si_synth_params *
              (long long)p->n_layer, si_synth_type_name(p));
     SET(si_gguf_writer_set_str(w, "general.architecture", arch));
     SET(si_gguf_writer_set_str(w, "general.name", name));
-    SET(si_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)p->n_ctx));
+    SET(si_gguf_writer_set_u32(w, KEY("context_length"),
+                               (uint32_t)(p->n_ctx + (p->arch == SI_SYNTH_OPT ? 2 : 0))));
     SET(si_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd));
     SET(si_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer));
     SET(si_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff));
@@ -851,7 +871,10 @@ int si_synth_write(const struct si_synth_params *p, const char *path, char *err,
     }
     if ((rc = plant(&s, err, err_size)) != SI_OK)
         goto done;
-    if ((rc = set_metadata(w, p, s.chan)) != SI_OK) {
+    if ((rc = set_metadata(w, p, s.chan)) != SI_OK ||
+        (p->powerinfer &&
+         (rc = si_gguf_writer_set_arr(w, SI_SYNTH_PLANTED_KEY, SI_GGUF_FLOAT32, s.prob,
+                                      (uint64_t)(p->n_layer * p->n_ff))) != SI_OK)) {
         si__errf(err, err_size, rc, "cannot set the metadata: %s", si_status_str(rc));
         goto done;
     }
@@ -874,6 +897,31 @@ done:
 }
 
 /* ------------------------------------------------------ measuring */
+
+bool si_synth_planted(const struct si_gguf *g, int64_t layer, int64_t n_ff, float *out)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%lld.ffn_planted_prob", (long long)layer);
+    const int64_t i = si_gguf_find_tensor(g, name);
+    const void *src = NULL;
+    if (i >= 0) {
+        const struct si_gguf_tensor *t = &g->tensors[i];
+        if (t->type == SI_TYPE_F32 && t->ne[0] == n_ff && t->ne[1] == 1)
+            src = t->data;
+    } else {
+        /* (a key's values lie where the strings before them end: copied,
+         * never read in place) */
+        const int64_t k = si_gguf_find_key(g, SI_SYNTH_PLANTED_KEY);
+        const struct si_gguf_kv *kv = k >= 0 ? &g->kv[k] : NULL;
+        if (kv != NULL && n_ff > 0 && kv->type == SI_GGUF_ARRAY &&
+            kv->arr_type == SI_GGUF_FLOAT32 && kv->arr_n % (uint64_t)n_ff == 0 &&
+            (uint64_t)layer < kv->arr_n / (uint64_t)n_ff)
+            src = kv->arr_data + (size_t)layer * (size_t)n_ff * sizeof(float);
+    }
+    if (src != NULL)
+        memcpy(out, src, (size_t)n_ff * sizeof(float));
+    return src != NULL;
+}
 
 static const struct si_gguf_tensor *find(const struct si_gguf *g, const char *fmt, int64_t layer)
 {
@@ -913,7 +961,6 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
         find(g, opt ? "blk.%lld.ffn_up.weight" : "blk.%lld.ffn_gate.weight", layer);
     const struct si_gguf_tensor *up = bamboo ? find(g, "blk.%lld.ffn_up.weight", layer) : NULL;
     const struct si_gguf_tensor *bias = opt ? find(g, "blk.%lld.ffn_up.bias", layer) : NULL;
-    const struct si_gguf_tensor *planted = find(g, "blk.%lld.ffn_planted_prob", layer);
     if (emb == NULL || nw == NULL || gate == NULL || (opt && (nb == NULL || bias == NULL)) ||
         (bamboo && up == NULL))
         return si__errf(err, err_size, SI_E_FORMAT, "layer %lld: FFN input tensors missing",
@@ -997,8 +1044,8 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
     }
     /* Correlation with the planted probabilities, when the file has them. */
     double corr = 0;
-    if (planted != NULL && planted->type == SI_TYPE_F32 && planted->ne[0] == ff) {
-        const float *pp = planted->data;
+    float *pp = malloc((size_t)ff * sizeof *pp);
+    if (pp != NULL && si_synth_planted(g, layer, ff, pp)) {
         double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
         for (int64_t i = 0; i < ff; i++) {
             mx += (double)count[i] / (double)n;
@@ -1014,6 +1061,7 @@ int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, 
         }
         corr = sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0;
     }
+    free(pp);
     int64_t total = 0, top = 0, k_hot = (int64_t)llround(hot_fraction * (double)ff);
     for (int64_t i = 0; i < ff; i++)
         total += count[i];

@@ -29,7 +29,10 @@
  * deeper in the model on real token sequences too.
  *
  * The planted probabilities are stored as F32 tensors blk.N.ffn_planted_prob
- * {n_ff}; starinfer.synth.* keys record the seed and the targets.
+ * {n_ff}, or, in PowerInfer's layout (powerinfer: the tensors PowerInfer
+ * makes and no other, ffn_down_t without ffn_down), as the key
+ * SI_SYNTH_PLANTED_KEY; starinfer.synth.* keys record the seed and the
+ * targets.
  */
 #ifndef SI_MODEL_SYNTH_H
 #define SI_MODEL_SYNTH_H
@@ -69,7 +72,9 @@ struct si_synth_params {
     double hot_share;    /* ... carry this share of all activations (0.8) */
     uint64_t seed;
     int64_t predictor_rank; /* > 0: blk.N.fc1/fc2 predictor and ffn_down_t tensors */
-    bool powerinfer;        /* "PWRI" magic */
+    bool powerinfer;        /* "PWRI" magic and PowerInfer's tensor set: ffn_down_t
+                             * alone (Q4_0, else F16: what PowerInfer's kernel
+                             * reads), no ffn_planted_prob; needs predictor_rank */
     si_synth_progress_fn progress;
     void *progress_user;
 };
@@ -126,6 +131,16 @@ struct si_synth_stats {
  * layer's FFN norm and the gate (OPT: fc1 with its bias; bamboo: gate and up),
  * counting the positive pre-activations.
  */
+/* The key of PowerInfer-layout files' planted probabilities: FLOAT32
+ * (n_layer x n_ff), layer by layer. */
+#define SI_SYNTH_PLANTED_KEY "starinfer.synth.planted_prob"
+
+/* Layer `layer`'s planted probabilities (n_ff floats) of an opened synthetic
+ * model into out: its blk.N.ffn_planted_prob, or its part of
+ * SI_SYNTH_PLANTED_KEY; false when the file has neither (or of another
+ * shape). */
+bool si_synth_planted(const struct si_gguf *g, int64_t layer, int64_t n_ff, float *out);
+
 int si_synth_measure(const struct si_gguf *g, int64_t layer, int64_t n_samples, uint64_t seed,
                      double hot_fraction, struct si_synth_stats *out, char *err,
                      size_t err_size);

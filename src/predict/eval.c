@@ -156,7 +156,7 @@ void si_eval_watch_hook(void *user, const struct si_ffn_view *v, int l)
     if (h->conf != NULL) {
         const struct si_layer *L = &m->w.layers[l];
         si_ref_predict(&L->fc1, &L->fc2, m->predictor_threshold, h->act_quant, h->xq,
-                       m->predictor_lookahead ? v->xa : v->x, h->r1, h->y, h->pred);
+                       si_ref_pred_in(m, v->xr, v->x, v->xa), h->r1, h->y, h->pred);
         struct si_eval_confusion *c = &h->conf[l];
         for (int64_t i = 0; i < ff; i++) {
             const bool p = h->pred[i], a = h->act[i];

@@ -165,7 +165,7 @@ double si_input_model_sparsity(const struct si_model *m, const double S[SI_INPUT
         w[SI_INPUT_QKV] += elems(&L->wq) + elems(&L->wk) + elems(&L->wv);
         w[SI_INPUT_O] += elems(&L->wo);
         w[SI_INPUT_FFN] += elems(&L->ffn_gate) + elems(&L->ffn_up);
-        w[SI_INPUT_DOWN] += elems(&L->ffn_down);
+        w[SI_INPUT_DOWN] += elems(L->ffn_down.data != NULL ? &L->ffn_down : &L->ffn_down_t);
     }
     for (int c = 0; c < SI_INPUT_KINDS; c++) {
         total += w[c];

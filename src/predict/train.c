@@ -228,7 +228,10 @@ static void collect_hook(void *user, const struct si_ffn_view *v, int l)
         for (int32_t i = 0; i < s->n_ff; i++)
             h->active[i] = si_active_value(v, h->rule, i) > t;
     }
-    si_train_samples_set(s, l, s->lookahead ? v->xa : v->x, h->active);
+    si_train_samples_set(s, l, s->input == SI_PRED_RESIDUAL ? v->xr
+                               : s->input == SI_PRED_LAYER  ? v->xa
+                                                            : v->x,
+                         h->active);
     if (l == s->n_layer - 1)
         s->n++;
 }
@@ -969,7 +972,7 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
     }
     if ((rc = si_gguf_writer_copy_kv(w, g)) != SI_OK ||
         (rc = si_gguf_writer_set_f32(w, "powerinfer.sparse_threshold", wp->threshold)) != SI_OK ||
-        (rc = si_gguf_writer_set_str(w, SI_PREDICTOR_INPUT_KEY, wp->lookahead ? "layer" : "ffn")) !=
+        (rc = si_gguf_writer_set_str(w, SI_PREDICTOR_INPUT_KEY, si_pred_input_name(wp->input))) !=
             SI_OK ||
         (wp->n_samples > 0 && (rc = si_gguf_writer_set_u64(w, "starinfer.predictor.n_samples",
                                                            (uint64_t)wp->n_samples)) != SI_OK))
@@ -1064,7 +1067,7 @@ out:
 #define SK_RULE "starinfer.samples.active_rule"
 #define SK_THR "starinfer.samples.active_threshold"
 #define SK_TARGET "starinfer.samples.target_sparsity"
-#define SK_INPUT  "starinfer.samples.input" /* "layer" (lookahead) or "ffn"; absent: ffn */
+#define SK_INPUT  "starinfer.samples.input" /* si_pred_input_name's; absent: ffn */
 
 int si_train_samples_write(const struct si_train_samples *s, enum si_active_rule rule,
                            const float *thresholds, double target_sparsity, const char *path,
@@ -1080,7 +1083,7 @@ int si_train_samples_write(const struct si_train_samples *s, enum si_active_rule
         (rc = si_gguf_writer_set_u32(w, SK_LAYER, (uint32_t)s->n_layer)) != SI_OK ||
         (rc = si_gguf_writer_set_u32(w, SK_EMBD, (uint32_t)s->n_embd)) != SI_OK ||
         (rc = si_gguf_writer_set_u32(w, SK_FF, (uint32_t)s->n_ff)) != SI_OK ||
-        (rc = si_gguf_writer_set_str(w, SK_INPUT, s->lookahead ? "layer" : "ffn")) != SI_OK ||
+        (rc = si_gguf_writer_set_str(w, SK_INPUT, si_pred_input_name(s->input))) != SI_OK ||
         (thresholds != NULL &&
          ((rc = si_gguf_writer_set_str(w, SK_RULE, si_active_rule_name(rule))) != SI_OK ||
           (rc = si_gguf_writer_set_arr(w, SK_THR, SI_GGUF_FLOAT32, thresholds,
@@ -1169,9 +1172,11 @@ int si_train_samples_read(struct si_train_samples **out, enum si_active_rule *ru
     s->n = (int64_t)n;
     struct si_gguf_str input = {0};
     const int ri = si_gguf_get_str(g, SK_INPUT, &input);
-    s->lookahead = ri == SI_OK && si_gguf_str_eq(input, "layer");
-    if (ri != SI_E_NOT_FOUND && !s->lookahead && !si_gguf_str_eq(input, "ffn")) {
-        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: %s not ffn/layer", path, SK_INPUT);
+    s->input = SI_PRED_FFN;
+    if (ri != SI_E_NOT_FOUND &&
+        (ri != SI_OK || si_pred_input_parse(input.data, input.len, &s->input) != SI_OK)) {
+        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: %s not ffn, layer or residual", path,
+                      SK_INPUT);
         goto out;
     }
     const int64_t k = si_gguf_find_key(g, SK_THR);

@@ -88,8 +88,10 @@ struct si_train_samples {
     int64_t mask_bytes; /* (n_ff + 7) / 8 */
     uint16_t *x;        /* (n_layer, cap, n_embd) */
     uint8_t *mask;      /* (n_layer, cap, mask_bytes), bit i of byte i / 8 */
-    bool lookahead;     /* x: the attention's normalised input (si_ffn_view's xa),
-                         * not the FFN's input; set before collecting */
+    enum si_pred_input input; /* what x is (model.h): the FFN's normalised
+                               * input (si_ffn_view's x), the attention's
+                               * (xa) or the residual the FFN's norm read
+                               * (xr); set before collecting */
 };
 
 /* Room for cap samples per layer; SI_OK, SI_E_INVALID or SI_E_NOMEM. */
@@ -239,8 +241,8 @@ struct si_train_write_params {
     const float *thresholds;      /* (n_layer) its thresholds, or NULL (ReLU) */
     double target_sparsity;       /* their target (stored with them) */
     int64_t n_samples;            /* samples per layer trained on (> 0: stored) */
-    bool lookahead;               /* trained on the attention's input: stores
-                                   * SI_PREDICTOR_INPUT_KEY "layer" (else "ffn") */
+    enum si_pred_input input;     /* what the predictors were trained on: stored
+                                   * as SI_PREDICTOR_INPUT_KEY (si_pred_input_name) */
 };
 
 /*
