@@ -8,7 +8,7 @@
 # below of its value.  test-powerinfer.c checks the greedy tokens.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-data=${srcdir:-.}/tests/data/powerinfer
+data=$(cd "${srcdir:-.}/tests/data/powerinfer" && pwd)
 # value KEY FILE: the number after "PPL = " on KEY's line
 value() { sed -n "s/^$1: Final estimate: PPL = \([0-9.]*\) .*/\1/p" "$2"; }
 ppl() { # ppl MODEL ARGS...: our final estimate (and the tokens scored into $tmp/scored)
@@ -55,5 +55,39 @@ for arch in llama bamboo falcon opt; do
     le "$r" "$bound" || fail "$arch predictor: perplexity $pred, PowerInfer's $want (off by $r, bound $bound)"
     echo "ok: $arch predictor: $pred, PowerInfer $want (off by $r; bound $bound: twice the KV cache's fp16 rounding, $pred32 in f32)"
 done
+
+# PowerInfer loads what starinfer writes: synth --powerinfer, train-predictor
+# --powerinfer and convert --powerinfer write the tensors it makes, no more
+# (its loader refuses any other).  Run where PowerInfer is built
+# (tools/build-peer --powerinfer; STARINFER_POWERINFER: the folder of its
+# main and perplexity, else the cache's), skipped with the reason otherwise.
+pi=${STARINFER_POWERINFER:-}
+if [ -z "$pi" ]; then
+    for d in "${STARINFER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/starinfer}"/peer-powerinfer/*/build/bin; do
+        [ -x "$d/perplexity" ] && pi=$d
+    done
+fi
+if [ -n "$pi" ] && [ -x "$pi/perplexity" ]; then
+    # synth --powerinfer (Q4_0, F16), and convert --powerinfer of a GGUF
+    # synth file (Q8_0: ffn_down dropped, ffn_down_t re-encoded in F16)
+    for t in q4_0 f16 q8_0; do
+        f=$tmp/synth-$t.gguf
+        if [ $t = q8_0 ]; then
+            "$si" synth -o "$tmp/gguf-$t.gguf" --arch llama-relu --preset tiny --type $t --predictor 32 \
+                >/dev/null 2>&1 && "$si" convert -m "$tmp/gguf-$t.gguf" --powerinfer -o "$f" >/dev/null 2>&1 ||
+                { fail "convert --powerinfer of a $t synth file"; continue; }
+        else
+            "$si" synth -o "$f" --arch llama-relu --preset tiny --type $t --predictor 32 --powerinfer \
+                >/dev/null 2>&1 || { fail "synth --powerinfer --type $t"; continue; }
+        fi
+        (cd "$tmp" && timeout 300 "$pi/perplexity" -m "$f" -f "$data/text.txt" -c 128 -t 1) \
+            >"$tmp/pi.out" 2>&1
+        v=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$tmp/pi.out")
+        [ -n "$v" ] || { fail "PowerInfer on synth --powerinfer ($t): $(tail -3 "$tmp/pi.out")"; continue; }
+        echo "ok: PowerInfer ($pi) runs starinfer's $t PowerInfer-layout file: perplexity $v (starinfer's predictor mode: $(ppl "$f" --sparsity predictor))"
+    done
+else
+    echo "note: PowerInfer not built (tools/build-peer --powerinfer SRC); that it loads starinfer's files not checked here"
+fi
 [ "$failures" = 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all PowerInfer checks passed"

@@ -296,12 +296,17 @@ static void check_model(struct si_synth_params p, const char *file)
             snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, shapes[i].suffix);
             /* PowerInfer's layout: only the tensors PowerInfer makes */
             const bool starinfer_only = !strcmp(shapes[i].suffix, "ffn_down.weight") ||
+                                        !strcmp(shapes[i].suffix, "ffn_down.bias") ||
                                         !strcmp(shapes[i].suffix, "ffn_planted_prob");
             if ((shapes[i].opt_only && !opt) || (shapes[i].llama_only && opt) ||
                 (p.powerinfer && starinfer_only))
                 CHECK(si_gguf_find_tensor(g, name) < 0, "%s should not exist", name);
             else
                 check_shape(g, name, shapes[i].type, shapes[i].ne0, shapes[i].ne1);
+        }
+        if (p.powerinfer && opt) { /* its down bias, named as PowerInfer names it */
+            snprintf(name, sizeof name, "blk.%lld.ffn_down_t.bias", (long long)l);
+            check_shape(g, name, f32, d, 1);
         }
         if (p.predictor_rank > 0) {
             uint32_t pt = t == SI_TYPE_F32 ? f32 : SI_TYPE_F16;
@@ -531,6 +536,9 @@ int main(void)
     p.n_head_kv = 1;
     p.n_vocab = 400;
     check_model(p, "pwri-q4_0.gguf");
+    p.arch = SI_SYNTH_OPT;
+    p.n_head_kv = p.n_head;
+    check_model(p, "pwri-opt.gguf");
 
     /* Same seed, same bytes; another seed, other bytes. */
     struct si_synth_params r = si_synth_default_params();
@@ -543,7 +551,8 @@ int main(void)
     CHECK(same_file("s1a.gguf", "s1b.gguf"), "same seed, same bytes");
     CHECK(!same_file("s1a.gguf", "s2.gguf"), "other seed, other bytes");
 
-    const char *left[] = {"pwri-f32.gguf", "pwri-q4_0.gguf", "s1a.gguf", "s1b.gguf", "s2.gguf"};
+    const char *left[] = {"pwri-f32.gguf", "pwri-q4_0.gguf", "pwri-opt.gguf", "s1a.gguf", "s1b.gguf",
+                          "s2.gguf"};
     for (size_t i = 0; i < sizeof left / sizeof left[0]; i++)
         unlink(path_of(left[i]));
     CHECK(rmdir(dir) == 0, "scratch directory empty at the end");

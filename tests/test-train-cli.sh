@@ -47,12 +47,40 @@ grep -q "blk\.1\.fc2\.weight.*Q8_0.*\[[0-9]*, 256\]" "$tmp/info" || fail "fc2 of
 "$si" info --no-workers --kv "$tmp/pred.gguf" | grep -q 'starinfer.predictor.n_samples *UINT64 *1200$' ||
     fail "no starinfer.predictor.n_samples 1200 (trained predictors, not random ones)"
 grep -q 'ffn_down_t' "$tmp/info" && fail "ffn_down_t written without --down-t or --powerinfer"
-# --powerinfer: the PWRI magic and the transposed down projection.
+# --powerinfer: PowerInfer's layout, which its loader takes: the PWRI magic,
+# ffn_down_t alone (F16: its kernel reads Q4_0 and F16 only; the model is
+# Q8_0), none of starinfer's own tensors, predictors of the residual.
 "$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pwri.gguf" -n 300 -c 128 --rank 32 \
     --epochs 1 --powerinfer >/dev/null 2>"$tmp/err" || fail "train --powerinfer: $(cat "$tmp/err")"
 [ "$(head -c 4 "$tmp/pwri.gguf")" = PWRI ] || fail "--powerinfer: magic $(head -c 4 "$tmp/pwri.gguf")"
-"$si" info --no-workers --tensors "$tmp/pwri.gguf" | grep -q 'blk\.1\.ffn_down_t\.weight.*Q8_0.*\[64, 256\]' ||
-    fail "--powerinfer: no Q8_0 [64, 256] ffn_down_t"
+"$si" info --no-workers --tensors "$tmp/pwri.gguf" >"$tmp/info" 2>&1
+grep -q 'blk\.1\.ffn_down_t\.weight.*F16.*\[64, 256\]' "$tmp/info" ||
+    fail "--powerinfer: no F16 [64, 256] ffn_down_t: $(grep ffn_down "$tmp/info")"
+grep -q 'ffn_down\.weight\|ffn_planted_prob' "$tmp/info" &&
+    fail "--powerinfer: tensors PowerInfer refuses: $(grep 'ffn_down\.weight\|planted' "$tmp/info" | head -2)"
+"$si" info --no-workers --kv "$tmp/pwri.gguf" | grep -q 'starinfer.predictor.input *STRING *"residual"' ||
+    fail "--powerinfer: the predictors' input is not the residual"
+"$si" generate -m "$tmp/pwri.gguf" -p "The quick" -n 8 --temp 0 --sparsity predictor >/dev/null 2>"$tmp/err" ||
+    fail "generate on train --powerinfer's file: $(cat "$tmp/err")"
+expect_error "PowerInfer gives the predictors the residual the FFN's norm reads: --input ffn does not go in a PowerInfer file" \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --powerinfer --input ffn
+# convert --powerinfer: the same layout from a model with predictors of the
+# residual (the trained PWRI file itself: its tensors again, its bytes for
+# every ffn_down_t), and refusals
+"$si" convert -m "$tmp/pwri.gguf" --powerinfer -o "$tmp/pwri2.gguf" >"$tmp/out" 2>"$tmp/err" ||
+    fail "convert --powerinfer: $(cat "$tmp/err")"
+# (name, type, shape of every tensor)
+tensors() { "$si" info --no-workers --tensors "$1" | awk '$1 ~ /^(blk\.|token_embd|output)/ {print $1, $2, $3, $4}' | sort; }
+tensors "$tmp/pwri.gguf" >"$tmp/t1"
+tensors "$tmp/pwri2.gguf" >"$tmp/t2"
+[ -s "$tmp/t1" ] && cmp -s "$tmp/t1" "$tmp/t2" ||
+    fail "convert --powerinfer of a PowerInfer file changed its tensors: $(diff "$tmp/t1" "$tmp/t2" | head -4)"
+expect_error "the predictors read the FFN's input (starinfer.predictor.input 'ffn'), and PowerInfer gives them the residual" \
+    convert -m "$tmp/pred.gguf" --powerinfer -o "$tmp/x.gguf"
+expect_error "PowerInfer's layout needs predictors" convert -m "$tmp/relu.gguf" --powerinfer -o "$tmp/x.gguf"
+expect_error "its down projection is ffn_down_t alone (PowerInfer's layout), which llama.cpp does not read" \
+    convert -m "$tmp/pwri.gguf" --llama-cpp -o "$tmp/x.gguf"
+[ -e "$tmp/x.gguf" ] && fail "a refused convert wrote $tmp/x.gguf"
 
 # The samples file again: no forward pass, the same training, the same output.
 "$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/pred2.gguf" -n 1200 -c 128 \

@@ -5,6 +5,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
+#include "model/pwri.h"
 #include "model/transpose.h"
 #include "predict/profile.h"
 #include "starinfer.h"
@@ -19,6 +20,7 @@ static void convert_usage(FILE *f)
     fprintf(f, "Usage: " SI_PROG " convert -m MODEL --bundle [-o STORE] [--profile PROFILE]\n"
                "       " SI_PROG " convert -m MODEL --llama-cpp -o FILE\n"
                "       " SI_PROG " convert -m MODEL --transpose -o FILE\n"
+               "       " SI_PROG " convert -m MODEL --powerinfer -o FILE\n"
                "\n"
                "Write the flash store of MODEL: its FFN neurons on disk, one record per neuron\n"
                "(gate row, up row and down_t row, in the model's types, each part aligned to\n"
@@ -49,6 +51,12 @@ static void convert_usage(FILE *f)
                "                       the other K and 5-bit types), which let\n"
                "                       `--sparsity input` read only the weights of its\n"
                "                       non-zero inputs; about twice the file\n"
+               "      --powerinfer     instead: MODEL in PowerInfer's layout, which its loader\n"
+               "                       takes: the PWRI magic, the tensors PowerInfer makes\n"
+               "                       (ffn_down_t alone, in Q4_0 or else F16, the types its\n"
+               "                       kernel reads; no starinfer extras); MODEL needs\n"
+               "                       predictors of the residual (train-predictor --input\n"
+               "                       residual)\n"
                "  -h, --help           show this help\n");
 }
 
@@ -74,6 +82,13 @@ static int llama_cpp_copy(const char *model, const char *out)
     struct si_gguf *g = NULL;
     if (si_gguf_open(&g, model, err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
+    if (si_gguf_find_tensor(g, "blk.0.ffn_down_t.weight") >= 0 &&
+        si_gguf_find_tensor(g, "blk.0.ffn_down.weight") < 0) {
+        si_gguf_free(g);
+        return si_cli_error("convert: %s: its down projection is ffn_down_t alone "
+                            "(PowerInfer's layout), which llama.cpp does not read",
+                            model);
+    }
     struct si_gguf_writer *w = si_gguf_writer_init(false);
     char **names = calloc(g->n_tensors + 1, sizeof *names);
     int rc = w != NULL && names != NULL ? si_gguf_writer_copy_kv(w, g) : SI_E_NOMEM;
@@ -107,6 +122,20 @@ static int llama_cpp_copy(const char *model, const char *out)
     return rc == SI_OK ? 0 : si_cli_error("%s", err);
 }
 
+/* convert --powerinfer: MODEL in PowerInfer's layout (model/pwri.h), to out. */
+static int powerinfer_copy(const char *model, const char *out)
+{
+    char err[600];
+    struct si_model *m = NULL;
+    if (si_model_load(&m, model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    const int rc = si_pwri_write(m, out, err, sizeof err);
+    if (rc == SI_OK)
+        printf("wrote %s: PowerInfer's layout (PWRI, ffn_down_t alone, its tensor set)\n", out);
+    si_model_free(m);
+    return rc == SI_OK ? 0 : si_cli_error("%s", err);
+}
+
 /* convert --transpose: MODEL with input sparsity's transposed copies, to out. */
 static int transposed_copy(const char *model, const char *out)
 {
@@ -131,7 +160,7 @@ int si_cmd_convert(int argc, char **argv)
 {
     const char *model = NULL, *out = NULL, *profile = NULL;
     int layout = -1;
-    bool llama = false, transpose = false;
+    bool llama = false, transpose = false, pwri = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -155,6 +184,8 @@ int si_cmd_convert(int argc, char **argv)
             llama = true;
         } else if (!strcmp(a, "--transpose")) {
             transpose = true;
+        } else if (!strcmp(a, "--powerinfer")) {
+            pwri = true;
         } else {
             return si_cli_error("convert: unknown option '%s' (see " SI_PROG " convert --help)",
                                 a);
@@ -162,8 +193,16 @@ int si_cmd_convert(int argc, char **argv)
     }
     if (model == NULL)
         return si_cli_error("convert: no model (-m FILE)");
-    if (llama && transpose)
-        return si_cli_error("convert: --llama-cpp and --transpose exclude each other");
+    if (llama + transpose + pwri > 1)
+        return si_cli_error("convert: --llama-cpp, --transpose and --powerinfer exclude each other");
+    if (pwri) {
+        if (layout >= 0 || profile != NULL)
+            return si_cli_error("convert: --powerinfer writes a model, not a flash store: "
+                                "without --bundle, --split or --profile");
+        if (out == NULL)
+            return si_cli_error("convert: --powerinfer needs -o FILE");
+        return powerinfer_copy(model, out);
+    }
     if (transpose) {
         if (layout >= 0 || profile != NULL)
             return si_cli_error("convert: --transpose writes a model, not a flash store: "
@@ -182,8 +221,9 @@ int si_cmd_convert(int argc, char **argv)
     }
     if (layout < 0)
         return si_cli_error("convert: say --bundle (the flash store), --split (the layout "
-                            "without bundling), --llama-cpp (a copy llama.cpp loads) or "
-                            "--transpose (a copy for --sparsity input)");
+                            "without bundling), --llama-cpp (a copy llama.cpp loads), "
+                            "--powerinfer (a copy PowerInfer loads) or --transpose (a copy for "
+                            "--sparsity input)");
     char err[600];
     struct si_model *m = NULL;
     if (si_model_load(&m, model, err, sizeof err) != SI_OK)

@@ -81,8 +81,10 @@ static void train_usage(FILE *f)
             "                            (0, 1); with a higher --target-sparsity the\n"
             "                            predictors learn the strongest neurons and this\n"
             "                            picks how many to compute\n"
-            "      --powerinfer          write the PWRI magic (default: the model's) and\n"
-            "                            blk.N.ffn_down_t when the model has none\n"
+            "      --powerinfer          write PowerInfer's layout (default: when the model\n"
+            "                            is PowerInfer's): the PWRI magic, the tensors it\n"
+            "                            makes (ffn_down_t alone, Q4_0 or F16), predictors\n"
+            "                            of the residual (--input residual, its default)\n"
             "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
             "                            projection PowerInfer's sparse FFN reads)\n"
             "      --threads N           OpenBLAS threads (default: the online CPUs)\n"
@@ -91,10 +93,11 @@ static void train_usage(FILE *f)
             "                            worker) or ref (the single-threaded reference)\n"
             "      --samples FILE        reuse the samples (and thresholds) kept in FILE when\n"
             "                            it exists, else collect them and keep them there\n"
-            "      --input IN            what the predictors read: ffn (default: the FFN's\n"
-            "                            input after its norm), layer (the attention's input\n"
-            "                            after its norm: the engine then runs the predictor,\n"
-            "                            and the flash tier's reads, beside the attention) or\n"
+            "      --input IN            what the predictors read: ffn (the FFN's input\n"
+            "                            after its norm; the default but in PowerInfer's\n"
+            "                            layout), layer (the attention's input after its\n"
+            "                            norm: the engine then runs the predictor, and the\n"
+            "                            flash tier's reads, beside the attention) or\n"
             "                            residual (the residual the FFN's norm reads, as\n"
             "                            PowerInfer feeds its predictors)\n"
             "      --lookahead           the same as --input layer\n"
@@ -181,7 +184,7 @@ int si_cmd_train(int argc, char **argv)
     long long epochs = 10, batch = 256, seed = 1, threads = 0;
     double target = 0.5, recall = 0.95, lr = 2e-3, pos_weight = 1, holdout = 0.1, thr = 0;
     bool target_given = false, powerinfer = false, auto_type = true, down_t = false, use_ref = false;
-    bool thr_given = false;
+    bool thr_given = false, input_given = false;
     enum si_pred_input input = SI_PRED_FFN;
     double predict_sparsity = 0;
     enum si_train_loss loss = SI_TRAIN_LOSS_BALANCED;
@@ -310,10 +313,12 @@ int si_cmd_train(int argc, char **argv)
             samples_file = v;
         } else if (!strcmp(a, "--lookahead")) {
             input = SI_PRED_LAYER;
+            input_given = true;
         } else if (!strcmp(a, "--input")) {
             VALUE();
             if (si_pred_input_parse(v, strlen(v), &input) != SI_OK)
                 return si_cli_error("%s: '%s' is not ffn, layer or residual", a, v);
+            input_given = true;
         } else if (!strcmp(a, "--engine")) {
             VALUE();
             if (!si_cli_engine_opt(v, &use_ref))
@@ -402,6 +407,16 @@ int si_cmd_train(int argc, char **argv)
     if (n > max_tokens)
         n = max_tokens;
 
+    /* PowerInfer's layout: its predictors read the residual */
+    if ((powerinfer || m->gguf->powerinfer) && input != SI_PRED_RESIDUAL) {
+        if (input_given) {
+            si_cli_error("%s: PowerInfer gives the predictors the residual the FFN's norm reads: "
+                         "--input %s does not go in a PowerInfer file (--input residual)",
+                         powerinfer ? "--powerinfer" : model, si_pred_input_name(input));
+            goto out;
+        }
+        input = SI_PRED_RESIDUAL;
+    }
     const bool relu = si_profile_relu_family(m);
     if (relu && loss == SI_TRAIN_LOSS_COST) {
         si_cli_error("%s: --loss cost prices a neuron at its layer's threshold, and a ReLU-family "

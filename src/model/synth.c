@@ -661,8 +661,8 @@ static int for_each_tensor(const struct si_synth_params *p, tensor_fn fn, void *
             NAME("blk.%lld.ffn_down.weight", L);
             T(K_NO_CHAN, more_bits_type(p, l), ff, d, l, a_down);
         }
-        if (opt) {
-            NAME("blk.%lld.ffn_down.bias", L);
+        if (opt) { /* PowerInfer names it after ffn_down_t */
+            NAME("blk.%lld.ffn_down%s.bias", L, p->powerinfer ? "_t" : "");
             T(K_ZEROS, f32, d, 1, l, 0);
         }
         if (!p->powerinfer) {

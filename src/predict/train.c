@@ -5,6 +5,7 @@
 #include "model/act.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/pwri.h"
 #include "model/quants.h"
 #include "model/transpose.h"
 #include "model/types.h"
@@ -960,13 +961,21 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         return si__errf(err, err_size, SI_E_INVALID,
                         "%s: n_embd %" PRId32 " is not a multiple of %s's block", path, hp->n_embd,
                         si_type_name(wp->type));
+    /* PowerInfer's layout (model/pwri.h): its tensor set, ffn_down_t in a
+     * type it reads, predictors of the residual (what it gives them) */
     const bool pwri = wp->powerinfer || g->powerinfer;
+    if (pwri && wp->input != SI_PRED_RESIDUAL)
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "%s: PowerInfer's layout: PowerInfer gives the predictors the residual "
+                        "the FFN's norm reads, not the %s input (--input residual)",
+                        path, si_pred_input_name(wp->input));
     struct si_gguf_writer *w = si_gguf_writer_init(pwri);
     void **bufs = calloc(2 * (size_t)hp->n_layer, sizeof *bufs);
-    const bool add_dt = wp->down_t && m->w.layers[0].ffn_down_t.data == NULL;
+    const bool add_dt = !pwri && wp->down_t && m->w.layers[0].ffn_down_t.data == NULL;
     struct si_transpose *dt = add_dt ? calloc((size_t)hp->n_layer, sizeof *dt) : NULL;
+    struct si_pwri_down *pd = pwri ? calloc((size_t)hp->n_layer, sizeof *pd) : NULL;
     int rc = SI_OK;
-    if (w == NULL || bufs == NULL || (add_dt && dt == NULL)) {
+    if (w == NULL || bufs == NULL || (add_dt && dt == NULL) || (pwri && pd == NULL)) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
         goto out;
     }
@@ -985,8 +994,8 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
          (rc = si_gguf_writer_set_f32(w, "starinfer.predictor.target_sparsity",
                                       (float)wp->target_sparsity)) != SI_OK))
         goto fail;
-    /* Our reader takes a PWRI llama file for ReLU-LLaMA unless told. */
-    if (pwri && hp->arch == SI_ARCH_LLAMA && hp->act != SI_ACT_RELU &&
+    /* Our reader takes a PWRI llama or falcon file for ReLU unless told. */
+    if (pwri && (hp->arch == SI_ARCH_LLAMA || hp->arch == SI_ARCH_FALCON) && hp->act != SI_ACT_RELU &&
         (rc = si_gguf_writer_set_str(w, "starinfer.ffn_activation",
                                      hp->act == SI_ACT_GELU ? "gelu" : "silu")) != SI_OK)
         goto fail;
@@ -1002,6 +1011,10 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         }
         memcpy(name, t->name.data, t->name.len);
         name[t->name.len] = '\0';
+        /* (PowerInfer's: ffn_down_t written below, in a type it reads) */
+        if (pwri && (strstr(name, ".ffn_down_t.weight") != NULL ||
+                     !si_pwri_name(t->name.data, t->name.len, name, sizeof name)))
+            continue;
         if ((rc = si_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data)) != SI_OK)
             goto fail;
     }
@@ -1027,7 +1040,15 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         if ((rc = si_gguf_writer_add_tensor(w, n1, wp->type, 2, ne1, bufs[2 * l])) != SI_OK ||
             (rc = si_gguf_writer_add_tensor(w, n2, wp->type, 2, ne2, bufs[2 * l + 1])) != SI_OK)
             goto fail;
-        if (add_dt) {
+        if (pwri) {
+            char nd[64];
+            snprintf(nd, sizeof nd, "blk.%" PRId32 ".ffn_down_t.weight", l);
+            const int64_t ned[2] = {hp->n_embd, hp->n_ff};
+            if ((rc = si_pwri_down_init(&pd[l], m, l)) != SI_OK ||
+                (rc = si_gguf_writer_add_tensor_cb(w, nd, pd[l].type, 2, ned, si_pwri_down_fill,
+                                                   &pd[l])) != SI_OK)
+                goto fail;
+        } else if (add_dt) {
             const struct si_tensor *down = &m->w.layers[l].ffn_down;
             const struct si_type_traits *dtt = si_type_get(down->type);
             struct si_transpose *f = &dt[l];
@@ -1054,6 +1075,9 @@ out:
     for (int32_t l = 0; dt != NULL && l < hp->n_layer; l++)
         si_transpose_release(&dt[l]);
     free(dt);
+    for (int32_t l = 0; pd != NULL && l < hp->n_layer; l++)
+        si_pwri_down_release(&pd[l]);
+    free(pd);
     si_gguf_writer_free(w);
     return rc;
 }

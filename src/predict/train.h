@@ -235,7 +235,9 @@ int si_train_threshold_for_sparsity(const struct si_train_samples *s,
 struct si_train_write_params {
     uint32_t type;          /* enum si_type of fc1/fc2: F32, F16 or a quantizable type */
     float threshold;        /* powerinfer.sparse_threshold */
-    bool powerinfer;        /* "PWRI" magic (else the input model's magic) */
+    bool powerinfer;        /* PowerInfer's layout (model/pwri.h: "PWRI", its tensor set,
+                             * ffn_down_t in Q4_0 or F16; input must be residual);
+                             * also the input model's when it is a PWRI file */
     bool down_t;            /* add blk.N.ffn_down_t.weight (when the model has none) */
     enum si_active_rule rule;     /* the rule trained on */
     const float *thresholds;      /* (n_layer) its thresholds, or NULL (ReLU) */
