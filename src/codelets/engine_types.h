@@ -63,7 +63,7 @@ struct si_engine_params {
                                    * inputs through the batched integer kernel
                                    * (int8; SI_E_UNSUPPORTED without AVX-512
                                    * VNNI) or float ones through OpenBLAS (blas);
-                                   * codelets/prefill.c's si__prefill_arith */
+                                   * codelets/prefill.c's arith_of */
 
     /* The flash tier (gate and predictor modes; see "Flash tier" above). */
     struct si_flash_store *flash; /* the cold neurons' store (may be NULL: every

@@ -965,7 +965,10 @@ enum si_prefill_mode si_engine_prefill(const struct si_engine *e)
 {
     if (e->p.prefill != SI_PREFILL_AUTO)
         return e->p.prefill;
-    return e->p.ref.act_quant && si_gemm8_missing() == NULL ? SI_PREFILL_INT8 : SI_PREFILL_BLAS;
+    /* (the FFN's type: where it has a kernel, most of a batch's bytes do) */
+    return e->p.ref.act_quant && si_gemm8_available(e->m->w.layers[0].ffn_up.type)
+               ? SI_PREFILL_INT8
+               : SI_PREFILL_BLAS;
 }
 
 struct si_ref *si_engine_ref(struct si_engine *e)

@@ -217,9 +217,9 @@ const float *si_engine_logits(const struct si_engine *e);
 void si_engine_reset(struct si_engine *e);
 
 /* The prompt batches' arithmetic: params.prefill, auto resolved (int8 where
- * the batched integer kernel runs on this CPU and the inputs are converted,
- * else blas; int8's types without a kernel take the reference's dots, auto's
- * take blas: codelets/prefill.c). */
+ * this CPU runs a batched integer kernel for the FFN's type and the inputs
+ * are converted, else blas; per matrix, int8's types without a kernel take
+ * the reference's dots, auto's take blas: codelets/prefill.c). */
 enum si_prefill_mode si_engine_prefill(const struct si_engine *e);
 
 /* The reference state the engine's attention runs on (for its attn_f32 switch). */
