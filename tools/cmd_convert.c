@@ -195,29 +195,18 @@ int si_cmd_convert(int argc, char **argv)
         return si_cli_error("convert: no model (-m FILE)");
     if (llama + transpose + pwri > 1)
         return si_cli_error("convert: --llama-cpp, --transpose and --powerinfer exclude each other");
-    if (pwri) {
+    /* the copies of the model: each writes a model, not a flash store */
+    const char *copy = pwri ? "--powerinfer" : transpose ? "--transpose" : llama ? "--llama-cpp" : NULL;
+    if (copy != NULL) {
         if (layout >= 0 || profile != NULL)
-            return si_cli_error("convert: --powerinfer writes a model, not a flash store: "
-                                "without --bundle, --split or --profile");
+            return si_cli_error("convert: %s writes a model, not a flash store: without --bundle, "
+                                "--split or --profile",
+                                copy);
         if (out == NULL)
-            return si_cli_error("convert: --powerinfer needs -o FILE");
-        return powerinfer_copy(model, out);
-    }
-    if (transpose) {
-        if (layout >= 0 || profile != NULL)
-            return si_cli_error("convert: --transpose writes a model, not a flash store: "
-                                "without --bundle, --split or --profile");
-        if (out == NULL)
-            return si_cli_error("convert: --transpose needs -o FILE");
-        return transposed_copy(model, out);
-    }
-    if (llama) {
-        if (layout >= 0 || profile != NULL)
-            return si_cli_error("convert: --llama-cpp writes a model, not a flash store: "
-                                "without --bundle, --split or --profile");
-        if (out == NULL)
-            return si_cli_error("convert: --llama-cpp needs -o FILE");
-        return llama_cpp_copy(model, out);
+            return si_cli_error("convert: %s needs -o FILE", copy);
+        return pwri        ? powerinfer_copy(model, out)
+               : transpose ? transposed_copy(model, out)
+                           : llama_cpp_copy(model, out);
     }
     if (layout < 0)
         return si_cli_error("convert: say --bundle (the flash store), --split (the layout "
