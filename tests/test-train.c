@@ -745,19 +745,22 @@ static void test_silu(void)
     if (pm != NULL) {
         CHECK(pm->gguf->powerinfer && pm->hp.act == SI_ACT_SILU,
               "a PWRI SiLU model read back as activation %d", (int)pm->hp.act);
-        /* ffn_down_t added: row i is neuron i's column of ffn_down (F32: exact). */
+        /* ffn_down_t added: row i is neuron i's column of ffn_down, in F16
+         * (PowerInfer's kernel reads ffn_down_t in Q4_0 or F16 only), so each
+         * element is ffn_down's rounded to F16 exactly once. */
         int64_t bad_dt = 0;
         for (int32_t l = 0; l < nl; l++) {
             const struct si_tensor *dt = &pm->w.layers[l].ffn_down_t;
             const struct si_tensor *dn = &m->w.layers[l].ffn_down;
-            CHECK(dt->data != NULL && dt->type == SI_TYPE_F32 && dt->ne[0] == d && dt->ne[1] == ff,
-                  "layer %d: ffn_down_t missing or not F32 {%d, %d}", (int)l, (int)d, (int)ff);
-            if (dt->data == NULL)
+            CHECK(dt->data != NULL && dt->type == SI_TYPE_F16 && dt->ne[0] == d && dt->ne[1] == ff,
+                  "layer %d: ffn_down_t missing or not F16 {%d, %d}", (int)l, (int)d, (int)ff);
+            if (dt->data == NULL || dt->type != SI_TYPE_F16)
                 continue;
-            const float *a = dt->data, *b = dn->data;
+            const uint16_t *a = dt->data;
+            const float *b = dn->data;
             for (int32_t i = 0; i < ff; i++)
                 for (int32_t o = 0; o < d; o++)
-                    bad_dt += a[(size_t)i * d + o] != b[(size_t)o * ff + i];
+                    bad_dt += a[(size_t)i * d + o] != si_fp32_to_fp16(b[(size_t)o * ff + i]);
         }
         CHECK(bad_dt == 0, "%lld ffn_down_t elements are not ffn_down's", (long long)bad_dt);
         float *t = NULL;
