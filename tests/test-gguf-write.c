@@ -333,6 +333,32 @@ static int fill_rows(void *user, int64_t row0, int64_t n_rows, void *dst)
     return SI_OK;
 }
 
+/* The type number stored in the tensor info of `tensor` (a 1- or 2-D
+ * tensor), found in the file's bytes without the reader: UINT32_MAX when
+ * not found. */
+static uint32_t stored_type(const char *path, const char *tensor)
+{
+    FILE *f = fopen(path, "rb");
+    static uint8_t b[1 << 16];
+    const size_t n = f != NULL ? fread(b, 1, sizeof b, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    const size_t len = strlen(tensor);
+    for (size_t i = 8; i + len + 4 + 16 + 4 <= n; i++) {
+        uint64_t l;
+        memcpy(&l, b + i - 8, 8);
+        if (l != len || memcmp(b + i, tensor, len) != 0)
+            continue;
+        uint32_t nd, t;
+        memcpy(&nd, b + i + len, 4);
+        if (nd < 1 || nd > 2 || i + len + 4 + 8 * nd + 4 > n)
+            return UINT32_MAX;
+        memcpy(&t, b + i + len + 4 + 8 * nd, 4);
+        return t;
+    }
+    return UINT32_MAX;
+}
+
 static void test_tensors(bool powerinfer, uint32_t alignment)
 {
     uint8_t *data[N_SPECS];
@@ -384,6 +410,13 @@ static void test_tensors(bool powerinfer, uint32_t alignment)
             CHECK(t->nbytes == 0 || memcmp(t->data, data[i], t->nbytes) == 0, "%s bytes",
                   specs[i].name);
         }
+        /* The type numbers as stored: a PWRI file numbers I8 and I32 as
+         * PowerInfer's ggml does (16, 18), a GGUF file as today's (24, 26). */
+        CHECK(stored_type(path_of(name), "i32.vec") == (powerinfer ? 18u : 26u) &&
+                  stored_type(path_of(name), "cb.mat") == (powerinfer ? 16u : 24u) &&
+                  stored_type(path_of(name), "q4_k.mat") == SI_TYPE_Q4_K,
+              "%s: stored type numbers %u %u %u", name, stored_type(path_of(name), "i32.vec"),
+              stored_type(path_of(name), "cb.mat"), stored_type(path_of(name), "q4_k.mat"));
         int64_t k = si_gguf_find_tensor(g, "cb.mat");
         if (k >= 0) {
             const uint8_t *d = g->tensors[k].data;
@@ -433,6 +466,19 @@ static void test_bad_tensors(void)
     name[255] = '\0';
     CHECK(si_gguf_writer_add_tensor(w, name, SI_TYPE_F32, 1, ne, f) == SI_OK, "name 255");
     CHECK(si_gguf_writer_add_tensor(NULL, "c", SI_TYPE_F32, 1, ne, f) == SI_E_INVALID, "NULL w");
+    /* PowerInfer's numbers 16 to 18 are its I8, I16, I32: a PWRI file
+     * cannot hold IQ2_XXS, IQ2_XS or IQ3_XXS */
+    struct si_gguf_writer *pw = si_gguf_writer_init(true);
+    int64_t ne256[1] = {256};
+    static uint8_t iq[98];
+    CHECK(si_gguf_writer_add_tensor(pw, "iq", SI_TYPE_IQ3_XXS, 1, ne256, iq) ==
+              SI_E_UNSUPPORTED &&
+              si_gguf_writer_add_tensor(pw, "iq", SI_TYPE_IQ2_XXS, 1, ne256, iq) ==
+                  SI_E_UNSUPPORTED &&
+              si_gguf_writer_add_tensor(pw, "iq", SI_TYPE_IQ4_NL, 1, (int64_t[1]){32}, iq) ==
+                  SI_OK,
+          "PWRI writer: IQ3_XXS and IQ2_XXS refused, IQ4_NL taken");
+    si_gguf_writer_free(pw);
 
     /* Alignments the reader would refuse. */
     char err[512] = "";

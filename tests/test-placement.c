@@ -252,13 +252,17 @@ static void expect_read(const char *path, const struct si_model *m, int want, co
     si_placement_free(p);
 }
 
-enum corrupt { C_NONE, C_VALUE, C_UNSORTED, C_COUNT, C_NO_VRAM, C_ARCH, C_F32, C_GAP, C_NO_BUCKET };
+/* C_GGUF: not corrupt, starinfer's files before 2026-11-28 (magic GGUF, I32
+ * numbered 26); the others are PWRI, I32 numbered 18, as PowerInfer writes. */
+enum corrupt {
+    C_NONE, C_VALUE, C_UNSORTED, C_COUNT, C_NO_VRAM, C_ARCH, C_F32, C_GAP, C_NO_BUCKET, C_GGUF
+};
 
 /* A PowerInfer-style GPU index written here with the GGUF writer only. */
 static void write_gpuidx(const char *path, int32_t n_layer, int32_t n_ff, const uint8_t *gpu,
                          uint64_t vram, enum corrupt c)
 {
-    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    struct si_gguf_writer *w = si_gguf_writer_init(c != C_GGUF);
     si_gguf_writer_set_str(w, "general.architecture", c == C_ARCH ? "llama" : "generic.gpu_index");
     if (c != C_NO_VRAM)
         si_gguf_writer_set_u64(w, "split.vram_capacity", vram);
@@ -327,6 +331,13 @@ static void test_files(const struct si_model *m)
         CHECK(si_placement_gpu_neurons(p) == n, "PowerInfer file: %lld GPU neurons, %lld marked",
               (long long)si_placement_gpu_neurons(p), (long long)n);
     }
+    path_in(path, sizeof path, "gguf26.gguf"); /* starinfer's earlier files */
+    write_gpuidx(path, L, F, gpu, 1, C_GGUF);
+    CHECK(si_placement_read(&q, path, m, err, sizeof err) == SI_OK && q != NULL &&
+              !memcmp(q->gpu, gpu, (size_t)L * F),
+          "GGUF magic, I32 as 26: %s", err);
+    si_placement_free(q);
+    q = NULL;
     path_in(path, sizeof path, "nobucket.gguf");
     write_gpuidx(path, L, F, gpu, 1, C_NO_BUCKET);
     CHECK(si_placement_read(&q, path, NULL, err, sizeof err) == SI_OK && q != NULL &&
@@ -358,6 +369,14 @@ static void test_files(const struct si_model *m)
         p->hw.threads = 3;
         path_in(path, sizeof path, "ours.gguf");
         CHECK(si_placement_write(p, path, err, sizeof err) == SI_OK, "write: %s", err);
+        /* as PowerInfer's exporter writes it: the magic PWRI (its type
+         * numbers; test-gguf-write checks that I32 is stored as 18) */
+        FILE *f = fopen(path, "rb");
+        char magic[4] = "";
+        CHECK(f != NULL && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "PWRI", 4),
+              "our placement file's magic is not PWRI");
+        if (f != NULL)
+            fclose(f);
         CHECK(si_placement_read(&q, path, m, err, sizeof err) == SI_OK, "read back: %s", err);
         if (q != NULL) {
             CHECK(same_placement(p, q), "round trip: the placements differ");

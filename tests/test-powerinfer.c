@@ -16,9 +16,21 @@
  *   all-neurons ids, all of them or up to a step where our own two best
  *   logits are within NEAR_TIE and the two part.
  *
+ * - PowerInfer's GPU index (ARCH.gpuidx, made by its powerinfer-py: its
+ *   ILP solver and exporter) read as a placement gives, per layer, the
+ *   neurons its own gguf-py read from the file (ARCH.expect's
+ *   gpuidx_hot_L) and the VRAM capacity it records; the engine with it
+ *   (the hot slice on a CPU worker, as tests do without a GPU) holds
+ *   exactly those neurons hot and, in predictor mode, decodes PowerInfer's
+ *   greedy ids as above.
+ *
  * The expectations are PowerInfer's, not ours.  Its perplexities are
  * checked by test-powerinfer.sh through `starinfer perplexity`.
  */
+#include "graph/engine.h"
+#include "graph/runtime.h"
+#include "model/model.h"
+#include "placement/placement.h"
 #include "starinfer.h"
 #include "test.h"
 
@@ -27,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_IDS = 256, N_GEN = 32 };
+enum { MAX_IDS = 256, N_GEN = 32, MAX_LAYERS = 4 };
 
 /* Two logits closer than this are a near tie (tools/powerinfer-fixtures's):
  * two arithmetics of the same model may take either token there. */
@@ -37,6 +49,9 @@ struct expect {
     int32_t prompt[MAX_IDS], greedy[MAX_IDS], all[MAX_IDS];
     double gaps[MAX_IDS];
     int n_prompt, n_greedy, n_all, n_gaps;
+    int32_t hot[MAX_LAYERS][MAX_IDS]; /* gpuidx_hot_L: PowerInfer's GPU neurons */
+    int n_hot[MAX_LAYERS];            /* -1: no such line */
+    double vram_capacity;             /* gpuidx_vram_capacity, -1 without */
 };
 
 /* The numbers after "key: " on the line of key, into v (at most MAX_IDS). */
@@ -81,6 +96,14 @@ static bool read_expect(const char *path, struct expect *x)
     for (int i = 0; i < x->n_all; i++)
         x->all[i] = (int32_t)v[i];
     x->n_gaps = numbers(text, "greedy_gaps", x->gaps);
+    for (int l = 0; l < MAX_LAYERS; l++) {
+        char key[32];
+        snprintf(key, sizeof key, "gpuidx_hot_%d", l);
+        x->n_hot[l] = numbers(text, key, v);
+        for (int i = 0; i < x->n_hot[l]; i++)
+            x->hot[l][i] = (int32_t)v[i];
+    }
+    x->vram_capacity = numbers(text, "gpuidx_vram_capacity", v) == 1 ? v[0] : -1;
     return x->n_prompt > 0 && x->n_greedy == N_GEN && x->n_all == N_GEN && x->n_gaps == N_GEN;
 }
 
@@ -154,6 +177,93 @@ static void greedy(const char *what, struct si_llm *llm, enum si_engine_kind eng
     si_context_free(ctx);
 }
 
+/*
+ * PowerInfer's GPU index of the fixture as the engine's placement (see the
+ * top): its neurons, then predictor mode's greedy ids with them hot.
+ */
+static void gpu_index(const char *arch, const char *gguf, const char *gpuidx,
+                      const struct expect *x)
+{
+    char err[512];
+    struct si_model *m = NULL;
+    CHECK(si_model_load(&m, gguf, err, sizeof err) == SI_OK, "%s: %s", gguf, err);
+    if (m == NULL)
+        return;
+    const int32_t L = m->hp.n_layer, F = m->hp.n_ff;
+    struct si_placement *pl = NULL;
+    CHECK(si_placement_read(&pl, gpuidx, m, err, sizeof err) == SI_OK, "%s: %s", gpuidx, err);
+    CHECK(L <= MAX_LAYERS, "%s: %d layers, the test reads %d", arch, (int)L, MAX_LAYERS);
+    if (pl == NULL || L > MAX_LAYERS) {
+        si_placement_free(pl);
+        si_model_free(m);
+        return;
+    }
+    int64_t n_gpu = 0;
+    for (int32_t l = 0; l < L; l++) {
+        CHECK(x->n_hot[l] >= 0, "%s: no gpuidx_hot_%d in the expectations", arch, (int)l);
+        int bad = 0, k = 0;
+        for (int32_t i = 0; i < F; i++) {
+            const bool want = k < x->n_hot[l] && x->hot[l][k] == i;
+            k += want;
+            bad += want != (pl->gpu[(size_t)l * F + i] != 0);
+        }
+        CHECK(bad == 0 && k == x->n_hot[l] && pl->n_gpu[l] == x->n_hot[l],
+              "%s: layer %d: %d neurons on the other side than in PowerInfer's reading (%lld "
+              "placed, %d in its)",
+              arch, (int)l, bad, (long long)pl->n_gpu[l], x->n_hot[l]);
+        n_gpu += pl->n_gpu[l];
+    }
+    CHECK((double)pl->vram_capacity == x->vram_capacity, "%s: VRAM capacity %llu, PowerInfer's %g",
+          arch, (unsigned long long)pl->vram_capacity, x->vram_capacity);
+
+    struct si_engine_params ep = si_engine_default_params();
+    ep.mode = SI_SPARSITY_PREDICTOR;
+    ep.hot_on_cpu = true;
+    ep.placement = pl;
+    ep.ref.n_ctx = 128;
+    struct si_gpu_reserve rs;
+    CHECK(si_engine_gpu_reserve(m, &ep, &rs, err, sizeof err) == SI_OK, "%s: %s", arch, err);
+    ep.vram_budget = rs.total + n_gpu * rs.unit_bytes;
+    struct si_engine *e = NULL;
+    CHECK(si_engine_init(&e, m, ep, err, sizeof err) == SI_OK, "%s: engine: %s", arch, err);
+    if (e != NULL) {
+        int bad = 0;
+        for (int32_t l = 0; l < L; l++) {
+            bad += si_engine_n_hot(e, l) != pl->n_gpu[l];
+            for (int64_t pos = 0; pos < F; pos++)
+                bad += (pos < si_engine_n_hot(e, l)) !=
+                       (pl->gpu[(size_t)l * F + si_engine_neuron_id(e, l, pos)] != 0);
+        }
+        CHECK(bad == 0, "%s: the engine's hot slices are not PowerInfer's GPU neurons (%d off)",
+              arch, bad);
+        /* the prompt token by token, as PowerInfer predicts it (greedy()) */
+        for (int i = 0; i < x->n_prompt; i++)
+            CHECK(si_engine_eval(e, x->prompt[i]) == SI_OK, "%s: prompt %d", arch, i);
+        int same = 0, parted = -1;
+        for (int i = 0; i < N_GEN; i++) {
+            double gap;
+            const int32_t tok = best(si_engine_logits(e), m->hp.n_vocab, &gap);
+            if (tok != x->greedy[i]) {
+                CHECK(x->gaps[i] < NEAR_TIE, "%s gpuidx: step %d: token %d, PowerInfer's %d (its "
+                      "gap %.4f, not a near tie)", arch, i, tok, x->greedy[i], x->gaps[i]);
+                parted = i;
+                break;
+            }
+            same++;
+            CHECK(si_engine_eval(e, tok) == SI_OK, "%s: step %d", arch, i);
+        }
+        printf("PowerInfer's %-7s GPU index: %lld of %lld neurons as its gguf-py reads them, "
+               "hot in the engine; predictor: %2d of %d greedy ids PowerInfer's",
+               arch, (long long)n_gpu, (long long)L * F, same, N_GEN);
+        if (parted >= 0)
+            printf(", then a near tie (gap %.4f)", x->gaps[parted]);
+        printf("\n");
+        si_engine_free(e);
+    }
+    si_placement_free(pl);
+    si_model_free(m);
+}
+
 int main(void)
 {
     const char *srcdir = getenv("srcdir");
@@ -179,5 +289,23 @@ int main(void)
         greedy(what, llm, SI_ENGINE_REF, SI_SPARSE_DENSE, &x, x.all, NULL);
         si_llm_free(llm);
     }
+    /* PowerInfer's GPU index files, through the engine (after the contexts
+     * above have stopped their StarPU) */
+    char err[256];
+    struct si_runtime rt;
+    const int rc = si_runtime_start(&rt, false, err, sizeof err);
+    CHECK(rc == SI_OK, "StarPU: %s", err);
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0] && rc == SI_OK; a++) {
+        char gguf[512], expect[512], gpuidx[512];
+        const char *d = srcdir != NULL ? srcdir : ".";
+        snprintf(gguf, sizeof gguf, "%s/tests/data/powerinfer/%s.gguf", d, archs[a]);
+        snprintf(expect, sizeof expect, "%s/tests/data/powerinfer/%s.expect", d, archs[a]);
+        snprintf(gpuidx, sizeof gpuidx, "%s/tests/data/powerinfer/%s.gpuidx", d, archs[a]);
+        struct expect x;
+        if (read_expect(expect, &x))
+            gpu_index(archs[a], gguf, gpuidx, &x);
+    }
+    if (rc == SI_OK)
+        si_runtime_stop(&rt);
     return test_result();
 }

@@ -86,6 +86,30 @@ if [ -n "$pi" ] && [ -x "$pi/perplexity" ]; then
         [ -n "$v" ] || { fail "PowerInfer on synth --powerinfer ($t): $(tail -3 "$tmp/pi.out")"; continue; }
         echo "ok: PowerInfer ($pi) runs starinfer's $t PowerInfer-layout file: perplexity $v (starinfer's predictor mode: $(ppl "$f" --sparsity predictor))"
     done
+    # A GPU index from `starinfer place`, read by PowerInfer's own GGUF
+    # reader as its loader takes it (pi-gpuidx, built beside its binaries
+    # by tools/powerinfer-fixtures): the same neurons per layer and the
+    # same VRAM capacity as starinfer reads.
+    if [ -x "$pi/pi-gpuidx" ]; then
+        m=$data/llama.gguf
+        if "$si" profile -m "$m" --corpus "$data/text.txt" -o "$tmp/l.prof" >/dev/null 2>&1 &&
+            "$si" place -m "$m" --profile "$tmp/l.prof" --vram-budget 32.15M --cpu-bw 20 --gpu-bw 1000 \
+                --h2d-bw 25 --h2d-lat 10 --t-sync 0.5 -o "$tmp/l.gpuidx" >/dev/null 2>&1; then
+            "$pi/pi-gpuidx" "$tmp/l.gpuidx" >"$tmp/pi-idx" 2>&1
+            "$si" place --show "$tmp/l.gpuidx" --neurons >"$tmp/si-idx" 2>&1
+            want=$(sed -n 's/^vram capacity: \([0-9]*\) bytes/vram_capacity: \1/p; /^layer /p' "$tmp/si-idx")
+            n=$(grep -c '^layer ' "$tmp/si-idx")
+            if [ "$n" = 2 ] && grep -q ': [1-9][0-9]*: ' "$tmp/si-idx" && [ "$(cat "$tmp/pi-idx")" = "$want" ]; then
+                echo "ok: PowerInfer's GGUF reader reads starinfer's GPU index as starinfer does ($(grep '^layer ' "$tmp/si-idx" | cut -d: -f1,2 | tr '\n' ' '))"
+            else
+                fail "PowerInfer reads starinfer's GPU index otherwise: $(head -c 300 "$tmp/pi-idx")"
+            fi
+        else
+            fail "profile or place on $m"
+        fi
+    else
+        echo "note: $pi/pi-gpuidx not built (tools/powerinfer-fixtures builds it); PowerInfer's reading of starinfer's GPU index not checked"
+    fi
 else
     echo "note: PowerInfer not built (tools/build-peer --powerinfer SRC); that it loads starinfer's files not checked here"
 fi

@@ -18,7 +18,7 @@ static void place_usage(FILE *f)
 {
     fprintf(f,
             "Usage: " SI_PROG " place -m MODEL --profile PROFILE --vram-budget SIZE -o PLACEMENT\n"
-            "       " SI_PROG " place --show PLACEMENT [-m MODEL]\n"
+            "       " SI_PROG " place --show PLACEMENT [-m MODEL] [--neurons]\n"
             "\n"
             "Choose the FFN neurons for the GPU: PowerInfer's ILP (paper, section 6) solved\n"
             "with lp_solve.  The neurons of each layer, most active first (the profile's\n"
@@ -29,10 +29,10 @@ static void place_usage(FILE *f)
             "synchronisation: C_l T_GPU + T_sync <= C_l T_CPU, T = neuron bytes / bandwidth.\n"
             "The bandwidths and T_sync are measured here (a CPU streaming probe; CUDA probes\n"
             "when a GPU is present, else assumed values) unless given.  Writes PowerInfer's\n"
-            "GPU index layout (blk.N.gpu_idx, blk.N.gpu_bucket, split.vram_capacity) plus\n"
-            "starinfer.placement.* keys (hardware model, objective, gap, solve time).\n"
-            "`generate --engine starpu --placement FILE` runs it.  --show summarises a\n"
-            "placement file, PowerInfer's included.\n"
+            "GPU index file, which PowerInfer loads (blk.N.gpu_idx, blk.N.gpu_bucket,\n"
+            "split.vram_capacity, magic PWRI), plus starinfer.placement.* keys (hardware\n"
+            "model, objective, gap, solve time).  `generate --engine starpu --placement\n"
+            "FILE` runs it.  --show summarises a placement file, PowerInfer's included.\n"
             "\n"
             "Options:\n"
             "  -m, --model FILE       the model (GGUF)\n"
@@ -64,6 +64,7 @@ static void place_usage(FILE *f)
             "      --h2d-lat US       host-to-device latency, microseconds\n"
             "      --t-sync US        one partial-result hand-off and merge, microseconds\n"
             "      --show FILE        summarise a placement file and exit\n"
+            "      --neurons          with --show: list each layer's GPU neurons\n"
             "  -h, --help             show this help\n");
 }
 
@@ -79,7 +80,7 @@ static void print_hw(const char *prefix, const struct si_hwmodel *hw)
     }
 }
 
-static int show(const char *path, const char *model)
+static int show(const char *path, const char *model, bool neurons)
 {
     char err[600];
     struct si_model *m = NULL;
@@ -109,6 +110,13 @@ static int show(const char *path, const char *model)
                p->neuron_bytes);
         print_hw("hw ", &p->hw);
     }
+    for (int32_t l = 0; neurons && l < p->n_layer; l++) {
+        printf("layer %" PRId32 ": %" PRId64 ":", l, p->n_gpu[l]);
+        for (int32_t i = 0; i < p->n_ff; i++)
+            if (p->gpu[(size_t)l * (size_t)p->n_ff + (size_t)i])
+                printf(" %" PRId32, i);
+        printf("\n");
+    }
     si_placement_free(p);
     return 0;
 }
@@ -135,7 +143,7 @@ int si_cmd_place(int argc, char **argv)
     const char *model = NULL, *profile = NULL, *output = NULL, *showf = NULL, *v;
     const char *sparsity = NULL;
     struct si_place_params pp = si_place_default_params();
-    bool budget_given = false;
+    bool budget_given = false, neurons = false;
     long long n_ctx = 0, threads = 0, seed = 1, batch = 64, attn_gpu = 0;
     struct si_hwmodel hw;
     si_hwmodel_defaults(&hw, 0);
@@ -195,6 +203,8 @@ int si_cmd_place(int argc, char **argv)
         } else if (!strcmp(a, "--mip-gap")) {
             if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 0.5, &pp.mip_gap))
                 return 1;
+        } else if (!strcmp(a, "--neurons")) {
+            neurons = true;
         } else if (!strcmp(a, "--no-cuts")) {
             pp.chain_cuts = false;
         } else if (!strcmp(a, "--threads")) {
@@ -220,8 +230,10 @@ int si_cmd_place(int argc, char **argv)
             return si_cli_error("place: unknown option '%s' (see starinfer place --help)", a);
         }
     }
+    if (neurons && showf == NULL)
+        return si_cli_error("place: --neurons lists a file's neurons: give it with --show FILE");
     if (showf != NULL)
-        return show(showf, model);
+        return show(showf, model, neurons);
     if (model == NULL)
         return si_cli_error("place: no model given (-m MODEL.gguf)");
     if (profile == NULL)

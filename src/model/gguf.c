@@ -309,7 +309,8 @@ static int read_kv(struct reader *r, struct si_gguf_kv *kv, uint64_t index)
     return skip_array(r, etype, kv->arr_n, kv->strs, 1);
 }
 
-static int read_tensor_info(struct reader *r, struct si_gguf_tensor *t, uint64_t index)
+static int read_tensor_info(struct reader *r, struct si_gguf_tensor *t, uint64_t index,
+                            bool powerinfer)
 {
     int rc;
     if ((rc = read_str(r, &t->name, "tensor name")) != SI_OK)
@@ -336,6 +337,8 @@ static int read_tensor_info(struct reader *r, struct si_gguf_tensor *t, uint64_t
     if ((rc = read_u32(r, &t->type, "tensor type")) != SI_OK ||
         (rc = read_u64(r, &t->offset, "tensor offset")) != SI_OK)
         return rc;
+    if (powerinfer) /* its ggml's numbers (types.h) */
+        t->type = si_type_from_pwri(t->type);
     const struct si_type_traits *tr = si_type_get(t->type);
     if (tr == NULL)
         return fail(r, SI_E_FORMAT, "tensor '%s' has unknown type %" PRIu32, nm, t->type);
@@ -479,7 +482,7 @@ static int parse(struct si_gguf *g, struct reader *r)
     }
 
     for (uint64_t i = 0; i < g->n_tensors; i++)
-        if ((rc = read_tensor_info(r, &g->tensors[i], i)) != SI_OK)
+        if ((rc = read_tensor_info(r, &g->tensors[i], i, g->powerinfer)) != SI_OK)
             return rc;
     dup = find_duplicate(g->tensors, sizeof *g->tensors, offsetof(struct si_gguf_tensor, name),
                          g->n_tensors);

@@ -441,6 +441,8 @@ static int add_tensor(struct si_gguf_writer *w, const char *name, uint32_t type,
     size_t len = strlen(name);
     if (len == 0 || len > MAX_TENSOR_NAME_LEN || n_dims == 0 || n_dims > SI_GGUF_MAX_DIMS)
         return SI_E_INVALID;
+    if (w->powerinfer && si_type_to_pwri(type) == UINT32_MAX)
+        return SI_E_UNSUPPORTED; /* a number PowerInfer reads as another type */
     struct tensor_entry t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill,
                              .user = user};
     t.rows = 1;
@@ -688,7 +690,8 @@ int si_gguf_writer_write(struct si_gguf_writer *w, const char *path, char *err, 
         out_str(&o, t->name, t->name_len);
         out_put(&o, &t->n_dims, 4);
         out_put(&o, t->ne, 8 * (size_t)t->n_dims);
-        out_put(&o, &t->type, 4);
+        const uint32_t type = w->powerinfer ? si_type_to_pwri(t->type) : t->type;
+        out_put(&o, &type, 4);
         out_put(&o, &t->offset, 8);
         header += 8 + t->name_len + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
     }

@@ -58,7 +58,9 @@ int si_gguf_writer_copy_kv(struct si_gguf_writer *w, const struct si_gguf *src);
 /*
  * A tensor of `type` (enum si_type) with n_dims dimensions ne[0..n_dims),
  * ne[0] fastest.  `data` (si_type_row_size(type, ne[0]) * rows bytes) is not
- * copied: it must stay valid until the file is written.
+ * copied: it must stay valid until the file is written.  A PowerInfer
+ * writer stores the type under PowerInfer's number (si_type_to_pwri) and
+ * refuses, SI_E_UNSUPPORTED, the types that number names otherwise there.
  */
 int si_gguf_writer_add_tensor(struct si_gguf_writer *w, const char *name, uint32_t type,
                               uint32_t n_dims, const int64_t *ne, const void *data);

@@ -54,6 +54,29 @@ const char *si_type_name(uint32_t t)
     return tr ? tr->name : "?";
 }
 
+uint32_t si_type_from_pwri(uint32_t file_type)
+{
+    switch (file_type) {
+    case 16: return SI_TYPE_I8;
+    case 17: return SI_TYPE_I16;
+    case 18: return SI_TYPE_I32;
+    default: return file_type;
+    }
+}
+
+uint32_t si_type_to_pwri(uint32_t t)
+{
+    switch (t) {
+    case SI_TYPE_I8: return 16;
+    case SI_TYPE_I16: return 17;
+    case SI_TYPE_I32: return 18;
+    case SI_TYPE_IQ2_XXS:
+    case SI_TYPE_IQ2_XS:
+    case SI_TYPE_IQ3_XXS: return UINT32_MAX;
+    default: return t;
+    }
+}
+
 bool si_type_row_size(uint32_t t, int64_t n, size_t *bytes)
 {
     const struct si_type_traits *tr = si_type_get(t);

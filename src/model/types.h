@@ -67,4 +67,16 @@ const char *si_type_name(uint32_t t);
  */
 bool si_type_row_size(uint32_t t, int64_t n, size_t *bytes);
 
+/*
+ * PowerInfer's files ("PWRI") number types as its ggml did before the IQ
+ * types: 0 to 15 as here, then I8, I16, I32 as 16, 17, 18, which ggml
+ * later gave to IQ2_XXS, IQ2_XS, IQ3_XXS (and I8, I16, I32 became 24, 25,
+ * 26).  si_type_from_pwri gives the type of a PWRI file's number (other
+ * numbers as they are: starinfer read and wrote 24 to 26 there before);
+ * si_type_to_pwri the number PowerInfer reads for type t, or UINT32_MAX
+ * for IQ2_XXS, IQ2_XS and IQ3_XXS, which a PWRI file cannot name.
+ */
+uint32_t si_type_from_pwri(uint32_t file_type);
+uint32_t si_type_to_pwri(uint32_t t);
+
 #endif /* SI_MODEL_TYPES_H */

@@ -246,7 +246,7 @@ int si_placement_write(const struct si_placement *p, const char *path, char *err
 {
     const size_t n = (size_t)p->n_layer * (size_t)p->n_ff;
     int32_t *idx = malloc(n * sizeof *idx), *bucket = malloc(n * sizeof *bucket);
-    struct si_gguf_writer *w = si_gguf_writer_init(false);
+    struct si_gguf_writer *w = si_gguf_writer_init(true); /* PWRI, as PowerInfer's */
     int rc = SI_OK;
     if (idx == NULL || bucket == NULL || w == NULL) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);

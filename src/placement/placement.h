@@ -2,7 +2,9 @@
  * placement.h - which FFN neurons go to the GPU, made from a profile and a
  * VRAM budget, and stored as PowerInfer's GPU index file.
  *
- * File format: GGUF (magic "GGUF", version 3), PowerInfer's gpuidx layout:
+ * File format: PowerInfer's gpuidx, as its powerinfer-py exporter writes it:
+ * GGUF version 3 under the magic "PWRI", tensor types numbered as
+ * PowerInfer's ggml numbers them (I32 is 18: model/types.h), and
  *
  *   general.architecture   STRING "generic.gpu_index"
  *   split.vram_capacity    UINT64 the VRAM budget the placement was made for
@@ -33,9 +35,13 @@
  *   starinfer.placement.hw.threads       UINT32 CPU threads of the bandwidth probe
  *   starinfer.placement.hw.gpu           STRING the GPU's name ("" without one)
  *
- * Reading checks every layer's gpu_idx (I32, values 0 or 1, shape {n_ff},
- * the same n_ff in every layer, layers 0..n_layer-1 with no gap) and, when present, that gpu_bucket lists exactly the neurons
- * gpu_idx marks, in increasing order.
+ * PowerInfer reads the tensors by position, gpu_idx and gpu_bucket of layer
+ * 0, then of layer 1, ..., and only files whose types it numbers (files of
+ * starinfer before 2026-11-28, magic "GGUF" and I32 numbered 26, are read
+ * here, not by PowerInfer).  Reading checks every layer's gpu_idx (I32,
+ * values 0 or 1, shape {n_ff}, the same n_ff in every layer, layers
+ * 0..n_layer-1 with no gap) and, when present, that gpu_bucket lists
+ * exactly the neurons gpu_idx marks, in increasing order.
  */
 #ifndef SI_PLACEMENT_PLACEMENT_H
 #define SI_PLACEMENT_PLACEMENT_H
