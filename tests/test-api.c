@@ -4,7 +4,8 @@
  * the chat template, greedy generation against the reference's own greedy
  * tokens (computed here from the internals, independently of the API) on
  * both engines, the streaming callback (whole UTF-8 characters, stopping),
- * stats, KV rewind and prefix reuse, bad parameters, the DRAM budget, and
+ * stats, KV rewind and prefix reuse, bad parameters, the DRAM budget, the
+ * FFN pages gate mode copies leaving the file mapping, and
  * the library starting StarPU with the first context and stopping it with
  * the last.
  */
@@ -679,6 +680,93 @@ static void test_caller_worker(struct si_llm *llm)
     free(want);
 }
 
+/* Bytes of the process's memory that map `path` and are resident, summed
+ * over its mappings (/proc/self/smaps); -1 without /proc. */
+static int64_t mapped_rss(const char *path)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL)
+        return -1;
+    char line[1024];
+    bool in = false;
+    int64_t kb = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        long long v;
+        if (strchr(line, '-') != NULL && strchr(line, '-') < strchr(line, ' ') &&
+            strchr(line, ' ') != NULL) { /* a mapping's header: "start-end perms ... path" */
+            size_t n = strlen(line), pl = strlen(path);
+            while (n > 0 && line[n - 1] == '\n')
+                line[--n] = '\0';
+            in = n >= pl && strcmp(line + n - pl, path) == 0;
+        } else if (in && sscanf(line, "Rss: %lld kB", &v) == 1) {
+            kb += v;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+/*
+ * The FFN rows that gate mode copies into its neuron records leave the
+ * file's mapping: before, a model in a sparse mode was resident twice.  A
+ * model whose FFN is most of its bytes (F32, 3 x 128 x 2048 floats a
+ * layer); after the context starts, the mapping may hold at most the file's
+ * other bytes, plus a page at each end of each FFN tensor (one shared with
+ * its neighbour).
+ */
+static void test_resident(void)
+{
+    char path[256], err[512];
+    path_in(path, sizeof path, "ffn.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.n_embd = 128;
+    sp.n_ff = 2048;
+    sp.seed = 9;
+    int rc = si_synth_write(&sp, path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth (resident pages): %s", err);
+    struct si_model *m = NULL;
+    if (rc != SI_OK || si_model_load(&m, path, err, sizeof err) != SI_OK) {
+        CHECK(false, "load (resident pages): %s", err);
+        unlink(path);
+        return;
+    }
+    const int64_t file = (int64_t)m->gguf->size, page = sysconf(_SC_PAGESIZE);
+    int64_t ffn = 0, n_t = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        const struct si_tensor *t[4] = {&W->ffn_gate, &W->ffn_up, &W->ffn_down, &W->ffn_down_t};
+        for (int i = 0; i < 4; i++)
+            if (t[i]->data != NULL) {
+                ffn += (int64_t)t[i]->nbytes;
+                n_t++;
+            }
+    }
+    si_model_free(m);
+    struct si_llm *llm = NULL;
+    CHECK(si_llm_load(path, si_llm_default_params(), &llm) == SI_OK, "load: %s", si_last_error());
+    struct si_context_params p = si_context_default_params();
+    p.engine = SI_ENGINE_STARPU;
+    p.sparsity = SI_SPARSE_GATE;
+    p.n_ctx = 32;
+    struct si_context *ctx = NULL;
+    if (llm != NULL && si_context_init(llm, p, &ctx) == SI_OK) {
+        const int64_t rss = mapped_rss(path), bound = file - ffn + 2 * n_t * page;
+        if (rss < 0)
+            printf("skipped the resident-pages check: no /proc/self/smaps\n");
+        else
+            CHECK(rss <= bound,
+                  "gate mode keeps %lld bytes of the file mapped (bound %lld: its %lld bytes "
+                  "less the %lld of its FFN, copied into the records)",
+                  (long long)rss, (long long)bound, (long long)file, (long long)ffn);
+    } else {
+        CHECK(false, "gate context (resident pages): %s", si_last_error());
+    }
+    si_context_free(ctx);
+    si_llm_free(llm);
+    unlink(path);
+}
+
 int main(void)
 {
     if (mkdtemp(dir) == NULL) {
@@ -728,6 +816,7 @@ int main(void)
         test_runtime_lifecycle(llm);
         test_caller_worker(llm);
         si_llm_free(llm);
+        test_resident();
         /* The model read into memory instead of mapped: the same tokens. */
         struct si_llm_params lp = si_llm_default_params();
         lp.use_mmap = false;

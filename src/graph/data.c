@@ -109,6 +109,19 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
             memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
                    fc2->row_bytes);
     }
+    /* Copied: the mapping need not keep them (a 7B Q4_0 in gate mode was
+     * resident twice, 6.3 GB for its 3.9 GB); what reads them again gets
+     * them back from the file.  Only tensors inside the file's mapping: one
+     * in memory (--no-mmap, or made at load) would lose its bytes. */
+    const struct si_gguf *g = e->m->gguf;
+    const struct si_tensor *cp[5] = {&W->ffn_gate, &W->ffn_up, &W->ffn_down_t, &W->ffn_down,
+                                     e->p.mode == SI_SPARSITY_PREDICTOR ? &W->fc2 : NULL};
+    for (int i = 0; i < 5 && g != NULL && g->map != NULL; i++) {
+        const char *a = cp[i] != NULL ? cp[i]->data : NULL, *base = (const char *)g->base;
+        if (a != NULL && a >= base && cp[i]->nbytes <= g->size &&
+            (size_t)(a - base) <= g->size - cp[i]->nbytes)
+            si__drop_pages(a, cp[i]->nbytes);
+    }
     return SI_OK;
 }
 
