@@ -12,7 +12,8 @@
 # There (the device tool, carry ["device.tar.xz"], timeout_s 600; about 9 minutes):
 #   tar xJf device.tar.xz && bench/gpu-session.sh
 # Each step is skipped once the time since the start passes its limit, so that
-# what ran comes back: $OUT/summary.txt and $OUT/logs.tar.gz.
+# what ran comes back: $OUT/summary.txt, $OUT/logs.tar.gz and the raw FxT
+# trace of the hybrid in $OUT/fxt (drawn here with `tools/trace DIR`).
 set -u
 root=$(pwd)
 dev=$root/.device
@@ -82,6 +83,15 @@ late 540 "generate's breakdown" || {
     timeout 45 "$SI" generate -m $M -p "The quick brown fox" -n 32 --temp 0 --ignore-eos -c 128 \
         --sparsity gate --profile $P --vram-budget 2100M 2>&1 >/dev/null |
         grep -E "engine:|tokens/s|error" | tee -a "$S"
+}
+late 550 "the hybrid's trace" || {
+    # the raw FxT trace comes back in $OUT/fxt; here: tools/trace DIR (docs/cli.md, Traces)
+    stamp "an FxT trace of the hybrid (6 tokens, --gpu-attention auto)"
+    mkdir -p "$R/fxt"
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$R/fxt/" timeout 30 "$SI" generate -m $M \
+        -p "The quick brown fox" -n 6 --temp 0 --ignore-eos -c 64 --sparsity gate --profile $P \
+        --vram-budget 2100M >/dev/null 2>"$O/trace.err"
+    echo "trace rc=$? $(du -sh "$R/fxt" | cut -f1)" | tee -a "$S"
 }
 late 500 "test-engine under dmda" || {
     stamp "test-engine STARPU_SCHED=dmda (quick)"

@@ -1,6 +1,6 @@
 /*
  * fxt_trace.c - `--trace DIR`: record a run with StarPU's FxT tracing, then
- * convert it for ViTE and StarVZ and render a PNG Gantt chart (the C twin of
+ * convert it for ViTE and StarVZ and draw its panels (the C twin of
  * the tools/trace script, hence the name).
  *
  * StarPU reads STARPU_FXT_TRACE and STARPU_FXT_PREFIX when it starts and
@@ -8,7 +8,8 @@
  * the work is split in two: si_trace_begin() before StarPU starts, and
  * si_trace_finish() after it stopped.  The conversion runs the same programs
  * as tools/trace: starpu_fxt_tool (paje.trace for ViTE; tasks.rec, dag.dot and
- * the others for StarVZ), ViTE's headless SVG export, rsvg-convert.
+ * the others for StarVZ), then starinfer-trace-plot (tools/trace-plot: the
+ * panels and the summary of where the workers' time went).
  */
 #include "config.h"
 
@@ -17,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,19 +25,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The programs the conversion needs, looked up in PATH. */
-static const char *const trace_tools[] = {"starpu_fxt_tool", "vite", "rsvg-convert"};
+#define PLOT "starinfer-trace-plot"
 
-static bool in_path(const char *prog)
+/* prog's path in PATH into buf; false when it is not there. */
+static bool find_in_path(const char *prog, char *buf, size_t size)
 {
     const char *path = getenv("PATH");
     if (path == NULL)
         return false;
-    char buf[4096];
     for (const char *p = path; *p != '\0';) {
         const char *end = strchr(p, ':');
         size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        if (n > 0 && n + strlen(prog) + 2 < sizeof buf) {
+        if (n > 0 && n + strlen(prog) + 2 < size) {
             memcpy(buf, p, n);
             buf[n] = '/';
             strcpy(buf + n + 1, prog);
@@ -49,6 +48,73 @@ static bool in_path(const char *prog)
             p++;
     }
     return false;
+}
+
+/* The picture's program: beside this binary (the build folder, or where it
+ * is installed), else in PATH. */
+static bool plot_program(char *buf, size_t size)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+    if (n > 0) {
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        if (slash != NULL && (size_t)(slash - buf) + sizeof "/" PLOT <= size) {
+            strcpy(slash + 1, PLOT);
+            if (access(buf, X_OK) == 0)
+                return true;
+        }
+    }
+    return find_in_path(PLOT, buf, size);
+}
+
+/* Run argv with stdout and stderr into a pipe; its exit status (-1: not
+ * run) and its last line of output in line. */
+static int run_capture(char *const argv[], char *line, size_t size)
+{
+    line[0] = '\0';
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    char cur[512], c;
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fd[0], &c, 1)) == 1 || (r < 0 && errno == EINTR)) {
+        if (r < 0)
+            continue;
+        if (c != '\n' && n + 1 < sizeof cur) {
+            cur[n++] = c;
+        } else if (c == '\n' && n > 0) {
+            cur[n] = '\0';
+            snprintf(line, size, "%s", cur);
+            n = 0;
+        }
+    }
+    if (n > 0) {
+        cur[n] = '\0';
+        snprintf(line, size, "%s", cur);
+    }
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /* mkdir -p */
@@ -100,11 +166,16 @@ int si_trace_check(const char *dir)
     return si_cli_error("--trace: this StarPU was built without FxT, so it records no traces "
                         "(tools/install-deps builds it with FxT)");
 #else
-    for (size_t i = 0; i < sizeof trace_tools / sizeof trace_tools[0]; i++)
-        if (!in_path(trace_tools[i]))
-            return si_cli_error("--trace: %s not found in PATH (tools/install-deps installs it; "
-                                "source ~/.cache/starinfer/env.sh)",
-                                trace_tools[i]);
+    char path[4096], line[512];
+    if (!find_in_path("starpu_fxt_tool", path, sizeof path))
+        return si_cli_error("--trace: starpu_fxt_tool not found in PATH (tools/install-deps "
+                            "installs it; source ~/.cache/starinfer/env.sh)");
+    if (!plot_program(path, sizeof path))
+        return si_cli_error("--trace: " PLOT " not found beside starinfer or in PATH (`make` "
+                            "puts it in the build folder, `make install` beside the binary)");
+    char *check[] = {path, (char *)"--check", NULL};
+    if (run_capture(check, line, sizeof line) != 0)
+        return si_cli_error("--trace: %s", line[0] ? line : PLOT " --check failed");
     if (getenv("STARPU_FXT_TRACE") != NULL && !strcmp(getenv("STARPU_FXT_TRACE"), "0"))
         return si_cli_error("--trace: STARPU_FXT_TRACE=0 in the environment turns tracing off");
     if (make_dirs(dir) != 0)
@@ -127,8 +198,8 @@ int si_trace_begin(const char *dir)
     return 0;
 }
 
-/* Run argv in folder dir with stdout and stderr into dir/log (and
- * QT_QPA_PLATFORM=offscreen, for ViTE); true when it exits with 0. */
+/* Run argv in folder dir with stdout and stderr into dir/log; true when it
+ * exits with 0. */
 static bool run_in(const char *dir, const char *log, char *const argv[])
 {
     fflush(NULL);
@@ -144,7 +215,6 @@ static bool run_in(const char *dir, const char *log, char *const argv[])
             dup2(fd, 2);
             close(fd);
         }
-        setenv("QT_QPA_PLATFORM", "offscreen", 1);
         execvp(argv[0], argv);
         _exit(127);
     }
@@ -153,31 +223,6 @@ static bool run_in(const char *dir, const char *log, char *const argv[])
         if (errno != EINTR)
             return false;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-/* The interval in which tasks ran, in ms of the trace's clock, from
- * tasks.rec's StartTime/EndTime fields; false when it has no task. */
-static bool task_window(const char *dir, double *t0, double *t1)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tasks.rec", dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    double lo = INFINITY, hi = -INFINITY, v;
-    char line[1024];
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (sscanf(line, "StartTime: %lf", &v) == 1 && v < lo)
-            lo = v;
-        else if (sscanf(line, "EndTime: %lf", &v) == 1 && v > hi)
-            hi = v;
-    }
-    fclose(f);
-    if (!(lo <= hi))
-        return false;
-    *t0 = lo - 0.05 > 0 ? lo - 0.05 : 0;
-    *t1 = hi + 0.05;
-    return true;
 }
 
 int si_trace_finish(const char *dir, bool another_run)
@@ -233,25 +278,19 @@ int si_trace_finish(const char *dir, bool another_run)
     if (!ok)
         return si_cli_error("--trace: starpu_fxt_tool failed (see %s/fxt-tool.log)", dir);
 
-    double t0, t1;
-    char window[64] = "";
-    if (task_window(dir, &t0, &t1))
-        snprintf(window, sizeof window, "%.3f:%.3f", t0, t1);
-    char *vite[] = {(char *)"vite", (char *)"-f", (char *)"paje.trace",     (char *)"-e",
-                    (char *)"trace.svg", window[0] ? (char *)"-t" : NULL, window, NULL};
-    if (!run_in(dir, "vite.log", vite))
-        return si_cli_error("--trace: ViTE's export failed (see %s/vite.log)", dir);
-    char *rsvg[] = {(char *)"rsvg-convert", (char *)"-w",      (char *)"1600",
-                    (char *)"trace.svg",    (char *)"-o",      (char *)"trace.png",
-                    NULL};
-    if (!run_in(dir, "rsvg.log", rsvg))
-        return si_cli_error("--trace: rsvg-convert failed (see %s/rsvg.log)", dir);
+    char plot[4096];
+    if (!plot_program(plot, sizeof plot))
+        return si_cli_error("--trace: " PLOT " not found beside starinfer or in PATH");
+    char *draw[] = {plot, (char *)".", NULL};
+    if (!run_in(dir, "trace-plot.log", draw))
+        return si_cli_error("--trace: " PLOT " failed (see %s/trace-plot.log)", dir);
     fprintf(stderr,
-            "trace: %s/trace.png: Gantt chart of %s (tasks named by kind and layer, e.g. "
-            "attn_L3.0, attn_out_L3, ffn_cold_L3.1)\n"
+            "trace: %s/trace.png: the workers' tasks by kind and layer, tasks ready and "
+            "submitted, and the summary in %s/trace-summary.md (two decoded tokens after the "
+            "first; " PLOT " %s --token K or --window T0:T1|all draws another)\n"
             "trace: ViTE: vite %s/paje.trace\n"
             "trace: StarVZ (R): library(starvz); starvz_phase1(\"%s\"); "
             "starvz_plot(starvz_read(\"%s\"))\n",
-            dir, window[0] ? "the interval in which tasks ran" : "the whole run", dir, dir, dir);
+            dir, dir, dir, dir, dir, dir);
     return 0;
 }

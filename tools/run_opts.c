@@ -294,7 +294,8 @@ void si_run_usage(FILE *f, bool chat)
             "                          STARPU_REDUX and a merge task per layer; CPU only)\n"
             "      --trace DIR         engine: record the run with StarPU's FxT into DIR,\n"
             "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
-            "                          StarVZ) and draw DIR/trace.png, a Gantt chart\n",
+            "                          StarVZ) and draw DIR/trace.png: the workers' tasks\n"
+            "                          by kind, the ready tasks, a per-kind summary\n",
             chat ? "the model's\n                          training context, at most 4096"
                  : "prompt + n-predict");
 }
