@@ -15,7 +15,8 @@ pc=$(find "$dest" -name starinfer.pc)
 [ -n "$pc" ] || { echo "starinfer.pc was not installed"; exit 1; }
 prefix=$dest$($PKG_CONFIG --variable=prefix "$pc")
 libdir=$prefix/lib
-for f in bin/starinfer include/starinfer.h lib/pkgconfig/starinfer.pc lib/libstarinfer.so lib/libstarinfer.a \
+for f in bin/starinfer bin/starinfer-trace-plot include/starinfer.h lib/pkgconfig/starinfer.pc \
+    lib/libstarinfer.so lib/libstarinfer.a \
     share/man/man1/starinfer.1; do
     [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
