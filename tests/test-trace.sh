@@ -75,6 +75,19 @@ check_summary "$tmp/tr" "--token 2"
 [ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q -- '--token 99: the trace has [0-9]* decoded token' "$tmp/err" ||
     { echo "FAIL: --token 99: $(cat "$tmp/err")"; exit 1; }
 
+# 16 CPU workers: a prompt batch's tasks with over 66 buffers, which made
+# StarPU 1.4.10's starpu_fxt_tool write past its stack buffers and crash
+# (tools/starpu-fxt-overflow.patch, applied by tools/install-deps).
+"$si" synth -o "$tmp/w.gguf" --preset tiny --n-embd 512 --n-ff 2048 --n-layer 2 --n-head 8 \
+    --n-head-kv 8 --type q4_0 --measure 0 >/dev/null || exit 1
+STARPU_NCPU=16 bash "${srcdir:-.}/tools/trace" "$tmp/t16" -- "$si" generate -m "$tmp/w.gguf" \
+    -p "one two three four five six seven eight nine ten eleven twelve" -n 3 --temp 0 \
+    --engine starpu --ids >"$tmp/t16.out" 2>&1 ||
+    { echo "FAIL: tools/trace with 16 workers: $(tail -n 2 "$tmp/t16.out")"; exit 1; }
+most=$(awk '/^Handles:/ { if (NF - 1 > m) m = NF - 1 } END { print m + 0 }' "$tmp/t16/tasks.rec")
+[ "$most" -gt 66 ] || { echo "FAIL: 16 workers: at most $most buffers in a task, the case needs over 66"; exit 1; }
+check_summary "$tmp/t16" "16 workers (a task with $most buffers)"
+
 # The commands' own --trace: generate, and chat with piped turns.
 "$si" generate -m "$tmp/m.gguf" -p hi -n 4 --temp 0 --engine starpu --sparsity gate \
     --trace "$tmp/gen" >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: generate --trace: $(tail -n 3 "$tmp/err")"; exit 1; }
