@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int si_cli_error(const char *fmt, ...)
 {
@@ -116,6 +117,24 @@ bool si_cli_size(const char *flag, const char *s, int64_t *out)
     }
     *out = (int64_t)v;
     return true;
+}
+
+bool si_cli_find_in_path(const char *prog, char *buf, size_t size)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        return false;
+    while (*path) {
+        const char *end = strchr(path, ':');
+        const size_t len = end ? (size_t)(end - path) : strlen(path);
+        if (len + strlen(prog) + 2 < size) {
+            snprintf(buf, size, "%.*s/%s", (int)len, len ? path : ".", prog);
+            if (access(buf, X_OK) == 0)
+                return true;
+        }
+        path += len + (end != NULL);
+    }
+    return false;
 }
 
 char *si_cli_read_file(const char *path, size_t *len)

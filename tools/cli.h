@@ -77,6 +77,10 @@ int si_cli_runtime_start(struct si_runtime *rt, bool mpi);
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);
 
+/* The executable `prog` in a directory of PATH, as execvp looks it up (an
+ * empty entry is the current folder): its path into buf, or false. */
+bool si_cli_find_in_path(const char *prog, char *buf, size_t size);
+
 struct si_model;
 struct si_tokenizer;
 

@@ -75,26 +75,6 @@ static bool ends_with(const char *name, const char *ext)
     return n > e && strcasecmp(name + n - e, ext) == 0;
 }
 
-/* Is `prog` an executable file in a directory of PATH? */
-static bool on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    if (path == NULL)
-        return false;
-    char buf[4096];
-    while (*path) {
-        const char *end = strchr(path, ':');
-        const size_t len = end ? (size_t)(end - path) : strlen(path);
-        if (len + strlen(prog) + 2 < sizeof buf) {
-            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, len ? path : ".", prog);
-            if (access(buf, X_OK) == 0)
-                return true;
-        }
-        path += len + (end != NULL);
-    }
-    return false;
-}
-
 /* Convert svg to png with rsvg-convert; 0 or a one-line error printed. */
 /* rsvg-convert writes a temporary name, renamed to png when it succeeded. */
 static int svg_to_png(const char *svg, const char *png)
@@ -204,7 +184,8 @@ int si_cmd_profile(int argc, char **argv)
         return si_cli_error("profile: --batch-size is the engine's: it needs --engine starpu");
     if (plot != NULL && !ends_with(plot, ".svg") && !ends_with(plot, ".png"))
         return si_cli_error("--plot: '%s' names neither an .svg nor a .png file", plot);
-    if (plot != NULL && ends_with(plot, ".png") && !on_path("rsvg-convert"))
+    char rsvg[4096];
+    if (plot != NULL && ends_with(plot, ".png") && !si_cli_find_in_path("rsvg-convert", rsvg, sizeof rsvg))
         return si_cli_error("--plot: rsvg-convert (librsvg) is not on PATH; it makes the PNG "
                             "(name the plot .svg to write the SVG only)");
 

@@ -27,29 +27,6 @@
 
 #define PLOT "starinfer-trace-plot"
 
-/* prog's path in PATH into buf; false when it is not there. */
-static bool find_in_path(const char *prog, char *buf, size_t size)
-{
-    const char *path = getenv("PATH");
-    if (path == NULL)
-        return false;
-    for (const char *p = path; *p != '\0';) {
-        const char *end = strchr(p, ':');
-        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        if (n > 0 && n + strlen(prog) + 2 < size) {
-            memcpy(buf, p, n);
-            buf[n] = '/';
-            strcpy(buf + n + 1, prog);
-            if (access(buf, X_OK) == 0)
-                return true;
-        }
-        p += n;
-        if (*p == ':')
-            p++;
-    }
-    return false;
-}
-
 /* The picture's program: beside this binary (the build folder, or where it
  * is installed), else in PATH. */
 static bool plot_program(char *buf, size_t size)
@@ -64,7 +41,7 @@ static bool plot_program(char *buf, size_t size)
                 return true;
         }
     }
-    return find_in_path(PLOT, buf, size);
+    return si_cli_find_in_path(PLOT, buf, size);
 }
 
 /* Run argv with stdout and stderr into a pipe; its exit status (-1: not
@@ -167,7 +144,7 @@ int si_trace_check(const char *dir)
                         "(tools/install-deps builds it with FxT)");
 #else
     char path[4096], line[512];
-    if (!find_in_path("starpu_fxt_tool", path, sizeof path))
+    if (!si_cli_find_in_path("starpu_fxt_tool", path, sizeof path))
         return si_cli_error("--trace: starpu_fxt_tool not found in PATH (tools/install-deps "
                             "installs it; source ~/.cache/starinfer/env.sh)");
     if (!plot_program(path, sizeof path))
