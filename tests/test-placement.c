@@ -331,20 +331,25 @@ static void test_files(const struct si_model *m)
         CHECK(si_placement_gpu_neurons(p) == n, "PowerInfer file: %lld GPU neurons, %lld marked",
               (long long)si_placement_gpu_neurons(p), (long long)n);
     }
-    path_in(path, sizeof path, "gguf26.gguf"); /* starinfer's earlier files */
-    write_gpuidx(path, L, F, gpu, 1, C_GGUF);
-    CHECK(si_placement_read(&q, path, m, err, sizeof err) == SI_OK && q != NULL &&
-              !memcmp(q->gpu, gpu, (size_t)L * F),
-          "GGUF magic, I32 as 26: %s", err);
-    si_placement_free(q);
-    q = NULL;
-    path_in(path, sizeof path, "nobucket.gguf");
-    write_gpuidx(path, L, F, gpu, 1, C_NO_BUCKET);
-    CHECK(si_placement_read(&q, path, NULL, err, sizeof err) == SI_OK && q != NULL &&
-              !memcmp(q->gpu, gpu, (size_t)L * F),
-          "gpu_idx without gpu_bucket: %s", err);
-    si_placement_free(q);
-    q = NULL;
+    /* Other files that are not corrupt, read with the same neurons. */
+    const struct {
+        const char *file, *what;
+        enum corrupt c;
+        bool with_model;
+    } fine[] = {
+        {"gguf26.gguf", "GGUF magic, I32 as 26 (starinfer's earlier files)", C_GGUF, true},
+        {"nobucket.gguf", "gpu_idx without gpu_bucket", C_NO_BUCKET, false},
+    };
+    for (size_t k = 0; k < sizeof fine / sizeof fine[0]; k++) {
+        path_in(path, sizeof path, fine[k].file);
+        write_gpuidx(path, L, F, gpu, 1, fine[k].c);
+        CHECK(si_placement_read(&q, path, fine[k].with_model ? m : NULL, err, sizeof err) ==
+                      SI_OK &&
+                  q != NULL && !memcmp(q->gpu, gpu, (size_t)L * F),
+              "%s: %s", fine[k].what, err);
+        si_placement_free(q);
+        q = NULL;
+    }
 
     /* Our writer, our keys, read back */
     if (p != NULL) {
@@ -453,8 +458,8 @@ static void test_files(const struct si_model *m)
     path_in(cut, sizeof cut, "missing.gguf");
     expect_read(cut, NULL, SI_E_NOT_FOUND, "missing.gguf");
     free(other);
-    const char *names[] = {"pi.gguf", "nobucket.gguf", "ours.gguf", "other.gguf"};
-    for (size_t k = 0; k < 4; k++) {
+    const char *names[] = {"pi.gguf", "nobucket.gguf", "gguf26.gguf", "ours.gguf", "other.gguf"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         path_in(path, sizeof path, names[k]);
         unlink(path);
     }

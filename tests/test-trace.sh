@@ -46,13 +46,12 @@ check_summary() { # DIR WHAT
     window=$(sed -n 's/^window: \([0-9.]*\) to \([0-9.]*\) ms.*/\1 \2/p' "$sum")
     [ -n "$window" ] || { echo "FAIL: $what: no window line in $sum"; exit 1; }
     kinds=$(awk -v w="$window" 'BEGIN { split(w, a, " ") }
+        function kind() { # a record that ran in the window: its name less layer and slice
+            if (n != "" && s != "" && e + 0 > a[1] + 0 && s + 0 < a[2] + 0) {
+                sub(/_L[0-9]+(\.[0-9]+)*$/, "", n); sub(/\.[0-9]+$/, "", n); print n }
+            n = s = e = "" }
         /^Name:/ { n = $2 } /^StartTime:/ { s = $2 } /^EndTime:/ { e = $2 }
-        /^$/ { if (n != "" && s != "" && e + 0 > a[1] + 0 && s + 0 < a[2] + 0) {
-                   sub(/_L[0-9]+(\.[0-9]+)*$/, "", n); sub(/\.[0-9]+$/, "", n); print n }
-               n = s = e = "" }
-        END { if (n != "" && s != "" && e + 0 > a[1] + 0 && s + 0 < a[2] + 0) {
-                  sub(/_L[0-9]+(\.[0-9]+)*$/, "", n); sub(/\.[0-9]+$/, "", n); print n } }' \
-        "$1/tasks.rec" | sort -u)
+        /^$/ { kind() } END { kind() }' "$1/tasks.rec" | sort -u)
     [ -n "$kinds" ] || { echo "FAIL: $what: no task in the window $window"; exit 1; }
     legend=" $(sed -n 's/^legend: //p' "$sum") "
     for k in $kinds; do
