@@ -62,6 +62,22 @@ static const char *row_of(const struct si_tensor *t, int64_t i)
 }
 
 /*
+ * The pages of tensor t (NULL: none) that the engine copied: dropped from
+ * the file's mapping, so that they are not resident twice; what reads them
+ * again gets them back from the file.  Only a tensor inside the mapping: one
+ * in memory (--no-mmap, or made at load) would lose its bytes.
+ */
+static void drop_copied(const struct si_engine *e, const struct si_tensor *t)
+{
+    const struct si_gguf *g = e->m->gguf;
+    if (t == NULL || t->data == NULL || g == NULL || g->map == NULL)
+        return;
+    const char *a = t->data, *base = (const char *)g->base;
+    if (a >= base && t->nbytes <= g->size && (size_t)(a - base) <= g->size - t->nbytes)
+        si__drop_pages(a, t->nbytes);
+}
+
+/*
  * Sparse layout of layer l: the records in position order.  down_t comes
  * from the file, or from ffn_down transposed: dequantized to float, stored
  * in the type chosen at init (exact for F32 and F16 files).
@@ -110,18 +126,11 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
                    fc2->row_bytes);
     }
     /* Copied: the mapping need not keep them (a 7B Q4_0 in gate mode was
-     * resident twice, 6.3 GB for its 3.9 GB); what reads them again gets
-     * them back from the file.  Only tensors inside the file's mapping: one
-     * in memory (--no-mmap, or made at load) would lose its bytes. */
-    const struct si_gguf *g = e->m->gguf;
+     * resident twice, 6.3 GB for its 3.9 GB). */
     const struct si_tensor *cp[5] = {&W->ffn_gate, &W->ffn_up, &W->ffn_down_t, &W->ffn_down,
                                      e->p.mode == SI_SPARSITY_PREDICTOR ? &W->fc2 : NULL};
-    for (int i = 0; i < 5 && g != NULL && g->map != NULL; i++) {
-        const char *a = cp[i] != NULL ? cp[i]->data : NULL, *base = (const char *)g->base;
-        if (a != NULL && a >= base && cp[i]->nbytes <= g->size &&
-            (size_t)(a - base) <= g->size - cp[i]->nbytes)
-            si__drop_pages(a, cp[i]->nbytes);
-    }
+    for (int i = 0; i < 5; i++)
+        drop_copied(e, cp[i]);
     return SI_OK;
 }
 
@@ -143,8 +152,8 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
             memcpy((char *)L->pre + (size_t)p * L->f.gu_row, row_of(g, i), L->f.gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
     }
-    if (e->pre_sep && e->m->gguf->map != NULL)
-        si__drop_pages(g->data, g->nbytes); /* copied: the mapping need not keep them */
+    if (e->pre_sep)
+        drop_copied(e, g);
     if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
         return si__errf(err, err_size, SI_E_IO, "%s (layer %d's resident neurons)",
                         e->ft.store->read_err, l);
