@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# bench/gpu-session.sh: the next device session's one call (docs/gpu.md, "The
-# next device session"): the tests, then the hybrid with the attention of the
-# GPU's layers there, against the same hybrid without it and llama.cpp's CUDA
-# build, on a 13B-shaped Q4_0 model with 30% of it in VRAM.
+# bench/gpu-session.sh: a device session's one call (issue 41; docs/gpu.md,
+# "The next device session"): the CUDA tests, then on a 13B-shaped Q4_0 model
+# with 30% of it in VRAM the hybrid in gate and predictor modes (predictors
+# trained there) with and without the attention of the first layers on the
+# GPU, llama.cpp's CUDA build at the same VRAM, and the CPU-only rows on the
+# machine's cores.
 #
 # Prepared here (the build machine), from the repository root:
 #   tools/setup && tools/device-test prepare
-#   mkdir -p .device/peer && cp "$(tools/build-peer --cuda --cuda-arch 90)" .device/peer/
+#   cp "$(tools/build-peer --cuda --cuda-arch 90)" "$(tools/build-peer)" .device/peer/
+#   cp /usr/share/common-licenses/GPL-3 .device/gpl.txt
+#   starinfer synth (the line below) -o 13b.gguf
+#   starinfer profile -m 13b.gguf -f .device/gpl.txt -n 256 -c 256 -o .device/13b.prof
 #   strip --strip-unneeded .device/bin/* .device/tests/test-* .device/lib/*.so* .device/peer/*
-#   tar cJf device.tar.xz .device     (carried; ignored by git)
-# There (the device tool, carry ["device.tar.xz"], timeout_s 600; about 9 minutes):
-#   tar xJf device.tar.xz && bench/gpu-session.sh
-# Each step is skipped once the time since the start passes its limit, so that
-# what ran comes back: $OUT/summary.txt, $OUT/logs.tar.gz and the raw FxT
-# trace of the hybrid in $OUT/fxt (drawn here with `tools/trace DIR`).
+# There (the device tool, carry [".device"], timeout_s 600):
+#   bench/gpu-session.sh
+# Each step starts only while its usual time still fits; what ran comes back:
+# $OUT/summary.txt, $OUT/logs.tar.gz, $OUT/test-logs.tar.gz and the raw FxT
+# trace of one hybrid run in $OUT/fxt.tar.gz (drawn here with tools/trace).
 set -u
 root=$(pwd)
 dev=$root/.device
@@ -23,7 +27,11 @@ O=/tmp/w
 mkdir -p "$O"
 S=$R/summary.txt
 T0=$(date +%s)
-trap 'tar -C "$O" -czf "$R/logs.tar.gz" . 2>/dev/null' EXIT
+finish() {
+    tar -C "$O" -czf "$R/logs.tar.gz" --exclude=fxt . 2>/dev/null
+    [ -d "$O/fxt" ] && tar -C "$O" -czf "$R/fxt.tar.gz" fxt 2>/dev/null
+}
+trap finish EXIT
 el() { echo $(($(date +%s) - T0)); }
 stamp() { echo "=== [$(el) s] $*" | tee -a "$S"; }
 late() { [ "$(el)" -gt "$1" ] && { echo "=== [$(el) s] skipped (late): $2" | tee -a "$S"; }; }
@@ -32,74 +40,100 @@ export STARPU_HOME=$dev/starpu-home
 export STARINFER=$dev/bin/starinfer
 export srcdir=$root
 SI=$dev/bin/starinfer
-M=/tmp/13b.gguf
-P=/tmp/13b.prof
+M=/tmp/13b.gguf   # random rank-64 predictors (synth): gate mode, llama.cpp's copy
+MT=/tmp/13b-trained.gguf  # the same weights with predictors trained here
+P=${SESSION_PROFILE:-$dev/13b.prof}
 NT=$(nproc)
+# A dry run of this script on the build machine: SESSION_PRESET=tiny
+# SESSION_TESTS=test-cuda-kernels bench/gpu-session.sh (the GPU rows then fail).
+PRESET=${SESSION_PRESET:-13b}
+TESTS=${SESSION_TESTS:-test-cuda-kernels test-cuda-decode test-codelet-cuda test-codelets test-api \
+test-api-host test-api-threads test-engine test-cli.sh}
+cp "$dev/gpl.txt" /tmp/gpl.txt # the corpus of the profile: Debian's GPL-3, carried
 
-# The model (110 s on the H200 machine's 16 cores) and its llama.cpp copy, in
-# the background while the tests run; then its profile.
-(timeout 200 "$SI" synth -o $M --preset 13b --arch llama-relu --type q4_0 --sparsity 0.9 \
-    --measure 0 --predictor 64 &&
-    timeout 90 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf) >"$O/synth.txt" 2>&1 &
-synth=$!
+# The model (110 s on the H200 machine's 16 cores), then in parallel its
+# llama.cpp copy and the predictors trained on it (CPU only), while the
+# tests run. StarPU binds its workers to the first cores in each process:
+# while two run at once, neither binds.
+(
+    timeout 220 "$SI" synth -o $M --preset $PRESET --arch llama-relu --type q4_0 --sparsity 0.9 \
+        --measure 0 --predictor 64 >"$O/synth.txt" 2>&1 || exit 1
+    timeout 120 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf >"$O/convert.txt" 2>&1 &
+    STARPU_NCUDA=0 STARPU_WORKERS_NOBIND=1 timeout 260 "$SI" train-predictor -m $M -f /tmp/gpl.txt -o $MT -n 2048 -c 512 \
+        --rank 128 >"$O/train.txt" 2>&1
+    echo "train rc=$?" >>"$O/train.txt"
+    wait
+) &
+models=$!
 stamp "host"
-{ nvidia-smi -L; lscpu | grep -E "Model name|^CPU\(s\)"; } 2>&1 | tee -a "$S"
+{ nvidia-smi -L; lscpu | grep -E "Model name|^CPU\(s\)|^Flags" | cut -c1-200; free -g | head -2; } 2>&1 | tee -a "$S"
 
-stamp "tests (tools/device-test run, 4 CPU workers)"
-STARPU_NCPU=4 timeout 220 tools/device-test run >"$O/tests.txt" 2>&1
+stamp "CUDA tests (tools/device-test run, 4 CPU workers)"
+STARPU_NCPU=4 STARPU_WORKERS_NOBIND=1 timeout 200 tools/device-test run $TESTS >"$O/tests.txt" 2>&1
 echo "rc=$?" >>"$O/tests.txt"
+tar -C "$dev/tests" -czf "$R/test-logs.tar.gz" logs 2>/dev/null
 grep -E "^(PASS|FAIL|SKIP)|passed|rc=" "$O/tests.txt" | tee -a "$S"
-grep -E "FAIL:|check failed" "$O/tests.txt" | head -20 | tee -a "$S"
-grep -hE "attn-gpu|near tie" "$dev"/tests/logs/test-engine* 2>/dev/null | grep -E "gpu" |
-    head -40 >>"$S"
+grep -hE "SKIP|skip" "$dev"/tests/logs/* 2>/dev/null | sort | uniq -c | sort -rn | head -15 >>"$S"
+grep -hE "FAIL:|check failed|error" "$O/tests.txt" "$dev"/tests/logs/* 2>/dev/null | head -20 |
+    tee -a "$S"
 
-stamp "the model, then its profile"
-wait $synth
-tail -2 "$O/synth.txt" | tee -a "$S"
-head -c 400000 /usr/share/common-licenses/GPL-3 >/tmp/gpl.txt 2>/dev/null ||
-    yes "the quick brown fox jumps over the lazy dog" | head -c 400000 >/tmp/gpl.txt
-timeout 90 "$SI" profile -m $M -f /tmp/gpl.txt -o $P -n 256 -c 256 >"$O/profile.txt" 2>&1
-echo "profile rc=$?" | tee -a "$S"
+stamp "the models (synth, convert, train-predictor)"
+while kill -0 $models 2>/dev/null && [ "$(el)" -lt 340 ]; do sleep 2; done
+kill -0 $models 2>/dev/null && { pkill -f train-predictor; echo "models: stopped at 340 s" | tee -a "$S"; }
+wait $models
+tail -n 2 "$O/synth.txt" | tee -a "$S"
+grep -E "^train-predictor|^predictors|^time|rc=|error" "$O/train.txt" | tee -a "$S"
+awk '$1 ~ /^[0-9]+$/ && NF >= 6 {r += $5; p += $6; n++} END {if (n) printf "held-out recall %.4f, precision %.4f (mean of %d layers)\n", r/n, p/n, n}' \
+    "$O/train.txt" | tee -a "$S"
+[ -s $MT ] || MT=
+GM=$M GMODE=gate # the breakdown and the trace: predictor mode where trained
+[ -n "$MT" ] && GM=$MT GMODE=predictor
 
-# A call may run 600 s: each step below starts only when its usual time
-# still fits, the measurements first.
-B=(-m "$M" --prompt-tokens 64 -n 32 -r 2 --profile "$P" --vram-budget 2100M -c 128)
-row() { grep -E "^\||weights read|error|GPU" | tee -a "$S"; }
-for a in auto none; do
-    late 470 "hybrid gate, --gpu-attention $a" && continue
-    stamp "starinfer hybrid, gate mode, 2100M, --gpu-attention $a (lws)"
-    timeout 90 "$SI" bench "${B[@]}" --sparsity gate --gpu-attention $a 2>&1 | row
-done
-late 520 "llama.cpp" || {
+B=(--prompt-tokens 64 -n 32 -r 2 --profile "$P" --vram-budget 2100M -c 128)
+row() { grep -E "^\||weights read|error|GPU|RSS" | tee -a "$S"; }
+hybrid() { # hybrid MODEL MODE ATTN: one bench row, lws
+    stamp "starinfer hybrid, $2 mode, 2100M, --gpu-attention $3 (lws)"
+    timeout 80 "$SI" bench -m "$1" "${B[@]}" --sparsity "$2" --gpu-attention "$3" 2>&1 | row
+}
+peer() { # peer LABEL BIN ARGS...: the llama.cpp driver, tok/s of each run
+    local label=$1 bin=$2
+    shift 2
+    timeout 90 "$bin" -m /tmp/13b-peer.gguf -t "$NT" --prompt-tokens 64 -n 32 -r 2 "$@" \
+        >"$O/peer-$label.txt" 2>"$O/peer-$label.err"
+    echo "rc=$?" >>"$O/peer-$label.txt"
+    awk -v l="$label" '$1=="run"{printf "%s run %s: prefill %.1f tok/s, decode %.2f tok/s\n", l, $2, 64/$4, 32/$6} $1 ~ /^rc=/{print l, $0}' \
+        "$O/peer-$label.txt" | tee -a "$S"
+    grep -iE "error|fail" "$O/peer-$label.err" | head -3 | tee -a "$S"
+}
+late 400 "hybrid gate auto" || hybrid $M gate auto
+[ -n "$MT" ] && { late 440 "hybrid predictor auto" || hybrid $MT predictor auto; }
+late 490 "llama.cpp CUDA" || {
     stamp "llama.cpp CUDA, -ngl 12 (30% of the layers)"
-    timeout 60 "$dev/peer/llama-peer-cuda" -m /tmp/13b-peer.gguf -t "$NT" --prompt-tokens 64 -n 32 \
-        -r 2 --ngl 12 >"$O/peer.txt" 2>"$O/peer.err"
-    echo "rc=$?" >>"$O/peer.txt"
-    awk '$1=="run"{printf "llama.cpp run %s: prefill %.1f tok/s, decode %.2f tok/s\n", $2, 64/$4, 32/$6} $1 ~ /^rc=/' \
-        "$O/peer.txt" | tee -a "$S"
+    peer cuda-ngl12 "$dev/peer/llama-peer-cuda" --ngl 12
 }
-late 540 "generate's breakdown" || {
-    stamp "where a token's time goes (generate, --gpu-attention auto)"
-    timeout 45 "$SI" generate -m $M -p "The quick brown fox" -n 32 --temp 0 --ignore-eos -c 128 \
-        --sparsity gate --profile $P --vram-budget 2100M 2>&1 >/dev/null |
-        grep -E "engine:|tokens/s|error" | tee -a "$S"
+late 505 "hybrid gate none" || hybrid $M gate none
+late 525 "generate's breakdown" || {
+    stamp "where a token's time goes (generate, $GMODE, --gpu-attention auto)"
+    timeout 40 "$SI" generate -m $GM -p "The quick brown fox" -n 32 --temp 0 --ignore-eos \
+        -c 128 --sparsity $GMODE --profile $P --vram-budget 2100M 2>&1 >/dev/null |
+        grep -E "engine:|tokens/s|error|GPU" | tee -a "$S"
 }
-late 550 "the hybrid's trace" || {
-    # the raw FxT trace comes back in $OUT/fxt; here: tools/trace DIR (docs/cli.md, Traces)
-    stamp "an FxT trace of the hybrid (6 tokens, --gpu-attention auto)"
-    mkdir -p "$R/fxt"
-    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$R/fxt/" timeout 30 "$SI" generate -m $M \
-        -p "The quick brown fox" -n 6 --temp 0 --ignore-eos -c 64 --sparsity gate --profile $P \
-        --vram-budget 2100M >/dev/null 2>"$O/trace.err"
-    echo "trace rc=$? $(du -sh "$R/fxt" | cut -f1)" | tee -a "$S"
+late 540 "CPU-only starinfer" || {
+    stamp "starinfer CPU only ($NT cores, STARPU_NCUDA=0): gate, --roofline"
+    STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
+        --sparsity gate --profile $P --roofline 2>&1 | row
 }
-late 500 "test-engine under dmda" || {
-    stamp "test-engine STARPU_SCHED=dmda (quick)"
-    (cd "$dev" && SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=dmda timeout 60 ./tests/test-engine) \
-        >"$O/engine-dmda.txt" 2>&1
-    echo "rc=$?" >>"$O/engine-dmda.txt"
-    grep -E "hot-gpu|near tie|check failed|rc=|checks" "$O/engine-dmda.txt" | tail -12 | tee -a "$S"
+late 555 "CPU-only llama.cpp" || {
+    stamp "llama.cpp CPU build, $NT threads"
+    peer cpu "$dev/peer/llama-peer"
 }
-# Predictor mode with trained predictors (docs/gpu.md's estimate of 5x needs
-# it) is a session of its own: training takes minutes on 16 cores.
+late 565 "the hybrid's trace" || {
+    stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
+    mkdir -p "$O/fxt"
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 25 "$SI" generate -m $GM \
+        -p "The quick brown fox" -n 4 --temp 0 --ignore-eos -c 64 \
+        --sparsity $GMODE --profile $P --vram-budget 2100M >/dev/null \
+        2>"$O/fxt/gen.txt"
+    echo "trace rc=$? $(du -sh "$O/fxt" | cut -f1)" | tee -a "$S"
+}
 stamp "done"
