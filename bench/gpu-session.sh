@@ -107,11 +107,15 @@ peer() { # peer LABEL BIN ARGS...: the llama.cpp driver, tok/s of each run
 }
 late 400 "hybrid gate auto" || hybrid $M gate auto
 [ -n "$MT" ] && { late 440 "hybrid predictor auto" || hybrid $MT predictor auto; }
-late 490 "llama.cpp CUDA" || {
+late 480 "hybrid gate none" || hybrid $M gate none
+[ -x "$dev/peer/llama-peer-cuda" ] && { late 490 "llama.cpp CUDA" || {
     stamp "llama.cpp CUDA, -ngl 12 (30% of the layers)"
     peer cuda-ngl12 "$dev/peer/llama-peer-cuda" --ngl 12
+}; }
+late 510 "CPU-only llama.cpp" || {
+    stamp "llama.cpp CPU build, $NT threads"
+    peer cpu "$dev/peer/llama-peer"
 }
-late 505 "hybrid gate none" || hybrid $M gate none
 late 525 "generate's breakdown" || {
     stamp "where a token's time goes (generate, $GMODE, --gpu-attention auto)"
     timeout 40 "$SI" generate -m $GM -p "The quick brown fox" -n 32 --temp 0 --ignore-eos \
@@ -122,10 +126,6 @@ late 540 "CPU-only starinfer" || {
     stamp "starinfer CPU only ($NT cores, STARPU_NCUDA=0): gate, --roofline"
     STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
         --sparsity gate --profile $P --roofline 2>&1 | row
-}
-late 555 "CPU-only llama.cpp" || {
-    stamp "llama.cpp CPU build, $NT threads"
-    peer cpu "$dev/peer/llama-peer"
 }
 late 565 "the hybrid's trace" || {
     stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
