@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# bench/gpu-session.sh: a device session's one call (issue 41; docs/gpu.md,
+# "The next device session"): the CUDA tests, then on a 13B-shaped Q4_0 model
+# with 30% of it in VRAM the hybrid in gate and predictor modes (predictors
+# trained there) with and without the attention of the first layers on the
+# GPU, llama.cpp's CUDA build at the same VRAM, and the CPU-only rows on the
+# machine's cores.
+#
+# Prepared here (the build machine), from the repository root:
+#   tools/setup && tools/device-test prepare
+#   cp "$(tools/build-peer --cuda --cuda-arch 90)" "$(tools/build-peer)" .device/peer/
+#   cp /usr/share/common-licenses/GPL-3 .device/gpl.txt
+#   starinfer synth (the line below) -o 13b.gguf
+#   starinfer profile -m 13b.gguf -f .device/gpl.txt -n 256 -c 256 -o .device/13b.prof
+#   strip --strip-unneeded .device/bin/* .device/tests/test-* .device/lib/*.so* .device/peer/*
+# There (the device tool, carry [".device"], timeout_s 600):
+#   bench/gpu-session.sh
+# Each step starts only while its usual time still fits; what ran comes back:
+# $OUT/summary.txt, $OUT/logs.tar.gz, $OUT/test-logs.tar.gz and the raw FxT
+# trace of one hybrid run in $OUT/fxt.tar.gz (drawn here with tools/trace).
+set -u
+root=$(pwd)
+dev=$root/.device
+R=${OUT:-/tmp/out}
+mkdir -p "$R"
+O=/tmp/w
+mkdir -p "$O"
+S=$R/summary.txt
+T0=$(date +%s)
+finish() {
+    tar -C "$O" -czf "$R/logs.tar.gz" --exclude=fxt . 2>/dev/null
+    [ -d "$O/fxt" ] && tar -C "$O" -czf "$R/fxt.tar.gz" fxt 2>/dev/null
+}
+trap finish EXIT
+el() { echo $(($(date +%s) - T0)); }
+stamp() { echo "=== [$(el) s] $*" | tee -a "$S"; }
+late() { [ "$(el)" -gt "$1" ] && { echo "=== [$(el) s] skipped (late): $2" | tee -a "$S"; }; }
+export LD_LIBRARY_PATH=$dev/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export STARPU_HOME=$dev/starpu-home
+export STARINFER=$dev/bin/starinfer
+export srcdir=$root
+SI=$dev/bin/starinfer
+M=/tmp/13b.gguf   # random rank-64 predictors (synth): gate mode, llama.cpp's copy
+MT=/tmp/13b-trained.gguf  # the same weights with predictors trained here
+P=${SESSION_PROFILE:-$dev/13b.prof}
+NT=$(nproc)
+# A dry run of this script on the build machine: SESSION_PRESET=tiny
+# SESSION_TESTS=test-cuda-kernels bench/gpu-session.sh (the GPU rows then fail).
+PRESET=${SESSION_PRESET:-13b}
+TESTS=${SESSION_TESTS:-test-cuda-kernels test-cuda-decode test-codelet-cuda test-codelets test-api \
+test-api-host test-api-threads test-engine test-cli.sh}
+cp "$dev/gpl.txt" /tmp/gpl.txt # the corpus of the profile: Debian's GPL-3, carried
+
+# The model (110 s on the H200 machine's 16 cores), then in parallel its
+# llama.cpp copy and the predictors trained on it (CPU only), while the
+# tests run. StarPU binds its workers to the first cores in each process:
+# while two run at once, neither binds.
+(
+    timeout 220 "$SI" synth -o $M --preset $PRESET --arch llama-relu --type q4_0 --sparsity 0.9 \
+        --measure 0 --predictor 64 >"$O/synth.txt" 2>&1 || exit 1
+    timeout 120 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf >"$O/convert.txt" 2>&1 &
+    STARPU_NCUDA=0 STARPU_WORKERS_NOBIND=1 timeout 260 "$SI" train-predictor -m $M -f /tmp/gpl.txt -o $MT -n 2048 -c 512 \
+        --rank 128 >"$O/train.txt" 2>&1
+    echo "train rc=$?" >>"$O/train.txt"
+    wait
+) &
+models=$!
+stamp "host"
+{ nvidia-smi -L; lscpu | grep -E "Model name|^CPU\(s\)|^Flags" | cut -c1-200; free -g | head -2; } 2>&1 | tee -a "$S"
+
+stamp "CUDA tests (tools/device-test run, 4 CPU workers)"
+STARPU_NCPU=4 STARPU_WORKERS_NOBIND=1 timeout 200 tools/device-test run $TESTS >"$O/tests.txt" 2>&1
+echo "rc=$?" >>"$O/tests.txt"
+tar -C "$dev/tests" -czf "$R/test-logs.tar.gz" logs 2>/dev/null
+grep -E "^(PASS|FAIL|SKIP)|passed|rc=" "$O/tests.txt" | tee -a "$S"
+grep -hE "SKIP|skip" "$dev"/tests/logs/* 2>/dev/null | sort | uniq -c | sort -rn | head -15 >>"$S"
+grep -hE "FAIL:|check failed|error" "$O/tests.txt" "$dev"/tests/logs/* 2>/dev/null | head -20 |
+    tee -a "$S"
+
+stamp "the models (synth, convert, train-predictor)"
+while kill -0 $models 2>/dev/null && [ "$(el)" -lt 340 ]; do sleep 2; done
+kill -0 $models 2>/dev/null && { pkill -f train-predictor; echo "models: stopped at 340 s" | tee -a "$S"; }
+wait $models
+tail -n 2 "$O/synth.txt" | tee -a "$S"
+grep -E "^train-predictor|^predictors|^time|rc=|error" "$O/train.txt" | tee -a "$S"
+awk '$1 ~ /^[0-9]+$/ && NF >= 6 {r += $5; p += $6; n++} END {if (n) printf "held-out recall %.4f, precision %.4f (mean of %d layers)\n", r/n, p/n, n}' \
+    "$O/train.txt" | tee -a "$S"
+[ -s $MT ] || MT=
+GM=$M GMODE=gate # the breakdown and the trace: predictor mode where trained
+[ -n "$MT" ] && GM=$MT GMODE=predictor
+
+B=(--prompt-tokens 64 -n 32 -r 2 --profile "$P" --vram-budget 2100M -c 128)
+row() { grep -E "^\||weights read|error|GPU|RSS" | tee -a "$S"; }
+hybrid() { # hybrid MODEL MODE ATTN: one bench row, lws
+    stamp "starinfer hybrid, $2 mode, 2100M, --gpu-attention $3 (lws)"
+    timeout 80 "$SI" bench -m "$1" "${B[@]}" --sparsity "$2" --gpu-attention "$3" 2>&1 | row
+}
+peer() { # peer LABEL BIN ARGS...: the llama.cpp driver, tok/s of each run
+    local label=$1 bin=$2
+    shift 2
+    timeout 90 "$bin" -m /tmp/13b-peer.gguf -t "$NT" --prompt-tokens 64 -n 32 -r 2 "$@" \
+        >"$O/peer-$label.txt" 2>"$O/peer-$label.err"
+    echo "rc=$?" >>"$O/peer-$label.txt"
+    awk -v l="$label" '$1=="run"{printf "%s run %s: prefill %.1f tok/s, decode %.2f tok/s\n", l, $2, 64/$4, 32/$6} $1 ~ /^rc=/{print l, $0}' \
+        "$O/peer-$label.txt" | tee -a "$S"
+    grep -iE "error|fail" "$O/peer-$label.err" | head -3 | tee -a "$S"
+}
+late 400 "hybrid gate auto" || hybrid $M gate auto
+[ -n "$MT" ] && { late 440 "hybrid predictor auto" || hybrid $MT predictor auto; }
+late 480 "hybrid gate none" || hybrid $M gate none
+[ -x "$dev/peer/llama-peer-cuda" ] && { late 490 "llama.cpp CUDA" || {
+    stamp "llama.cpp CUDA, -ngl 12 (30% of the layers)"
+    peer cuda-ngl12 "$dev/peer/llama-peer-cuda" --ngl 12
+}; }
+late 510 "CPU-only llama.cpp" || {
+    stamp "llama.cpp CPU build, $NT threads"
+    peer cpu "$dev/peer/llama-peer"
+}
+late 525 "generate's breakdown" || {
+    stamp "where a token's time goes (generate, $GMODE, --gpu-attention auto)"
+    timeout 40 "$SI" generate -m $GM -p "The quick brown fox" -n 32 --temp 0 --ignore-eos \
+        -c 128 --sparsity $GMODE --profile $P --vram-budget 2100M 2>&1 >/dev/null |
+        grep -E "engine:|tokens/s|error|GPU" | tee -a "$S"
+}
+late 540 "CPU-only starinfer" || {
+    stamp "starinfer CPU only ($NT cores, STARPU_NCUDA=0): gate, --roofline"
+    STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
+        --sparsity gate --profile $P --roofline 2>&1 | row
+}
+late 565 "the hybrid's trace" || {
+    stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
+    mkdir -p "$O/fxt"
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 25 "$SI" generate -m $GM \
+        -p "The quick brown fox" -n 4 --temp 0 --ignore-eos -c 64 \
+        --sparsity $GMODE --profile $P --vram-budget 2100M >/dev/null \
+        2>"$O/fxt/gen.txt"
+    echo "trace rc=$? $(du -sh "$O/fxt" | cut -f1)" | tee -a "$S"
+}
+stamp "done"
