@@ -176,6 +176,7 @@ int si_cmd_profile(int argc, char **argv);
 int si_cmd_bench(int argc, char **argv);
 int si_cmd_train(int argc, char **argv);
 int si_cmd_eval(int argc, char **argv);
+int si_cmd_serve(int argc, char **argv);
 int si_cmd_place(int argc, char **argv);
 int si_cmd_convert(int argc, char **argv);
 

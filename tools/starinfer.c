@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "  train-predictor  train activation predictors (PowerInfer layout) in C\n"
             "  eval             predictor recall/precision and perplexity per sparsity mode\n"
             "  place            choose the GPU's FFN neurons for a VRAM budget (ILP)\n"
+            "  serve            serve the model over HTTP (OpenAI's API, a chat page)\n"
             "  convert          write a model's flash store (--bundle) for --dram-budget\n"
             "\n"
             "Options:\n"
@@ -117,6 +118,7 @@ int main(int argc, char **argv)
         {"convert", si_cmd_convert},
         {"eval", si_cmd_eval},
         {"place", si_cmd_place},
+        {"serve", si_cmd_serve},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
