@@ -115,11 +115,12 @@ int si_eval_stored_thresholds(const struct si_model *m, enum si_active_rule *rul
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         memcpy(&t[l], kv->arr_data + 4 * (size_t)l, sizeof t[l]);
         if (!(isfinite(t[l]) && t[l] >= 0)) {
+            const double bad = (double)t[l];
             free(t);
             return si__errf(err, err_size, SI_E_FORMAT,
                             "starinfer.predictor.active_threshold: layer %" PRId32
                             " has %g (must be finite, >= 0)",
-                            l, (double)t[l]);
+                            l, bad);
         }
     }
     *out = t;
