@@ -66,6 +66,8 @@ struct si_job {
 struct si_job *si_job_new(enum si_job_kind kind);
 void si_job_ref(struct si_job *j);
 void si_job_unref(struct si_job *j);
+/* Wait (j->mu held) until the job changes or ms milliseconds pass. */
+void si_job_wait(struct si_job *j, long ms);
 /* Mark a job whose client went away (it stops at its next token, or is
  * dropped if still queued). */
 void si_job_cancel(struct si_job *j);

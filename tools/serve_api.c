@@ -586,14 +586,7 @@ bool si_api_stream_next(struct si_serve *sv, struct si_job *j, struct si_stream_
         return ok;
     }
     while (j->safe <= st->sent && j->state != SI_JOB_DONE && !sv->stopping) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 200000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        si_job_wait(j, 200);
         if (j->safe <= st->sent && j->state != SI_JOB_DONE && gone != NULL && gone(gone_arg)) {
             j->cancelled = true; /* the slot stops at its next token */
             st->over = true;

@@ -150,14 +150,7 @@ static enum MHD_Result generate(struct si_http *h, struct MHD_Connection *c,
     pthread_mutex_lock(&j->mu);
     bool gone = false;
     while (j->state != SI_JOB_DONE && !gone) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 200000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        si_job_wait(j, 200);
         if (j->state != SI_JOB_DONE && client_gone(c)) {
             j->cancelled = true;
             gone = true;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct slot {
     struct si_slots *s;
@@ -69,6 +70,19 @@ void si_job_unref(struct si_job *j)
     free(j->tokens);
     free(j->text);
     free(j);
+}
+
+void si_job_wait(struct si_job *j, long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (ms % 1000) * 1000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&j->cv, &j->mu, &t);
 }
 
 void si_job_cancel(struct si_job *j)
