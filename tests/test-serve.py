@@ -289,5 +289,14 @@ f.check(st == 200 and 0 < r["usage"]["completion_tokens"] < 4000,
 f.check("stopping" in s.stderr(), f"serve's stderr: {s.stderr()!r}")
 print(f"ok: SIGTERM with a request in flight: exit {rc}, the request answered {st}")
 
+# ---------------------------------------------------------- 7. tools/bench-serve runs
+bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "bench-serve")
+r = subprocess.run([sys.executable, bench, "-m", tiny, "--concurrency", "1,2", "-n", "4",
+                    "--prompt-tokens", "8"], capture_output=True, text=True, timeout=300)
+rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| 1 | starinfer") or
+        ln.startswith("| 2 | starinfer")]
+f.check(r.returncode == 0 and len(rows) == 2, f"bench-serve: exit {r.returncode}, {r.stdout!r} "
+        f"{r.stderr[-500:]!r}")
+
 subprocess.run(["rm", "-rf", tmp])
 f.exit()
