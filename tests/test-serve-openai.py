@@ -64,6 +64,21 @@ f.check("".join(parts) == answer and len(parts) > 1 and finish == r.choices[0].f
         usage is not None and usage.completion_tokens == r.usage.completion_tokens,
         f"streamed chat {''.join(parts)!r} ({len(parts)} chunks, {finish}, {usage}) != {answer!r}")
 
+# the next turn: the slot's cache holds the conversation so far (the prompt
+# and the answer), only the new turn is evaluated; the answer is the same as
+# from scratch (cache_prompt false)
+msgs2 = msgs + [{"role": "assistant", "content": answer},
+                {"role": "user", "content": "And of Italy?"}]
+r2 = c.chat.completions.create(model="smol", messages=msgs2, temperature=0, max_tokens=40)
+r3 = c.chat.completions.create(model="smol", messages=msgs2, temperature=0, max_tokens=40,
+                               extra_body={"cache_prompt": False})
+cached = r2.usage.prompt_tokens_details.cached_tokens
+print(f"second turn: {r2.choices[0].message.content!r}, {cached} of {r2.usage.prompt_tokens} "
+      "prompt tokens from the cache")
+f.check(cached > r.usage.prompt_tokens and r3.usage.prompt_tokens_details.cached_tokens == 0 and
+        r2.choices[0].message.content == r3.choices[0].message.content,
+        f"second turn: {r2} vs from scratch {r3}")
+
 r = c.completions.create(model="smol", prompt="The capital of France is", max_tokens=8,
                          temperature=0)
 print("completion:", repr(r.choices[0].text))

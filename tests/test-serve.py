@@ -92,6 +92,22 @@ f.check(st == 200 and deltas[0]["choices"][0]["delta"].get("role") == "assistant
         all(e["object"] == "chat.completion.chunk" for e in ev if e != "[DONE]"),
         f"streamed chat: {st} {ev}")
 
+# the next turn of a conversation: the slot's cache holds its start (the turns
+# before), only the rest is evaluated, and the answer is the one from scratch
+turn1 = r["choices"][0]["message"]["content"]
+msgs2 = msgs + [{"role": "assistant", "content": turn1}, {"role": "user", "content": "and then?"}]
+st, r2 = s.post("/v1/chat/completions", {"messages": msgs2, "max_tokens": 8, "ignore_eos": True})
+st, r3 = s.post("/v1/chat/completions", {"messages": msgs2, "max_tokens": 8, "ignore_eos": True,
+                                         "cache_prompt": False})
+c2 = r2.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", -1)
+c3 = r3.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", -1)
+f.check(st == 200 and c2 > 0 and c3 == 0 and
+        r2["usage"]["prompt_tokens"] == r3["usage"]["prompt_tokens"] and
+        r2["choices"][0]["message"] == r3["choices"][0]["message"],
+        f"second turn: cached {c2} (from scratch {c3}), {r2.get('choices')} vs {r3.get('choices')}")
+print(f"ok: a second turn reused {c2} of its {r2['usage']['prompt_tokens']} prompt tokens, "
+      "same answer as from scratch")
+
 # a stop sequence: the text ends before it, finish_reason stop
 # (two ASCII characters past the first: the model's other bytes may not be
 # UTF-8, and a stop sequence matches the bytes the model makes)
@@ -134,6 +150,7 @@ st, _, r = s.request("GET", "/metrics")
 m = r.decode()
 for name in ("starinfer_requests_total", "starinfer_requests_processing", "starinfer_requests_queued",
              "starinfer_tokens_generated_total", "starinfer_generation_tokens_per_second",
+             "starinfer_prompt_tokens_cached_total",
              "starinfer_kv_cache_tokens{slot=\"1\"}", "starinfer_ffn_neurons_computed_ratio"):
     f.check(st == 200 and name in m, f"/metrics lacks {name}")
 

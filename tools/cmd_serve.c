@@ -37,6 +37,10 @@ static void serve_usage(FILE *f)
             "                          stay open\n"
             "      --max-body SIZE     largest request body (default 8M; more: 413)\n"
             "      --alias NAME        the model's name in the API (default: the file's)\n"
+            "      --no-cache-prompt   evaluate every prompt from an empty cache (default: a\n"
+            "                          slot keeps its cache, and a prompt that starts as its\n"
+            "                          last conversation did evaluates only the rest; a\n"
+            "                          request's \"cache_prompt\": false does so for itself)\n"
             "  -n, --n-predict N       tokens a request generates when it gives no\n"
             "                          max_tokens (default: up to the context's end)\n"
             "The sampling options and --ignore-eos set a request's defaults; its own\n"
@@ -84,6 +88,7 @@ int si_cmd_serve(int argc, char **argv)
     si_run_opts_init(&o, "serve", -1, -1);
     const char *host = "127.0.0.1", *api_key = getenv("STARINFER_API_KEY"), *alias = NULL;
     long long port = 8080, parallel = 1, queue = 64;
+    bool cache_prompt = true;
     size_t max_body = 8u << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -117,6 +122,8 @@ int si_cmd_serve(int argc, char **argv)
             if ((v = si_cli_value(argc, argv, &i)) == NULL ||
                 !size_value("--max-body", v, &max_body))
                 return 1;
+        } else if (!strcmp(a, "--no-cache-prompt")) {
+            cache_prompt = false;
         } else if (!strcmp(a, "--alias")) {
             if ((alias = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -174,6 +181,7 @@ int si_cmd_serve(int argc, char **argv)
     sv.default_max_tokens = o.n_predict > 0 ? (int32_t)o.n_predict : 0;
     sv.sampling = o.cp.sampling;
     sv.ignore_eos = o.ignore_eos;
+    sv.cache_prompt = cache_prompt;
     sv.started = (int64_t)time(NULL);
     si_run_note_ctx(llm, si_slots_n_ctx(sv.slots));
     int p = (int)port;

@@ -41,6 +41,7 @@ struct si_job {
     int32_t n_tokens;
     int32_t max_tokens; /* most tokens to generate */
     bool ignore_eos;
+    bool cache_prompt; /* start from the slot's cache where it holds the prompt's start */
     struct si_sampling_params sampling;
     char *stop[SI_SERVE_MAX_STOP];
     int n_stop;
@@ -58,6 +59,7 @@ struct si_job {
     size_t safe;      /* text[0..safe) cannot become part of a stop sequence */
     enum si_finish finish;
     int32_t n_prompt, n_generated;
+    int32_t n_cached; /* of n_prompt, the tokens the slot's cache already held */
     double prompt_seconds, generate_seconds;
     char error[256]; /* finish == SI_FINISH_ERROR */
 };
@@ -74,6 +76,7 @@ void si_job_cancel(struct si_job *j);
 
 struct si_serve_counters {
     int64_t requests, requests_failed, prompt_tokens, generated_tokens;
+    int64_t cached_tokens; /* prompt tokens not evaluated again: the slot had them */
     double prompt_seconds, generate_seconds;
     int running, queued;
     int64_t neurons_total, neurons_computed; /* FFN neurons over decoded tokens */
@@ -93,8 +96,9 @@ void si_slots_drain(struct si_slots *s);
 void si_slots_stop(struct si_slots *s);
 void si_slots_free(struct si_slots *s);
 
-/* Queue a job (takes a reference).  SI_OK, or SI_E_BUDGET when the queue is
- * full, SI_E_RUNTIME when stopping. */
+/* Queue a job (takes a reference).  An idle slot takes it at once: the one
+ * whose cache holds the longest start of its prompt.  SI_OK, or SI_E_BUDGET
+ * when every slot is busy and the queue is full, SI_E_RUNTIME when stopping. */
 int si_slots_submit(struct si_slots *s, struct si_job *j);
 
 int32_t si_slots_n_ctx(const struct si_slots *s); /* each slot's KV cache length */
@@ -113,6 +117,7 @@ struct si_serve {
     int32_t default_max_tokens; /* -n; <= 0: up to the context's end */
     struct si_sampling_params sampling; /* defaults of a request */
     bool ignore_eos;                    /* likewise */
+    bool cache_prompt;                  /* likewise (--no-cache-prompt: false) */
     int64_t started;       /* Unix time */
     volatile int stopping;
 };

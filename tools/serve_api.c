@@ -261,7 +261,9 @@ static bool read_sampling(struct si_serve *sv, json_t *o, struct si_job *j,
                     : sv->default_max_tokens > 0 ? sv->default_max_tokens
                                                  : si_slots_n_ctx(sv->slots);
     j->ignore_eos = sv->ignore_eos;
-    if (get_bool(o, "ignore_eos", &j->ignore_eos, r) < 0 || get_bool(o, "stream", &j->stream, r) < 0)
+    j->cache_prompt = sv->cache_prompt;
+    if (get_bool(o, "cache_prompt", &j->cache_prompt, r) < 0 ||
+        get_bool(o, "ignore_eos", &j->ignore_eos, r) < 0 || get_bool(o, "stream", &j->stream, r) < 0)
         return false;
     json_t *so = json_object_get(o, "stream_options");
     if (so != NULL && !json_is_null(so)) {
@@ -486,17 +488,19 @@ static const char *finish_name(enum si_finish f)
 
 static json_t *usage_json(const struct si_job *j)
 {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", (json_int_t)j->n_prompt,
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (json_int_t)j->n_prompt,
                      "completion_tokens", (json_int_t)j->n_generated, "total_tokens",
-                     (json_int_t)(j->n_prompt + j->n_generated));
+                     (json_int_t)(j->n_prompt + j->n_generated), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)j->n_cached);
 }
 
 /* llama-server's extension: the job's speeds. */
 static json_t *timings_json(const struct si_job *j)
 {
-    return json_pack("{s:i,s:f,s:f,s:i,s:f,s:f}", "prompt_n", (json_int_t)j->n_prompt, "prompt_ms",
+    const int32_t evaluated = j->n_prompt - j->n_cached;
+    return json_pack("{s:i,s:f,s:f,s:i,s:f,s:f}", "prompt_n", (json_int_t)evaluated, "prompt_ms",
                      j->prompt_seconds * 1e3, "prompt_per_second",
-                     j->prompt_seconds > 0 ? j->n_prompt / j->prompt_seconds : 0.0,
+                     j->prompt_seconds > 0 ? evaluated / j->prompt_seconds : 0.0,
                      "predicted_n", (json_int_t)j->n_generated, "predicted_ms",
                      j->generate_seconds * 1e3, "predicted_per_second",
                      j->generate_seconds > 0 ? j->n_generated / j->generate_seconds : 0.0);
@@ -676,6 +680,9 @@ void si_api_metrics(struct si_serve *sv, struct si_api_reply *r)
     M("requests_queued", "gauge", "Requests waiting for a slot.", "%d", c.queued);
     M("prompt_tokens_total", "counter", "Prompt tokens evaluated.", "%lld",
       (long long)c.prompt_tokens);
+    M("prompt_tokens_cached_total", "counter",
+      "Prompt tokens a slot's cache already held (not evaluated again).", "%lld",
+      (long long)c.cached_tokens);
     M("tokens_generated_total", "counter", "Tokens generated.", "%lld",
       (long long)c.generated_tokens);
     M("prompt_seconds_total", "counter", "Time spent evaluating prompts.", "%.6f",

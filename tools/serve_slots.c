@@ -17,7 +17,10 @@ struct slot {
     pthread_t th;
     bool started;
     int32_t used;           /* tokens in the cache after the last job (under s->mu) */
+    int32_t *cached;        /* those tokens, a copy (under s->mu) */
     struct si_job *current; /* the job running (under s->mu) */
+    struct si_job *next;    /* a job handed to this idle slot (under s->mu) */
+    bool idle;              /* waiting for a job (under s->mu) */
 };
 
 struct si_slots {
@@ -177,7 +180,15 @@ static bool on_token(void *user, int32_t token, const char *text, size_t len)
 static void run_job(struct slot *sl, struct si_job *j)
 {
     struct si_context *ctx = sl->ctx;
-    si_context_reset(ctx);
+    /* The prompt's start the cache already holds is not evaluated again
+     * (a conversation's next turn resends the turns before it). */
+    int32_t k = 0;
+    if (j->cache_prompt)
+        k = si_context_reuse_prefix(ctx, j->tokens, j->n_tokens);
+    if (k <= 0) {
+        k = 0;
+        si_context_reset(ctx);
+    }
     si_context_reset_stats(ctx);
     if (si_context_set_sampling(ctx, j->sampling) != SI_OK) {
         fail(j, si_last_error());
@@ -187,13 +198,14 @@ static void run_job(struct slot *sl, struct si_job *j)
     gp.n_predict = j->max_tokens;
     gp.ignore_eos = j->ignore_eos;
     struct si_generate_result res = {0};
-    int rc = si_generate_tokens(ctx, j->tokens, j->n_tokens, gp, on_token, j, &res);
+    int rc = si_generate_tokens(ctx, j->tokens + k, j->n_tokens - k, gp, on_token, j, &res);
     struct si_stats st;
     si_context_get_stats(ctx, &st);
 
     struct si_slots *s = sl->s;
     pthread_mutex_lock(&s->mu);
     s->c.prompt_tokens += res.n_prompt;
+    s->c.cached_tokens += k;
     s->c.generated_tokens += res.n_generated;
     s->c.prompt_seconds += res.prompt_seconds;
     s->c.generate_seconds += res.generate_seconds;
@@ -201,10 +213,18 @@ static void run_job(struct slot *sl, struct si_job *j)
     s->c.neurons_computed += st.neurons_gpu + st.neurons_cpu;
     s->c.requests_failed += rc != SI_OK;
     sl->used = si_context_n_past(ctx);
+    int32_t *copy = realloc(sl->cached, ((size_t)sl->used + 1) * sizeof *copy);
+    if (copy != NULL) {
+        memcpy(copy, si_context_tokens(ctx), (size_t)sl->used * sizeof *copy);
+        sl->cached = copy;
+    } else {
+        sl->used = 0; /* no copy: no affinity */
+    }
     pthread_mutex_unlock(&s->mu);
 
     pthread_mutex_lock(&j->mu);
-    j->n_prompt = res.n_prompt;
+    j->n_prompt = res.n_prompt + k;
+    j->n_cached = k;
     j->n_generated = res.n_generated;
     j->prompt_seconds = res.prompt_seconds;
     j->generate_seconds = res.generate_seconds;
@@ -225,16 +245,23 @@ static void *slot_main(void *arg)
     struct si_slots *s = sl->s;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stopping && s->qlen == 0)
+        sl->idle = true;
+        while (!s->stopping && sl->next == NULL && s->qlen == 0)
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stopping) {
+        sl->idle = false;
+        if (s->stopping && sl->next == NULL) {
             pthread_mutex_unlock(&s->mu);
             return NULL;
         }
-        struct si_job *j = s->queue[s->qhead];
-        s->qhead = (s->qhead + 1) % s->queue_max;
-        s->qlen--;
-        s->c.queued--;
+        struct si_job *j = sl->next;
+        if (j != NULL) {
+            sl->next = NULL;
+        } else {
+            j = s->queue[s->qhead];
+            s->qhead = (s->qhead + 1) % s->queue_max;
+            s->qlen--;
+            s->c.queued--;
+        }
         s->c.running++;
         sl->current = j;
         pthread_mutex_unlock(&s->mu);
@@ -311,9 +338,12 @@ void si_slots_drain(struct si_slots *s)
         fail(j, "the server is stopping");
         si_job_unref(j);
     }
-    for (int i = 0; s->slot != NULL && i < s->n; i++)
+    for (int i = 0; s->slot != NULL && i < s->n; i++) {
         if (s->slot[i].current != NULL)
             si_job_cancel(s->slot[i].current); /* it stops at its next token */
+        if (s->slot[i].next != NULL)
+            si_job_cancel(s->slot[i].next); /* its slot ends it unstarted */
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -335,8 +365,10 @@ void si_slots_free(struct si_slots *s)
     if (s == NULL)
         return;
     si_slots_stop(s);
-    for (int i = 0; s->slot != NULL && i < s->n; i++)
+    for (int i = 0; s->slot != NULL && i < s->n; i++) {
         si_context_free(s->slot[i].ctx);
+        free(s->slot[i].cached);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->slot);
@@ -348,9 +380,31 @@ int si_slots_submit(struct si_slots *s, struct si_job *j)
 {
     pthread_mutex_lock(&s->mu);
     int rc = SI_OK;
+    /* an idle slot, the one whose cache holds most of the prompt's start */
+    int best = -1;
+    int32_t best_k = -1;
+    for (int i = 0; !s->stopping && i < s->n; i++) {
+        const struct slot *sl = &s->slot[i];
+        if (!sl->idle || sl->next != NULL)
+            continue;
+        int32_t k = 0;
+        while (j->cache_prompt && k < sl->used && k < j->n_tokens - 1 && sl->cached[k] == j->tokens[k])
+            k++;
+        if (k > best_k) {
+            best = i;
+            best_k = k;
+        }
+    }
     if (s->stopping)
         rc = SI_E_RUNTIME;
-    else if (s->qlen >= s->queue_max)
+    else if (best >= 0) {
+        si_job_ref(j);
+        s->slot[best].next = j;
+        s->c.requests++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return SI_OK;
+    } else if (s->qlen >= s->queue_max)
         rc = SI_E_BUDGET;
     if (rc == SI_OK) {
         si_job_ref(j);
