@@ -417,8 +417,11 @@ static void test_model(void)
     si_train_samples_free(s2);
     free(thr);
 
-    /* Training lowers the loss and raises recall; the same seed, the same weights. */
+    /* Training lowers the loss and raises recall; the same seed, the same
+     * weights, whatever the number of threads of the elementwise steps (one
+     * here, three for the second fit). */
     struct si_train_params tp = si_train_default_params();
+    tp.threads = 1;
     tp.epochs = 20;
     tp.batch = 64;
     tp.lr = 5e-3f;
@@ -436,11 +439,16 @@ static void test_model(void)
         CHECK(L[l].after.pred_sparsity > 0.7, "predicted sparsity %.4f (planted 0.9)",
               L[l].after.pred_sparsity);
     }
-    CHECK(si_train_fit(s, 1, 32, &tp, &again, err, sizeof err) == SI_OK, "fit: %s", err);
+    struct si_train_params tp3 = tp;
+    tp3.threads = 3;
+    CHECK((size_t)tp.batch * (size_t)ff > 2 * 4096, "the batch's pairs fit in one chunk: "
+          "the threads would not be tested");
+    CHECK(si_train_fit(s, 1, 32, &tp3, &again, err, sizeof err) == SI_OK, "fit: %s", err);
     CHECK(again.fc1 != NULL && L[1].fc1 != NULL &&
               !memcmp(again.fc1, L[1].fc1, (size_t)32 * d * sizeof(float)) &&
-              !memcmp(again.fc2, L[1].fc2, (size_t)ff * 32 * sizeof(float)),
-          "a second fit with the same seed gave other weights");
+              !memcmp(again.fc2, L[1].fc2, (size_t)ff * 32 * sizeof(float)) &&
+              again.train_loss == L[1].train_loss,
+          "a second fit with the same seed (3 threads, not 1) gave other weights or loss");
     si_train_layer_clear(&again);
 
     /* Write (F32: the floats exactly), read back through the model loader. */

@@ -558,6 +558,7 @@ int si_cmd_train(int argc, char **argv)
     /* Training. */
     openblas_set_num_threads(threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     struct si_train_params tp = si_train_default_params();
+    tp.threads = threads > 0 ? (int32_t)threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     tp.target_recall = recall;
     tp.rank_step = (int32_t)step;
     tp.rank_min = (int32_t)min_rank;

@@ -16,10 +16,16 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+/* par_for's chunk: elements of an elementwise step a thread takes at once */
+#define PAR_CHUNK ((size_t)4096)
 
 /* ------------------------------------------------------------ samples */
 
@@ -534,6 +540,7 @@ struct work {
     float *cb;             /* (B, ff) the pairs' weights, with ld->c */
     float *h, *dh;         /* (B, r) */
     float *z;              /* (B, ff), then the gradient in place */
+    double *sums;          /* the loss of each chunk of z (par_for) */
 };
 
 static void work_free(struct work *w)
@@ -547,6 +554,7 @@ static void work_free(struct work *w)
     free(w->m2);
     free(w->v2);
     free(w->xb);
+    free(w->sums);
     free(w->yb);
     free(w->cb);
     free(w->h);
@@ -577,8 +585,9 @@ static int work_init(struct work *w, const struct layer_data *ld, int32_t r, int
     w->h = malloc((size_t)B * (size_t)r * sizeof(float));
     w->dh = malloc((size_t)B * (size_t)r * sizeof(float));
     w->z = malloc((size_t)B * (size_t)ld->ff * sizeof(float));
+    w->sums = malloc(((size_t)B * (size_t)ld->ff / PAR_CHUNK + 1) * sizeof(double));
     if (!w->w1 || !w->w2 || !w->g1 || !w->g2 || !w->m1 || !w->v1 || !w->m2 || !w->v2 || !w->xb ||
-        !w->yb || !w->h || !w->dh || !w->z) {
+        !w->yb || !w->h || !w->dh || !w->z || !w->sums) {
         work_free(w);
         return SI_E_NOMEM;
     }
@@ -599,8 +608,57 @@ static void forward(struct work *w, const struct layer_data *ld, const float *x,
 /* Weighted binary cross-entropy of logit z against y (stable form). */
 static inline double bce(float z, uint8_t y, float wp, float wn)
 {
-    const double l = (z > 0 ? z : 0) - (y ? z : 0) + log1p(exp(-fabs((double)z)));
-    return (y ? wp : wn) * l;
+    const float l = (z > 0 ? z : 0) - (y ? z : 0) + log1pf(expf(-fabsf(z)));
+    return (double)((y ? wp : wn) * l);
+}
+
+/* ------------------------------------------- elementwise steps in parallel */
+
+/* The elementwise steps of a minibatch (the loss's gradient over b x ff
+ * pairs, Adam over the weights) in fixed chunks of PAR_CHUNK elements,
+ * chunk c on thread c % T: what each element gets, and each chunk's partial
+ * sum, do not depend on T.  One thread below 2 chunks' work. */
+struct par {
+    void (*fn)(void *ctx, size_t c, size_t i0, size_t i1);
+    void *ctx;
+    size_t n, chunks;
+    int32_t t, nt;
+};
+
+static void *par_run(void *arg)
+{
+    const struct par *p = arg;
+    for (size_t c = (size_t)p->t; c < p->chunks; c += (size_t)p->nt) {
+        const size_t i0 = c * PAR_CHUNK, i1 = i0 + PAR_CHUNK < p->n ? i0 + PAR_CHUNK : p->n;
+        p->fn(p->ctx, c, i0, i1);
+    }
+    return NULL;
+}
+
+static void par_for(int32_t threads, size_t n, void (*fn)(void *, size_t, size_t, size_t),
+                    void *ctx)
+{
+    enum { MAX_T = 64 };
+    const size_t chunks = (n + PAR_CHUNK - 1) / PAR_CHUNK;
+    if (threads < 1)
+        threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t nt = threads < 1 ? 1 : threads > MAX_T ? MAX_T : threads;
+    if ((size_t)nt > chunks)
+        nt = chunks > 0 ? (int32_t)chunks : 1;
+    struct par p[MAX_T];
+    pthread_t th[MAX_T];
+    bool started[MAX_T] = {false};
+    for (int32_t t = 0; t < nt; t++)
+        p[t] = (struct par){fn, ctx, n, chunks, t, nt};
+    for (int32_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&th[t], NULL, par_run, &p[t]) == 0;
+    par_run(&p[0]);
+    for (int32_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            par_run(&p[t]); /* no thread: this one does its chunks */
+    }
 }
 
 /* Held-out quality at threshold 0. */
@@ -629,15 +687,57 @@ static void quality(struct work *w, const struct layer_data *ld, struct si_train
     q->loss = loss / pairs;
 }
 
-static void adam(float *wt, const float *g, float *m, float *v, size_t n, float lr, float c1,
-                 float c2)
+struct adam_step {
+    float *wt, *m, *v;
+    const float *g;
+    float lr, c1, c2;
+};
+
+static void adam_chunk(void *ctx, size_t c, size_t i0, size_t i1)
 {
+    (void)c;
+    const struct adam_step *a = ctx;
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    for (size_t k = 0; k < n; k++) {
-        m[k] = b1 * m[k] + (1 - b1) * g[k];
-        v[k] = b2 * v[k] + (1 - b2) * g[k] * g[k];
-        wt[k] -= lr * (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
+    for (size_t k = i0; k < i1; k++) {
+        a->m[k] = b1 * a->m[k] + (1 - b1) * a->g[k];
+        a->v[k] = b2 * a->v[k] + (1 - b2) * a->g[k] * a->g[k];
+        a->wt[k] -= a->lr * (a->m[k] / a->c1) / (sqrtf(a->v[k] / a->c2) + eps);
     }
+}
+
+static void adam(int32_t threads, float *wt, const float *g, float *m, float *v, size_t n,
+                 float lr, float c1, float c2)
+{
+    struct adam_step a = {wt, m, v, g, lr, c1, c2};
+    par_for(threads, n, adam_chunk, &a);
+}
+
+/* The loss's gradient in place of the logits z (of the batch's mean over
+ * samples of the summed losses); with sums, each chunk's loss. */
+struct grad_step {
+    float *z;
+    const uint8_t *y;
+    const float *cb; /* NULL: every pair weighs 1 */
+    float wp, wn, inv_b;
+    double *sums;    /* per chunk, or NULL */
+};
+
+static void grad_chunk(void *ctx, size_t c, size_t i0, size_t i1)
+{
+    const struct grad_step *g = ctx;
+    double loss = 0;
+    for (size_t q = i0; q < i1; q++) {
+        const float z = g->z[q];
+        const uint8_t y = g->y[q];
+        const float w = (g->cb != NULL ? g->cb[q] : 1.0f) * (y ? g->wp : g->wn);
+        const float e = expf(-fabsf(z)); /* one exp for the sigmoid and the loss */
+        const float sg = z >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        if (g->sums != NULL)
+            loss += (double)(w * ((z > 0 ? z : 0) - (y ? z : 0) + log1pf(e)));
+        g->z[q] = w * (sg - (float)y) * g->inv_b;
+    }
+    if (g->sums != NULL)
+        g->sums[c] = loss;
 }
 
 /* Train at width r from a seeded start; the result into out. */
@@ -693,16 +793,13 @@ static int fit(const struct layer_data *ld, int32_t r, const struct si_train_par
             }
             forward(&w, ld, w.xb, b);
             /* dL/dz of the batch's mean (over samples) of the summed losses. */
-            const float inv_b = 1.0f / (float)b;
-            for (size_t q = 0; q < (size_t)b * (size_t)ff; q++) {
-                const float z = w.z[q];
-                const uint8_t y = w.yb[q];
-                const float c = ld->c != NULL ? w.cb[q] : 1.0f;
-                if (last)
-                    loss += c * bce(z, y, ld->w_pos, ld->w_neg);
-                const float sg = 1.0f / (1.0f + expf(-z));
-                w.z[q] = c * (y ? ld->w_pos : ld->w_neg) * (sg - (float)y) * inv_b;
-            }
+            const size_t pairs = (size_t)b * (size_t)ff;
+            struct grad_step gs = {w.z,      w.yb,     ld->c != NULL ? w.cb : NULL,
+                                   ld->w_pos, ld->w_neg, 1.0f / (float)b,
+                                   last ? w.sums : NULL};
+            par_for(p->threads, pairs, grad_chunk, &gs);
+            for (size_t c = 0; last && c < (pairs + PAR_CHUNK - 1) / PAR_CHUNK; c++)
+                loss += w.sums[c];
             /* g2 = dz^T h; dh = dz w2, masked by relu; g1 = dh^T x. */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ff, r, b, 1.0f, w.z, ff, w.h, r,
                         0.0f, w.g2, r);
@@ -718,8 +815,10 @@ static int fit(const struct layer_data *ld, int32_t r, const struct si_train_par
             c1p *= 0.9;
             c2p *= 0.999;
             const float lr = p->lr * (float)(1.0 - 0.9 * (double)(t - 1) / (double)total);
-            adam(w.w1, w.g1, w.m1, w.v1, (size_t)r * d, lr, (float)(1 - c1p), (float)(1 - c2p));
-            adam(w.w2, w.g2, w.m2, w.v2, (size_t)ff * r, lr, (float)(1 - c1p), (float)(1 - c2p));
+            adam(p->threads, w.w1, w.g1, w.m1, w.v1, (size_t)r * d, lr, (float)(1 - c1p),
+                 (float)(1 - c2p));
+            adam(p->threads, w.w2, w.g2, w.m2, w.v2, (size_t)ff * r, lr, (float)(1 - c1p),
+                 (float)(1 - c2p));
         }
         if (last)
             out->train_loss = loss / ((double)ld->n_tr * (double)ff);

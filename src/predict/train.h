@@ -162,6 +162,9 @@ struct si_train_params {
     float pos_weight;     /* extra weight of the positives (1: balanced) */
     double holdout;       /* share of samples held out for recall (0.1) */
     uint64_t seed;        /* shuffling and initialisation (1) */
+    int32_t threads;      /* threads for the elementwise steps (the loss's
+                           * gradient, Adam; 0: the online CPUs); the
+                           * weights do not depend on it */
     /* The loss: SI_TRAIN_LOSS_BALANCED (default) as described above, or
      * SI_TRAIN_LOSS_COST: each (sample, neuron) pair's cross-entropy
      * weighted by the cost of getting it wrong, |v^P - t_l^P| with v the
