@@ -9,6 +9,7 @@
 # Prepared here (the build machine), from the repository root:
 #   tools/setup && tools/device-test prepare
 #   cp "$(tools/build-peer --cuda --cuda-arch 90)" "$(tools/build-peer)" .device/peer/
+#   (the CUDA peer takes over an hour to build on 2 cores: start it first)
 #   cp /usr/share/common-licenses/GPL-3 .device/gpl.txt
 #   starinfer synth (the line below) -o 13b.gguf
 #   starinfer profile -m 13b.gguf -f .device/gpl.txt -n 256 -c 256 -o .device/13b.prof
@@ -127,7 +128,13 @@ late 540 "CPU-only starinfer" || {
     STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
         --sparsity gate --profile $P --roofline 2>&1 | row
 }
-late 565 "the hybrid's trace" || {
+late 560 "CPU-only starinfer, 1 worker" || {
+    # the cold slices' kernel on one core alone: 4.9 GB/s a core with 15 (2026-11-28)
+    stamp "starinfer CPU only, 1 worker (STARPU_NCPU=1): gate"
+    STARPU_NCUDA=0 STARPU_NCPU=1 timeout 30 "$SI" bench -m $M --prompt-tokens 8 -n 8 -r 1 -c 32 \
+        --sparsity gate --profile $P 2>&1 | row
+}
+late 570 "the hybrid's trace" || {
     stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
     mkdir -p "$O/fxt"
     STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 25 "$SI" generate -m $GM \
