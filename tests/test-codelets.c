@@ -63,6 +63,11 @@ int main(void)
             CHECK(kinds[j].cl->model != cl->model &&
                       strcmp(kinds[j].cl->model->symbol, cl->model->symbol) != 0,
                   "%s and %s share a perfmodel", kinds[i].var, kinds[j].var);
+        /* StarPU's statistics and traces name a task without its own name
+         * by its codelet's: one name, one codelet */
+        for (int j = 0; j < i && cl->name != NULL; j++)
+            CHECK(kinds[j].cl->name == NULL || strcmp(kinds[j].cl->name, cl->name) != 0,
+                  "%s and %s share the name \"%s\"", kinds[i].var, kinds[j].var, cl->name);
 #ifdef SI_USE_CUDA
         CHECK((cl->cuda_funcs[0] != NULL) == kinds[i].cuda, "%s: CUDA function %s", kinds[i].var,
               kinds[i].cuda ? "missing" : "unexpected");

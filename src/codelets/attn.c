@@ -448,7 +448,7 @@ struct starpu_codelet si__cl_agrp = {
     .cpu_funcs = {attn_grp_cpu},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &agrp_model,
-    .name = "attn",
+    .name = "attn_grp",
 };
 struct starpu_codelet si__cl_ao = {
     .cpu_funcs = {ao_cpu},

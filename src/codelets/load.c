@@ -187,5 +187,5 @@ struct starpu_codelet si__cl_flash = {
     .nbuffers = 5,
     .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
     .model = &flash_model,
-    .name = "ffn_cold",
+    .name = "ffn_flash",
 };

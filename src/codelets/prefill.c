@@ -848,5 +848,5 @@ struct starpu_codelet si__cl_bhead = {
     .nbuffers = 4,
     .modes = {STARPU_R, STARPU_RW, STARPU_W, STARPU_R},
     .model = &bhead_model,
-    .name = "norm+lm_head",
+    .name = "norm+lm_head_last",
 };
