@@ -43,9 +43,12 @@ struct si_engine_params {
     bool hot_on_cpu;                      /* testing: place the hot slice and the GPU's attention
                                            * layers as with a GPU, but run them on CPU workers (no
                                            * CUDA worker needed) */
-    bool gpu_twin;                        /* testing, with hot_on_cpu: those attention tasks run
-                                           * the GPU's steps with the CPU twins of its kernels
-                                           * (codelets/attn.c) instead of the reference's */
+    bool gpu_twin;                        /* testing, with hot_on_cpu: the tasks a GPU would
+                                           * run (the attention of its layers, codelets/attn.c;
+                                           * the hot FFN slice, decoding and prompt batches,
+                                           * si__ffn_gpu_token in codelets/ffn.c) run the GPU's
+                                           * steps with the CPU twins of its kernels instead of
+                                           * the reference's, on the CPU worker in its stead */
     bool redux;      /* the slices add into the layer output through
                       * STARPU_REDUX instead of the merge task adding their
                       * partial outputs (see docs/measurements.md); gate and
