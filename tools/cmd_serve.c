@@ -49,26 +49,6 @@ static void serve_usage(FILE *f)
     fprintf(f, "  -h, --help              show this help\n");
 }
 
-static bool size_value(const char *flag, const char *v, size_t *out)
-{
-    char *end;
-    double d = strtod(v, &end);
-    double mul = 1;
-    if (end != v && *end != '\0') {
-        mul = *end == 'k' || *end == 'K' ? 1024.0
-              : *end == 'm' || *end == 'M' ? 1024.0 * 1024
-              : *end == 'g' || *end == 'G' ? 1024.0 * 1024 * 1024
-                                           : 0;
-        end++;
-    }
-    if (end == v || *end != '\0' || mul == 0 || !(d >= 1) || d * mul > 1e12) {
-        si_cli_error("%s: '%s' is not a size such as 65536, 512K or 8M", flag, v);
-        return false;
-    }
-    *out = (size_t)(d * mul);
-    return true;
-}
-
 /* The model's name in the API: --alias, else the file name without .gguf. */
 static char *model_id(const char *alias, const char *path)
 {
@@ -119,9 +99,12 @@ int si_cmd_serve(int argc, char **argv)
             if ((api_key = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
         } else if (!strcmp(a, "--max-body")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !size_value("--max-body", v, &max_body))
+            int64_t mb;
+            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size("--max-body", v, &mb))
                 return 1;
+            if (mb < 1)
+                return si_cli_error("--max-body: must be at least 1 byte");
+            max_body = (size_t)mb;
         } else if (!strcmp(a, "--no-cache-prompt")) {
             cache_prompt = false;
         } else if (!strcmp(a, "--alias")) {
