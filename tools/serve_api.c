@@ -656,22 +656,21 @@ void si_api_metrics(struct si_serve *sv, struct si_api_reply *r)
 {
     const int n = si_slots_count(sv->slots);
     int32_t *used = calloc((size_t)n, sizeof *used);
-    size_t cap = 4096 + (size_t)n * 96;
-    char *b = malloc(cap);
-    if (used == NULL || b == NULL) {
+    char *b = NULL;
+    size_t len = 0;
+    FILE *f = used != NULL ? open_memstream(&b, &len) : NULL;
+    if (f == NULL) {
         free(used);
-        free(b);
         si_api_error(r, 500, "server_error", NULL, "out of memory");
         return;
     }
     struct si_serve_counters c;
     si_slots_counters(sv->slots, &c, used);
-    size_t o = 0;
 #define M(name, type, help, fmt, ...)                                                              \
-    o += (size_t)snprintf(b + o, cap - o,                                                          \
-                          "# HELP starinfer_" name " " help "\n# TYPE starinfer_" name " " type    \
-                          "\nstarinfer_" name " " fmt "\n",                                        \
-                          __VA_ARGS__)
+    fprintf(f,                                                                                     \
+            "# HELP starinfer_" name " " help "\n# TYPE starinfer_" name " " type                 \
+            "\nstarinfer_" name " " fmt "\n",                                                      \
+            __VA_ARGS__)
     M("requests_total", "counter", "Requests accepted into the queue.", "%lld",
       (long long)c.requests);
     M("requests_failed_total", "counter", "Requests whose generation failed.", "%lld",
@@ -698,14 +697,17 @@ void si_api_metrics(struct si_serve *sv, struct si_api_reply *r)
       c.neurons_total > 0 ? (double)c.neurons_computed / (double)c.neurons_total : 0.0);
     M("kv_cache_size_tokens", "gauge", "Each slot's KV cache length.", "%d",
       si_slots_n_ctx(sv->slots));
-    o += (size_t)snprintf(b + o, cap - o,
-                          "# HELP starinfer_kv_cache_tokens Tokens in each slot's KV cache after "
-                          "its last request.\n# TYPE starinfer_kv_cache_tokens gauge\n");
-    for (int i = 0; i < n; i++)
-        o += (size_t)snprintf(b + o, cap - o, "starinfer_kv_cache_tokens{slot=\"%d\"} %d\n", i,
-                              used[i]);
 #undef M
+    fprintf(f, "# HELP starinfer_kv_cache_tokens Tokens in each slot's KV cache after its last "
+               "request.\n# TYPE starinfer_kv_cache_tokens gauge\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "starinfer_kv_cache_tokens{slot=\"%d\"} %d\n", i, used[i]);
     free(used);
+    if (fclose(f) != 0 || b == NULL) {
+        free(b);
+        si_api_error(r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
     r->status = 200;
     r->body = b;
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
