@@ -259,7 +259,14 @@ for _ in range(2):
     bad = [(p, st, t) for p, st, t in results if st != 200 or t != alone[p]]
     f.check(len(results) == 160 and not bad, f"8 x 20 requests: {len(results)}, wrong: {bad[:3]}")
     rounds.append(rss_kib(s.p.pid))
-f.check(rounds[1] - rounds[0] < 512, f"RSS after each round of 160 requests: {rounds} KiB")
+# (AddressSanitizer keeps freed blocks in quarantine, so RSS grows by
+# design there; LeakSanitizer checks for leaks at the server's exit instead,
+# which the exit status below sees)
+asan = b"libasan" in subprocess.run(["ldd", SI], capture_output=True).stdout
+if asan:
+    print(f"note: RSS not compared under AddressSanitizer (its quarantine): {rounds} KiB")
+else:
+    f.check(rounds[1] - rounds[0] < 512, f"RSS after each round of 160 requests: {rounds} KiB")
 print(f"ok: 2 rounds of 8 clients x 20 requests, none failed; RSS after each {rounds} KiB")
 f.check(s.stop() == 0, "exit status after the load")
 
