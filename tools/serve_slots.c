@@ -177,6 +177,23 @@ static bool on_token(void *user, int32_t token, const char *text, size_t len)
     return go;
 }
 
+/* The slot is free again (under s->mu): done before its job is finished,
+ * so that a client that sends its next request as soon as it has the answer
+ * finds the slot idle, its cache published. */
+static void release_locked(struct slot *sl)
+{
+    sl->current = NULL;
+    sl->s->c.running--;
+    sl->idle = true;
+}
+
+static void release(struct slot *sl)
+{
+    pthread_mutex_lock(&sl->s->mu);
+    release_locked(sl);
+    pthread_mutex_unlock(&sl->s->mu);
+}
+
 static void run_job(struct slot *sl, struct si_job *j)
 {
     struct si_context *ctx = sl->ctx;
@@ -191,7 +208,10 @@ static void run_job(struct slot *sl, struct si_job *j)
     }
     si_context_reset_stats(ctx);
     if (si_context_set_sampling(ctx, j->sampling) != SI_OK) {
-        fail(j, si_last_error());
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", si_last_error());
+        release(sl);
+        fail(j, msg);
         return;
     }
     struct si_generate_params gp = si_generate_default_params();
@@ -220,6 +240,7 @@ static void run_job(struct slot *sl, struct si_job *j)
     } else {
         sl->used = 0; /* no copy: no affinity */
     }
+    release_locked(sl);
     pthread_mutex_unlock(&s->mu);
 
     pthread_mutex_lock(&j->mu);
@@ -271,14 +292,12 @@ static void *slot_main(void *arg)
         if (!gone)
             j->state = SI_JOB_RUNNING;
         pthread_mutex_unlock(&j->mu);
-        if (gone)
+        if (gone) {
+            release(sl);
             fail(j, "the client went away");
-        else
-            run_job(sl, j);
-        pthread_mutex_lock(&s->mu);
-        sl->current = NULL;
-        s->c.running--;
-        pthread_mutex_unlock(&s->mu);
+        } else {
+            run_job(sl, j); /* it releases the slot, then finishes the job */
+        }
         si_job_unref(j);
     }
 }
