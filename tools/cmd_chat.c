@@ -8,6 +8,7 @@
  * turn costs its own tokens, not the whole conversation again.  Reading
  * stdin line by line, it works the same on a terminal and on a pipe.
  */
+#include "buf.h"
 #include "cli.h"
 #include "run_opts.h"
 #include "starinfer.h"
@@ -39,33 +40,9 @@ static void chat_usage(FILE *f)
     fprintf(f, "  -h, --help              show this help\n");
 }
 
-/* A growing byte string. */
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
-static bool buf_add(struct buf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return true;
-}
-
 /* One user turn from stdin: a line, joined with the next while it ends with
  * a backslash.  false at the end of input (with nothing read). */
-static bool read_turn(struct buf *line)
+static bool read_turn(struct si_buf *line)
 {
     line->n = 0;
     if (line->p != NULL)
@@ -78,7 +55,7 @@ static bool read_turn(struct buf *line)
         bool eol = n > 0 && chunk[n - 1] == '\n';
         if (eol)
             n--;
-        if (!buf_add(line, chunk, n))
+        if (!si_buf_add(line, chunk, n))
             return false;
         if (!eol)
             continue; /* a longer line, or the last one without a newline */
@@ -94,7 +71,7 @@ static bool read_turn(struct buf *line)
 /* The next turn: read by rank 0 (the one mpirun gives stdin) and shared
  * with the other ranks, which run the same turns (one process: read).  1: a
  * turn in line, 0: the input ended (or Ctrl-C), -1: out of memory. */
-static int next_turn(struct si_context *ctx, struct buf *line)
+static int next_turn(struct si_context *ctx, struct si_buf *line)
 {
     const int rank = si_context_mpi_rank(ctx);
     int32_t hdr[2] = {0, 0}; /* a turn?, its length */
@@ -115,13 +92,13 @@ static int next_turn(struct si_context *ctx, struct buf *line)
     if (tmp == NULL)
         return -1;
     bool ok =
-        si_context_share(ctx, tmp, (size_t)hdr[1]) == SI_OK && buf_add(line, tmp, (size_t)hdr[1]);
+        si_context_share(ctx, tmp, (size_t)hdr[1]) == SI_OK && si_buf_add(line, tmp, (size_t)hdr[1]);
     free(tmp);
     return ok ? 1 : -1;
 }
 
 struct answer {
-    struct buf text;
+    struct si_buf text;
     bool oom;
 };
 
@@ -131,7 +108,7 @@ static bool stream_text(void *user, int32_t token, const char *text, size_t len)
     struct answer *a = user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    if (!buf_add(&a->text, text, len))
+    if (!si_buf_add(&a->text, text, len))
         a->oom = true;
     return !a->oom && !si_cli_interrupted();
 }
@@ -175,7 +152,7 @@ int si_cmd_chat(int argc, char **argv)
     struct si_context *ctx = NULL;
     struct si_chat_message *msgs = NULL;
     size_t n_msgs = 0, cap_msgs = 0;
-    struct buf line = {0}, conv = {0};
+    struct si_buf line = {0}, conv = {0};
     int32_t *toks = NULL;
     size_t cap_toks = 0;
     int rc = 1;

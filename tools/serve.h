@@ -15,6 +15,7 @@
 #ifndef SI_TOOLS_SERVE_H
 #define SI_TOOLS_SERVE_H
 
+#include "buf.h"
 #include "starinfer.h"
 
 #include <pthread.h>
@@ -54,8 +55,7 @@ struct si_job {
     int refs;
     enum si_job_state state;
     bool cancelled;   /* the client went away: stop at the next token */
-    char *text;       /* generated so far (UTF-8, whole characters) */
-    size_t len, cap;
+    struct si_buf text; /* generated so far (UTF-8, whole characters) */
     size_t safe;      /* text[0..safe) cannot become part of a stop sequence */
     enum si_finish finish;
     int32_t n_prompt, n_generated;

@@ -514,7 +514,7 @@ void si_api_result(struct si_serve *sv, struct si_job *j, struct si_api_reply *r
         pthread_mutex_unlock(&j->mu);
         return;
     }
-    json_t *text = text_json(j->text != NULL ? j->text : "", j->len);
+    json_t *text = text_json(j->text.p != NULL ? j->text.p : "", j->text.n);
     json_t *choice =
         j->kind == SI_JOB_CHAT
             ? json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant",
@@ -600,11 +600,11 @@ bool si_api_stream_next(struct si_serve *sv, struct si_job *j, struct si_stream_
     }
     if (j->safe > st->sent) {
         ok = put_event(buf, len,
-                       chunk(sv, j, delta(j, text_json(j->text + st->sent, j->safe - st->sent),
+                       chunk(sv, j, delta(j, text_json(j->text.p + st->sent, j->safe - st->sent),
                                           NULL)));
         st->sent = j->safe;
     }
-    if (ok && (j->state == SI_JOB_DONE || sv->stopping) && st->sent >= j->len) {
+    if (ok && (j->state == SI_JOB_DONE || sv->stopping) && st->sent >= j->text.n) {
         if (j->finish == SI_FINISH_ERROR || j->state != SI_JOB_DONE)
             ok = put_event(buf, len,
                            error_object("server_error", NULL, NULL,

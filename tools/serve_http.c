@@ -25,8 +25,7 @@ struct si_http {
 
 /* One request's state across the handler's calls. */
 struct request {
-    char *body;
-    size_t len, cap;
+    struct si_buf body;
     bool too_big;
 };
 
@@ -116,7 +115,7 @@ static enum MHD_Result generate(struct si_http *h, struct MHD_Connection *c,
 {
     struct si_serve *sv = h->sv;
     struct si_api_reply r = {0};
-    struct si_job *j = si_api_job(sv, kind, rq->body != NULL ? rq->body : "", rq->len, &r);
+    struct si_job *j = si_api_job(sv, kind, rq->body.p != NULL ? rq->body.p : "", rq->body.n, &r);
     if (j == NULL)
         return send_reply(c, &r);
     int rc = si_slots_submit(sv->slots, j);
@@ -249,26 +248,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     if (*upload_size > 0) {
-        if (!rq->too_big && rq->len + *upload_size > sv->max_body) {
+        if (!rq->too_big && rq->body.n + *upload_size > sv->max_body) {
             rq->too_big = true;
-            free(rq->body);
-            rq->body = NULL;
+            free(rq->body.p);
+            rq->body = (struct si_buf){0};
         }
-        if (!rq->too_big) {
-            if (rq->len + *upload_size + 1 > rq->cap) {
-                size_t cap = rq->cap ? rq->cap : 4096;
-                while (rq->len + *upload_size + 1 > cap)
-                    cap *= 2;
-                char *b = realloc(rq->body, cap);
-                if (b == NULL)
-                    return MHD_NO;
-                rq->body = b;
-                rq->cap = cap;
-            }
-            memcpy(rq->body + rq->len, upload, *upload_size);
-            rq->len += *upload_size;
-            rq->body[rq->len] = '\0';
-        }
+        if (!rq->too_big && !si_buf_add(&rq->body, upload, *upload_size))
+            return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
     }
@@ -285,7 +271,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return send_error(c, path_known ? 405 : 404, "invalid_request_error", msg);
     }
     struct si_api_reply r = {0};
-    const char *body = rq->body != NULL ? rq->body : "";
+    const char *body = rq->body.p != NULL ? rq->body.p : "";
     switch (routes[ri].route) {
     case R_PAGE:
         r = (struct si_api_reply){200, NULL, "text/html; charset=utf-8"};
@@ -306,10 +292,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case R_COMPLETIONS:
         return generate(h, c, SI_JOB_COMPLETION, rq);
     case R_TOKENIZE:
-        si_api_tokenize(sv, body, rq->len, &r);
+        si_api_tokenize(sv, body, rq->body.n, &r);
         break;
     case R_DETOKENIZE:
-        si_api_detokenize(sv, body, rq->len, &r);
+        si_api_detokenize(sv, body, rq->body.n, &r);
         break;
     case R_NONE:
         break;
@@ -326,7 +312,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct request *rq = *con_cls;
     if (rq != NULL) {
         __atomic_sub_fetch(&h->active, 1, __ATOMIC_SEQ_CST);
-        free(rq->body);
+        free(rq->body.p);
         free(rq);
         *con_cls = NULL;
     }

@@ -71,7 +71,7 @@ void si_job_unref(struct si_job *j)
     for (int i = 0; i < j->n_stop; i++)
         free(j->stop[i]);
     free(j->tokens);
-    free(j->text);
+    free(j->text.p);
     free(j);
 }
 
@@ -101,7 +101,7 @@ static void finish_locked(struct si_job *j, enum si_finish f)
 {
     if (j->finish == SI_FINISH_NONE)
         j->finish = f;
-    j->safe = j->len;
+    j->safe = j->text.n;
     j->state = SI_JOB_DONE;
     pthread_cond_broadcast(&j->cv);
 }
@@ -124,7 +124,7 @@ static size_t held_back(const struct si_job *j)
         if (sl == 0)
             continue;
         for (size_t k = sl - 1; k > best; k--)
-            if (k <= j->len && memcmp(j->text + j->len - k, j->stop[i], k) == 0) {
+            if (k <= j->text.n && memcmp(j->text.p + j->text.n - k, j->stop[i], k) == 0) {
                 best = k;
                 break;
             }
@@ -138,40 +138,31 @@ static bool on_token(void *user, int32_t token, const char *text, size_t len)
 {
     struct si_job *j = user;
     pthread_mutex_lock(&j->mu);
-    size_t old = j->len;
-    if (j->len + len + 1 > j->cap) {
-        size_t cap = j->cap ? j->cap : 256;
-        while (j->len + len + 1 > cap)
-            cap *= 2;
-        char *t = realloc(j->text, cap);
-        if (t == NULL) {
-            snprintf(j->error, sizeof j->error, "out of memory");
-            finish_locked(j, SI_FINISH_ERROR);
-            pthread_mutex_unlock(&j->mu);
-            return false;
-        }
-        j->text = t;
-        j->cap = cap;
+    size_t old = j->text.n;
+    if (!si_buf_add(&j->text, text, len)) {
+        snprintf(j->error, sizeof j->error, "out of memory");
+        finish_locked(j, SI_FINISH_ERROR);
+        pthread_mutex_unlock(&j->mu);
+        return false;
     }
-    memcpy(j->text + j->len, text, len);
-    j->len += len;
-    j->text[j->len] = '\0';
     if (token >= 0)
         j->n_generated++;
     bool go = !j->cancelled;
     for (int i = 0; i < j->n_stop; i++) {
         size_t sl = strlen(j->stop[i]);
         size_t from = old + 1 >= sl ? old + 1 - sl : 0;
-        char *hit = j->len >= sl ? strstr(j->text + from, j->stop[i]) : NULL;
+        /* (memmem: the model's text may hold NUL bytes) */
+        char *hit = j->text.n >= sl ? memmem(j->text.p + from, j->text.n - from, j->stop[i], sl)
+                                    : NULL;
         if (hit != NULL) {
-            j->len = (size_t)(hit - j->text);
-            j->text[j->len] = '\0';
+            j->text.n = (size_t)(hit - j->text.p);
+            j->text.p[j->text.n] = '\0';
             j->finish = SI_FINISH_STOP;
             go = false;
             break;
         }
     }
-    j->safe = go ? j->len - held_back(j) : j->len;
+    j->safe = go ? j->text.n - held_back(j) : j->text.n;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return go;
