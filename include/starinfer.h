@@ -436,6 +436,26 @@ SI_API struct si_context_params si_context_default_params(void);
 SI_API int si_context_init(struct si_llm *llm, struct si_context_params params,
                            struct si_context **out);
 
+/*
+ * Another context on first's engine: the same model, weights and options,
+ * with a KV cache, position, sampler and history of its own, so that it
+ * costs a KV cache (n_ctx positions) and not another copy of the engine.
+ * Contexts sharing an engine that evaluate at the same time, each on its
+ * own thread, are decoded together: a step takes the next token of every
+ * one of them as one batch, which reads the weights once.  A prompt goes
+ * in the batches it would have alone (n_batch tokens), a step each, which
+ * alternate with the others' steps.  A step waits for the contexts inside
+ * si_generate* to have their next token in, for at most 5 ms; a context
+ * evaluating outside one is not waited for.  Each context's results are
+ * those it gets alone, bit for bit (tests/test-shared.c): its decoding in
+ * the reference's arithmetic whatever the step's size, its prompt in its
+ * own batches.  first: a StarPU-engine context made with caller_worker
+ * false, whose engine takes batches (not n_batch 1, the flash tier or MPI):
+ * else SI_E_INVALID or SI_E_UNSUPPORTED with the reason; SI_E_NOMEM.  The
+ * contexts are freed in any order; the engine goes with the last.
+ */
+SI_API int si_context_init_shared(struct si_context *first, struct si_context **out);
+
 /* Free a context (the last StarPU context the library started StarPU for stops it). */
 SI_API void si_context_free(struct si_context *ctx);
 
@@ -623,6 +643,11 @@ struct si_stats {
     int64_t batch_tokens;      /* tokens it evaluated in prefill batches */
     double batch_seconds;
     int64_t batch_tasks;
+    /* Steps of contexts sharing the engine (si_context_init_shared), all of
+     * theirs since the reset: how many, their tokens, and the contexts they
+     * decoded together (shared_seqs / shared_steps: the mean batch). */
+    int64_t shared_steps, shared_tokens, shared_seqs;
+    double shared_seconds;
     enum si_prefill_mode prefill; /* their arithmetic: exact, int8 or blas (auto
                                    * as it resolved on this CPU) */
     int n_task_kinds;

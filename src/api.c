@@ -22,6 +22,7 @@
 #include "placement/placement.h"
 #include "predict/input_sparsity.h"
 #include "predict/profile.h"
+#include "shared.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -416,6 +417,8 @@ struct si_context {
     struct si_context_params p;
     struct si_ref *ref;     /* the reference state (the engine's own with the engine) */
     struct si_engine *eng;  /* NULL on the reference engine */
+    struct si__group *grp;  /* contexts sharing eng (si_context_init_shared), or NULL */
+    bool engaged;           /* in a generation, counted in grp's engaged */
     struct si_flash_store *fs; /* the flash tier's store, or NULL */
     bool holds_runtime;     /* counted in rt_users */
     atomic_bool busy;       /* a call that changes it is running (one thread at a time) */
@@ -899,6 +902,75 @@ static void leave(struct si_context *ctx)
     atomic_store(&ctx->busy, false);
 }
 
+static int context_init_shared(struct si_context *first, struct si_context **out)
+{
+    if (first->eng == NULL)
+        return fail(SI_E_UNSUPPORTED, "si_context_init_shared: the reference engine has no "
+                                      "engine to share (engine SI_ENGINE_STARPU does)");
+    if (first->p.caller_worker)
+        return fail(SI_E_INVALID, "si_context_init_shared: the first context was made with "
+                                  "caller_worker, which lets only its thread evaluate; shared "
+                                  "contexts evaluate on their own threads");
+    if (first->p.mpi)
+        return fail(SI_E_UNSUPPORTED, "si_context_init_shared: not across MPI ranks");
+    if (si_engine_n_batch(first->eng) <= 1)
+        return fail(SI_E_UNSUPPORTED,
+                    "si_context_init_shared: the engine takes no batches (n_batch 1, or the "
+                    "flash tier), and shared contexts are decoded as one");
+    char err[256];
+    int rc = runtime_acquire(false, false, err, sizeof err);
+    if (rc != SI_OK)
+        return fail(rc, "%s", err);
+    struct si_context *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL) {
+        runtime_release();
+        return fail(SI_E_NOMEM, "out of memory");
+    }
+    ctx->holds_runtime = true;
+    ctx->llm = first->llm;
+    ctx->p = first->p;
+    ctx->n_ctx = first->n_ctx;
+    if (first->grp == NULL) {
+        /* the engine (and the thresholds it borrows) now the group's */
+        if ((first->grp = si__group_new(first->eng, first->input_thr)) == NULL) {
+            context_destroy(ctx);
+            return fail(SI_E_NOMEM, "out of memory");
+        }
+        first->input_thr = NULL;
+    }
+    si__group_hold(first->grp);
+    ctx->grp = first->grp;
+    ctx->eng = first->eng;
+    si__group_lock(ctx->grp);
+    ctx->ref = si_engine_seq_new(ctx->eng);
+    ctx->base = si_engine_get_stats(ctx->eng);
+    si__group_unlock(ctx->grp);
+    ctx->hist = malloc((size_t)ctx->n_ctx * sizeof *ctx->hist);
+    ctx->smp = make_sampler(&ctx->p.sampling, ctx->llm->m->hp.n_vocab);
+    if (ctx->ref == NULL || ctx->hist == NULL || ctx->smp == NULL ||
+        !si__live_add(ctx, SI__LIVE_CONTEXT)) {
+        context_destroy(ctx);
+        return fail(SI_E_NOMEM, "out of memory (a shared context's KV cache: %.1f MiB)",
+                    mib(si_engine_seq_bytes(first->eng)));
+    }
+    atomic_fetch_add(&ctx->llm->n_contexts, 1);
+    *out = ctx;
+    return SI_OK;
+}
+
+int si_context_init_shared(struct si_context *first, struct si_context **out)
+{
+    if (out == NULL)
+        return fail(SI_E_INVALID, "si_context_init_shared: NULL out");
+    *out = NULL;
+    int rc = enter(first, "si_context_init_shared");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_init_shared(first, out);
+    leave(first);
+    return rc;
+}
+
 void si_context_free(struct si_context *ctx)
 {
     if (ctx == NULL)
@@ -914,10 +986,17 @@ static void context_destroy(struct si_context *ctx)
 {
     if (ctx == NULL)
         return;
-    if (ctx->eng != NULL)
+    if (ctx->grp != NULL) {
+        /* the engine goes with the group's last context */
+        si__group_lock(ctx->grp);
+        si_engine_seq_free(ctx->eng, ctx->ref); /* nothing for the engine's own */
+        si__group_unlock(ctx->grp);
+        si__group_drop(ctx->grp);
+    } else if (ctx->eng != NULL) {
         si_engine_free(ctx->eng);
-    else
+    } else {
         si_ref_free(ctx->ref);
+    }
     si_flash_store_free(ctx->fs); /* after the engine, which reads it */
     if (ctx->holds_runtime)
         runtime_release();
@@ -996,7 +1075,11 @@ static int check_token(const struct si_context *ctx, int32_t token)
 static int eval_one(struct si_context *ctx, int32_t token)
 {
     const int32_t pos = ctx->ref->n_past;
-    int rc = ctx->eng != NULL ? si_engine_eval(ctx->eng, token) : si_ref_eval(ctx->ref, token);
+    int32_t done = 0;
+    int rc = ctx->grp != NULL ? si__group_eval(ctx->grp, ctx->ref, &token, 1, false, ctx->engaged,
+                                               &done)
+             : ctx->eng != NULL ? si_engine_eval(ctx->eng, token)
+                                : si_ref_eval(ctx->ref, token);
     if (rc != SI_OK)
         return rc;
     ctx->hist[pos] = token;
@@ -1050,9 +1133,21 @@ static int context_eval_batch(struct si_context *ctx, const int32_t *tokens, int
         return fail(SI_E_BUDGET, "%d tokens do not fit the context: %d of its %d positions are "
                                  "used", n, start, ctx->n_ctx);
     const double t0 = si__now();
+    int rc = SI_OK;
+    if (ctx->grp != NULL) {
+        /* in the group's steps, which set the attention's arithmetic */
+        int32_t done = 0;
+        rc = si__group_eval(ctx->grp, ctx->ref, tokens, n, n >= 64, ctx->engaged, &done);
+        memcpy(ctx->hist + start, tokens, (size_t)done * sizeof *tokens);
+        ctx->have_logits = rc == SI_OK;
+        if (rc != SI_OK)
+            return eval_failed(ctx, rc, "evaluation of the batch");
+        ctx->prefill_seconds += si__now() - t0;
+        ctx->prefill_tokens += n;
+        return SI_OK;
+    }
     /* Batches of 64 tokens or more take llama.cpp's tiled f32 attention. */
     ctx->ref->attn_f32 = n >= 64;
-    int rc = SI_OK;
     if (ctx->eng != NULL && ctx->p.n_batch != 1) {
         rc = si_engine_eval_batch(ctx->eng, tokens, n);
         /* What went in (all of it unless StarPU failed half-way). */
@@ -1092,17 +1187,25 @@ const float *si_context_logits(const struct si_context *ctx)
 {
     if (!ctx_ok(ctx, "si_context_logits") || !ctx->have_logits)
         return NULL;
-    return ctx->eng != NULL ? si_engine_logits(ctx->eng) : ctx->ref->logits;
+    return ctx->eng != NULL && ctx->grp == NULL ? si_engine_logits(ctx->eng) : ctx->ref->logits;
 }
 
 void si_context_reset(struct si_context *ctx)
 {
     if (enter(ctx, "si_context_reset") != SI_OK)
         return;
-    if (ctx->eng != NULL)
+    if (ctx->grp != NULL) {
+        si__group_lock(ctx->grp);
+        if (ctx->ref == si_engine_ref(ctx->eng))
+            si_engine_reset(ctx->eng);
+        else
+            ctx->ref->n_past = 0;
+        si__group_unlock(ctx->grp);
+    } else if (ctx->eng != NULL) {
         si_engine_reset(ctx->eng);
-    else
+    } else {
         si_ref_reset(ctx->ref);
+    }
     ctx->have_logits = false;
     si_sampler_reset(ctx->smp);
     leave(ctx);
@@ -1118,7 +1221,11 @@ static int context_rewind(struct si_context *ctx, int32_t n_keep)
      * included, which keeps its position in its reference state. */
     if (n_keep < ctx->ref->n_past)
         ctx->have_logits = false;
+    if (ctx->grp != NULL)
+        si__group_lock(ctx->grp);
     ctx->ref->n_past = n_keep;
+    if (ctx->grp != NULL)
+        si__group_unlock(ctx->grp);
     resync_sampler(ctx);
     return SI_OK;
 }
@@ -1241,9 +1348,9 @@ static size_t utf8_whole(const char *buf, size_t n)
     return n;
 }
 
-static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
-                           struct si_generate_params gp, si_token_fn cb, void *user,
-                           struct si_generate_result *res)
+static int generate_run(struct si_context *ctx, const int32_t *tokens, int32_t n,
+                        struct si_generate_params gp, si_token_fn cb, void *user,
+                        struct si_generate_result *res)
 {
     struct si_generate_result r = {.stop = SI_STOP_LENGTH};
     if (res != NULL)
@@ -1345,6 +1452,22 @@ static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_
     return rc;
 }
 
+/* generate_run, its context engaged in its group's steps while it runs:
+ * they wait for its next token (shared.c). */
+static int generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
+                           struct si_generate_params gp, si_token_fn cb, void *user,
+                           struct si_generate_result *res)
+{
+    if (ctx->grp == NULL)
+        return generate_run(ctx, tokens, n, gp, cb, user, res);
+    ctx->engaged = true;
+    si__group_engage(ctx->grp, 1);
+    int rc = generate_run(ctx, tokens, n, gp, cb, user, res);
+    si__group_engage(ctx->grp, -1);
+    ctx->engaged = false;
+    return rc;
+}
+
 int si_generate_tokens(struct si_context *ctx, const int32_t *tokens, int32_t n,
                        struct si_generate_params gp, si_token_fn cb, void *user,
                        struct si_generate_result *res)
@@ -1421,7 +1544,11 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.neurons_total = ctx->ref_tokens * hp->n_layer * hp->n_ff;
         s.neurons_cpu = ctx->ref_active;
     } else {
+        if (ctx->grp != NULL)
+            si__group_lock(ctx->grp);
         const struct si_engine_stats e = si_engine_get_stats(ctx->eng), *b = &ctx->base;
+        if (ctx->grp != NULL)
+            si__group_unlock(ctx->grp);
         s.neurons_total = e.neurons_total - b->neurons_total;
         s.neurons_gpu = e.neurons_hot - b->neurons_hot;
         s.neurons_cpu = e.neurons_cold - b->neurons_cold;
@@ -1440,6 +1567,10 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.batch_tokens = e.batch_tokens - b->batch_tokens;
         s.batch_seconds = e.batch_seconds - b->batch_seconds;
         s.batch_tasks = e.batch_tasks - b->batch_tasks;
+        s.shared_steps = e.steps - b->steps;
+        s.shared_tokens = e.step_tokens - b->step_tokens;
+        s.shared_seqs = e.step_seqs - b->step_seqs;
+        s.shared_seconds = e.step_seconds - b->step_seconds;
         s.prefill = si_engine_prefill(ctx->eng);
         if (ctx->fs != NULL) {
             s.flash = true;
@@ -1476,7 +1607,12 @@ void si_context_reset_stats(struct si_context *ctx)
         return;
     ctx->prefill_tokens = ctx->decode_tokens = ctx->ref_tokens = ctx->ref_active = 0;
     ctx->prefill_seconds = ctx->decode_seconds = 0.0;
-    if (ctx->eng != NULL)
+    if (ctx->eng != NULL) {
+        if (ctx->grp != NULL)
+            si__group_lock(ctx->grp);
         ctx->base = si_engine_get_stats(ctx->eng);
+        if (ctx->grp != NULL)
+            si__group_unlock(ctx->grp);
+    }
     leave(ctx);
 }

@@ -204,7 +204,7 @@ error("POST", "/v1/completions", "{" + " " * 4000 + "}", 413, "--max-body",
 f.check(s.stop() == 0, "serve with a key: exit status")
 
 # ---------------------------------------------------------- 4. 8 clients at once
-s = Server("-m", tiny, "--parallel", "2", "--queue", "64", "--temp", "0", "-c", "256")
+s = Server("-m", tiny, "--parallel", "4", "--queue", "64", "--temp", "0", "-c", "256")
 alone = {}
 for p in prompts:
     st, r = s.post("/v1/completions", {"prompt": p, "max_tokens": 12, "ignore_eos": True})

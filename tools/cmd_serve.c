@@ -20,9 +20,10 @@ static void serve_usage(FILE *f)
             "\n"
             "Serve the model over HTTP with OpenAI's API (POST /v1/chat/completions,\n"
             "/v1/completions; GET /v1/models), /tokenize, /detokenize, /health, /metrics\n"
-            "(Prometheus) and a chat page at /.  Each of the N slots is a context of its own\n"
-            "(KV cache, sampler) on the one loaded model; requests beyond them wait in a\n"
-            "queue.  Stops on Ctrl-C or SIGTERM.\n"
+            "(Prometheus) and a chat page at /.  Each of the N slots is a conversation (KV\n"
+            "cache, sampler) on the one loaded model; the slots that generate at once are\n"
+            "decoded together, a token each per step, reading the weights once.  Requests\n"
+            "beyond them wait in a queue.  Stops on Ctrl-C or SIGTERM.\n"
             "\n"
             "Options:\n"
             "  -m, --model FILE        the model (GGUF)\n"
@@ -32,6 +33,9 @@ static void serve_usage(FILE *f)
             "      --parallel N        slots: conversations generated at once (default 1)\n"
             "      --queue N           requests that may wait for a slot (default 64; more:\n"
             "                          503)\n"
+            "      --separate-slots    each slot a context of its own (engine, weights),\n"
+            "                          decoded on its own: for comparison (default: the slots\n"
+            "                          share one engine; docs/server.md)\n"
             "      --api-key KEY       require 'Authorization: Bearer KEY' (default: the\n"
             "                          STARINFER_API_KEY variable, else none); / and /health\n"
             "                          stay open\n"
@@ -68,6 +72,7 @@ int si_cmd_serve(int argc, char **argv)
     si_run_opts_init(&o, "serve", -1, -1);
     const char *host = "127.0.0.1", *api_key = getenv("STARINFER_API_KEY"), *alias = NULL;
     long long port = 8080, parallel = 1, queue = 64;
+    bool separate = false;
     bool cache_prompt = true;
     size_t max_body = 8u << 20;
     for (int i = 1; i < argc; i++) {
@@ -107,6 +112,8 @@ int si_cmd_serve(int argc, char **argv)
             max_body = (size_t)mb;
         } else if (!strcmp(a, "--no-cache-prompt")) {
             cache_prompt = false;
+        } else if (!strcmp(a, "--separate-slots")) {
+            separate = true;
         } else if (!strcmp(a, "--alias")) {
             if ((alias = si_cli_value(argc, argv, &i)) == NULL)
                 return 1;
@@ -153,7 +160,8 @@ int si_cmd_serve(int argc, char **argv)
         si_cli_error("%s", si_last_error());
         goto out;
     }
-    if (si_slots_start(&sv.slots, llm, o.cp, (int)parallel, (int)queue, err, sizeof err) != SI_OK) {
+    if (si_slots_start(&sv.slots, llm, o.cp, (int)parallel, (int)queue, !separate, err,
+                       sizeof err) != SI_OK) {
         si_cli_error("serve: %s", err);
         goto out;
     }

@@ -84,10 +84,12 @@ struct si_serve_counters {
 
 struct si_slots;
 
-/* n slots on llm, each a context made with cp; at most queue_max jobs wait
+/* n slots on llm, each a context made with cp, sharing the first's engine
+ * when `shared` (si_context_init_shared; where the engine cannot share, a
+ * note on stderr and contexts of their own); at most queue_max jobs wait
  * for a slot.  SI_OK, or an error status with a line in err. */
 int si_slots_start(struct si_slots **out, struct si_llm *llm, struct si_context_params cp,
-                   int n, int queue_max, char *err, size_t err_size);
+                   int n, int queue_max, bool shared, char *err, size_t err_size);
 /* Drain: no more jobs; queued ones end as errors, running ones at their
  * next token.  Stop: drain, then wait for the slots' threads to end (the
  * counters and si_slots_submit still answer).  Free: stop, then free the

@@ -294,7 +294,7 @@ static void *slot_main(void *arg)
 }
 
 int si_slots_start(struct si_slots **out, struct si_llm *llm, struct si_context_params cp, int n,
-                   int queue_max, char *err, size_t err_size)
+                   int queue_max, bool shared, char *err, size_t err_size)
 {
     *out = NULL;
     struct si_slots *s = calloc(1, sizeof *s);
@@ -317,7 +317,17 @@ int si_slots_start(struct si_slots **out, struct si_llm *llm, struct si_context_
     for (int i = 0; i < n; i++) {
         struct slot *sl = &s->slot[i];
         sl->s = s;
-        int rc = si_context_init(llm, cp, &sl->ctx);
+        int rc = SI_E_UNSUPPORTED;
+        if (i > 0 && shared) {
+            rc = si_context_init_shared(s->slot[0].ctx, &sl->ctx);
+            if (rc == SI_E_UNSUPPORTED) {
+                fprintf(stderr, "serve: each slot on an engine of its own: %s\n",
+                        si_last_error());
+                shared = false;
+            }
+        }
+        if (rc == SI_E_UNSUPPORTED)
+            rc = si_context_init(llm, cp, &sl->ctx);
         if (rc != SI_OK) {
             snprintf(err, err_size, "slot %d: %s", i, si_last_error());
             si_slots_free(s);

@@ -125,6 +125,10 @@ struct si_engine_stats {
     int64_t tokens;         /* evaluated one by one */
     int64_t batch_tokens;   /* evaluated in batches */
     double batch_seconds;   /* wall time inside si_engine_eval_batch */
+    int64_t steps;          /* si_engine_eval_multi's steps */
+    int64_t step_tokens;    /* their tokens */
+    int64_t step_seqs;      /* their sequences, summed over steps */
+    double step_seconds;    /* wall time inside them */
     int64_t tasks;          /* submitted for single tokens */
     int64_t batch_tasks;    /* submitted for batches */
     int64_t neurons_hot;    /* FFN neurons computed in hot slices (dense mode: all;

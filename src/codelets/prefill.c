@@ -41,7 +41,6 @@ static struct saved point_at(struct si_engine *e, int32_t t)
     s->x = e->bx + (size_t)t * d;
     s->xb = e->bxb + (size_t)t * d;
     s->xb3 = e->bxb3 + (size_t)t * d;
-    s->n_past = e->bp0 + t;
     return sv;
 }
 
@@ -60,7 +59,9 @@ static void bembed_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     for (int32_t t = 0; t < e->bn; t++) {
         struct saved sv = point_at(e, t);
-        si_ref_begin(e->ref, e->btok[t]); /* checked before submission */
+        /* (checked before submission; the position is the token's own:
+         * ref's n_past is its sequence's, which a step may not hold) */
+        si_ref_begin_at(e->ref, e->btok[t], e->bpos[t]);
         restore(e, sv);
     }
     si__account(e, SI_TASK_PREFILL_EMBED, t0);
@@ -86,7 +87,9 @@ static enum arith arith_of(const struct si_engine *e, uint32_t t)
 {
     if (!e->p.ref.act_quant)
         return ARITH_BLAS;
-    if (e->p.prefill == SI_PREFILL_EXACT || e->bn < SI__BLAS_MIN_BATCH)
+    /* (a step's prompt tokens are those of prompts of SI__BLAS_MIN_BATCH
+     * tokens or more, whatever the step's size) */
+    if (e->p.prefill == SI_PREFILL_EXACT || (!e->bstep && e->bn < SI__BLAS_MIN_BATCH))
         return ARITH_REF;
     const bool kernel = si_gemm8_available(t);
     switch (e->p.prefill) {
@@ -96,12 +99,21 @@ static enum arith arith_of(const struct si_engine *e, uint32_t t)
     }
 }
 
+/* The arithmetic of the batch's token t: arith_of, or the reference's for
+ * a step's decoding tokens (bsplit and after; float inputs without
+ * act_quant, as the reference's). */
+static enum arith arith_at(const struct si_engine *e, uint32_t type, int64_t t)
+{
+    return t >= e->bsplit && e->p.ref.act_quant ? ARITH_REF : arith_of(e, type);
+}
+
 /* The products y[t] = W x[t] for the batch's n_tok inputs x (rows of n_cols
- * floats) in the batch's arithmetic (arith_of).  scratch: for the converted
- * inputs or si_k_gemm's tile; tile: 8 of w's rows (qgemm's). */
+ * floats), tokens tok0 .. tok0 + n_tok - 1 of the batch, each in its
+ * arithmetic (arith_at).  scratch: for the converted inputs or si_k_gemm's
+ * tile; tile: 8 of w's rows (qgemm's). */
 static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
-                           const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
-                           void *scratch, void *tile);
+                           const float *x, int64_t n_cols, int64_t tok0, int64_t n_tok, float *y,
+                           int64_t ldy, void *scratch, void *tile);
 
 /* The row of q | k | v of the batch's token t: in bqkv[r], r its range of
  * btp (the buffers of the attn_batch_L.r tasks, buffers[0 .. nr) of the
@@ -142,13 +154,13 @@ static void battn_cpu(void *buffers[], void *cl_arg)
         memcpy(e->obs_a + ((size_t)a->l * (size_t)e->obs_nb + (size_t)t0) * (size_t)d, y,
                (size_t)(nt * d) * sizeof(float));
     if (nt > 0) {
-        batch_products(e, &W->wq, qd, y, d, nt, out, row, sc->gemm, sc->dt);
-        batch_products(e, &W->wk, kvd, y, d, nt, out + qd, row, sc->gemm, sc->dt);
-        batch_products(e, &W->wv, kvd, y, d, nt, out + qd + kvd, row, sc->gemm, sc->dt);
+        batch_products(e, &W->wq, qd, y, d, t0, nt, out, row, sc->gemm, sc->dt);
+        batch_products(e, &W->wk, kvd, y, d, t0, nt, out + qd, row, sc->gemm, sc->dt);
+        batch_products(e, &W->wv, kvd, y, d, t0, nt, out + qd + kvd, row, sc->gemm, sc->dt);
     }
     for (int64_t t = 0; t < nt; t++) {
         float *q = out + t * row;
-        si_ref_attn_group_prepare_at(e->ref, a->l, (int)(e->bp0 + t0 + t), 0, hp->n_head_kv, q,
+        si_ref_attn_group_prepare_at(e->ref, a->l, (int)e->bpos[t0 + t], 0, hp->n_head_kv, q,
                                      q + qd, q + qd + kvd, sc->ascr);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, start);
@@ -156,8 +168,11 @@ static void battn_cpu(void *buffers[], void *cl_arg)
 
 /*
  * attn_kv_batch_L.g: kv-head group g's k and v of every token of the batch
- * into the cache's rows (si_ref_attn_group_cache_at).
- * Buffers: bqkv_* (R), K_g, V_g (RW).
+ * into its sequence's cache rows (si_ref_attn_group_cache_at on bseq[t]).
+ * Buffers: bqkv_* (R), K_g, V_g (RW).  The handles are ref's cache; the
+ * other sequences of a step (si_engine_eval_multi) are reached through
+ * bseq, their order kept by these handles, which the attention tasks of
+ * every batch and token take in the same modes.
  */
 static void bakv_cpu(void *buffers[], void *cl_arg)
 {
@@ -168,7 +183,7 @@ static void bakv_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     for (int64_t t = 0; t < e->bn; t++) {
         const float *q = qkv_row(e, buffers, t);
-        si_ref_attn_group_cache_at(e->ref, a->l, (int)(e->bp0 + t), (int)e->a_g[a->j],
+        si_ref_attn_group_cache_at(e->bseq[t], a->l, (int)e->bpos[t], (int)e->a_g[a->j],
                                    (int)e->a_g[a->j + 1], q + qd, q + qd + kvd);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
@@ -194,7 +209,7 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     float *att = (float *)STARPU_VECTOR_GET_PTR(buffers[nr + 2]);
     for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++) {
-        si_ref_attn_group_attend_at(e->ref, a->l, (int)(e->bp0 + t), (int)g0, (int)g1,
+        si_ref_attn_group_attend_at(e->bseq[t], a->l, (int)e->bpos[t], (int)g0, (int)g1,
                                     qkv_row(e, buffers, t), sc->aatt, sc->ascr);
         memcpy(att + t * nq, sc->aatt + q0, (size_t)nq * sizeof(float));
     }
@@ -229,7 +244,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     float *o = (float *)STARPU_VECTOR_GET_PTR(buffers[nb + 1]);
     if (w > 0) {
         const struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, c0, c0 + w);
-        batch_products(e, &wo, w, att, qd, bn, o, w, sc->gemm, sc->dt);
+        batch_products(e, &wo, w, att, qd, 0, bn, o, w, sc->gemm, sc->dt);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
@@ -367,12 +382,15 @@ static bool qgemm(const struct si_tensor *w, const float *x, int64_t ldx, int64_
     return true;
 }
 
-static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
-                           const float *x, int64_t n_cols, int64_t n_tok, float *y, int64_t ldy,
-                           void *scratch, void *tile)
+/* batch_products' tokens in one arithmetic. */
+static void products(enum arith ar, const struct si_tensor *w, int64_t n_rows, const float *x,
+                     int64_t n_cols, int64_t n_tok, float *y, int64_t ldy, void *scratch,
+                     void *tile)
 {
     STARPU_ASSERT(n_rows == w->ne[1]);
-    switch (arith_of(e, w->type)) {
+    if (n_tok <= 0)
+        return;
+    switch (ar) {
     case ARITH_REF: {
         size_t xa_row = 0;
         const uint32_t at = si_act_type(w->type);
@@ -397,6 +415,17 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
     }
 }
 
+static void batch_products(const struct si_engine *e, const struct si_tensor *w, int64_t n_rows,
+                           const float *x, int64_t n_cols, int64_t tok0, int64_t n_tok, float *y,
+                           int64_t ldy, void *scratch, void *tile)
+{
+    int64_t s = e->bsplit - tok0; /* the tokens before the split */
+    s = s < 0 ? 0 : s > n_tok ? n_tok : s;
+    products(arith_at(e, w->type, tok0), w, n_rows, x, n_cols, s, y, ldy, scratch, tile);
+    products(arith_at(e, w->type, tok0 + s), w, n_rows, x + s * n_cols, n_cols, n_tok - s,
+             y + s * ldy, ldy, scratch, tile);
+}
+
 /* Whether gate mode's gate lets few neurons of layer l through: ReLU, or a
  * threshold above 0 (with 0 a SiLU gate passes nearly every neuron). */
 static bool sparse_gate(const struct si_engine *e, int l)
@@ -412,11 +441,12 @@ static bool sparse_gate(const struct si_engine *e, int l)
  * decoding's dots), their activations, then the sparse down kernel into
  * token t's partial output y + t * n_embd.  The up and down rows of the
  * neurons that do not fire are not read: at 90% sparsity a tenth of what
- * a dense product over the batch reads.
+ * a dense product over the batch reads.  Returns the activations that are
+ * not zero, over the tokens.
  */
-static void gate_first(const struct si_engine *e, int l, const struct si__ffn_fmt *f,
-                       const char *rec, const float *b, const char *xa, int64_t n, float *y,
-                       struct si__scratch *sc)
+static int64_t gate_first(const struct si_engine *e, int l, const struct si__ffn_fmt *f,
+                          const char *rec, const float *b, const char *xa, int64_t n, int64_t nt,
+                          float *y, struct si__scratch *sc)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int64_t d = hp->n_embd;
@@ -424,11 +454,15 @@ static void gate_first(const struct si_engine *e, int l, const struct si__ffn_fm
     const char *up = rec + f->up_off;
     size_t xr = 0;
     si_type_row_size(si_act_type(f->gu_type), d, &xr);
-    for (int64_t t = 0; t < e->bn; t++) {
+    int64_t computed = 0;
+    for (int64_t t = 0; t < nt; t++) {
         const int64_t m = si__ffn_gate_pass(e, f->gu_type, up, rb, b, sc->bg + t * n, n,
                                             e->gthr[l], xa + (size_t)t * xr, NULL, sc);
         si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, rb, d, sc->h, sc->ix, m, y + t * d);
+        for (int64_t q = 0; q < m; q++)
+            computed += sc->h[q] != 0.0f;
     }
+    return computed;
 }
 
 /* Observation (si_engine_observe): a slice's columns [n0, n0 + n) of the
@@ -460,7 +494,8 @@ static void keep_observed(const struct si_engine *e, int l, const float *xb,
  * then (sparse layouts) Y = down H, in the batch's arithmetic (arith_of).
  * The reference's (ARITH_REF): its own dots over row tiles (gemm_act) and,
  * for neuron records, each token's non-zero activations through the sparse
- * down kernel, as in decoding.  ARITH_INT8: G and U through qgemm (gate
+ * down kernel, as in decoding (gate mode: the gating dots, then
+ * gate_first).  ARITH_INT8: G and U through qgemm (gate
  * mode, and predictor mode on ReLU: up and down only for the neurons the
  * gate lets through, gate_first).  ARITH_BLAS: G and U through si_k_gemm.
  * Otherwise the records' down_t rows dequantized SI__DT_TILE at a time for
@@ -469,6 +504,118 @@ static void keep_observed(const struct si_engine *e, int l, const float *xb,
  * last: (n_batch, rows, n_embd), or dense, H (n_batch, n) for bdown_cpu.
  */
 static void bffn_twin(void *buffers[], struct si__task_arg *a);
+
+/* A slice's rows as bffn_cpu found them in its buffers. */
+struct bslice {
+    const char *gate, *up, *rec; /* gate NULL: the plain kind; rec: sparse layouts */
+    size_t gs, us;               /* gate's and up's row strides */
+    int64_t gpk, upk;            /* their packed rows */
+    int64_t n;                   /* neurons */
+    const float *b;              /* the up bias, or NULL */
+};
+
+/* bffn_cpu's work for nt tokens of the batch in arithmetic ar: inputs xb,
+ * outputs y (both at those tokens' first row).  Returns the neurons it
+ * computed: their activations that are not zero (dense: all). */
+static int64_t ffn_rows(struct si_engine *e, int l, int j, const struct bslice *w, const float *xb,
+                     int64_t nt, float *y, enum arith ar, struct si__scratch *sc)
+{
+    struct si__layer_state *L = &e->L[l];
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si__ffn_fmt *f = &L->f;
+    const int64_t d = hp->n_embd, n = w->n;
+    const char *gate = w->gate, *up = w->up, *rec = w->rec;
+    const float *b = w->b;
+    if (nt <= 0)
+        return 0;
+    const bool gated = gate != NULL && e->sparse && sparse_gate(e, l) &&
+                       (e->pre_sep || hp->act == SI_ACT_RELU) && e->obs_fn == NULL;
+    const bool q = ar == ARITH_REF;
+    if (q) {
+        size_t xa_row = 0;
+        const uint32_t at = si_act_type(f->gu_type);
+        si_type_row_size(at, d, &xa_row);
+        char *xa = sc->gemm;
+        for (int64_t t = 0; t < nt; t++)
+            si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
+        if (gate != NULL)
+            gemm_act(f->gu_type, gate, w->gs, w->gpk, n, d, xa, xa_row, nt, sc->bg, n);
+        if (gated) {
+            /* gate mode on a few tokens (a step's decoding ones): each
+             * token's decoding work, the gating rows read once */
+            return gate_first(e, l, f, rec, b, xa, n, nt, y, sc);
+        }
+        gemm_act(f->gu_type, up, w->us, w->upk, n, d, xa, xa_row, nt, sc->bu, n);
+    } else {
+        /* the rows as tensors (strides gs, us: records in sparse layouts) */
+        const struct si_tensor gt = {.data = gate, .type = f->gu_type, .ne = {d, n, 1, 1},
+                                     .nbytes = (size_t)n * w->gs, .row_bytes = w->gs,
+                                     .pk = w->gpk},
+                               ut = {.data = up, .type = f->gu_type, .ne = {d, n, 1, 1},
+                                     .nbytes = (size_t)n * w->us, .row_bytes = w->us,
+                                     .pk = w->upk};
+        const bool i8 = ar == ARITH_INT8;
+        int rc = SI_OK;
+        /* rows kept unpacked (records, a hot slice's) are packed on the way
+         * (qgemm's tile: sc->dt, free until the down rows below) */
+        void *tile = sc->dt;
+        const bool gq = gate != NULL && i8 && qgemm(&gt, xb, d, nt, sc->bg, n, sc->gemm, tile);
+        if (gq && gated) {
+            /* gate mode, and predictor mode on ReLU (whose gate says
+             * exactly which neurons fire; over a batch the predicted ones
+             * are nearly all): the neurons the gate lets through, token
+             * by token (observed: every neuron's values, below) */
+            return gate_first(e, l, f, rec, b, sc->gemm, n, nt, y, sc);
+        }
+        if (gate != NULL && !gq)
+            rc = w->gpk > 0
+                     ? si_k_gemm_tensor(&gt, xb, d, nt, sc->bg, n, sc->gemm)
+                     : si_k_gemm(f->gu_type, gate, w->gs, n, d, xb, d, nt, sc->bg, n, sc->gemm);
+        if (rc == SI_OK && !(i8 && qgemm(&ut, xb, d, nt, sc->bu, n, sc->gemm, tile)))
+            rc = w->upk > 0 ? si_k_gemm_tensor(&ut, xb, d, nt, sc->bu, n, sc->gemm)
+                            : si_k_gemm(f->gu_type, up, w->us, n, d, xb, d, nt, sc->bu, n,
+                                        sc->gemm);
+        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
+    }
+    if (b != NULL)
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t k = 0; k < n; k++)
+                sc->bu[t * n + k] += b[k];
+    batch_act(e, l, sc->bg, sc->bu, nt * n);
+    if (e->obs_fn != NULL) /* (observed batches: the whole batch at once) */
+        keep_observed(e, l, xb, sc->bg, sc->bu, L->s0[j], n);
+    int64_t computed = nt * n;
+    if (!e->sparse) {
+        memcpy(y, sc->bu, (size_t)(nt * n) * sizeof(float));
+    } else if (q) {
+        computed = 0;
+        for (int64_t t = 0; t < nt; t++) {
+            const float *h = sc->bu + t * n;
+            int64_t k = 0;
+            for (int64_t c = 0; c < n; c++)
+                if (h[c] != 0.0f) {
+                    sc->h[k] = h[c];
+                    sc->ix[k++] = (int32_t)c;
+                }
+            si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, f->rec_bytes, d, sc->h, sc->ix, k,
+                                 y + t * d);
+            computed += k;
+        }
+    } else {
+        const char *dt = rec + f->dt_off;
+        for (int64_t k0 = 0; k0 < n; k0 += SI__DT_TILE) {
+            const int64_t kb = n - k0 < SI__DT_TILE ? n - k0 : SI__DT_TILE;
+            for (int64_t k = 0; k < kb; k++)
+                si_dequantize_row(f->dt_type, dt + (size_t)(k0 + k) * f->rec_bytes,
+                                  sc->dt + (size_t)k * d, d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)d, (int)kb, 1.0f,
+                        sc->bu + k0, (int)n, sc->dt, (int)d, k0 == 0 ? 0.0f : 1.0f, y, (int)d);
+        }
+        if (n == 0)
+            memset(y, 0, (size_t)(nt * d) * sizeof(float));
+    }
+    return computed;
+}
 
 static void bffn_cpu(void *buffers[], void *cl_arg)
 {
@@ -480,118 +627,47 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     }
     struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
-    const struct si_hparams *hp = &e->m->hp;
-    const int64_t d = hp->n_embd, n = L->s0[a->j + 1] - L->s0[a->j], bn = e->bn;
+    const int64_t d = e->m->hp.n_embd, n = L->s0[a->j + 1] - L->s0[a->j];
     const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     double t0 = si__now();
     int i = 0;
     const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
     const struct si__ffn_fmt *f = &L->f;
-    const char *gate = NULL, *up = NULL, *rec = NULL;
-    size_t gs = f->gu_row, us = f->gu_row;
-    int64_t gpk = 0, upk = 0; /* dense: packed rows of the slice's gate and up */
+    struct bslice w = {.gs = f->gu_row, .us = f->gu_row, .n = n};
     if (!e->sparse) {
         const struct si_layer *W = &e->w->layers[a->l];
         const int64_t n0 = L->s0[a->j];
         if (e->has_gate) {
-            gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-            gpk = si__rows_of(&W->ffn_gate, n0, n0 + n).pk;
+            w.gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+            w.gpk = si__rows_of(&W->ffn_gate, n0, n0 + n).pk;
         }
-        up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        upk = si__rows_of(&W->ffn_up, n0, n0 + n).pk;
+        w.up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        w.upk = si__rows_of(&W->ffn_up, n0, n0 + n).pk;
     } else {
         const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
-        rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        w.rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         const int64_t ppk = pre != NULL ? L->pre_pk[a->j] : 0;
         if (e->has_gate) {
-            gate = pre != NULL ? pre : rec + f->gate_off;
-            gs = pre != NULL ? f->gu_row : f->rec_bytes;
-            gpk = pre != NULL ? ppk : 0;
+            w.gate = pre != NULL ? pre : w.rec + f->gate_off;
+            w.gs = pre != NULL ? f->gu_row : f->rec_bytes;
+            w.gpk = pre != NULL ? ppk : 0;
         }
-        up = f->up_off >= 0 ? rec + f->up_off : pre;
-        us = f->up_off >= 0 ? f->rec_bytes : f->gu_row;
-        upk = f->up_off >= 0 ? 0 : ppk;
+        w.up = f->up_off >= 0 ? w.rec + f->up_off : pre;
+        w.us = f->up_off >= 0 ? f->rec_bytes : f->gu_row;
+        w.upk = f->up_off >= 0 ? 0 : ppk;
     }
-    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
+    w.b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
     i++;
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    /* the gate and up products in the batch's arithmetic (arith_of) */
-    const enum arith ar = arith_of(e, f->gu_type);
-    const bool q = ar == ARITH_REF;
-    if (q) {
-        size_t xa_row = 0;
-        const uint32_t at = si_act_type(f->gu_type);
-        si_type_row_size(at, d, &xa_row);
-        char *xa = sc->gemm;
-        for (int64_t t = 0; t < bn; t++)
-            si_quantize_act(at, xb + t * d, xa + (size_t)t * xa_row, d);
-        if (gate != NULL)
-            gemm_act(f->gu_type, gate, gs, gpk, n, d, xa, xa_row, bn, sc->bg, n);
-        gemm_act(f->gu_type, up, us, upk, n, d, xa, xa_row, bn, sc->bu, n);
-    } else {
-        /* the rows as tensors (strides gs, us: records in sparse layouts) */
-        const struct si_tensor gt = {.data = gate, .type = f->gu_type, .ne = {d, n, 1, 1},
-                                     .nbytes = (size_t)n * gs, .row_bytes = gs, .pk = gpk},
-                               ut = {.data = up, .type = f->gu_type, .ne = {d, n, 1, 1},
-                                     .nbytes = (size_t)n * us, .row_bytes = us, .pk = upk};
-        const bool i8 = ar == ARITH_INT8;
-        int rc = SI_OK;
-        /* rows kept unpacked (records, a hot slice's) are packed on the way
-         * (qgemm's tile: sc->dt, free until the down rows below) */
-        void *tile = sc->dt;
-        const bool gq = gate != NULL && i8 && qgemm(&gt, xb, d, bn, sc->bg, n, sc->gemm, tile);
-        if (gq && e->sparse && sparse_gate(e, a->l) && (e->pre_sep || hp->act == SI_ACT_RELU) &&
-            e->obs_fn == NULL) {
-            /* gate mode, and predictor mode on ReLU (whose gate says
-             * exactly which neurons fire; over a batch the predicted ones
-             * are nearly all): the neurons the gate lets through, token
-             * by token (observed: every neuron's values, below) */
-            gate_first(e, a->l, f, rec, b, sc->gemm, n, y, sc);
-            si__account(e, SI_TASK_PREFILL_FFN, t0);
-            return;
-        }
-        if (gate != NULL && !gq)
-            rc = gpk > 0 ? si_k_gemm_tensor(&gt, xb, d, bn, sc->bg, n, sc->gemm)
-                         : si_k_gemm(f->gu_type, gate, gs, n, d, xb, d, bn, sc->bg, n, sc->gemm);
-        if (rc == SI_OK && !(i8 && qgemm(&ut, xb, d, bn, sc->bu, n, sc->gemm, tile)))
-            rc = upk > 0 ? si_k_gemm_tensor(&ut, xb, d, bn, sc->bu, n, sc->gemm)
-                         : si_k_gemm(f->gu_type, up, us, n, d, xb, d, bn, sc->bu, n, sc->gemm);
-        STARPU_ASSERT_MSG(rc == SI_OK, "prefill GEMM refused its shapes");
-    }
-    if (b != NULL)
-        for (int64_t t = 0; t < bn; t++)
-            for (int64_t k = 0; k < n; k++)
-                sc->bu[t * n + k] += b[k];
-    batch_act(e, a->l, sc->bg, sc->bu, bn * n);
-    if (e->obs_fn != NULL)
-        keep_observed(e, a->l, xb, sc->bg, sc->bu, L->s0[a->j], n);
-    if (!e->sparse) {
-        memcpy(y, sc->bu, (size_t)(bn * n) * sizeof(float));
-    } else if (q) {
-        for (int64_t t = 0; t < bn; t++) {
-            const float *h = sc->bu + t * n;
-            int64_t k = 0;
-            for (int64_t c = 0; c < n; c++)
-                if (h[c] != 0.0f) {
-                    sc->h[k] = h[c];
-                    sc->ix[k++] = (int32_t)c;
-                }
-            si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, f->rec_bytes, d, sc->h, sc->ix, k,
-                                 y + t * d);
-        }
-    } else {
-        const char *dt = rec + f->dt_off;
-        for (int64_t k0 = 0; k0 < n; k0 += SI__DT_TILE) {
-            const int64_t kb = n - k0 < SI__DT_TILE ? n - k0 : SI__DT_TILE;
-            for (int64_t k = 0; k < kb; k++)
-                si_dequantize_row(f->dt_type, dt + (size_t)(k0 + k) * f->rec_bytes,
-                                  sc->dt + (size_t)k * d, d);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bn, (int)d, (int)kb, 1.0f,
-                        sc->bu + k0, (int)n, sc->dt, (int)d, k0 == 0 ? 0.0f : 1.0f, y, (int)d);
-        }
-        if (n == 0)
-            memset(y, 0, (size_t)(bn * d) * sizeof(float));
-    }
+    /* the tokens before the split in the batch's arithmetic, the others
+     * (a step's decoding tokens) in theirs (arith_at) */
+    const int64_t s = e->bsplit, out_row = e->sparse ? d : n;
+    ffn_rows(e, a->l, a->j, &w, xb, s, y, arith_at(e, f->gu_type, 0), sc);
+    const int64_t c = ffn_rows(e, a->l, a->j, &w, xb + s * d, e->bn - s, y + s * out_row,
+                               arith_at(e, f->gu_type, s), sc);
+    if (e->bstep) /* a step's decoding tokens: counted as decoding counts them */
+        __atomic_fetch_add(si__is_hot(e, a->l, a->j) ? &e->step_hot : &e->step_cold, c,
+                           __ATOMIC_RELAXED);
     si__account(e, SI_TASK_PREFILL_FFN, t0);
 }
 
@@ -616,6 +692,9 @@ static int bffn_gpu(const struct si__ffn_ops *op, struct si_engine *e, int l, in
     int rc = 0;
     for (int64_t t = 0; t < e->bn && rc == 0; t++)
         rc = si__ffn_gpu_token(op, e, l, j, &w, xb + t * d, NULL, iota, y + t * d, h);
+    if (e->bstep) /* every hot neuron of a step's decoding tokens */
+        __atomic_fetch_add(&e->step_hot, (e->bn - e->bsplit) * (int64_t)e->L[l].n_hot,
+                           __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -666,11 +745,12 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
     float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]);
     for (int64_t t = 0; t < bn; t++)
         si__ffn_gather(L, buffers, t, sc->bu + t * ff);
-    if (arith_of(e, rows.type) == ARITH_REF) /* the reference's product, token by token */
-        for (int64_t t = 0; t < bn; t++)
+    for (int64_t t = 0; t < bn; t++) /* the reference's product, token by token */
+        if (arith_at(e, rows.type, t) == ARITH_REF)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
-    else
-        batch_products(e, &rows, no, sc->bu, ff, bn, y, no, sc->gemm, sc->dt);
+    if (arith_at(e, rows.type, 0) != ARITH_REF) /* the others' (before the split) */
+        products(arith_of(e, rows.type), &rows, no, sc->bu, ff, e->bsplit, y, no, sc->gemm,
+                 sc->dt);
     si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
 }
 
@@ -718,7 +798,7 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
     struct si_ref *s = e->ref;
     float *x = s->x;
     s->x = e->bx + (size_t)(e->bn - 1) * (size_t)e->m->hp.n_embd;
-    s->n_past = e->bp0 + e->bn - 1;
+    s->n_past = e->bpos[e->bn - 1];
     si_ref_end(s);
     s->x = x;
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
@@ -746,10 +826,14 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
     const int64_t r0 = (int64_t)e->lh[a->j], nr = (int64_t)e->lh[a->j + 1] - r0;
     struct si_tensor rows = si__rows_of(&e->w->output, r0, r0 + nr);
     rows.data = w + (size_t)r0 * rows.row_bytes; /* the handle's copy */
-    for (int64_t t = 0; t < nt; t++)
-        si_ref_head_input(e->ref, bx + (size_t)(e->bout0 + t) * (size_t)d, sc->hx + t * d,
-                          sc->tmp);
-    batch_products(e, &rows, nr, sc->hx, d, nt, y, ldy, sc->gemm, sc->dt);
+    for (int64_t t = 0; t < nt; t++) {
+        const int64_t row = e->bstep ? e->bhrow[t] : e->bout0 + t;
+        si_ref_head_input(e->ref, bx + (size_t)row * (size_t)d, sc->hx + t * d, sc->tmp);
+    }
+    /* a step's logits as each sequence's alone: the reference's (the
+     * prompt's last token's head, si_ref_end, or decoding's) */
+    products(e->bstep && e->p.ref.act_quant ? ARITH_REF : arith_of(e, rows.type), &rows, nr,
+             sc->hx, d, nt, y, ldy, sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 

@@ -227,10 +227,30 @@ struct si_engine {
     float **dout, **bdout;
     starpu_data_handle_t *h_dout, *h_bdout;
 
-    /* Prefill: a batch of bn tokens at positions bp0 .. bp0 + bn - 1. */
+    /* A batch of bn tokens (btok), token t at position bpos[t] of the
+     * sequence bseq[t]: the reference state whose KV cache it writes and
+     * reads (ref, or a sequence of si_engine_seq_new).  A prompt's batch
+     * (si_engine_eval_batch) is ref's at bp0 .. bp0 + bn - 1; a step of
+     * several sequences (si_engine_eval_multi) has bp0 0.  The two arrays
+     * and mtok (btok of a step) have n_batch entries. */
     int32_t n_batch;
     const int32_t *btok;
     int32_t bn, bp0;
+    const struct si_ref **bseq;
+    int32_t *bpos, *mtok;
+    /* A step (bstep): its tokens [0, bsplit) are prompts' of 8 tokens or
+     * more, in a prompt batch's arithmetic; [bsplit, bn) decoding tokens
+     * and short prompts', in the reference's, as alone; the LM head's rows
+     * are tokens bhrow[0 .. bn - bout0), in the reference's arithmetic.
+     * Outside steps bsplit is bn. */
+    bool bstep;
+    int32_t bsplit;
+    int32_t *bhrow;
+    /* A step's decoding tokens' FFN neurons computed, in hot slices and in
+     * the others (atomic; si_engine_eval_multi adds them to the stats). */
+    int64_t step_hot, step_cold;
+    float *mlogits;  /* (mlogits_rows, n_vocab) a step's logits rows */
+    int32_t mlogits_rows;
     float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
     /* A batch's attention, its tokens in nr ranges twice over: of equal
      * length (btp: attn_batch_L.r, its products and RoPE into bqkv[r],

@@ -623,11 +623,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->bx = calloc(bd, sizeof(float));
         e->bxb = calloc(bd, sizeof(float));
         e->bxb3 = calloc(bd, sizeof(float));
+        e->bseq = calloc((size_t)e->n_batch, sizeof *e->bseq);
+        e->bpos = calloc((size_t)e->n_batch, sizeof *e->bpos);
+        e->mtok = calloc((size_t)e->n_batch, sizeof *e->mtok);
+        e->bhrow = calloc((size_t)e->n_batch, sizeof *e->bhrow);
         e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
         e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
         e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
         e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
-        if (!e->bx || !e->bxb || !e->bxb3 || !e->bpart || !e->h_bpart || !e->brows || !e->bwidth)
+        if (!e->bx || !e->bxb || !e->bxb3 || !e->bseq || !e->bpos || !e->mtok || !e->bhrow ||
+            !e->bpart ||
+            !e->h_bpart || !e->brows || !e->bwidth)
             goto oom;
         /* The batch LM head: a task per CPU worker, rows of the vocabulary */
         int32_t nlh = (int32_t)ncpu;
@@ -917,6 +923,11 @@ void si_engine_free(struct si_engine *e)
     free(e->bx);
     free(e->bxb);
     free(e->bxb3);
+    free(e->bseq);
+    free(e->bpos);
+    free(e->mtok);
+    free(e->bhrow);
+    free(e->mlogits);
     free(e->lh);
     free(e->h_blog_c);
     free(e->name_lhb);
@@ -959,6 +970,61 @@ const float *si_engine_logits(const struct si_engine *e)
 void si_engine_reset(struct si_engine *e)
 {
     si_ref_reset(e->ref);
+}
+
+struct si_ref *si_engine_seq_new(struct si_engine *e)
+{
+    if (e->n_batch <= 1 || e->obs_fn != NULL)
+        return NULL;
+    const struct si_hparams *hp = &e->m->hp;
+    struct si_ref *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    /* The fields the attention's cache and attend steps read, no more:
+     * a batch's other steps run on ref (codelets/prefill.c). */
+    s->m = e->m;
+    s->p = e->ref->p;
+    const size_t cache = (size_t)hp->n_layer * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv *
+                         (size_t)hp->head_dim,
+                 esz = s->p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    s->kcache = calloc(cache, esz);
+    s->vcache = calloc(cache, esz);
+    s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    if (s->kcache == NULL || s->vcache == NULL || s->logits == NULL) {
+        si_engine_seq_free(e, s);
+        return NULL;
+    }
+    return s;
+}
+
+void si_engine_seq_free(struct si_engine *e, struct si_ref *s)
+{
+    (void)e;
+    if (s == NULL || s == e->ref)
+        return;
+    free(s->kcache);
+    free(s->vcache);
+    free(s->logits);
+    free(s);
+}
+
+int32_t si_engine_n_batch(const struct si_engine *e)
+{
+    return e->n_batch;
+}
+
+int32_t si_engine_min_batch(const struct si_engine *e)
+{
+    (void)e;
+    return SI__BLAS_MIN_BATCH;
+}
+
+int64_t si_engine_seq_bytes(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    return 2 * (int64_t)hp->n_layer * e->ref->p.n_ctx * hp->n_head_kv * hp->head_dim *
+               (e->ref->p.kv_f16 ? 2 : 4) +
+           (int64_t)hp->n_vocab * (int64_t)sizeof(float);
 }
 
 enum si_prefill_mode si_engine_prefill(const struct si_engine *e)

@@ -216,6 +216,56 @@ const float *si_engine_logits(const struct si_engine *e);
 /* Forget the context (start a new sequence). */
 void si_engine_reset(struct si_engine *e);
 
+/*
+ * Sequences beside the engine's own (si_engine_ref): each a KV cache, a
+ * position (n_past) and the logits of its last token, on the engine's
+ * weights and tasks.  si_engine_eval_multi decodes several of them in one
+ * batch: the weights read once for all their tokens.  The caller owns the
+ * sequence and frees it with si_engine_seq_free before the engine; only
+ * its n_past (moved back to rewind it), logits and cache are to be read.
+ * NULL when out of memory, or when the engine takes no batches (n_batch 1:
+ * the flash tier, a pipeline, or asked) or observes.
+ */
+struct si_ref *si_engine_seq_new(struct si_engine *e);
+void si_engine_seq_free(struct si_engine *e, struct si_ref *s);
+/* The bytes a sequence allocates (its KV cache and logits). */
+int64_t si_engine_seq_bytes(const struct si_engine *e);
+/* The most tokens one batch or step takes (1: no batches). */
+int32_t si_engine_n_batch(const struct si_engine *e);
+/* The fewest tokens a batch takes a prompt batch's arithmetic for (fewer
+ * take the reference's, as decoding). */
+int32_t si_engine_min_batch(const struct si_engine *e);
+
+/* One sequence's part of a step: n tokens appended to seq (the engine's own
+ * or one of si_engine_seq_new's). */
+struct si_engine_req {
+    struct si_ref *seq;
+    const int32_t *tokens;
+    int32_t n;
+};
+
+/*
+ * One step over n_req distinct sequences: every request's tokens through
+ * the model as one batch (prompt batches' tasks; each token's attention
+ * over its own sequence's cache, at its own position), then each
+ * sequence's n_past moved past them and the logits of its last token in
+ * seq->logits.  Requests of fewer than si_engine_min_batch(e) tokens
+ * (decoding: one) take the reference's arithmetic, as decoding does, and
+ * their results do not depend on the step's other tokens; a longer one
+ * takes a prompt batch's, and equals si_engine_eval_batch's of the same
+ * tokens when it is the step's only request (the products' kernels may
+ * sum a token's row differently beside other rows).  Logits are the
+ * reference's, as si_engine_eval_batch's last token and decoding's.  Each
+ * sequence's attention takes the arithmetic its attn_f32 switch asks (see
+ * si_engine_ref).
+ * SI_E_INVALID: no
+ * requests, a request without tokens, a token outside the vocabulary, a
+ * sequence twice, more tokens than n_batch, or an engine without batches
+ * or observing; SI_E_BUDGET: a sequence's context would overflow;
+ * SI_E_RUNTIME.  Nothing is evaluated on an error before submission.
+ */
+int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int32_t n_req);
+
 /* The prompt batches' arithmetic: params.prefill, auto resolved (int8 where
  * this CPU runs a batched integer kernel for the FFN's type and the inputs
  * are converted, else blas; per matrix, int8's types without a kernel take

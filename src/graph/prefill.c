@@ -70,18 +70,20 @@ static int submit_batch_attention(struct si_engine *e, int l)
 }
 
 /* The batch's tokens in nr ranges of equal length (btp) and of about equal
- * attention work (btr: token t attends to bp0 + t + 1 positions). */
+ * attention work (btr: token t attends to bpos[t] + 1 positions). */
 static void token_ranges(struct si_engine *e)
 {
-    const int64_t p0 = e->bp0, n = e->bn, nr = e->nr;
-    const double total = (double)n * (double)p0 + (double)n * (double)(n + 1) / 2;
+    const int64_t n = e->bn, nr = e->nr;
+    double total = 0;
+    for (int64_t t = 0; t < n; t++)
+        total += (double)e->bpos[t] + 1;
     int64_t t = 0;
     double done = 0;
     e->btp[0] = e->btr[0] = 0;
     for (int64_t r = 1; r < nr; r++) {
         const double want = total * (double)r / (double)nr;
-        while (t < n && done + (double)(p0 + t + 1) <= want)
-            done += (double)(p0 + t++ + 1);
+        while (t < n && done + (double)(e->bpos[t] + 1) <= want)
+            done += (double)(e->bpos[t++] + 1);
         e->btr[r] = (int32_t)t;
         e->btp[r] = (int32_t)(r * n / nr);
     }
@@ -175,6 +177,36 @@ static int submit_batch_logits(struct si_engine *e)
     return rc;
 }
 
+/* The batch set up in e (btok, bn, bseq, bpos): its token ranges, the
+ * embedding and every layer's tasks.  0 or StarPU's status. */
+static int submit_batch_body(struct si_engine *e)
+{
+    token_ranges(e);
+    struct si__args a;
+    a.n = 0;
+    si__add(&a, e->h_bx, STARPU_W);
+    int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
+    for (int l = 0; l < e->m->hp.n_layer && rc == 0; l++)
+        rc = submit_batch_layer(e, l);
+    return rc;
+}
+
+/* The batch set up in e, then the logits of its tokens bout0 .. bn - 1
+ * into out (no LM head when bout0 == bn); waits for all of it. */
+static int run_batch_rows(struct si_engine *e, float *out)
+{
+    int rc = submit_batch_body(e);
+    if (e->bout0 < e->bn) {
+        si__register_batch_logits(e, out, e->bn - e->bout0);
+        if (rc == 0)
+            rc = submit_batch_logits(e);
+        si__unregister_batch_logits(e); /* waits for the head's tasks */
+    }
+    si_runtime_acquire(e->h_bx, STARPU_R); /* and for the layers' */
+    starpu_data_release(e->h_bx);
+    return rc;
+}
+
 /*
  * One batch of at most n_batch tokens (checked by the caller): embed, the
  * layers, then the last token's logits; or, with out, the logits of tokens
@@ -188,22 +220,15 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
     e->bn = n;
     e->bp0 = e->ref->n_past;
     e->bout0 = out_first;
-    token_ranges(e);
-    struct si__args a;
-    a.n = 0;
-    si__add(&a, e->h_bx, STARPU_W);
-    int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
-    for (int l = 0; l < hp->n_layer && rc == 0; l++)
-        rc = submit_batch_layer(e, l);
+    e->bstep = false;
+    e->bsplit = n;
+    for (int32_t t = 0; t < n; t++) {
+        e->bseq[t] = e->ref;
+        e->bpos[t] = e->bp0 + t;
+    }
+    int rc;
     if (out != NULL) {
-        if (out_first < n) {
-            si__register_batch_logits(e, out, n - out_first);
-            if (rc == 0)
-                rc = submit_batch_logits(e);
-            si__unregister_batch_logits(e); /* waits for the head's tasks */
-        }
-        si_runtime_acquire(e->h_bx, STARPU_R); /* and for the layers' */
-        starpu_data_release(e->h_bx);
+        rc = run_batch_rows(e, out);
         if (rc == 0) {
             e->ref->n_past = e->bp0 + n;
             if (out_first < n) /* si_engine_logits: the last token's */
@@ -211,7 +236,9 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
                        (size_t)hp->n_vocab * sizeof(float));
         }
     } else {
+        rc = submit_batch_body(e);
         if (rc == 0) {
+            struct si__args a;
             a.n = 0;
             si__add(&a, e->h_bx, STARPU_R);
             si__add(&a, e->h_xb, STARPU_RW);
@@ -287,4 +314,108 @@ int si_engine_eval_batch_logits(struct si_engine *e, const int32_t *tokens, int3
     if (logits == NULL)
         return SI_E_INVALID;
     return eval_tokens(e, tokens, n, first, logits);
+}
+
+/* si_engine_eval_multi's checks: SI_OK, or why the step cannot run. */
+static int check_multi(const struct si_engine *e, const struct si_engine_req *r, int32_t n_req,
+                       int32_t *total)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    if (r == NULL || n_req < 1 || e->n_batch <= 1 || e->obs_fn != NULL)
+        return SI_E_INVALID;
+    int64_t n = 0;
+    for (int32_t i = 0; i < n_req; i++) {
+        if (r[i].seq == NULL || r[i].tokens == NULL || r[i].n < 1)
+            return SI_E_INVALID;
+        for (int32_t k = 0; k < i; k++)
+            if (r[k].seq == r[i].seq)
+                return SI_E_INVALID;
+        for (int32_t t = 0; t < r[i].n; t++)
+            if (r[i].tokens[t] < 0 || r[i].tokens[t] >= hp->n_vocab)
+                return SI_E_INVALID;
+        n += r[i].n;
+    }
+    if (n > e->n_batch)
+        return SI_E_INVALID;
+    for (int32_t i = 0; i < n_req; i++)
+        if ((int64_t)r[i].seq->n_past + r[i].n > r[i].seq->p.n_ctx)
+            return SI_E_BUDGET;
+    *total = (int32_t)n;
+    return SI_OK;
+}
+
+/*
+ * The step's tokens in batch order: first the tokens of requests of
+ * SI__BLAS_MIN_BATCH tokens or more, in a prompt batch's arithmetic as they
+ * would be alone, then the others (decoding, short prompts) in the
+ * reference's (bsplit between).
+ * The LM head's rows are each request's last token (bhrow), request i's
+ * logits row i.  Attention reads each token's own sequence at its own
+ * position, so the order changes no result.
+ */
+static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int32_t n_req,
+                         int32_t total)
+{
+    int32_t t = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < n_req; i++) {
+            if ((r[i].n >= SI__BLAS_MIN_BATCH) != (pass == 0))
+                continue;
+            for (int32_t k = 0; k < r[i].n; k++, t++) {
+                e->mtok[t] = r[i].tokens[k];
+                e->bseq[t] = r[i].seq;
+                e->bpos[t] = r[i].seq->n_past + k;
+            }
+            e->bhrow[i] = t - 1;
+        }
+        if (pass == 0)
+            e->bsplit = t;
+    }
+    e->btok = e->mtok;
+    e->bn = total;
+    e->bp0 = 0;
+    e->bout0 = total - n_req; /* the head's rows: n_req of them */
+    e->bstep = true;
+}
+
+int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int32_t n_req)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    int32_t total = 0;
+    int rc = check_multi(e, r, n_req, &total);
+    if (rc != SI_OK)
+        return rc;
+    if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
+        return SI_E_RUNTIME;
+    if (n_req > e->mlogits_rows) {
+        float *p = realloc(e->mlogits, (size_t)n_req * (size_t)hp->n_vocab * sizeof(float));
+        if (p == NULL)
+            return SI_E_NOMEM;
+        e->mlogits = p;
+        e->mlogits_rows = n_req;
+    }
+    const double t0 = si__now();
+    lay_out_step(e, r, n_req, total);
+    e->step_hot = e->step_cold = 0;
+    rc = run_batch_rows(e, e->mlogits);
+    e->bn = 0; /* tasks submitted from now on are single-token ones */
+    e->bstep = false;
+    if (rc != 0) {
+        si_runtime_wait_all();
+        return SI_E_RUNTIME;
+    }
+    for (int32_t i = 0; i < n_req; i++) {
+        r[i].seq->n_past += r[i].n;
+        memcpy(r[i].seq->logits, e->mlogits + (size_t)i * (size_t)hp->n_vocab,
+               (size_t)hp->n_vocab * sizeof(float));
+    }
+    /* the decoding tokens' neurons, as decoding counts them */
+    e->stats.neurons_total += (int64_t)(total - e->bsplit) * (e->l1 - e->l0) * hp->n_ff;
+    e->stats.neurons_hot += __atomic_exchange_n(&e->step_hot, 0, __ATOMIC_RELAXED);
+    e->stats.neurons_cold += __atomic_exchange_n(&e->step_cold, 0, __ATOMIC_RELAXED);
+    e->stats.steps++;
+    e->stats.step_tokens += total;
+    e->stats.step_seqs += n_req;
+    e->stats.step_seconds += si__now() - t0;
+    return SI_OK;
 }

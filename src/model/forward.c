@@ -519,11 +519,16 @@ static void ffn(struct si_ref *s, const struct si_layer *L, int l)
 
 int si_ref_begin(struct si_ref *s, int32_t token)
 {
+    return si_ref_begin_at(s, token, s->n_past);
+}
+
+int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos)
+{
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
     if (token < 0 || token >= hp->n_vocab)
         return SI_E_INVALID;
-    if (s->n_past >= s->p.n_ctx)
+    if (pos < 0 || pos >= s->p.n_ctx)
         return SI_E_BUDGET;
     const int64_t d = hp->n_embd;
 
@@ -534,7 +539,7 @@ int si_ref_begin(struct si_ref *s, int32_t token)
         s->x[i] *= hp->embd_scale;
     if (m->w.pos_embd.data != NULL) {
         const struct si_tensor *pe = &m->w.pos_embd;
-        const size_t row = (size_t)s->n_past + (size_t)hp->pos_offset;
+        const size_t row = (size_t)pos + (size_t)hp->pos_offset;
         si_dequantize_row(pe->type, (const char *)pe->data + row * pe->row_bytes, s->tmp, d);
         for (int64_t i = 0; i < d; i++)
             s->x[i] += s->tmp[i];

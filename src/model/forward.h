@@ -221,6 +221,8 @@ int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n);
  *   si_ref_end(s)            logits; the token joins the cache (n_past + 1)
  */
 int si_ref_begin(struct si_ref *s, int32_t token);
+/* si_ref_begin for position pos instead of n_past (a batch's token). */
+int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos);
 void si_ref_attn(struct si_ref *s, int l);
 /*
  * si_ref_attn in steps, for engines that split its products into tasks:

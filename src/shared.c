@@ -1,0 +1,266 @@
+/*
+ * shared.c - the steps of contexts that share one engine.
+ *
+ * Each context evaluates on its own thread, as if alone: its call becomes a
+ * request in the group's list and waits.  A waiting thread that finds no
+ * step running and the group ready runs the next step for everyone: the
+ * next token of every decoding context as one batch (si_engine_eval_multi:
+ * the weights read once for all of them), or a prompt's next batch, and
+ * wakes the others.  The group is ready when every
+ * context inside a generation (engaged) has a request in, or when the
+ * oldest request has waited STEP_WAIT_MS: a generation comes back for its
+ * next token within microseconds, and a context evaluating outside one is
+ * not waited for.
+ *
+ * A prompt goes in the batches it would have alone (n_batch tokens, the
+ * same arithmetic, so the same results), each a step of its own; while
+ * other contexts decode, prompt steps and their steps alternate, so that a
+ * long prompt delays each of their tokens by one prompt batch at most.  A
+ * step of one token of the engine's own sequence takes the decoding graph
+ * (si_engine_eval) instead.
+ */
+#include "shared.h"
+
+#include "internal.h"
+#include "starinfer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum {
+    STEP_WAIT_MS = 5, /* the longest a request waits for engaged contexts */
+};
+
+struct request {
+    struct si_ref *seq;
+    const int32_t *tokens;
+    int32_t n, done;
+    int32_t take; /* tokens in the running step */
+    bool f32, engaged, finished;
+    int rc;
+    double since;
+    struct request *next;
+};
+
+struct si__group {
+    pthread_mutex_t mu; /* the fields below */
+    pthread_cond_t cv;  /* a request in or finished, a step over, an engagement changed */
+    pthread_mutex_t eng_mu; /* the engine: held by a step, and by si__group_lock */
+    struct si_engine *e;
+    void *owned;
+    int refs, engaged;
+    struct request *head;
+    int n_engaged_waiting; /* requests in the list from engaged contexts */
+    bool running;
+    bool last_prompt; /* the last step was a prompt's */
+    struct si_engine_req *step; /* (n_batch) */
+    struct request **in_step;   /* (n_batch) */
+};
+
+struct si__group *si__group_new(struct si_engine *e, void *owned)
+{
+    struct si__group *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return NULL;
+    const int32_t nb = si_engine_n_batch(e);
+    g->step = calloc((size_t)nb, sizeof *g->step);
+    g->in_step = calloc((size_t)nb, sizeof *g->in_step);
+    if (g->step == NULL || g->in_step == NULL) {
+        free(g->step);
+        free(g->in_step);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    pthread_mutex_init(&g->eng_mu, NULL);
+    g->e = e;
+    g->owned = owned;
+    g->refs = 1;
+    return g;
+}
+
+void si__group_hold(struct si__group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void si__group_drop(struct si__group *g)
+{
+    if (g == NULL)
+        return;
+    pthread_mutex_lock(&g->mu);
+    const int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left > 0)
+        return;
+    si_engine_free(g->e);
+    free(g->owned);
+    free(g->step);
+    free(g->in_step);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->eng_mu);
+    free(g);
+}
+
+void si__group_engage(struct si__group *g, int delta)
+{
+    pthread_mutex_lock(&g->mu);
+    g->engaged += delta;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void si__group_lock(struct si__group *g)
+{
+    pthread_mutex_lock(&g->eng_mu);
+}
+
+void si__group_unlock(struct si__group *g)
+{
+    pthread_mutex_unlock(&g->eng_mu);
+}
+
+/* Under mu: whether the next step should run now. */
+static bool ready(const struct si__group *g, double now)
+{
+    if (g->head == NULL || g->running)
+        return false;
+    return g->n_engaged_waiting >= g->engaged || now - g->head->since >= STEP_WAIT_MS * 1e-3;
+}
+
+/* Whether r's tokens left make a prompt batch (si_engine_min_batch or more:
+ * a prompt batch's arithmetic), which goes alone in its step. */
+static bool is_prompt(const struct si__group *g, const struct request *r)
+{
+    return r->n - r->done >= si_engine_min_batch(g->e);
+}
+
+/*
+ * Under mu: the next step's share of each request, into g->step (returns
+ * how many requests take part).  A step is either a prompt's next batch
+ * (up to n_batch tokens, as it would be alone: the same batches, so the
+ * same results), or every other request's tokens (decoding's one, short
+ * prompts': the reference's arithmetic, which no neighbour changes); the
+ * two alternate while both wait, so that a long prompt delays each of the
+ * others' tokens by one prompt batch at most.
+ */
+static int32_t choose(struct si__group *g)
+{
+    const int32_t nb = si_engine_n_batch(g->e);
+    struct request *prompt = NULL;
+    bool others = false;
+    for (struct request *r = g->head; r != NULL; r = r->next) {
+        if (!is_prompt(g, r))
+            others = true;
+        else if (prompt == NULL)
+            prompt = r;
+    }
+    int32_t n_req = 0;
+    if (prompt != NULL && (!others || !g->last_prompt)) {
+        const int32_t left = prompt->n - prompt->done;
+        prompt->take = left < nb ? left : nb;
+        g->in_step[n_req] = prompt;
+        g->step[n_req++] = (struct si_engine_req){
+            .seq = prompt->seq, .tokens = prompt->tokens + prompt->done, .n = prompt->take};
+        g->last_prompt = true;
+        return n_req;
+    }
+    int32_t budget = nb;
+    for (struct request *r = g->head; r != NULL && budget > 0; r = r->next) {
+        const int32_t left = r->n - r->done;
+        if (is_prompt(g, r) || left > budget)
+            continue;
+        r->take = left;
+        budget -= left;
+        g->in_step[n_req] = r;
+        g->step[n_req++] = (struct si_engine_req){
+            .seq = r->seq, .tokens = r->tokens + r->done, .n = left};
+    }
+    g->last_prompt = false;
+    return n_req;
+}
+
+/* Under mu, not running, ready: one step, mu released while it runs. */
+static void run_step(struct si__group *g)
+{
+    g->running = true;
+    const int32_t n_req = choose(g);
+    pthread_mutex_unlock(&g->mu);
+
+    pthread_mutex_lock(&g->eng_mu);
+    for (int32_t i = 0; i < n_req; i++)
+        g->step[i].seq->attn_f32 = g->in_step[i]->f32;
+    int rc;
+    if (n_req == 1 && g->step[0].n == 1 && g->step[0].seq == si_engine_ref(g->e))
+        rc = si_engine_eval(g->e, g->step[0].tokens[0]);
+    else
+        rc = si_engine_eval_multi(g->e, g->step, n_req);
+    for (int32_t i = 0; i < n_req; i++)
+        g->step[i].seq->attn_f32 = false;
+    pthread_mutex_unlock(&g->eng_mu);
+
+    pthread_mutex_lock(&g->mu);
+    for (int32_t i = 0; i < n_req; i++) {
+        struct request *r = g->in_step[i];
+        if (rc == SI_OK)
+            r->done += r->take;
+        r->take = 0;
+        if (rc != SI_OK || r->done == r->n) {
+            r->rc = rc;
+            r->finished = true;
+        }
+    }
+    /* the finished ones out of the list */
+    for (struct request **p = &g->head; *p != NULL;) {
+        if ((*p)->finished) {
+            if ((*p)->engaged)
+                g->n_engaged_waiting--;
+            *p = (*p)->next;
+        } else {
+            p = &(*p)->next;
+        }
+    }
+    g->running = false;
+    pthread_cond_broadcast(&g->cv);
+}
+
+int si__group_eval(struct si__group *g, struct si_ref *seq, const int32_t *tokens, int32_t n,
+                   bool attn_f32, bool engaged, int32_t *done)
+{
+    struct request req = {.seq = seq, .tokens = tokens, .n = n, .f32 = attn_f32,
+                          .engaged = engaged, .since = si__now()};
+    pthread_mutex_lock(&g->mu);
+    struct request **p = &g->head;
+    while (*p != NULL)
+        p = &(*p)->next;
+    *p = &req;
+    if (engaged)
+        g->n_engaged_waiting++;
+    pthread_cond_broadcast(&g->cv);
+    while (!req.finished) {
+        const double now = si__now();
+        if (ready(g, now)) {
+            run_step(g);
+            continue;
+        }
+        /* until the oldest request's wait is over, or a change */
+        double until = g->head != NULL && !g->running ? g->head->since + STEP_WAIT_MS * 1e-3
+                                                      : now + 0.05;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const double wait = until > now ? until - now : 0;
+        const long ns = ts.tv_nsec + (long)(wait * 1e9);
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    pthread_mutex_unlock(&g->mu);
+    *done = req.done;
+    return req.rc;
+}
