@@ -134,9 +134,13 @@ const struct si__quants_table *si__quants_active(void)
 
 si__attn_tiled_fn si__quants_attn_tiled(void)
 {
-    /* Not tied to the table in use: both codes give the same bits. */
+    /* Not tied to the table in use: both codes give the same bits.  The
+     * answer is asked once; tasks on several workers may ask at once. */
     static int usable = -1;
-    if (usable < 0)
-        usable = si__quants_avx2_usable();
-    return usable ? si__quants_avx2.attn_tiled : NULL;
+    int u = __atomic_load_n(&usable, __ATOMIC_RELAXED);
+    if (u < 0) {
+        u = si__quants_avx2_usable();
+        __atomic_store_n(&usable, u, __ATOMIC_RELAXED);
+    }
+    return u ? si__quants_avx2.attn_tiled : NULL;
 }
