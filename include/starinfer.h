@@ -385,6 +385,22 @@ struct si_context_params {
                          * task per layer */
     enum si_prefill_mode prefill; /* the prompt batches' arithmetic (default
                                    * SI_PREFILL_AUTO; see the enum) */
+    enum si_prefill_mode shared_arith; /* the steps' arithmetic once contexts
+                                   * share this one's engine
+                                   * (si_context_init_shared): SI_PREFILL_EXACT,
+                                   * decoding's (each context's tokens those it
+                                   * gets on its own, bit for bit); INT8, the
+                                   * batched integer kernels for every token
+                                   * of a step (AVX-512 VNNI; SI_E_UNSUPPORTED
+                                   * without), where the types have them, else
+                                   * the reference's dots: several contexts'
+                                   * tokens for less than their cost alone,
+                                   * each context's tokens independent of the
+                                   * others' but not decoding's bit for bit;
+                                   * AUTO (default), INT8 where the CPU has
+                                   * the kernels, else EXACT.  BLAS: refused
+                                   * (sgemm sums a row differently beside
+                                   * other rows) */
     bool redux;         /* add the FFN slices' outputs with STARPU_REDUX instead of
                          * a merge task (default false; not deterministic) */
     bool caller_worker; /* when this context starts StarPU (the first StarPU

@@ -17,6 +17,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/pack8.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "placement/placement.h"
@@ -533,6 +534,12 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_INVALID, "sparsity: %d is not a known mode", (int)p->sparsity);
     if ((unsigned)p->prefill >= SI_PREFILL_COUNT)
         return fail(SI_E_INVALID, "prefill: %d is not a known mode", (int)p->prefill);
+    if ((unsigned)p->shared_arith >= SI_PREFILL_COUNT || p->shared_arith == SI_PREFILL_BLAS)
+        return fail(SI_E_INVALID, "shared_arith: %s (exact, int8 or auto: steps through sgemm "
+                                  "would sum a token differently beside other tokens)",
+                    p->shared_arith == SI_PREFILL_BLAS ? "blas is refused" : "not a known mode");
+    if (p->shared_arith == SI_PREFILL_INT8 && si_gemm8_missing() != NULL)
+        return fail(SI_E_UNSUPPORTED, "shared_arith int8: %s", si_gemm8_missing());
     if (p->n_ctx < 0)
         return fail(SI_E_INVALID, "n_ctx: %d is negative", p->n_ctx);
     if (!(p->gate_threshold >= 0.0f) || !isfinite(p->gate_threshold))
@@ -583,6 +590,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         {"profile_path", "--profile", NULL},
         {"placement_path", "--placement", NULL},
         {"prefill", "--prefill", NULL},
+        {"shared_arith", "--batch-arith", NULL},
         {"redux", "--merge redux", NULL},
         {"flash_store", "--flash-store", "the flash tier"},
         {"flash_window", "--flash-window", "the flash tier"},
@@ -596,6 +604,7 @@ const struct si__engine_option *si__engine_only_option(const struct si_context_p
         p->profile_path != NULL && p->input_sparsity == 0.0f,
         p->placement_path != NULL,
         p->prefill != SI_PREFILL_AUTO,
+        p->shared_arith != SI_PREFILL_AUTO,
         p->redux,
         p->flash_store != NULL,
         p->flash_window != 0,
@@ -752,6 +761,8 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         ep.vram_budget = p.vram_budget;
         ep.redux = p.redux;
         ep.prefill = p.prefill;
+        ep.step_int8 = p.shared_arith == SI_PREFILL_INT8 ||
+                       (p.shared_arith == SI_PREFILL_AUTO && si_gemm8_missing() == NULL);
         ep.attn_split = p.attn_split;
         ep.attn_gpu = p.gpu_attention;
         ep.pipe = p.mpi;

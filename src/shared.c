@@ -12,12 +12,12 @@
  * next token within microseconds, and a context evaluating outside one is
  * not waited for.
  *
- * A prompt goes in the batches it would have alone (n_batch tokens, the
- * same arithmetic, so the same results), each a step of its own; while
- * other contexts decode, prompt steps and their steps alternate, so that a
- * long prompt delays each of their tokens by one prompt batch at most.  A
- * step of one token of the engine's own sequence takes the decoding graph
- * (si_engine_eval) instead.
+ * How prompts and decoding share the steps depends on the steps'
+ * arithmetic (choose): with decoding's, a prompt goes in the batches it
+ * would have alone, a step each, alternating with the others' steps; with
+ * step_int8's, in chunks beside the others' tokens.  With decoding's
+ * arithmetic a step of one token of the engine's own sequence takes the
+ * decoding graph (si_engine_eval) instead.
  */
 #include "shared.h"
 
@@ -30,7 +30,8 @@
 #include <time.h>
 
 enum {
-    STEP_WAIT_MS = 5, /* the longest a request waits for engaged contexts */
+    STEP_WAIT_MS = 5,       /* the longest a request waits for engaged contexts */
+    STEP_PROMPT_CHUNK = 32, /* step_int8: a prompt's tokens per step beside others */
 };
 
 struct request {
@@ -143,26 +144,33 @@ static bool is_prompt(const struct si__group *g, const struct request *r)
 
 /*
  * Under mu: the next step's share of each request, into g->step (returns
- * how many requests take part).  A step is either a prompt's next batch
- * (up to n_batch tokens, as it would be alone: the same batches, so the
- * same results), or every other request's tokens (decoding's one, short
- * prompts': the reference's arithmetic, which no neighbour changes); the
- * two alternate while both wait, so that a long prompt delays each of the
- * others' tokens by one prompt batch at most.
+ * how many requests take part).
+ *
+ * Decoding's arithmetic (not step_int8): a step is either a prompt's next
+ * batch (up to n_batch tokens, as it would be alone: the same batches, so
+ * the same results), or every other request's tokens (decoding's one,
+ * short prompts': the reference's arithmetic, which no neighbour changes);
+ * the two alternate while both wait, so that a long prompt delays each of
+ * the others' tokens by one prompt batch at most.
+ *
+ * step_int8: every token's sums are its own whatever the step holds, so a
+ * step takes every decoding token, then prompts in chunks of at most
+ * STEP_PROMPT_CHUNK tokens beside them (whole, up to n_batch, alone).
  */
 static int32_t choose(struct si__group *g)
 {
     const int32_t nb = si_engine_n_batch(g->e);
+    const bool mixed = si_engine_steps_int8(g->e);
     struct request *prompt = NULL;
     bool others = false;
+    int32_t n_req = 0;
     for (struct request *r = g->head; r != NULL; r = r->next) {
         if (!is_prompt(g, r))
             others = true;
         else if (prompt == NULL)
             prompt = r;
     }
-    int32_t n_req = 0;
-    if (prompt != NULL && (!others || !g->last_prompt)) {
+    if (!mixed && prompt != NULL && (!others || !g->last_prompt)) {
         const int32_t left = prompt->n - prompt->done;
         prompt->take = left < nb ? left : nb;
         g->in_step[n_req] = prompt;
@@ -172,16 +180,26 @@ static int32_t choose(struct si__group *g)
         return n_req;
     }
     int32_t budget = nb;
-    for (struct request *r = g->head; r != NULL && budget > 0; r = r->next) {
-        const int32_t left = r->n - r->done;
-        if (is_prompt(g, r) || left > budget)
-            continue;
-        r->take = left;
-        budget -= left;
-        g->in_step[n_req] = r;
-        g->step[n_req++] = (struct si_engine_req){
-            .seq = r->seq, .tokens = r->tokens + r->done, .n = left};
-    }
+    const bool alone = g->head != NULL && g->head->next == NULL;
+    for (int pass = 0; pass < (mixed ? 2 : 1); pass++)
+        for (struct request *r = g->head; r != NULL && budget > 0; r = r->next) {
+            const int32_t left = r->n - r->done;
+            if (is_prompt(g, r) != (pass == 1))
+                continue;
+            int32_t k = left;
+            if (pass == 1 && !alone && k > STEP_PROMPT_CHUNK)
+                k = STEP_PROMPT_CHUNK;
+            if (k > budget) {
+                if (pass == 0)
+                    continue; /* (a short prompt: the next step) */
+                k = budget;
+            }
+            r->take = k;
+            budget -= k;
+            g->in_step[n_req] = r;
+            g->step[n_req++] = (struct si_engine_req){
+                .seq = r->seq, .tokens = r->tokens + r->done, .n = k};
+        }
     g->last_prompt = false;
     return n_req;
 }
@@ -197,7 +215,8 @@ static void run_step(struct si__group *g)
     for (int32_t i = 0; i < n_req; i++)
         g->step[i].seq->attn_f32 = g->in_step[i]->f32;
     int rc;
-    if (n_req == 1 && g->step[0].n == 1 && g->step[0].seq == si_engine_ref(g->e))
+    if (n_req == 1 && g->step[0].n == 1 && g->step[0].seq == si_engine_ref(g->e) &&
+        !si_engine_steps_int8(g->e))
         rc = si_engine_eval(g->e, g->step[0].tokens[0]);
     else
         rc = si_engine_eval_multi(g->e, g->step, n_req);

@@ -1457,6 +1457,19 @@ static void test_pack8(void)
                         si_act_block_sums(at, xs3 + tk * xs, n, sums + tk * (n / 32));
                     }
                     si_gemm8(t, pk + 1, n, xs3, xs, sums, NT, y3, 8);
+                    /* each token's bits whatever tokens share its call
+                     * (tiles of 8, 4, 2, 1): a batch's token equals itself
+                     * in any other batch */
+                    for (int s0 = 0; s0 < NT; s0 += 3)
+                        for (int m = 1; s0 + m <= NT; m++) {
+                            float ym[NT * 8];
+                            si_gemm8(t, pk + 1, n, xs3 + (size_t)s0 * xs, xs,
+                                     sums + (size_t)s0 * (size_t)(n / 32), m, ym, 8);
+                            CHECK(memcmp(ym, y3 + s0 * 8, (size_t)m * 8 * sizeof *ym) == 0,
+                                  "%s n=%lld: gemm8 of tokens %d..%d alone differs from them "
+                                  "in the batch of %d",
+                                  si_type_name(t), (long long)n, s0, s0 + m - 1, NT);
+                        }
                     for (int r = 0; r < 8; r++) {
                         si_dequantize_row(t, rows + 1 + (size_t)r * rb, wr, n);
                         float wmax = 0.0f;

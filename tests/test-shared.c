@@ -10,6 +10,7 @@
  * (the last one under 8 tokens).  Then the refusals, and contexts freed in
  * any order.
  */
+#include "model/pack8.h"
 #include "model/synth.h"
 #include "model/types.h"
 #include "starinfer.h"
@@ -73,10 +74,12 @@ static void *run(void *v)
     return NULL;
 }
 
-static struct si_context_params params(enum si_sparsity_mode mode, int32_t n_batch)
+static struct si_context_params params(enum si_sparsity_mode mode, int32_t n_batch,
+                                        enum si_prefill_mode arith)
 {
     struct si_context_params p = si_context_default_params();
     p.n_batch = n_batch;
+    p.shared_arith = arith;
     p.n_ctx = 128;
     p.sparsity = mode;
     p.sampling.temp = 0.0f;
@@ -84,30 +87,20 @@ static struct si_context_params params(enum si_sparsity_mode mode, int32_t n_bat
     return p;
 }
 
-/* Three prompts alone, then on three shared contexts at once (twice, the
- * prompts on other contexts the second time). */
+/*
+ * Three prompts alone, then on three shared contexts at once (twice, the
+ * prompts on other contexts the second time).  Alone: with decoding's
+ * arithmetic (exact), on contexts of their own; with the batched kernels'
+ * (int8), on the shared contexts one at a time, every token a step of its
+ * own, which is the arithmetic they are to keep beside the others.
+ */
 static void compare(const char *label, struct si_llm *llm, enum si_sparsity_mode mode,
-                    int32_t n_batch)
+                    int32_t n_batch, enum si_prefill_mode arith)
 {
     const int32_t nv = si_llm_n_vocab(llm), bos = si_llm_adds_bos(llm) ? si_llm_token_bos(llm) : -1;
     struct job alone[N_CTX_SHARED];
     memset(alone, 0, sizeof alone);
-    struct si_context_params p = params(mode, n_batch);
-    for (int k = 0; k < N_CTX_SHARED; k++) {
-        struct job *j = &alone[k];
-        prompt_of(k, nv, bos, j->prompt);
-        j->n_prompt = prompt_len[k];
-        CHECK(si_context_init(llm, p, &j->ctx) == SI_OK, "%s: context: %s", label,
-              si_last_error());
-        if (j->ctx == NULL)
-            return;
-        run(j);
-        CHECK(j->rc == SI_OK && j->n == N_GEN, "%s: alone %d: %s", label, k, j->msg);
-        si_context_free(j->ctx);
-    }
-    CHECK(memcmp(alone[0].ids, alone[1].ids, sizeof alone[0].ids) != 0,
-          "%s: two prompts gave the same tokens: the comparison would not see a mix-up", label);
-
+    struct si_context_params p = params(mode, n_batch, arith);
     struct si_context *ctx[N_CTX_SHARED] = {NULL};
     CHECK(si_context_init(llm, p, &ctx[0]) == SI_OK, "%s: first context: %s", label,
           si_last_error());
@@ -116,6 +109,25 @@ static void compare(const char *label, struct si_llm *llm, enum si_sparsity_mode
               label, c, si_last_error());
     if (ctx[N_CTX_SHARED - 1] == NULL)
         return;
+    for (int k = 0; k < N_CTX_SHARED; k++) {
+        struct job *j = &alone[k];
+        prompt_of(k, nv, bos, j->prompt);
+        j->n_prompt = prompt_len[k];
+        if (arith == SI_PREFILL_EXACT) {
+            CHECK(si_context_init(llm, p, &j->ctx) == SI_OK, "%s: context: %s", label,
+                  si_last_error());
+            if (j->ctx == NULL)
+                return;
+        } else {
+            j->ctx = ctx[(k + 1) % N_CTX_SHARED];
+        }
+        run(j);
+        CHECK(j->rc == SI_OK && j->n == N_GEN, "%s: alone %d: %s", label, k, j->msg);
+        if (arith == SI_PREFILL_EXACT)
+            si_context_free(j->ctx);
+    }
+    CHECK(memcmp(alone[0].ids, alone[1].ids, sizeof alone[0].ids) != 0,
+          "%s: two prompts gave the same tokens: the comparison would not see a mix-up", label);
     for (int round = 0; round < 2; round++) {
         struct job both[N_CTX_SHARED];
         memset(both, 0, sizeof both);
@@ -175,7 +187,7 @@ static void refusals(struct si_llm *llm)
 {
     struct si_context *first = NULL, *out = NULL;
     CHECK(si_context_init_shared(NULL, &out) == SI_E_INVALID && out == NULL, "NULL first");
-    struct si_context_params p = params(SI_SPARSE_DENSE, 0);
+    struct si_context_params p = params(SI_SPARSE_DENSE, 0, SI_PREFILL_AUTO);
     p.engine = SI_ENGINE_REF;
     CHECK(si_context_init(llm, p, &first) == SI_OK, "reference context: %s", si_last_error());
     CHECK(si_context_init_shared(first, NULL) == SI_E_INVALID, "NULL out");
@@ -183,7 +195,7 @@ static void refusals(struct si_llm *llm)
               strstr(si_last_error(), "reference engine") != NULL,
           "shared on the reference: %s", si_last_error());
     si_context_free(first);
-    p = params(SI_SPARSE_DENSE, 1);
+    p = params(SI_SPARSE_DENSE, 1, SI_PREFILL_AUTO);
     CHECK(si_context_init(llm, p, &first) == SI_OK, "n_batch 1 context: %s", si_last_error());
     CHECK(si_context_init_shared(first, &out) == SI_E_UNSUPPORTED && out == NULL &&
               strstr(si_last_error(), "no batches") != NULL,
@@ -192,6 +204,11 @@ static void refusals(struct si_llm *llm)
     CHECK(si_context_init_shared(first, &out) == SI_E_INVALID &&
               strstr(si_last_error(), "not a live context") != NULL,
           "shared on a freed context: %s", si_last_error());
+    struct si_context *none = NULL;
+    p = params(SI_SPARSE_DENSE, 0, SI_PREFILL_BLAS);
+    CHECK(si_context_init(llm, p, &none) == SI_E_INVALID && none == NULL &&
+              strstr(si_last_error(), "shared_arith: blas is refused") != NULL,
+          "shared_arith blas: %s", si_last_error());
 }
 
 static struct si_llm *synth(const char *name, uint32_t type)
@@ -220,31 +237,48 @@ int main(void)
         return 1;
     }
     const uint32_t types[2] = {SI_TYPE_F16, SI_TYPE_Q4_0};
+    const char *int8 = si_gemm8_missing(); /* NULL: the int8 steps run here */
+    if (int8 != NULL)
+        printf("note: the int8 steps not compared: %s\n", int8);
     for (int t = 0; t < 2; t++) {
         struct si_llm *llm = synth(t == 0 ? "f16" : "q4_0", types[t]);
         if (llm == NULL)
             continue;
         char label[64];
         snprintf(label, sizeof label, "tiny llama-relu %s dense", t == 0 ? "F16" : "Q4_0");
-        compare(label, llm, SI_SPARSE_DENSE, 0);
+        compare(label, llm, SI_SPARSE_DENSE, 0, SI_PREFILL_EXACT);
         snprintf(label, sizeof label, "tiny llama-relu %s gate", t == 0 ? "F16" : "Q4_0");
-        compare(label, llm, SI_SPARSE_GATE, 0);
+        compare(label, llm, SI_SPARSE_GATE, 0, SI_PREFILL_EXACT);
         if (t == 0) {
             refusals(llm);
         } else {
             /* prompts in several batches, the last under 8 tokens (70 =
              * 4 x 16 + 6: the reference's arithmetic, as decoding) */
-            compare("tiny llama-relu Q4_0 dense, n_batch 16", llm, SI_SPARSE_DENSE, 16);
-            compare("tiny llama-relu Q4_0 gate, n_batch 16", llm, SI_SPARSE_GATE, 16);
+            compare("tiny llama-relu Q4_0 dense, n_batch 16", llm, SI_SPARSE_DENSE, 16,
+                    SI_PREFILL_EXACT);
+            compare("tiny llama-relu Q4_0 gate, n_batch 16", llm, SI_SPARSE_GATE, 16,
+                    SI_PREFILL_EXACT);
+            if (int8 == NULL) {
+                compare("tiny llama-relu Q4_0 dense, int8", llm, SI_SPARSE_DENSE, 0,
+                        SI_PREFILL_INT8);
+                compare("tiny llama-relu Q4_0 gate, int8", llm, SI_SPARSE_GATE, 0,
+                        SI_PREFILL_INT8);
+                compare("tiny llama-relu Q4_0 dense, int8, n_batch 16", llm, SI_SPARSE_DENSE, 16,
+                        SI_PREFILL_INT8);
+            }
         }
         si_llm_free(llm);
     }
     const char *path = getenv("STARINFER_TEST_MODEL");
     struct si_llm *llm = NULL;
     if (path != NULL && si_llm_load(path, si_llm_default_params(), &llm) == SI_OK) {
-        compare("SmolLM2-135M Q4_1 dense", llm, SI_SPARSE_DENSE, 0);
-        compare("SmolLM2-135M Q4_1 gate", llm, SI_SPARSE_GATE, 0);
-        compare("SmolLM2-135M Q4_1 dense, n_batch 16", llm, SI_SPARSE_DENSE, 16);
+        compare("SmolLM2-135M Q4_1 dense", llm, SI_SPARSE_DENSE, 0, SI_PREFILL_EXACT);
+        compare("SmolLM2-135M Q4_1 gate", llm, SI_SPARSE_GATE, 0, SI_PREFILL_EXACT);
+        compare("SmolLM2-135M Q4_1 dense, n_batch 16", llm, SI_SPARSE_DENSE, 16, SI_PREFILL_EXACT);
+        if (int8 == NULL) {
+            compare("SmolLM2-135M Q4_1 dense, int8", llm, SI_SPARSE_DENSE, 0, SI_PREFILL_INT8);
+            compare("SmolLM2-135M Q4_1 gate, int8", llm, SI_SPARSE_GATE, 0, SI_PREFILL_INT8);
+        }
         si_llm_free(llm);
     } else {
         printf("note: STARINFER_TEST_MODEL not set or not loadable; SmolLM2 not compared\n");

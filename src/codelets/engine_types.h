@@ -67,6 +67,13 @@ struct si_engine_params {
                                    * (int8; SI_E_UNSUPPORTED without AVX-512
                                    * VNNI) or float ones through OpenBLAS (blas);
                                    * codelets/prefill.c's arith_of */
+    bool step_int8;     /* si_engine_eval_multi's steps through the batched
+                         * integer kernels where the CPU and type have them
+                         * (else the reference's dots), every token alike:
+                         * several tokens for less than their cost alone,
+                         * each token's results independent of the step's
+                         * others but not decoding's bits (false: decoding's
+                         * arithmetic for every request under 8 tokens) */
 
     /* The flash tier (gate and predictor modes; see "Flash tier" above). */
     struct si_flash_store *flash; /* the cold neurons' store (may be NULL: every

@@ -87,6 +87,11 @@ static enum arith arith_of(const struct si_engine *e, uint32_t t)
 {
     if (!e->p.ref.act_quant)
         return ARITH_BLAS;
+    /* step_int8's steps: the batched kernel's per-token sums, or the
+     * reference's; never sgemm's, whose sums of a row depend on the rows
+     * beside it */
+    if (e->bstep && e->p.step_int8)
+        return si_gemm8_available(t) ? ARITH_INT8 : ARITH_REF;
     /* (a step's prompt tokens are those of prompts of SI__BLAS_MIN_BATCH
      * tokens or more, whatever the step's size) */
     if (e->p.prefill == SI_PREFILL_EXACT || (!e->bstep && e->bn < SI__BLAS_MIN_BATCH))
@@ -587,7 +592,7 @@ static int64_t ffn_rows(struct si_engine *e, int l, int j, const struct bslice *
     int64_t computed = nt * n;
     if (!e->sparse) {
         memcpy(y, sc->bu, (size_t)(nt * n) * sizeof(float));
-    } else if (q) {
+    } else if (q || (e->bstep && e->p.step_int8)) { /* (each token's own sums, not sgemm's) */
         computed = 0;
         for (int64_t t = 0; t < nt; t++) {
             const float *h = sc->bu + t * n;
@@ -831,9 +836,10 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
         si_ref_head_input(e->ref, bx + (size_t)row * (size_t)d, sc->hx + t * d, sc->tmp);
     }
     /* a step's logits as each sequence's alone: the reference's (the
-     * prompt's last token's head, si_ref_end, or decoding's) */
-    products(e->bstep && e->p.ref.act_quant ? ARITH_REF : arith_of(e, rows.type), &rows, nr,
-             sc->hx, d, nt, y, ldy, sc->gemm, sc->dt);
+     * prompt's last token's head, si_ref_end, or decoding's), or step_int8's */
+    products(e->bstep && e->p.ref.act_quant && !e->p.step_int8 ? ARITH_REF
+                                                                : arith_of(e, rows.type),
+             &rows, nr, sc->hx, d, nt, y, ldy, sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
 

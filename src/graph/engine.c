@@ -1013,6 +1013,11 @@ int32_t si_engine_n_batch(const struct si_engine *e)
     return e->n_batch;
 }
 
+bool si_engine_steps_int8(const struct si_engine *e)
+{
+    return e->p.step_int8;
+}
+
 int32_t si_engine_min_batch(const struct si_engine *e)
 {
     (void)e;

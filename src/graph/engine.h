@@ -235,6 +235,8 @@ int32_t si_engine_n_batch(const struct si_engine *e);
 /* The fewest tokens a batch takes a prompt batch's arithmetic for (fewer
  * take the reference's, as decoding). */
 int32_t si_engine_min_batch(const struct si_engine *e);
+/* Whether steps take params.step_int8's arithmetic. */
+bool si_engine_steps_int8(const struct si_engine *e);
 
 /* One sequence's part of a step: n tokens appended to seq (the engine's own
  * or one of si_engine_seq_new's). */

@@ -348,7 +348,8 @@ static int check_multi(const struct si_engine *e, const struct si_engine_req *r,
  * The step's tokens in batch order: first the tokens of requests of
  * SI__BLAS_MIN_BATCH tokens or more, in a prompt batch's arithmetic as they
  * would be alone, then the others (decoding, short prompts) in the
- * reference's (bsplit between).
+ * reference's (bsplit between); with step_int8 every token in step_int8's
+ * (arith_of).
  * The LM head's rows are each request's last token (bhrow), request i's
  * logits row i.  Attention reads each token's own sequence at its own
  * position, so the order changes no result.
@@ -359,7 +360,7 @@ static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int
     int32_t t = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < n_req; i++) {
-            if ((r[i].n >= SI__BLAS_MIN_BATCH) != (pass == 0))
+            if ((e->p.step_int8 || r[i].n >= SI__BLAS_MIN_BATCH) != (pass == 0))
                 continue;
             for (int32_t k = 0; k < r[i].n; k++, t++) {
                 e->mtok[t] = r[i].tokens[k];

@@ -180,69 +180,87 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
 
 /*
  * The shared body: KIND 0 Q4_0 (activations Q8_0, 34 bytes a block), 1
- * Q4_1 (Q8_1, 36), 2 Q8_0 (Q8_0).  Tokens past n_tok in the last tile
- * repeat the last one and are not stored.
+ * Q4_1 (Q8_1, 36), 2 Q8_0 (Q8_0); the tokens [t0, t0 + T), those past
+ * n_tok repeating the last one and not stored.  A token's sums depend on
+ * its own activations only, so that every tile size gives it the same
+ * bits: the full tiles take GEMM_TILE tokens, the rest the smallest tile
+ * that holds it (a step of a few tokens pays for those, not for 8).
  */
-#define GEMM8_FN(fn, KIND)                                                                         \
-    VNNI void fn(const void *group, int64_t n, const void *xa, size_t xa_stride,                   \
-                 const int32_t *asum, int64_t n_tok, float *y, size_t ldy)                         \
+#define GEMM8_TILE_FN(fn, KIND)                                                                    \
+    VNNI static inline __attribute__((always_inline)) void fn(                                     \
+        const int T, const void *group, int64_t n, const void *xa, size_t xa_stride,               \
+        const int32_t *asum, int64_t t0, int64_t n_tok, float *y, size_t ldy)                      \
     {                                                                                              \
         const int64_t nb = n / 32;                                                                 \
         const size_t bb = KIND == 0 ? 144 : KIND == 1 ? 160 : 272, ab = KIND == 1 ? 36 : 34;       \
         const int qo = KIND == 2 ? 16 : KIND == 1 ? 32 : 16; /* the quants' offset in a block */   \
         const int aq = KIND == 1 ? 4 : 2;                    /* the activations' */                \
         const __m256i low = _mm256_set1_epi8(0xf), flip = _mm256_set1_epi8((char)0x80);            \
-        for (int64_t t0 = 0; t0 < n_tok; t0 += GEMM_TILE) {                                        \
-            const uint8_t *at[GEMM_TILE];                                                          \
-            const int32_t *st[GEMM_TILE];                                                          \
-            for (int t = 0; t < GEMM_TILE; t++) {                                                  \
-                const int64_t tok = t0 + t < n_tok ? t0 + t : n_tok - 1;                           \
-                at[t] = (const uint8_t *)xa + (size_t)tok * xa_stride;                            \
-                st[t] = asum != NULL ? asum + tok * nb : NULL;                                     \
-            }                                                                                      \
-            __m256 acc[GEMM_TILE];                                                                 \
-            UNROLL(8)                                                                             \
-            for (int t = 0; t < GEMM_TILE; t++)                                                    \
-                acc[t] = _mm256_setzero_ps();                                                      \
-            const uint8_t *w = group;                                                              \
-            for (int64_t b = 0; b < nb; b++, w += bb) {                                            \
-                __m256i x[8], c[8];                                                                \
-                if (KIND == 2) {                                                                   \
-                    UNROLL(8)                                                                      \
-                    for (int r = 0; r < 8; r++)                                                    \
-                        x[r] = _mm256_xor_si256(                                                   \
-                            _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);        \
-                } else {                                                                           \
-                    UNROLL(4)                                                                      \
-                    for (int p = 0; p < 4; p++) {                                                  \
-                        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + qo + 32 * p));  \
-                        x[2 * p] = _mm256_and_si256(v, low);                                       \
-                        x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);            \
-                    }                                                                              \
-                }                                                                                  \
-                transpose8(x, c);                                                                  \
-                const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));            \
-                const __m256 m8 =                                                                  \
-                    KIND == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)))        \
-                              : _mm256_setzero_ps();                                               \
-                UNROLL(8)                                                                         \
-                for (int t = 0; t < GEMM_TILE; t++) {                                              \
-                    const uint8_t *a = at[t] + (size_t)b * ab;                                     \
-                    __m256i s = KIND == 1 ? _mm256_setzero_si256()                                 \
-                                          : _mm256_set1_epi32((KIND == 0 ? -8 : -128) * st[t][b]); \
-                    UNROLL(8)                                                                      \
-                    for (int k = 0; k < 8; k++)                                                    \
-                        s = _mm256_dpbusd_epi32(s, c[k],                                           \
-                                                _mm256_set1_epi32((int)u32_at(a + aq + 4 * k)));   \
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),                                \
-                                             _mm256_mul_ps(d8, _mm256_set1_ps(half_at(a))), acc[t]); \
-                    if (KIND == 1)                                                                 \
-                        acc[t] = _mm256_fmadd_ps(m8, _mm256_set1_ps(half_at(a + 2)), acc[t]);      \
-                }                                                                                  \
-            }                                                                                      \
-            for (int t = 0; t < GEMM_TILE && t0 + t < n_tok; t++)                                  \
-                _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, acc[t]);                              \
+        const uint8_t *at[GEMM_TILE];                                                              \
+        const int32_t *st[GEMM_TILE];                                                              \
+        for (int t = 0; t < T; t++) {                                                              \
+            const int64_t tok = t0 + t < n_tok ? t0 + t : n_tok - 1;                               \
+            at[t] = (const uint8_t *)xa + (size_t)tok * xa_stride;                                \
+            st[t] = asum != NULL ? asum + tok * nb : NULL;                                         \
         }                                                                                          \
+        __m256 acc[GEMM_TILE];                                                                     \
+        UNROLL(8)                                                                                  \
+        for (int t = 0; t < T; t++)                                                                \
+            acc[t] = _mm256_setzero_ps();                                                          \
+        const uint8_t *w = group;                                                                  \
+        for (int64_t b = 0; b < nb; b++, w += bb) {                                                \
+            __m256i x[8], c[8];                                                                    \
+            if (KIND == 2) {                                                                       \
+                UNROLL(8)                                                                          \
+                for (int r = 0; r < 8; r++)                                                        \
+                    x[r] = _mm256_xor_si256(                                                       \
+                        _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);            \
+            } else {                                                                               \
+                UNROLL(4)                                                                          \
+                for (int p = 0; p < 4; p++) {                                                      \
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w + qo + 32 * p));      \
+                    x[2 * p] = _mm256_and_si256(v, low);                                           \
+                    x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                \
+                }                                                                                  \
+            }                                                                                      \
+            transpose8(x, c);                                                                      \
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));                \
+            const __m256 m8 = KIND == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) \
+                                        : _mm256_setzero_ps();                                     \
+            UNROLL(8)                                                                              \
+            for (int t = 0; t < T; t++) {                                                          \
+                const uint8_t *a = at[t] + (size_t)b * ab;                                         \
+                __m256i s = KIND == 1 ? _mm256_setzero_si256()                                     \
+                                      : _mm256_set1_epi32((KIND == 0 ? -8 : -128) * st[t][b]);     \
+                UNROLL(8)                                                                          \
+                for (int k = 0; k < 8; k++)                                                        \
+                    s = _mm256_dpbusd_epi32(s, c[k],                                               \
+                                            _mm256_set1_epi32((int)u32_at(a + aq + 4 * k)));       \
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),                                    \
+                                         _mm256_mul_ps(d8, _mm256_set1_ps(half_at(a))), acc[t]);   \
+                if (KIND == 1)                                                                     \
+                    acc[t] = _mm256_fmadd_ps(m8, _mm256_set1_ps(half_at(a + 2)), acc[t]);          \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < T && t0 + t < n_tok; t++)                                              \
+            _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, acc[t]);                                  \
+    }
+
+#define GEMM8_FN(fn, KIND)                                                                         \
+    GEMM8_TILE_FN(fn##_tile, KIND)                                                                 \
+    VNNI void fn(const void *group, int64_t n, const void *xa, size_t xa_stride,                   \
+                 const int32_t *asum, int64_t n_tok, float *y, size_t ldy)                         \
+    {                                                                                              \
+        int64_t t0 = 0;                                                                            \
+        for (; n_tok - t0 > 4; t0 += GEMM_TILE)                                                    \
+            fn##_tile(GEMM_TILE, group, n, xa, xa_stride, asum, t0, n_tok, y, ldy);               \
+        const int64_t left = n_tok - t0;                                                           \
+        if (left > 2)                                                                              \
+            fn##_tile(4, group, n, xa, xa_stride, asum, t0, n_tok, y, ldy);                       \
+        else if (left == 2)                                                                        \
+            fn##_tile(2, group, n, xa, xa_stride, asum, t0, n_tok, y, ldy);                       \
+        else if (left == 1)                                                                        \
+            fn##_tile(1, group, n, xa, xa_stride, asum, t0, n_tok, y, ldy);                       \
     }
 
 GEMM8_FN(si__vnni_gemm8_q4_0, 0)

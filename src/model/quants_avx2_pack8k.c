@@ -317,20 +317,18 @@ enum { Q4K_TILE = 8, Q6K_TILE = 4 };
 
 /* Q4_K, or Q5_K where `five` (its qh units before the quants, and its
  * float steps: acc + fma(-d_a * dmin, msum, summs)). */
-VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const void *group,
-                                                               int64_t n, const void *xa,
-                                                               size_t xa_stride, int64_t n_tok,
-                                                               float *y, size_t ldy)
+VNNI static inline __attribute__((always_inline)) void gemm8_k_tile(
+    bool five, const int T, const void *group, int64_t n, const void *xa, size_t xa_stride,
+    int64_t t0, int64_t n_tok, float *y, size_t ldy)
 {
-    enum { T = Q4K_TILE };
     const size_t bb = five ? 8 * 176 : 8 * 144;
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     const __m256i low = _mm256_set1_epi8(0xf);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
-        const uint8_t *at[T];
+    {
+        const uint8_t *at[Q4K_TILE];
         for (int t = 0; t < T; t++)
             at[t] = (const uint8_t *)xa + (size_t)(t0 + t < n_tok ? t0 + t : n_tok - 1) * xa_stride;
-        __m256 acc[T], accm[T];
+        __m256 acc[Q4K_TILE], accm[Q4K_TILE];
         UNROLL(8)
         for (int t = 0; t < T; t++)
             acc[t] = accm[t] = _mm256_setzero_ps();
@@ -340,13 +338,13 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const 
             const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
             __m256i sc[2], mn[2];
             k8_scales_mins(w, sc, mn);
-            __m256i isum[T];
+            __m256i isum[Q4K_TILE];
             UNROLL(8)
             for (int t = 0; t < T; t++)
                 isum[t] = _mm256_setzero_si256();
             const uint8_t *q = w + (five ? 384 : 128);
             for (int c = 0; c < 4; c++) {
-                __m256i slo[T], shi[T];
+                __m256i slo[Q4K_TILE], shi[Q4K_TILE];
                 UNROLL(8)
                 for (int t = 0; t < T; t++)
                     slo[t] = shi[t] = _mm256_setzero_si256();
@@ -399,6 +397,25 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const 
     }
 }
 
+/* Full tiles of Q4K_TILE tokens, the rest in the smallest tile that holds
+ * it (a token's bits are the same in any tile). */
+VNNI static inline __attribute__((always_inline)) void gemm8_k(bool five, const void *group,
+                                                               int64_t n, const void *xa,
+                                                               size_t xa_stride, int64_t n_tok,
+                                                               float *y, size_t ldy)
+{
+    int64_t t0 = 0;
+    for (; n_tok - t0 > 4; t0 += Q4K_TILE)
+        gemm8_k_tile(five, Q4K_TILE, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+    const int64_t left = n_tok - t0;
+    if (left > 2)
+        gemm8_k_tile(five, 4, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+    else if (left == 2)
+        gemm8_k_tile(five, 2, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+    else if (left == 1)
+        gemm8_k_tile(five, 1, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+}
+
 VNNI void si__vnni_gemm8_q4_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
                               const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
 {
@@ -413,23 +430,22 @@ VNNI void si__vnni_gemm8_q5_k(const void *group, int64_t n, const void *xa, size
     gemm8_k(true, group, n, xa, xa_stride, n_tok, y, ldy);
 }
 
-VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
-                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+VNNI static inline __attribute__((always_inline)) void gemm8_q6_k_tile(
+    const int T, const void *group, int64_t n, const void *xa, size_t xa_stride, int64_t t0,
+    int64_t n_tok, float *y, size_t ldy)
 {
-    (void)asum;
-    enum { T = Q6K_TILE };
-    for (int64_t t0 = 0; t0 < n_tok; t0 += T) {
-        const uint8_t *at[T];
+    {
+        const uint8_t *at[Q6K_TILE];
         for (int t = 0; t < T; t++)
             at[t] = (const uint8_t *)xa + (size_t)(t0 + t < n_tok ? t0 + t : n_tok - 1) * xa_stride;
-        __m256 acc[T];
+        __m256 acc[Q6K_TILE];
         UNROLL(4)
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_setzero_ps();
         const uint8_t *w = group;
         for (int64_t o = 0; o < n / 256 * 292; o += 292, w += 8 * 210) {
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-            __m256i isum[T];
+            __m256i isum[Q6K_TILE];
             /* the offset 32 of the stored values: -32 sum_s sc_s * bsum_s */
             UNROLL(4)
             for (int t = 0; t < T; t++)
@@ -448,7 +464,7 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
                 isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[t], 5));
             for (int h = 0; h < 2; h++)
                 for (int half = 0; half < 2; half++) { /* lanes m 0-3, then 4-7: one scale per k */
-                    __m256i s[T][4];
+                    __m256i s[Q6K_TILE][4];
                     UNROLL(4)
                     for (int t = 0; t < T; t++)
                         s[t][0] = s[t][1] = s[t][2] = s[t][3] = _mm256_setzero_si256();
@@ -485,6 +501,19 @@ VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size
         for (int t = 0; t < T && t0 + t < n_tok; t++)
             _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy, acc[t]);
     }
+}
+
+VNNI void si__vnni_gemm8_q6_k(const void *group, int64_t n, const void *xa, size_t xa_stride,
+                              const int32_t *asum, int64_t n_tok, float *y, size_t ldy)
+{
+    (void)asum;
+    int64_t t0 = 0;
+    for (; n_tok - t0 > 2; t0 += Q6K_TILE)
+        gemm8_q6_k_tile(Q6K_TILE, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+    if (n_tok - t0 == 2)
+        gemm8_q6_k_tile(2, group, n, xa, xa_stride, t0, n_tok, y, ldy);
+    else if (n_tok - t0 == 1)
+        gemm8_q6_k_tile(1, group, n, xa, xa_stride, t0, n_tok, y, ldy);
 }
 
 void si__avx2_dequantize8_q4_k(const void *group, int64_t n, float *dst)
