@@ -10,8 +10,10 @@ HTTP client (docs/server.md):
 3. every error status: 400 (malformed JSON, wrong type or range, unknown
    token, prompt over the context, with OpenAI's error object), 404, 405,
    413 (--max-body), 401 (--api-key);
-4. 8 clients x 5 requests at once: none fails, each answer equals its
-   single-client answer;
+4. 8 clients x 5 requests at once on 4 slots sharing one engine: none
+   fails, each answer equals its single-client answer; then the load test
+   (8 x 20, twice, RSS flat); and on a Q4_0 model, whose steps take the
+   batched int8 kernels (--batch-arith auto) or decoding's dots (exact);
 5. on a slower model with 1 slot and a queue of 1: a third request gets 503;
    a streaming client that leaves frees the slot for the queued one;
 6. SIGTERM with a request in flight: the server ends it and exits 0.
@@ -269,6 +271,30 @@ else:
     f.check(rounds[1] - rounds[0] < 512, f"RSS after each round of 160 requests: {rounds} KiB")
 print(f"ok: 2 rounds of 8 clients x 20 requests, none failed; RSS after each {rounds} KiB")
 f.check(s.stop() == 0, "exit status after the load")
+
+# ---------------------------------------------------------- 4b. Q4_0: the batched kernels' steps
+# (the F16 model above has no batched kernel: its steps take decoding's dots
+# either way).  Each answer on 4 slots at once equals its answer alone.
+q4 = os.path.join(tmp, "q4.gguf")
+synth(q4, "--preset", "tiny", "--type", "q4_0", "--seed", "6")
+for arith in ("auto", "exact"):
+    s = Server("-m", q4, "--parallel", "4", "--temp", "0", "-c", "256", "--batch-arith", arith)
+    alone = {}
+    for p in prompts:
+        st, r = s.post("/v1/completions", {"prompt": p, "max_tokens": 12, "ignore_eos": True})
+        alone[p] = r["choices"][0]["text"] if st == 200 else None
+    results.clear()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [(p, st, t) for p, st, t in results if st != 200 or t != alone[p]]
+    f.check(len(results) == 40 and not bad and None not in alone.values(),
+            f"Q4_0, --batch-arith {arith}: 8 x 5 requests: {len(results)}, wrong: {bad[:3]}")
+    f.check(s.stop() == 0, f"Q4_0, --batch-arith {arith}: exit status")
+    print(f"ok: Q4_0 on 4 slots, --batch-arith {arith}: 8 clients x 5 requests, each equal to "
+          "its answer alone")
 
 # ---------------------------------------------------------- 5. queue full, a client that leaves
 slow = os.path.join(tmp, "slow.gguf")
