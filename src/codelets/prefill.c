@@ -120,24 +120,59 @@ static void batch_products(const struct si_engine *e, const struct si_tensor *w,
                            const float *x, int64_t n_cols, int64_t tok0, int64_t n_tok, float *y,
                            int64_t ldy, void *scratch, void *tile);
 
-/* The row of q | k | v of the batch's token t: in bqkv[r], r its range of
- * btp (the buffers of the attn_batch_L.r tasks, buffers[0 .. nr) of the
- * tasks that read them). */
-static float *qkv_row(const struct si_engine *e, void *buffers[], int64_t t)
+/* The row of q | k | v of the batch's token t whose kv-head group g (of
+ * a_g) is read: in bqkv[r], r its range of btp, or with bheads r = g (the
+ * buffers of the attn_batch_L.r tasks, buffers[0 .. nr) of the tasks that
+ * read them). */
+static float *qkv_row(const struct si_engine *e, void *buffers[], int64_t t, int g)
 {
     const struct si_hparams *hp = &e->m->hp;
     const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
     int r = 0;
-    while (t >= e->btp[r + 1])
-        r++;
+    if (e->bheads)
+        r = g;
+    else
+        while (t >= e->btp[r + 1])
+            r++;
     return (float *)STARPU_VECTOR_GET_PTR(buffers[r]) + (size_t)t * row;
+}
+
+/*
+ * battn_cpu with bheads: kv-head group r's rows of q, k and v (its heads)
+ * for every token of the batch, then its heads' biases, QK norm and RoPE,
+ * into those columns of the tokens' rows of bqkv_r.
+ */
+static void battn_heads(struct si_engine *e, int l, int r, const float *bx, float *out,
+                        struct si__scratch *sc)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const struct si_layer *W = &e->w->layers[l];
+    const int64_t d = hp->n_embd, hd = hp->head_dim, n = e->bn, group = hp->n_head / hp->n_head_kv;
+    const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
+    const int64_t g0 = e->a_g[r], g1 = e->a_g[r + 1];
+    float *y = sc->hx;
+    for (int64_t t = 0; t < n; t++)
+        si_ref_attn_input(e->ref, l, bx + t * d, y + t * d, sc->tmp);
+    const struct si_tensor wq = si__rows_of(&W->wq, g0 * group * hd, g1 * group * hd),
+                           wk = si__rows_of(&W->wk, g0 * hd, g1 * hd),
+                           wv = si__rows_of(&W->wv, g0 * hd, g1 * hd);
+    batch_products(e, &wq, wq.ne[1], y, d, 0, n, out + g0 * group * hd, row, sc->gemm, sc->dt);
+    batch_products(e, &wk, wk.ne[1], y, d, 0, n, out + qd + g0 * hd, row, sc->gemm, sc->dt);
+    batch_products(e, &wv, wv.ne[1], y, d, 0, n, out + qd + kvd + g0 * hd, row, sc->gemm,
+                   sc->dt);
+    for (int64_t t = 0; t < n; t++) {
+        float *q = out + t * row;
+        si_ref_attn_group_prepare_at(e->ref, l, (int)e->bpos[t], (int)g0, (int)g1, q, q + qd,
+                                     q + qd + kvd, sc->ascr);
+    }
 }
 
 /*
  * attn_batch_L.r: the batch's tokens [btp[r], btp[r+1]): the attention's
  * normalised inputs, q, k and v for all of them at once (GEMMs), then per
  * token at its position si_ref_attn_group_prepare_at over every head
- * (biases, QK norm, RoPE, in place), into their rows of bqkv_r.
+ * (biases, QK norm, RoPE, in place), into their rows of bqkv_r; with
+ * bheads, kv-head group r's part of every token (battn_heads).
  * Buffers: x_batch (R), Wq, Wk, Wv (R), bqkv_r (W).
  */
 static void battn_cpu(void *buffers[], void *cl_arg)
@@ -147,6 +182,13 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->w->layers[a->l];
+    if (e->bheads) {
+        const double t0 = si__now();
+        battn_heads(e, a->l, a->j, (const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
+                    (float *)STARPU_VECTOR_GET_PTR(buffers[4]), sc);
+        si__account(e, SI_TASK_PREFILL_ATTN, t0);
+        return;
+    }
     const int64_t d = hp->n_embd, hd = hp->head_dim, t0 = e->btp[a->j], nt = e->btp[a->j + 1] - t0;
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
     double start = si__now();
@@ -187,7 +229,7 @@ static void bakv_cpu(void *buffers[], void *cl_arg)
     const int64_t qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     double t0 = si__now();
     for (int64_t t = 0; t < e->bn; t++) {
-        const float *q = qkv_row(e, buffers, t);
+        const float *q = qkv_row(e, buffers, t, a->j);
         si_ref_attn_group_cache_at(e->bseq[t], a->l, (int)e->bpos[t], (int)e->a_g[a->j],
                                    (int)e->a_g[a->j + 1], q + qd, q + qd + kvd);
     }
@@ -215,7 +257,7 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
     float *att = (float *)STARPU_VECTOR_GET_PTR(buffers[nr + 2]);
     for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++) {
         si_ref_attn_group_attend_at(e->bseq[t], a->l, (int)e->bpos[t], (int)g0, (int)g1,
-                                    qkv_row(e, buffers, t), sc->aatt, sc->ascr);
+                                    qkv_row(e, buffers, t, g), sc->aatt, sc->ascr);
         memcpy(att + t * nq, sc->aatt + q0, (size_t)nq * sizeof(float));
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);

@@ -246,6 +246,13 @@ struct si_engine {
     bool bstep;
     int32_t bsplit;
     int32_t *bhrow;
+    /* The batch's q, k, v split over the attn_batch_L.r tasks by kv-head
+     * groups (task r: group r's heads, every token, into bqkv[r]) instead
+     * of by tokens: a step's few tokens, each task unpacking its share of
+     * Wq, Wk, Wv once for all of them.  Only where each token's sums are
+     * its own whatever the split (not sgemm's: solo prompts, exact steps'
+     * prompts), with one group per task (ng == nr). */
+    bool bheads;
     /* A step's decoding tokens' FFN neurons computed, in hot slices and in
      * the others (atomic; si_engine_eval_multi adds them to the stats). */
     int64_t step_hot, step_cold;

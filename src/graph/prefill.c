@@ -377,6 +377,9 @@ static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int
     e->bp0 = 0;
     e->bout0 = total - n_req; /* the head's rows: n_req of them */
     e->bstep = true;
+    /* q, k, v split by heads where each token's sums are its own anyway
+     * (not an exact step's prompt, which would meet sgemm) */
+    e->bheads = e->ng == e->nr && (e->p.step_int8 || e->bsplit == 0);
 }
 
 int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int32_t n_req)
@@ -401,6 +404,7 @@ int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int
     rc = run_batch_rows(e, e->mlogits);
     e->bn = 0; /* tasks submitted from now on are single-token ones */
     e->bstep = false;
+    e->bheads = false;
     if (rc != 0) {
         si_runtime_wait_all();
         return SI_E_RUNTIME;
