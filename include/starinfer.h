@@ -534,6 +534,21 @@ SI_API int si_context_rewind(struct si_context *ctx, int32_t n_keep);
 SI_API int32_t si_context_reuse_prefix(struct si_context *ctx, const int32_t *tokens, int32_t n);
 
 /*
+ * Context shift: drop the cache's tokens [n_keep, n_keep + n_discard) and
+ * move the later ones down, as llama.cpp's context shift does: their values
+ * move as they are, their keys are rotated back by n_discard positions
+ * (RoPE's rotation by -n_discard, in f32; an fp16 cache rounds them once
+ * more), so that they read as if evaluated at their new positions.  The
+ * history (si_context_tokens) and n_past follow; the logits stay.  The
+ * cache's later evaluations then differ from a fresh evaluation of the kept
+ * tokens by that rounding, and by what the dropped tokens had put into the
+ * kept ones' values.  SI_E_INVALID: n_discard < 1 or past n_past;
+ * SI_E_UNSUPPORTED: a model with learned positions (no RoPE: OPT), or a
+ * context across MPI ranks.
+ */
+SI_API int si_context_shift(struct si_context *ctx, int32_t n_keep, int32_t n_discard);
+
+/*
  * Choose the next token from the current logits with the context's sampler
  * (it does not accept it).  SI_E_INVALID when there are no logits.
  */
@@ -562,6 +577,13 @@ struct si_generate_params {
     bool ignore_eos;    /* go on past end-of-generation tokens (default false) */
     bool parse_special; /* si_generate: special tokens in the prompt text are
                          * matched whole (default true) */
+    bool context_shift; /* a full context shifts (si_context_shift) instead of
+                         * stopping: half the tokens past the first n_keep
+                         * are dropped, and generation goes on (default
+                         * false: SI_STOP_CONTEXT) */
+    int32_t n_keep;     /* tokens a shift keeps at the start, the BOS among
+                         * them (default 0: the BOS alone, where the model
+                         * adds one) */
 };
 
 SI_API struct si_generate_params si_generate_default_params(void);
@@ -581,6 +603,7 @@ struct si_generate_result {
     double prompt_seconds;   /* wall time of the prompt's evaluation */
     double generate_seconds; /* wall time of the generation loop (sampling,
                               * evaluations and callbacks) */
+    int32_t n_shifted;       /* tokens context shifts dropped (context_shift) */
 };
 
 /*

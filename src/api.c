@@ -1270,6 +1270,45 @@ int32_t si_context_reuse_prefix(struct si_context *ctx, const int32_t *tokens, i
     return rc != SI_OK ? rc : k;
 }
 
+static int context_shift(struct si_context *ctx, int32_t n_keep, int32_t n_discard)
+{
+    const int32_t past = ctx->ref->n_past;
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > past)
+        return fail(SI_E_INVALID, "context shift: keep %d and drop %d of the %d tokens in the "
+                                  "cache: %s",
+                    n_keep, n_discard, past,
+                    n_keep < 0 ? "a negative keep" : n_discard < 1 ? "nothing to drop"
+                                                                   : "more than it holds");
+    if (ctx->p.mpi)
+        return fail(SI_E_UNSUPPORTED, "context shift: not across MPI ranks");
+    int rc;
+    if (ctx->grp != NULL)
+        si__group_lock(ctx->grp);
+    rc = ctx->eng != NULL ? si_engine_kv_shift(ctx->eng, ctx->ref, n_keep, n_discard)
+                          : si_ref_kv_shift(ctx->ref, n_keep, n_discard);
+    if (ctx->grp != NULL)
+        si__group_unlock(ctx->grp);
+    if (rc == SI_E_UNSUPPORTED)
+        return fail(rc, "context shift: the model's positions are learned embeddings added to "
+                        "its input (no RoPE), which moving the cache cannot change");
+    if (rc != SI_OK)
+        return fail(rc, "context shift failed: %s", si_status_str(rc));
+    memmove(ctx->hist + n_keep, ctx->hist + n_keep + n_discard,
+            (size_t)(past - n_keep - n_discard) * sizeof *ctx->hist);
+    resync_sampler(ctx);
+    return SI_OK;
+}
+
+int si_context_shift(struct si_context *ctx, int32_t n_keep, int32_t n_discard)
+{
+    int rc = enter(ctx, "si_context_shift");
+    if (rc != SI_OK)
+        return rc;
+    rc = context_shift(ctx, n_keep, n_discard);
+    leave(ctx);
+    return rc;
+}
+
 /* The next token from logits: drawn by the sampler, or across MPI ranks
  * (p.mpi) drawn on rank 0, which has the logits, and shared with every rank. */
 static int32_t sample(struct si_context *ctx, const float *logits)
@@ -1370,6 +1409,8 @@ static int generate_run(struct si_context *ctx, const int32_t *tokens, int32_t n
         return fail(SI_E_INVALID, "si_generate: %s", n < 0 ? "negative count" : "NULL tokens");
     if (gp.n_predict < 0)
         return fail(SI_E_INVALID, "n_predict: %d is negative", gp.n_predict);
+    if (gp.n_keep < 0)
+        return fail(SI_E_INVALID, "n_keep: %d is negative", gp.n_keep);
     if (n == 0 && !ctx->have_logits)
         return fail(SI_E_INVALID, "the prompt is empty and nothing was evaluated before it");
     if ((int64_t)ctx->ref->n_past + n > ctx->n_ctx)
@@ -1447,8 +1488,17 @@ static int generate_run(struct si_context *ctx, const int32_t *tokens, int32_t n
             break;
         }
         if (ctx->ref->n_past >= ctx->n_ctx) {
-            r.stop = SI_STOP_CONTEXT;
-            break;
+            /* keep n_keep tokens (the BOS at least), drop half of the rest */
+            const bool bos = si_llm_adds_bos(ctx->llm) && ctx->hist[0] == si_llm_token_bos(ctx->llm);
+            const int32_t keep = gp.n_keep > (bos ? 1 : 0) ? gp.n_keep : (bos ? 1 : 0);
+            const int32_t drop = (ctx->ref->n_past - keep) / 2;
+            if (!gp.context_shift || drop < 1) {
+                r.stop = SI_STOP_CONTEXT;
+                break;
+            }
+            if ((rc = context_shift(ctx, keep, drop)) != SI_OK)
+                break;
+            r.n_shifted += drop;
         }
         if ((rc = context_eval(ctx, next)) != SI_OK)
             break;

@@ -714,6 +714,122 @@ static int64_t mapped_rss(const char *path)
  * other bytes, plus a page at each end of each FFN tensor (one shared with
  * its neighbour).
  */
+/* Largest |a - b| / max|b|. */
+static double logits_rel_err(const float *a, const float *b, int32_t n)
+{
+    double worst = 0, scale = 0;
+    for (int32_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/*
+ * si_context_shift on a one-layer model, whose cached K and V depend on
+ * each token and its position alone: 40 tokens, positions [5, 22) dropped,
+ * then 6 more, against a fresh context given the kept tokens and the same 6.
+ * The shifted keys were rotated twice (RoPE(p), then RoPE(-17)) where the
+ * fresh ones were rotated once (RoPE(p - 17)); with an fp16 cache each is
+ * rounded to fp16 once more: a key lands on the fresh one's fp16 value or a
+ * neighbour, 2^-10 of its size, and the logits move by that through the
+ * scores and the weighted values, within 2^-8 (two roundings of 2^-9, the
+ * bound test-engine takes for one).  In f32 only the angles differ: p and
+ * 17 times the frequencies against p - 17, a float's rounding of angles of
+ * at most 40 radians (2^-24 x 40, about 2.4e-6, through sin and cos): 1e-4
+ * leaves a margin.  Then the refusals and the history.
+ */
+static void test_context_shift(enum si_engine_kind engine, bool kv_f32)
+{
+    char path[256], err[512];
+    path_in(path, sizeof path, "one-layer.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_RELU;
+    sp.type = SI_TYPE_F16;
+    sp.n_layer = 1;
+    sp.seed = 12;
+    int rc = si_synth_write(&sp, path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth (one layer): %s", err);
+    struct si_llm *llm = NULL;
+    if (rc != SI_OK || si_llm_load(path, si_llm_default_params(), &llm) != SI_OK) {
+        CHECK(false, "load (one layer): %s", si_last_error());
+        unlink(path);
+        return;
+    }
+    struct si_context_params p = si_context_default_params();
+    p.engine = engine;
+    p.n_ctx = 64;
+    p.kv_f32 = kv_f32;
+    p.sampling.temp = 0.0f;
+    struct si_context *a = NULL, *b = NULL;
+    CHECK(si_context_init(llm, p, &a) == SI_OK && si_context_init(llm, p, &b) == SI_OK,
+          "contexts: %s", si_last_error());
+    enum { N = 40, KEEP = 5, DROP = 17, MORE = 6 };
+    const int32_t nv = si_llm_n_vocab(llm);
+    int32_t toks[N + MORE], kept[N - DROP + MORE];
+    for (int i = 0; i < N + MORE; i++)
+        toks[i] = (int32_t)((i * 31 + 7) % nv);
+    int k = 0;
+    for (int i = 0; i < N + MORE; i++)
+        if (i < KEEP || i >= KEEP + DROP)
+            kept[k++] = toks[i];
+    if (a != NULL && b != NULL) {
+        CHECK(si_context_eval_batch(a, toks, N) == SI_OK, "eval: %s", si_last_error());
+        CHECK(si_context_shift(a, KEEP, DROP) == SI_OK, "shift: %s", si_last_error());
+        CHECK(si_context_n_past(a) == N - DROP, "n_past %d after the shift, not %d",
+              si_context_n_past(a), N - DROP);
+        CHECK(memcmp(si_context_tokens(a), kept, (N - DROP) * sizeof *kept) == 0,
+              "the history after the shift is not the kept tokens");
+        for (int i = 0; i < MORE; i++)
+            CHECK(si_context_eval(a, toks[N + i]) == SI_OK, "eval after the shift: %s",
+                  si_last_error());
+        CHECK(si_context_eval_batch(b, kept, N - DROP) == SI_OK, "fresh eval: %s",
+              si_last_error());
+        for (int i = 0; i < MORE; i++)
+            CHECK(si_context_eval(b, toks[N + i]) == SI_OK, "fresh eval: %s", si_last_error());
+        const float *la = si_context_logits(a), *lb = si_context_logits(b);
+        const double e = la != NULL && lb != NULL ? logits_rel_err(la, lb, nv) : 1.0,
+                     tol = kv_f32 ? 1e-4 : 1.0 / 256;
+        CHECK(e <= tol, "%s, %s cache: logits after the shift differ from a fresh evaluation "
+                        "of the kept tokens by %.3g (tolerance %.3g)",
+              si_engine_kind_name(engine), kv_f32 ? "f32" : "fp16", e, tol);
+        printf("context shift (%s, %s cache): logits within %.2e of a fresh evaluation\n",
+               si_engine_kind_name(engine), kv_f32 ? "f32" : "fp16", e);
+        CHECK(si_context_shift(a, 0, 0) == SI_E_INVALID &&
+                  strstr(si_last_error(), "nothing to drop") != NULL,
+              "shift of nothing: %s", si_last_error());
+        CHECK(si_context_shift(a, 10, 1000) == SI_E_INVALID &&
+                  strstr(si_last_error(), "more than it holds") != NULL,
+              "shift past n_past: %s", si_last_error());
+        CHECK(si_context_shift(a, -1, 2) == SI_E_INVALID, "negative keep");
+        CHECK(si_context_n_past(a) == N - DROP + MORE, "a refused shift changed n_past");
+        /* generation past the context: a shift, then on */
+        si_context_reset(a);
+        struct si_generate_params gp = si_generate_default_params();
+        gp.n_predict = 100;
+        gp.ignore_eos = true;
+        gp.context_shift = true;
+        gp.n_keep = 3;
+        struct si_generate_result res;
+        CHECK(si_generate_tokens(a, toks, 10, gp, NULL, NULL, &res) == SI_OK &&
+                  res.n_generated == 100 && res.n_shifted > 0 && res.stop == SI_STOP_LENGTH,
+              "generation past the context: %s (%d generated, %d shifted)", si_last_error(),
+              res.n_generated, res.n_shifted);
+        CHECK(memcmp(si_context_tokens(a), toks, 3 * sizeof *toks) == 0,
+              "the kept tokens are not the first 3");
+        gp.context_shift = false;
+        si_context_reset(a);
+        CHECK(si_generate_tokens(a, toks, 10, gp, NULL, NULL, &res) == SI_OK &&
+                  res.stop == SI_STOP_CONTEXT && res.n_shifted == 0,
+              "without context_shift: stop %d", (int)res.stop);
+    }
+    si_context_free(a);
+    si_context_free(b);
+    si_llm_free(llm);
+    unlink(path);
+}
+
 static void test_resident(void)
 {
     char path[256], err[512];
@@ -816,6 +932,10 @@ int main(void)
         test_runtime_lifecycle(llm);
         test_caller_worker(llm);
         si_llm_free(llm);
+        test_context_shift(SI_ENGINE_REF, false);
+        test_context_shift(SI_ENGINE_REF, true);
+        test_context_shift(SI_ENGINE_STARPU, false);
+        test_context_shift(SI_ENGINE_STARPU, true);
         test_resident();
         /* The model read into memory instead of mapped: the same tokens. */
         struct si_llm_params lp = si_llm_default_params();

@@ -3,7 +3,7 @@
 # input, turns piped in on a tiny synthetic model (two turns, /exit, end of
 # input, empty lines, a continued line), the KV cache kept across turns, and
 # the second answer equal to what `generate` gives for the whole conversation
-# evaluated from scratch.
+# evaluated from scratch; --context-shift in chat and generate.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -129,6 +129,42 @@ printf 'hi\nagain\n' | "$si" chat "${run[@]}" --engine starpu --sparsity gate >"
     fail "chat --engine starpu: $(cat "$tmp/err")"
 [ "$(grep -c '^engine: StarPU, .* gate mode' "$tmp/err")" = 2 ] || fail "chat on the engine: $(cat "$tmp/err")"
 grep -q '^chat: turn 2: [1-9][0-9]* tokens reused' "$tmp/err" || fail "chat on the engine reused nothing: $(cat "$tmp/err")"
+
+# --context-shift: 12 turns through a context of 128 tokens, a system
+# message kept: the oldest turns go, and the chat goes on (the same without
+# the flag stops at the first turn that no longer fits).  On the real model,
+# whose turns differ, the cache is shifted to line up with the turns that
+# remain, and a late turn evaluates its own tokens only.
+shift_run=(-c 128 -n 8 --temp 0 -p "system words here")
+for i in $(seq 1 12); do echo "question number $i"; done >"$tmp/qs"
+for engine in ref starpu; do
+    "$si" chat -m "$tmp/tiny.gguf" "${shift_run[@]}" --engine "$engine" --context-shift <"$tmp/qs" \
+        >"$tmp/out" 2>"$tmp/err" || fail "chat --context-shift ($engine): $(tail -n 2 "$tmp/err")"
+    [ "$(grep -c '^chat: turn' "$tmp/err")" = 12 ] || fail "chat --context-shift ($engine): not 12 turns"
+    grep -q '^chat: turn 12: .*context shift: [1-9][0-9]* turns dropped so far' "$tmp/err" ||
+        fail "chat --context-shift ($engine): no turn dropped by turn 12: $(grep 'turn 12' "$tmp/err")"
+done
+"$si" chat -m "$tmp/tiny.gguf" "${shift_run[@]}" <"$tmp/qs" >"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] && grep -q 'no longer fits the context of 128 tokens' "$tmp/err" ||
+    fail "chat without --context-shift past the context: $(tail -n 1 "$tmp/err")"
+if [ -n "$model" ] && [ -r "$model" ]; then
+    "$si" chat -m "$model" -c 256 -n 24 --temp 0 -p "You are a helpful assistant." --context-shift \
+        <"$tmp/qs" >"$tmp/out" 2>"$tmp/err" || fail "real model, chat --context-shift: $(tail -n 2 "$tmp/err")"
+    last=$(grep '^chat: turn 12:' "$tmp/err")
+    echo "$last" | grep -q 'context shift: [1-9][0-9]* turns dropped so far, [1-9][0-9]* tokens shifted out' ||
+        fail "real model, chat --context-shift: no shift before turn 12: $last"
+    reused=$(echo "$last" | sed 's/^chat: turn 12: \([0-9]*\) tokens reused.*/\1/')
+    [ "${reused:-0}" -gt 100 ] || fail "real model, chat --context-shift: turn 12 reused ${reused:-0} tokens"
+    echo "ok: real model, chat --context-shift: ${last#chat: }"
+fi
+# generate past the context, and its refusals
+"$si" generate -m "$tmp/tiny.gguf" -p "hello" -c 32 -n 100 --temp 0 --ignore-eos --context-shift --keep 2 \
+    >"$tmp/out" 2>"$tmp/err" || fail "generate --context-shift: $(tail -n 1 "$tmp/err")"
+grep -q 'generated: 100 tokens .*; context shifts dropped [1-9][0-9]* tokens' "$tmp/err" ||
+    fail "generate --context-shift: $(grep generated "$tmp/err")"
+expect_error "generate: prompt (" generate -m "$tmp/tiny.gguf" -p "hello" -c 32 -n 100
+expect_error "--keep: -1 is out of range" generate -m "$tmp/tiny.gguf" -p "hello" --keep -1
+expect_error "serve: --context-shift is for generate and chat" serve -m "$tmp/tiny.gguf" --context-shift
 
 [ "$failures" = 0 ] || { echo "$failures failures"; exit 1; }
 echo "all chat CLI checks passed"

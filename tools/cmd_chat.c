@@ -113,6 +113,69 @@ static bool stream_text(void *user, int32_t token, const char *text, size_t len)
     return !a->oom && !si_cli_interrupted();
 }
 
+/* The conversation framed by the model's template and tokenized into
+ * *toks (grown as needed): its token count, or -1 after an error. */
+static int64_t render(struct si_llm *llm, const struct si_chat_message *msgs, size_t n_msgs,
+                      bool gen_prompt, struct si_buf *conv, int32_t **toks, size_t *cap_toks)
+{
+    int64_t len = si_llm_chat_apply(llm, msgs, n_msgs, gen_prompt, NULL, 0);
+    if (len < 0)
+        return si_cli_error("%s", si_last_error()), -1;
+    if ((size_t)len + 1 > conv->cap) {
+        char *p = realloc(conv->p, (size_t)len + 1);
+        if (p == NULL)
+            return si_cli_error("out of memory"), -1;
+        conv->p = p;
+        conv->cap = (size_t)len + 1;
+    }
+    si_llm_chat_apply(llm, msgs, n_msgs, gen_prompt, conv->p, conv->cap);
+    const bool bos = si_llm_adds_bos(llm);
+    int64_t n = si_llm_tokenize(llm, conv->p, (size_t)len, bos, true, NULL, 0);
+    if (n < 0)
+        return si_cli_error("%s", si_last_error()), -1;
+    if ((size_t)n > *cap_toks) {
+        int32_t *t = realloc(*toks, (size_t)n * sizeof *t);
+        if (t == NULL)
+            return si_cli_error("out of memory"), -1;
+        *toks = t;
+        *cap_toks = (size_t)n;
+    }
+    si_llm_tokenize(llm, conv->p, (size_t)len, bos, true, *toks, (size_t)n);
+    return n;
+}
+
+/*
+ * --context-shift, before a turn whose conversation no longer fits: the
+ * cache holds the conversation as it was (less what shifts dropped); the
+ * new one lacks its oldest turns.  Both start alike (the system message);
+ * after that the new one's tokens are the cache's from some offset d on.
+ * The d that lines up the most tokens is shifted out (si_context_shift), so
+ * that si_context_reuse_prefix keeps them instead of evaluating them again.
+ * Returns the tokens dropped (0: nothing lined up).
+ */
+static int32_t align_cache(struct si_context *ctx, const int32_t *toks, int32_t n)
+{
+    const int32_t past = si_context_n_past(ctx);
+    const int32_t *h = si_context_tokens(ctx);
+    int32_t p = 0;
+    while (p < past && p < n && h[p] == toks[p])
+        p++;
+    int32_t best = 0, best_len = 0;
+    for (int32_t d = 1; p + d < past; d++) {
+        int32_t len = 0;
+        while (p + d + len < past && p + len < n && h[p + d + len] == toks[p + len])
+            len++;
+        if (len > best_len) {
+            best = d;
+            best_len = len;
+        }
+    }
+    /* (a few tokens alike by chance are not the conversation) */
+    if ((best_len < 8 && best_len < past - p - best) || si_context_shift(ctx, p, best) != SI_OK)
+        return 0;
+    return best;
+}
+
 int si_cmd_chat(int argc, char **argv)
 {
     struct si_run_opts o;
@@ -151,7 +214,10 @@ int si_cmd_chat(int argc, char **argv)
     struct si_llm *llm = NULL;
     struct si_context *ctx = NULL;
     struct si_chat_message *msgs = NULL;
-    size_t n_msgs = 0, cap_msgs = 0;
+    size_t n_msgs = 0, cap_msgs = 0, system_msgs = 0;
+    int dropped_turns = 0;
+    int32_t *sys = NULL; /* the system message's tokens */
+    int64_t n_sys = 0;
     struct si_buf line = {0}, conv = {0};
     int32_t *toks = NULL;
     size_t cap_toks = 0;
@@ -187,7 +253,19 @@ int si_cmd_chat(int argc, char **argv)
         cap_msgs = 1;
         msgs[n_msgs++] = (struct si_chat_message){"system", system};
         system = NULL; /* msgs owns it now */
+        system_msgs = 1;
     }
+    /* --context-shift keeps the system message's tokens where they start
+     * every conversation (--keep says otherwise), else the BOS */
+    n_sys = system_msgs ? render(llm, msgs, 1, false, &conv, &toks, &cap_toks) : 0;
+    if (n_sys < 0)
+        goto out;
+    if (n_sys > 0 && (sys = malloc((size_t)n_sys * sizeof *sys)) == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    if (sys != NULL)
+        memcpy(sys, toks, (size_t)n_sys * sizeof *sys);
     if (tty)
         fprintf(stderr,
                 "chat with %s (%s); /exit, Ctrl-D or Ctrl-C ends, a line ending with \\ goes on\n",
@@ -217,7 +295,7 @@ int si_cmd_chat(int argc, char **argv)
             break;
         /* The messages grow by two per turn: this user's and the answer. */
         if (n_msgs + 2 > cap_msgs) {
-            size_t cap = cap_msgs ? 2 * cap_msgs : 8;
+            size_t cap = cap_msgs >= 4 ? 2 * cap_msgs : 8; /* (a system message alone: 1) */
             struct si_chat_message *m = realloc(msgs, cap * sizeof *m);
             if (m == NULL) {
                 si_cli_error("out of memory");
@@ -233,43 +311,32 @@ int si_cmd_chat(int argc, char **argv)
         }
         msgs[n_msgs++] = (struct si_chat_message){"user", user};
 
-        /* The whole conversation, framed, then tokenized. */
-        int64_t len = si_llm_chat_apply(llm, msgs, n_msgs, true, NULL, 0);
-        if (len < 0) {
-            si_cli_error("%s", si_last_error());
+        /* The whole conversation, framed, then tokenized; with
+         * --context-shift, its oldest turns after the system message
+         * dropped until it fits with room for the answer (-n, else a
+         * quarter of the context), so that a shift falls between turns,
+         * where the cache lines up with the conversation that remains. */
+        int64_t n = render(llm, msgs, n_msgs, true, &conv, &toks, &cap_toks);
+        const size_t first = system_msgs;
+        const int64_t reserve = o.n_predict > 0 && o.n_predict < n_ctx / 2 ? o.n_predict
+                                                                             : n_ctx / 4;
+        while (o.context_shift && n + reserve > n_ctx && n_msgs - first > 2) {
+            /* the oldest question and its answer */
+            free((char *)msgs[first].content);
+            free((char *)msgs[first + 1].content);
+            memmove(msgs + first, msgs + first + 2, (n_msgs - first - 2) * sizeof *msgs);
+            n_msgs -= 2;
+            dropped_turns++;
+            n = render(llm, msgs, n_msgs, true, &conv, &toks, &cap_toks);
+        }
+        if (n < 0)
             goto out;
-        }
-        if ((size_t)len + 1 > conv.cap) {
-            char *p = realloc(conv.p, (size_t)len + 1);
-            if (p == NULL) {
-                si_cli_error("out of memory");
-                goto out;
-            }
-            conv.p = p;
-            conv.cap = (size_t)len + 1;
-        }
-        si_llm_chat_apply(llm, msgs, n_msgs, true, conv.p, conv.cap);
-        const bool bos = si_llm_adds_bos(llm);
-        int64_t n = si_llm_tokenize(llm, conv.p, (size_t)len, bos, true, NULL, 0);
-        if (n < 0) {
-            si_cli_error("%s", si_last_error());
-            goto out;
-        }
         if (n >= n_ctx) {
             si_cli_error("chat: the conversation (%lld tokens) %s the context of %d tokens (-c)",
                          (long long)n, turn > 1 ? "no longer fits" : "does not fit", n_ctx);
             goto out;
         }
-        if ((size_t)n > cap_toks) {
-            int32_t *t = realloc(toks, (size_t)n * sizeof *t);
-            if (t == NULL) {
-                si_cli_error("out of memory");
-                goto out;
-            }
-            toks = t;
-            cap_toks = (size_t)n;
-        }
-        si_llm_tokenize(llm, conv.p, (size_t)len, bos, true, toks, (size_t)n);
+        const int32_t shifted = o.context_shift ? align_cache(ctx, toks, (int32_t)n) : 0;
 
         int32_t reused = si_context_reuse_prefix(ctx, toks, (int32_t)n);
         if (reused < 0) {
@@ -278,8 +345,13 @@ int si_cmd_chat(int argc, char **argv)
         }
         struct si_generate_params gp = si_generate_default_params();
         gp.ignore_eos = o.ignore_eos;
-        const int64_t room = n_ctx - n;
+        const int64_t room = o.context_shift ? INT32_MAX : n_ctx - n;
         gp.n_predict = (int32_t)(o.n_predict < 0 || o.n_predict > room ? room : o.n_predict);
+        gp.context_shift = o.context_shift;
+        gp.n_keep = o.n_keep > 0 ? (int32_t)(o.n_keep < n ? o.n_keep : n)
+                    : sys != NULL && n_sys <= n && !memcmp(sys, toks, (size_t)n_sys * sizeof *sys)
+                        ? (int32_t)n_sys
+                        : 0;
         struct answer ans = {{0}, false};
         struct si_generate_result res;
         si_context_reset_stats(ctx);
@@ -303,16 +375,24 @@ int si_cmd_chat(int argc, char **argv)
             si_cli_error("out of memory");
             goto out;
         }
+        char shift[160] = "";
+        if (shifted > 0 || res.n_shifted > 0 || dropped_turns > 0)
+            snprintf(shift, sizeof shift,
+                     "; context shift: %d turn%s dropped so far, %d token%s shifted out before "
+                     "the turn, %d during the answer",
+                     dropped_turns, si_cli_s(dropped_turns), shifted, si_cli_s(shifted),
+                     res.n_shifted);
         fprintf(stderr,
                 "chat: turn %d: %d token%s reused from the cache, %d evaluated in %.2f s; "
-                "answer: %d token%s in %.2f s (%.2f tokens/s)%s\n",
+                "answer: %d token%s in %.2f s (%.2f tokens/s)%s%s\n",
                 turn, reused, si_cli_s(reused), res.n_prompt, res.prompt_seconds,
                 res.n_generated, si_cli_s(res.n_generated), res.generate_seconds,
                 res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0,
                 res.stop == SI_STOP_CONTEXT || (res.stop == SI_STOP_LENGTH && gp.n_predict == room)
                     ? "; the context is full"
                 : res.stop == SI_STOP_LENGTH ? "; cut at -n"
-                                             : "");
+                                             : "",
+                shift);
         struct si_stats st;
         si_context_get_stats(ctx, &st);
         si_run_print_engine_stats(stderr, &o, &st);
@@ -323,6 +403,7 @@ int si_cmd_chat(int argc, char **argv)
         rc = SI_CLI_INTERRUPTED;
     }
 out:
+    free(sys);
     for (size_t i = 0; i < n_msgs; i++)
         free((char *)msgs[i].content);
     free(msgs);

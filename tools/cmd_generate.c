@@ -132,7 +132,13 @@ int si_cmd_generate(int argc, char **argv)
     si_llm_tokenize(llm, text, text_len, bos, true, toks, (size_t)n_prompt);
     if (o.cp.n_ctx == 0)
         o.cp.n_ctx = (int32_t)(n_prompt + o.n_predict);
-    if (n_prompt + o.n_predict > o.cp.n_ctx) {
+    if (o.context_shift && n_prompt >= o.cp.n_ctx) {
+        si_cli_error("generate: the prompt (%lld tokens) does not fit the context of %d, even "
+                     "with --context-shift (it shifts generated tokens, not the prompt)",
+                     (long long)n_prompt, o.cp.n_ctx);
+        goto out;
+    }
+    if (!o.context_shift && n_prompt + o.n_predict > o.cp.n_ctx) {
         si_cli_error("generate: prompt (%lld tokens) + n-predict (%lld) exceed the context of %d",
                      (long long)n_prompt, o.n_predict, o.cp.n_ctx);
         goto out;
@@ -158,6 +164,8 @@ int si_cmd_generate(int argc, char **argv)
     struct si_generate_params gp = si_generate_default_params();
     gp.n_predict = (int32_t)o.n_predict;
     gp.ignore_eos = o.ignore_eos;
+    gp.context_shift = o.context_shift;
+    gp.n_keep = (int32_t)(o.n_keep < n_prompt ? o.n_keep : n_prompt);
     struct gen_out go = {ids};
     struct si_generate_result res;
     si_cli_sigint_catch();
@@ -174,13 +182,17 @@ int si_cmd_generate(int argc, char **argv)
         si_cli_error("%s", si_last_error());
         goto out;
     }
+    char shifted[96] = "";
+    if (res.n_shifted > 0)
+        snprintf(shifted, sizeof shifted, "; context shifts dropped %d token%s", res.n_shifted,
+                 si_cli_s(res.n_shifted));
     fprintf(stderr,
             "prompt: %lld token%s in %.2f s (%.2f tokens/s); generated: %lld token%s in %.2f s "
-            "(%.2f tokens/s)\n",
+            "(%.2f tokens/s)%s\n",
             (long long)res.n_prompt, si_cli_s(res.n_prompt), res.prompt_seconds,
             res.prompt_seconds > 0 ? (double)res.n_prompt / res.prompt_seconds : 0.0,
             (long long)res.n_generated, si_cli_s(res.n_generated), res.generate_seconds,
-            res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0);
+            res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0, shifted);
     struct si_stats st;
     si_context_get_stats(ctx, &st);
     si_run_print_engine_stats(stderr, &o, &st);

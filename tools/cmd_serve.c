@@ -140,6 +140,10 @@ int si_cmd_serve(int argc, char **argv)
         return si_cli_error("serve: prompts come in requests, not from -p or -f");
     if (o.trace_dir != NULL)
         return si_cli_error("serve: --trace is for generate and chat (a server runs until stopped)");
+    if (o.context_shift || o.n_keep > 0)
+        return si_cli_error("serve: %s is for generate and chat (a request's prompt and answer "
+                            "fit the context, or it is refused)",
+                            o.context_shift ? "--context-shift" : "--keep");
     if (o.cp.mpi)
         return si_cli_error("serve: not under mpirun (one process serves; docs/mpi.md)");
     if (api_key != NULL && *api_key == '\0')

@@ -95,6 +95,12 @@ int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         sp->repeat_last_n = (int32_t)ll;
     } else if (!strcmp(a, "--ignore-eos")) {
         o->ignore_eos = true;
+    } else if (!strcmp(a, "--context-shift")) {
+        o->context_shift = true;
+    } else if (!strcmp(a, "--keep")) {
+        VALUE();
+        if (!si_cli_int(a, v, 0, 1 << 30, &o->n_keep))
+            return -1;
     } else if (!strcmp(a, "--engine")) {
         VALUE();
         if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0) {
@@ -236,6 +242,12 @@ void si_run_usage(FILE *f, bool chat)
             "      --repeat-penalty R  penalise recent tokens; 1: off (default 1.0)\n"
             "      --repeat-last-n N   how many recent tokens (default 64)\n"
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --context-shift     when the context is full, drop half of the tokens\n"
+            "                          after the first --keep and go on (their keys rotated\n"
+            "                          to their new positions, as llama.cpp does; default:\n"
+            "                          stop)%s\n"
+            "      --keep N            tokens a context shift keeps at the start (default:\n"
+            "                          %s)\n"
             "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
             "      --no-mmap           read the model into memory instead of mapping it\n"
             "      --engine E          starpu (default: the task graph on StarPU's\n"
@@ -297,7 +309,10 @@ void si_run_usage(FILE *f, bool chat)
             "                          StarVZ) and draw DIR/trace.png: the workers' tasks\n"
             "                          by kind, the ready tasks, a per-kind summary\n",
             chat ? "the model's\n                          training context, at most 4096"
-                 : "prompt + n-predict");
+                 : "prompt + n-predict",
+            chat ? "; chat: the oldest\n                          turns after the system message go first"
+                 : "",
+            chat ? "the system message's" : "the BOS");
 }
 
 void si_run_log(void *user, const char *line)

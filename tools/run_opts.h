@@ -19,6 +19,8 @@ struct si_run_opts {
     long long n_predict; /* -n */
     long long n_predict_min; /* the smallest -n accepted (chat: -1, unlimited) */
     bool ignore_eos;
+    bool context_shift; /* --context-shift */
+    long long n_keep;   /* --keep N */
     bool use_mmap;
     const char *trace_dir; /* --trace DIR, or NULL */
     struct si_context_params cp; /* the CLI's defaults: the reference engine */

@@ -435,6 +435,50 @@ int si_engine_sync_kv(struct si_engine *e)
     return SI_OK;
 }
 
+int si_engine_kv_shift(struct si_engine *e, struct si_ref *seq, int32_t n_keep,
+                       int32_t n_discard)
+{
+    if (e->nranks > 1)
+        return SI_E_UNSUPPORTED; /* each rank holds its layers' caches */
+    if (seq != e->ref) /* a sequence's cache is reached through ref's handles by
+                        * the steps, which are over (the caller's group lock) */
+        return si_ref_kv_shift(seq, n_keep, n_discard);
+    int rc = si_ref_kv_shift_check(seq, n_keep, n_discard);
+    if (rc != SI_OK)
+        return rc;
+    const struct si_hparams *hp = &e->m->hp;
+    float *row = malloc((size_t)hp->n_head_kv * (size_t)hp->head_dim * sizeof *row);
+    if (row == NULL)
+        return SI_E_NOMEM;
+    /* layer by layer: its K and V in main memory for writing (the GPU's
+     * copies of a layer whose attention runs there come back, and are
+     * dropped), its rows moved, released */
+    for (int l = 0; l < hp->n_layer && rc == SI_OK; l++) {
+        struct si__layer_state *L = &e->L[l];
+        starpu_data_handle_t held[2 * SI__MAX_SLICES];
+        int n_held = 0;
+        starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
+        for (int i = 0; i < 2 && rc == SI_OK; i++) {
+            const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
+            for (int32_t g = 0; g < (parts ? e->ng : 1) && rc == SI_OK; g++) {
+                starpu_data_handle_t h = parts ? kv_c[i][g] : *kv[i];
+                if (si_runtime_acquire(h, STARPU_RW) != SI_OK)
+                    rc = SI_E_RUNTIME;
+                else
+                    held[n_held++] = h;
+            }
+        }
+        if (rc == SI_OK)
+            si_ref_kv_shift_layer(seq, l, n_keep, n_discard, row);
+        for (int k = 0; k < n_held; k++)
+            starpu_data_release(held[k]);
+    }
+    free(row);
+    if (rc == SI_OK)
+        seq->n_past -= n_discard;
+    return rc;
+}
+
 void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows)
 {
     const uint32_t nv = (uint32_t)e->m->hp.n_vocab;

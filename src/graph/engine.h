@@ -283,6 +283,13 @@ struct si_ref *si_engine_ref(struct si_engine *e);
  * (called from another thread than the caller worker's). */
 int si_engine_sync_kv(struct si_engine *e);
 
+/* si_ref_kv_shift on seq (si_engine_ref(e), or one of si_engine_seq_new's),
+ * the engine's copies of ref's cache written back first and dropped (the
+ * GPU's layers).  Its statuses, SI_E_UNSUPPORTED across MPI ranks,
+ * SI_E_RUNTIME. */
+int si_engine_kv_shift(struct si_engine *e, struct si_ref *seq, int32_t n_keep,
+                       int32_t n_discard);
+
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e);
 
 /* Why the last evaluation failed, when the engine knows more than its

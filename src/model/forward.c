@@ -299,6 +299,57 @@ void si_ref_reset(struct si_ref *s)
     s->n_past = 0;
 }
 
+/* Row t of layer l's K or V cache as floats in dst (kvd of them). */
+static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
+                      size_t kvd);
+static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,
+                      size_t kvd, size_t c0, size_t c1);
+
+int si_ref_kv_shift_check(const struct si_ref *s, int32_t n_keep, int32_t n_discard)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > s->n_past)
+        return SI_E_INVALID;
+    if (hp->rope_kind == SI_ROPE_NONE && s->m->w.pos_embd.data != NULL)
+        return SI_E_UNSUPPORTED; /* learned positions: added to the input, not to K */
+    return SI_OK;
+}
+
+void si_ref_kv_shift_layer(struct si_ref *s, int l, int32_t n_keep, int32_t n_discard,
+                           float *row)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const bool local = si_hparams_is_swa(hp, l);
+    const float base = local ? hp->rope_base_local : hp->rope_base;
+    const float scale = local ? 1.0f : hp->rope_scale;
+    for (int32_t p = n_keep + n_discard; p < s->n_past; p++) {
+        /* K: rotated by -n_discard positions (RoPE's rotations compose:
+         * RoPE(p) then RoPE(-d) is RoPE(p - d)), then stored again */
+        cache_row(s, s->kcache, l, p, row, kvd);
+        si_k_rope(row, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, -n_discard, base,
+                  scale);
+        cache_put(s, s->kcache, l, p - n_discard, row, kvd, 0, kvd);
+        cache_row(s, s->vcache, l, p, row, kvd);
+        cache_put(s, s->vcache, l, p - n_discard, row, kvd, 0, kvd);
+    }
+}
+
+int si_ref_kv_shift(struct si_ref *s, int32_t n_keep, int32_t n_discard)
+{
+    int rc = si_ref_kv_shift_check(s, n_keep, n_discard);
+    if (rc != SI_OK)
+        return rc;
+    float *row = malloc((size_t)s->m->hp.n_head_kv * (size_t)s->m->hp.head_dim * sizeof *row);
+    if (row == NULL)
+        return SI_E_NOMEM;
+    for (int l = 0; l < s->m->hp.n_layer; l++)
+        si_ref_kv_shift_layer(s, l, n_keep, n_discard, row);
+    free(row);
+    s->n_past -= n_discard;
+    return SI_OK;
+}
+
 /* Store row `pos` of layer l's K or V cache from src (kvd floats): its
  * elements [c0, c1). */
 static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,

@@ -190,6 +190,20 @@ void si_ref_free(struct si_ref *s);
 
 /* Forget the cache (start a new sequence). */
 void si_ref_reset(struct si_ref *s);
+/*
+ * Context shift: the cache's positions [n_keep, n_keep + n_discard)
+ * dropped, the later ones moved down by n_discard, their keys rotated back
+ * by n_discard positions (RoPE's rotation by -n_discard, in f32, stored
+ * again in the cache's type: fp16 rounds once more), n_past reduced.
+ * SI_E_INVALID: n_discard < 1 or past n_past; SI_E_UNSUPPORTED: learned
+ * positions (OPT: the position is in the input, not in K); SI_E_NOMEM.
+ */
+int si_ref_kv_shift(struct si_ref *s, int32_t n_keep, int32_t n_discard);
+/* Its parts: the checks (its statuses but SI_E_NOMEM), and layer l's rows
+ * (row: scratch of n_head_kv * head_dim floats; n_past unchanged). */
+int si_ref_kv_shift_check(const struct si_ref *s, int32_t n_keep, int32_t n_discard);
+void si_ref_kv_shift_layer(struct si_ref *s, int l, int32_t n_keep, int32_t n_discard,
+                           float *row);
 
 /* Evaluate `token` at position n_past; logits in s->logits.  SI_E_INVALID
  * for a token outside the vocabulary, SI_E_BUDGET when the cache is full. */
