@@ -176,30 +176,214 @@ static int32_t align_cache(struct si_context *ctx, const int32_t *toks, int32_t 
     return best;
 }
 
-int si_cmd_chat(int argc, char **argv)
+/* A conversation in progress. */
+struct chat {
+    const struct si_run_opts *o;
+    struct si_llm *llm;
+    struct si_context *ctx;
+    int32_t n_ctx;
+    struct si_chat_message *msgs;
+    size_t n_msgs, cap_msgs, system_msgs; /* system_msgs: 1 with a system message */
+    int dropped_turns;                    /* --context-shift: turns dropped so far */
+    int32_t *sys;                         /* the system message's tokens, n_sys */
+    int64_t n_sys;
+    struct si_buf conv;                   /* the framed conversation */
+    int32_t *toks;                        /* its tokens */
+    size_t cap_toks;
+};
+
+/* Append a message that takes content (freed with the chat); false when
+ * out of memory (content freed). */
+static bool add_message(struct chat *c, const char *role, char *content)
 {
-    struct si_run_opts o;
-    si_run_opts_init(&o, "chat", -1, -1);
+    if (content == NULL)
+        return false;
+    if (c->n_msgs + 1 > c->cap_msgs) {
+        size_t cap = c->cap_msgs >= 4 ? 2 * c->cap_msgs : 8;
+        struct si_chat_message *m = realloc(c->msgs, cap * sizeof *m);
+        if (m == NULL) {
+            free(content);
+            return false;
+        }
+        c->msgs = m;
+        c->cap_msgs = cap;
+    }
+    c->msgs[c->n_msgs++] = (struct si_chat_message){role, content};
+    return true;
+}
+
+/*
+ * The whole conversation, framed, then tokenized into c->toks; with
+ * --context-shift, its oldest turns after the system message dropped until
+ * it fits with room for the answer (-n, else a quarter of the context), so
+ * that a shift falls between turns, where the cache lines up with the
+ * conversation that remains.  Its token count, or -1 after an error.
+ */
+static int64_t fit_conversation(struct chat *c, int turn)
+{
+    const struct si_run_opts *o = c->o;
+    int64_t n = render(c->llm, c->msgs, c->n_msgs, true, &c->conv, &c->toks, &c->cap_toks);
+    const size_t first = c->system_msgs;
+    const int64_t reserve =
+        o->n_predict > 0 && o->n_predict < c->n_ctx / 2 ? o->n_predict : c->n_ctx / 4;
+    while (n >= 0 && o->context_shift && n + reserve > c->n_ctx && c->n_msgs - first > 2) {
+        /* the oldest question and its answer */
+        free((char *)c->msgs[first].content);
+        free((char *)c->msgs[first + 1].content);
+        memmove(c->msgs + first, c->msgs + first + 2, (c->n_msgs - first - 2) * sizeof *c->msgs);
+        c->n_msgs -= 2;
+        c->dropped_turns++;
+        n = render(c->llm, c->msgs, c->n_msgs, true, &c->conv, &c->toks, &c->cap_toks);
+    }
+    if (n >= c->n_ctx)
+        return si_cli_error("chat: the conversation (%lld tokens) %s the context of %d tokens (-c)",
+                            (long long)n, turn > 1 ? "no longer fits" : "does not fit", c->n_ctx),
+               -1;
+    return n;
+}
+
+/* The tokens a context shift keeps: --keep, else the system message's where
+ * they start the conversation (n tokens in c->toks), else the BOS. */
+static int32_t keep_of(const struct chat *c, int64_t n)
+{
+    if (c->o->n_keep > 0)
+        return (int32_t)(c->o->n_keep < n ? c->o->n_keep : n);
+    if (c->sys != NULL && c->n_sys <= n && !memcmp(c->sys, c->toks, (size_t)c->n_sys * sizeof *c->sys))
+        return (int32_t)c->n_sys;
+    return 0;
+}
+
+/* Turn `turn`'s answer to the conversation of n tokens in c->toks: the
+ * cache lined up, the answer streamed and recorded, its line on stderr.
+ * 0, 1 when interrupted, -1 after an error. */
+static int answer(struct chat *c, int turn, int64_t n)
+{
+    const struct si_run_opts *o = c->o;
+    const int32_t shifted = o->context_shift ? align_cache(c->ctx, c->toks, (int32_t)n) : 0;
+    int32_t reused = si_context_reuse_prefix(c->ctx, c->toks, (int32_t)n);
+    if (reused < 0)
+        return si_cli_error("%s", si_last_error()), -1;
+    struct si_generate_params gp = si_generate_default_params();
+    gp.ignore_eos = o->ignore_eos;
+    const int64_t room = o->context_shift ? INT32_MAX : c->n_ctx - n;
+    gp.n_predict = (int32_t)(o->n_predict < 0 || o->n_predict > room ? room : o->n_predict);
+    gp.context_shift = o->context_shift;
+    gp.n_keep = keep_of(c, n);
+    struct answer ans = {{0}, false};
+    struct si_generate_result res;
+    si_context_reset_stats(c->ctx);
+    int g = si_generate_tokens(c->ctx, c->toks + reused, (int32_t)n - reused, gp, stream_text,
+                               &ans, &res);
+    printf("\n");
+    fflush(stdout);
+    if (si_cli_interrupted()) {
+        free(ans.text.p);
+        return 1;
+    }
+    if (g != SI_OK || ans.oom) {
+        free(ans.text.p);
+        return si_cli_error("%s", ans.oom ? "out of memory" : si_last_error()), -1;
+    }
+    if (!add_message(c, "assistant", ans.text.p != NULL ? ans.text.p : strdup("")))
+        return si_cli_error("out of memory"), -1;
+    char shift[160] = "";
+    if (shifted > 0 || res.n_shifted > 0 || c->dropped_turns > 0)
+        snprintf(shift, sizeof shift,
+                 "; context shift: %d turn%s dropped so far, %d token%s shifted out before "
+                 "the turn, %d during the answer",
+                 c->dropped_turns, si_cli_s(c->dropped_turns), shifted, si_cli_s(shifted),
+                 res.n_shifted);
+    fprintf(stderr,
+            "chat: turn %d: %d token%s reused from the cache, %d evaluated in %.2f s; "
+            "answer: %d token%s in %.2f s (%.2f tokens/s)%s%s\n",
+            turn, reused, si_cli_s(reused), res.n_prompt, res.prompt_seconds, res.n_generated,
+            si_cli_s(res.n_generated), res.generate_seconds,
+            res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0,
+            res.stop == SI_STOP_CONTEXT || (res.stop == SI_STOP_LENGTH && gp.n_predict == room)
+                ? "; the context is full"
+            : res.stop == SI_STOP_LENGTH ? "; cut at -n"
+                                         : "",
+            shift);
+    struct si_stats st;
+    si_context_get_stats(c->ctx, &st);
+    si_run_print_engine_stats(stderr, o, &st);
+    return 0;
+}
+
+/* The options into o: 0 to go on, else the exit status (help: 0 printed,
+ * -1 for "exit 0"). */
+static int chat_options(struct si_run_opts *o, int argc, char **argv)
+{
+    si_run_opts_init(o, "chat", -1, -1);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = si_run_option(&o, argc, argv, &i);
+        int r = si_run_option(o, argc, argv, &i);
         if (r < 0)
             return 1;
         if (r > 0)
             continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage(stdout);
-            return 0;
+            return -1;
         }
         return si_cli_error("chat: unknown option '%s' (see starinfer chat --help)", a);
     }
-    if (o.prompt != NULL && o.file != NULL)
+    if (o->prompt != NULL && o->file != NULL)
         return si_cli_error("chat: give either -p or -f, not both");
-    if (o.model == NULL)
+    if (o->model == NULL)
         return si_cli_error("chat: no model given (-m MODEL.gguf)");
-    if (si_run_check(&o) != 0)
-        return 1;
+    return si_run_check(o) != 0 ? 1 : 0;
+}
 
+/* The model, its context and the system message (owned by the chat from
+ * here on, freed on failure too); false after an error. */
+static bool chat_start(struct chat *c, struct si_run_opts *o, char *system)
+{
+    struct si_llm_params lp = si_llm_default_params();
+    lp.use_mmap = o->use_mmap;
+    if (si_llm_load(o->model, lp, &c->llm) != SI_OK) {
+        free(system);
+        return si_cli_error("%s", si_last_error()), false;
+    }
+    /* The template must be one the library knows before anything runs. */
+    struct si_chat_message probe = {"user", "hi"};
+    if (si_llm_chat_apply(c->llm, &probe, 1, true, NULL, 0) < 0) {
+        free(system);
+        return si_cli_error("%s: %s", o->model, si_last_error()), false;
+    }
+    if (si_run_trace_begin(o) != 0) {
+        free(system);
+        return false;
+    }
+    si_run_note_ctx(c->llm, o->cp.n_ctx);
+    if (si_context_init(c->llm, o->cp, &c->ctx) != SI_OK) {
+        free(system);
+        return si_cli_error("%s", si_last_error()), false;
+    }
+    c->n_ctx = si_context_n_ctx(c->ctx);
+    if (system == NULL)
+        return true;
+    if (!add_message(c, "system", system))
+        return si_cli_error("out of memory"), false;
+    c->system_msgs = 1;
+    /* --context-shift keeps the system message's tokens where they start
+     * every conversation (--keep says otherwise), else the BOS */
+    c->n_sys = render(c->llm, c->msgs, 1, false, &c->conv, &c->toks, &c->cap_toks);
+    if (c->n_sys < 0)
+        return false;
+    if (c->n_sys > 0 && (c->sys = malloc((size_t)c->n_sys * sizeof *c->sys)) == NULL)
+        return si_cli_error("out of memory"), false;
+    if (c->sys != NULL)
+        memcpy(c->sys, c->toks, (size_t)c->n_sys * sizeof *c->sys);
+    return true;
+}
+
+int si_cmd_chat(int argc, char **argv)
+{
+    struct si_run_opts o;
+    int rc = chat_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
     char *system = NULL;
     if (o.file != NULL) {
         size_t len;
@@ -207,77 +391,26 @@ int si_cmd_chat(int argc, char **argv)
             return 1;
         if (len > 0 && system[len - 1] == '\n')
             system[len - 1] = '\0';
-    } else if (o.prompt != NULL) {
-        system = strdup(o.prompt);
+    } else if (o.prompt != NULL && (system = strdup(o.prompt)) == NULL) {
+        return si_cli_error("out of memory");
     }
-
-    struct si_llm *llm = NULL;
-    struct si_context *ctx = NULL;
-    struct si_chat_message *msgs = NULL;
-    size_t n_msgs = 0, cap_msgs = 0, system_msgs = 0;
-    int dropped_turns = 0;
-    int32_t *sys = NULL; /* the system message's tokens */
-    int64_t n_sys = 0;
-    struct si_buf line = {0}, conv = {0};
-    int32_t *toks = NULL;
-    size_t cap_toks = 0;
-    int rc = 1;
+    struct chat c = {.o = &o};
+    struct si_buf line = {0};
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-
-    struct si_llm_params lp = si_llm_default_params();
-    lp.use_mmap = o.use_mmap;
-    if (si_llm_load(o.model, lp, &llm) != SI_OK) {
-        si_cli_error("%s", si_last_error());
+    rc = 1;
+    if (!chat_start(&c, &o, system))
         goto out;
-    }
-    /* The template must be one the library knows before anything runs. */
-    struct si_chat_message probe = {"user", "hi"};
-    if (si_llm_chat_apply(llm, &probe, 1, true, NULL, 0) < 0) {
-        si_cli_error("%s: %s", o.model, si_last_error());
-        goto out;
-    }
-    if (si_run_trace_begin(&o) != 0)
-        goto out;
-    si_run_note_ctx(llm, o.cp.n_ctx);
-    if (si_context_init(llm, o.cp, &ctx) != SI_OK) {
-        si_cli_error("%s", si_last_error());
-        goto out;
-    }
-    const int32_t n_ctx = si_context_n_ctx(ctx);
-    if (system != NULL) {
-        msgs = malloc(sizeof *msgs);
-        if (msgs == NULL) {
-            si_cli_error("out of memory");
-            goto out;
-        }
-        cap_msgs = 1;
-        msgs[n_msgs++] = (struct si_chat_message){"system", system};
-        system = NULL; /* msgs owns it now */
-        system_msgs = 1;
-    }
-    /* --context-shift keeps the system message's tokens where they start
-     * every conversation (--keep says otherwise), else the BOS */
-    n_sys = system_msgs ? render(llm, msgs, 1, false, &conv, &toks, &cap_toks) : 0;
-    if (n_sys < 0)
-        goto out;
-    if (n_sys > 0 && (sys = malloc((size_t)n_sys * sizeof *sys)) == NULL) {
-        si_cli_error("out of memory");
-        goto out;
-    }
-    if (sys != NULL)
-        memcpy(sys, toks, (size_t)n_sys * sizeof *sys);
     if (tty)
         fprintf(stderr,
                 "chat with %s (%s); /exit, Ctrl-D or Ctrl-C ends, a line ending with \\ goes on\n",
-                si_llm_name(llm)[0] ? si_llm_name(llm) : o.model, si_llm_arch(llm));
-
+                si_llm_name(c.llm)[0] ? si_llm_name(c.llm) : o.model, si_llm_arch(c.llm));
     si_cli_sigint_catch();
     for (int turn = 1;; turn++) {
         if (tty) {
             printf("> ");
             fflush(stdout);
         }
-        int got = next_turn(ctx, &line);
+        int got = next_turn(c.ctx, &line);
         if (got < 0) {
             si_cli_error("out of memory");
             goto out;
@@ -293,109 +426,18 @@ int si_cmd_chat(int argc, char **argv)
         }
         if (!strcmp(line.p, "/exit") || !strcmp(line.p, "/quit"))
             break;
-        /* The messages grow by two per turn: this user's and the answer. */
-        if (n_msgs + 2 > cap_msgs) {
-            size_t cap = cap_msgs >= 4 ? 2 * cap_msgs : 8; /* (a system message alone: 1) */
-            struct si_chat_message *m = realloc(msgs, cap * sizeof *m);
-            if (m == NULL) {
-                si_cli_error("out of memory");
-                goto out;
-            }
-            msgs = m;
-            cap_msgs = cap;
-        }
-        char *user = strdup(line.p);
-        if (user == NULL) {
+        if (!add_message(&c, "user", strdup(line.p))) {
             si_cli_error("out of memory");
             goto out;
         }
-        msgs[n_msgs++] = (struct si_chat_message){"user", user};
-
-        /* The whole conversation, framed, then tokenized; with
-         * --context-shift, its oldest turns after the system message
-         * dropped until it fits with room for the answer (-n, else a
-         * quarter of the context), so that a shift falls between turns,
-         * where the cache lines up with the conversation that remains. */
-        int64_t n = render(llm, msgs, n_msgs, true, &conv, &toks, &cap_toks);
-        const size_t first = system_msgs;
-        const int64_t reserve = o.n_predict > 0 && o.n_predict < n_ctx / 2 ? o.n_predict
-                                                                             : n_ctx / 4;
-        while (o.context_shift && n + reserve > n_ctx && n_msgs - first > 2) {
-            /* the oldest question and its answer */
-            free((char *)msgs[first].content);
-            free((char *)msgs[first + 1].content);
-            memmove(msgs + first, msgs + first + 2, (n_msgs - first - 2) * sizeof *msgs);
-            n_msgs -= 2;
-            dropped_turns++;
-            n = render(llm, msgs, n_msgs, true, &conv, &toks, &cap_toks);
-        }
+        int64_t n = fit_conversation(&c, turn);
         if (n < 0)
             goto out;
-        if (n >= n_ctx) {
-            si_cli_error("chat: the conversation (%lld tokens) %s the context of %d tokens (-c)",
-                         (long long)n, turn > 1 ? "no longer fits" : "does not fit", n_ctx);
+        int a = answer(&c, turn, n);
+        if (a < 0)
             goto out;
-        }
-        const int32_t shifted = o.context_shift ? align_cache(ctx, toks, (int32_t)n) : 0;
-
-        int32_t reused = si_context_reuse_prefix(ctx, toks, (int32_t)n);
-        if (reused < 0) {
-            si_cli_error("%s", si_last_error());
-            goto out;
-        }
-        struct si_generate_params gp = si_generate_default_params();
-        gp.ignore_eos = o.ignore_eos;
-        const int64_t room = o.context_shift ? INT32_MAX : n_ctx - n;
-        gp.n_predict = (int32_t)(o.n_predict < 0 || o.n_predict > room ? room : o.n_predict);
-        gp.context_shift = o.context_shift;
-        gp.n_keep = o.n_keep > 0 ? (int32_t)(o.n_keep < n ? o.n_keep : n)
-                    : sys != NULL && n_sys <= n && !memcmp(sys, toks, (size_t)n_sys * sizeof *sys)
-                        ? (int32_t)n_sys
-                        : 0;
-        struct answer ans = {{0}, false};
-        struct si_generate_result res;
-        si_context_reset_stats(ctx);
-        int g = si_generate_tokens(ctx, toks + reused, (int32_t)n - reused, gp, stream_text, &ans,
-                                   &res);
-        printf("\n");
-        fflush(stdout);
-        if (si_cli_interrupted()) {
-            free(ans.text.p);
+        if (a > 0)
             break;
-        }
-        if (g != SI_OK || ans.oom) {
-            free(ans.text.p);
-            si_cli_error("%s", ans.oom ? "out of memory" : si_last_error());
-            goto out;
-        }
-        char *said = ans.text.p != NULL ? ans.text.p : strdup("");
-        msgs[n_msgs++] = (struct si_chat_message){"assistant", said};
-        if (msgs[n_msgs - 1].content == NULL) {
-            n_msgs--;
-            si_cli_error("out of memory");
-            goto out;
-        }
-        char shift[160] = "";
-        if (shifted > 0 || res.n_shifted > 0 || dropped_turns > 0)
-            snprintf(shift, sizeof shift,
-                     "; context shift: %d turn%s dropped so far, %d token%s shifted out before "
-                     "the turn, %d during the answer",
-                     dropped_turns, si_cli_s(dropped_turns), shifted, si_cli_s(shifted),
-                     res.n_shifted);
-        fprintf(stderr,
-                "chat: turn %d: %d token%s reused from the cache, %d evaluated in %.2f s; "
-                "answer: %d token%s in %.2f s (%.2f tokens/s)%s%s\n",
-                turn, reused, si_cli_s(reused), res.n_prompt, res.prompt_seconds,
-                res.n_generated, si_cli_s(res.n_generated), res.generate_seconds,
-                res.n_generated > 0 ? (double)res.n_generated / res.generate_seconds : 0.0,
-                res.stop == SI_STOP_CONTEXT || (res.stop == SI_STOP_LENGTH && gp.n_predict == room)
-                    ? "; the context is full"
-                : res.stop == SI_STOP_LENGTH ? "; cut at -n"
-                                             : "",
-                shift);
-        struct si_stats st;
-        si_context_get_stats(ctx, &st);
-        si_run_print_engine_stats(stderr, &o, &st);
     }
     rc = 0;
     if (si_cli_interrupted()) {
@@ -403,16 +445,15 @@ int si_cmd_chat(int argc, char **argv)
         rc = SI_CLI_INTERRUPTED;
     }
 out:
-    free(sys);
-    for (size_t i = 0; i < n_msgs; i++)
-        free((char *)msgs[i].content);
-    free(msgs);
-    free(system);
+    free(c.sys);
+    for (size_t i = 0; i < c.n_msgs; i++)
+        free((char *)c.msgs[i].content);
+    free(c.msgs);
     free(line.p);
-    free(conv.p);
-    free(toks);
-    si_context_free(ctx); /* StarPU stops with the last context: the trace is written */
+    free(c.conv.p);
+    free(c.toks);
+    si_context_free(c.ctx); /* StarPU stops with the last context: the trace is written */
     rc = si_run_trace_finish(&o, rc);
-    si_llm_free(llm);
+    si_llm_free(c.llm);
     return rc;
 }
