@@ -190,9 +190,9 @@ static int32_t choose(struct si__group *g)
             if (pass == 1 && !alone && k > STEP_PROMPT_CHUNK)
                 k = STEP_PROMPT_CHUNK;
             if (k > budget) {
-                if (pass == 0)
+                if (pass == 0 && n_req > 0)
                     continue; /* (a short prompt: the next step) */
-                k = budget;
+                k = budget;   /* (or in pieces, when the batch is shorter still) */
             }
             r->take = k;
             budget -= k;
@@ -209,6 +209,15 @@ static void run_step(struct si__group *g)
 {
     g->running = true;
     const int32_t n_req = choose(g);
+    if (n_req == 0) { /* (cannot happen: the first request always gets tokens) */
+        for (struct request *r = g->head; r != NULL; r = r->next)
+            r->finished = true, r->rc = SI_E_RUNTIME;
+        g->head = NULL;
+        g->n_engaged_waiting = 0;
+        g->running = false;
+        pthread_cond_broadcast(&g->cv);
+        return;
+    }
     pthread_mutex_unlock(&g->mu);
 
     pthread_mutex_lock(&g->eng_mu);

@@ -7,7 +7,7 @@
  * together (more than one context per step).  Prompts of 7, 45 and 70
  * tokens: the short one goes with the others' decoding, the long ones in
  * steps of their own between; with batches of 16 tokens they take several
- * (the last one under 8 tokens).  Then the refusals, and contexts freed in
+ * (the last one under 8 tokens), with batches of 4 the short one too.  Then the refusals, and contexts freed in
  * any order.
  */
 #include "model/pack8.h"
@@ -257,6 +257,9 @@ int main(void)
             compare("tiny llama-relu Q4_0 dense, n_batch 16", llm, SI_SPARSE_DENSE, 16,
                     SI_PREFILL_EXACT);
             compare("tiny llama-relu Q4_0 gate, n_batch 16", llm, SI_SPARSE_GATE, 16,
+                    SI_PREFILL_EXACT);
+            /* a batch shorter than a short prompt: the 7-token one in pieces */
+            compare("tiny llama-relu Q4_0 dense, n_batch 4", llm, SI_SPARSE_DENSE, 4,
                     SI_PREFILL_EXACT);
             if (int8 == NULL) {
                 compare("tiny llama-relu Q4_0 dense, int8", llm, SI_SPARSE_DENSE, 0,
