@@ -1145,21 +1145,15 @@ static int context_eval_batch(struct si_context *ctx, const int32_t *tokens, int
                                  "used", n, start, ctx->n_ctx);
     const double t0 = si__now();
     int rc = SI_OK;
+    /* Batches of 64 tokens or more take llama.cpp's tiled f32 attention
+     * (a shared context's: in the group's steps, which set it) */
+    if (ctx->grp == NULL)
+        ctx->ref->attn_f32 = n >= 64;
     if (ctx->grp != NULL) {
-        /* in the group's steps, which set the attention's arithmetic */
         int32_t done = 0;
         rc = si__group_eval(ctx->grp, ctx->ref, tokens, n, n >= 64, ctx->engaged, &done);
         memcpy(ctx->hist + start, tokens, (size_t)done * sizeof *tokens);
-        ctx->have_logits = rc == SI_OK;
-        if (rc != SI_OK)
-            return eval_failed(ctx, rc, "evaluation of the batch");
-        ctx->prefill_seconds += si__now() - t0;
-        ctx->prefill_tokens += n;
-        return SI_OK;
-    }
-    /* Batches of 64 tokens or more take llama.cpp's tiled f32 attention. */
-    ctx->ref->attn_f32 = n >= 64;
-    if (ctx->eng != NULL && ctx->p.n_batch != 1) {
+    } else if (ctx->eng != NULL && ctx->p.n_batch != 1) {
         rc = si_engine_eval_batch(ctx->eng, tokens, n);
         /* What went in (all of it unless StarPU failed half-way). */
         int32_t done = ctx->ref->n_past - start;
@@ -1175,7 +1169,8 @@ static int context_eval_batch(struct si_context *ctx, const int32_t *tokens, int
         ctx->ref->batch_n = 0;
         ctx->ref->batch_g4 = false;
     }
-    ctx->ref->attn_f32 = false;
+    if (ctx->grp == NULL)
+        ctx->ref->attn_f32 = false;
     ctx->have_logits = rc == SI_OK;
     if (rc != SI_OK)
         return eval_failed(ctx, rc, "evaluation of the batch");

@@ -415,21 +415,31 @@ static void unregister_layer(struct si_engine *e, int l)
  * (si_engine_eval_batch_logits).  Separate registrations, not a partition:
  * undoing one waits inside StarPU, which the CLI's thread, worker 0, must
  * not do. */
+/* Layer l's K and V cache handles into h (2 ng at most): a partitioned
+ * cache's children, its parent not being accessible while they are.
+ * Returns how many. */
+static int layer_kv_handles(const struct si_engine *e, int l, starpu_data_handle_t *h)
+{
+    const struct si__layer_state *L = &e->L[l];
+    starpu_data_handle_t const *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+        const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
+        for (int32_t g = 0; g < (parts ? e->ng : 1); g++)
+            h[n++] = parts ? kv_c[i][g] : *kv[i];
+    }
+    return n;
+}
+
 int si_engine_sync_kv(struct si_engine *e)
 {
     for (int l = e->l0; l < e->l1; l++) {
-        struct si__layer_state *L = &e->L[l];
-        starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
-        for (int i = 0; i < 2; i++) {
-            /* a partitioned cache through its children (its parent is not
-             * accessible while they are) */
-            const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
-            for (int32_t g = 0; g < (parts ? e->ng : 1); g++) {
-                starpu_data_handle_t h = parts ? kv_c[i][g] : *kv[i];
-                if (si_runtime_acquire(h, STARPU_R) != SI_OK)
-                    return SI_E_RUNTIME;
-                starpu_data_release(h);
-            }
+        starpu_data_handle_t h[2 * SI__MAX_SLICES];
+        const int n = layer_kv_handles(e, l, h);
+        for (int k = 0; k < n; k++) {
+            if (si_runtime_acquire(h[k], STARPU_R) != SI_OK)
+                return SI_E_RUNTIME;
+            starpu_data_release(h[k]);
         }
     }
     return SI_OK;
@@ -454,24 +464,17 @@ int si_engine_kv_shift(struct si_engine *e, struct si_ref *seq, int32_t n_keep,
      * copies of a layer whose attention runs there come back, and are
      * dropped), its rows moved, released */
     for (int l = 0; l < hp->n_layer && rc == SI_OK; l++) {
-        struct si__layer_state *L = &e->L[l];
-        starpu_data_handle_t held[2 * SI__MAX_SLICES];
+        starpu_data_handle_t h[2 * SI__MAX_SLICES];
+        const int n = layer_kv_handles(e, l, h);
         int n_held = 0;
-        starpu_data_handle_t *kv[2] = {&L->h_k, &L->h_v}, *kv_c[2] = {L->h_k_c, L->h_v_c};
-        for (int i = 0; i < 2 && rc == SI_OK; i++) {
-            const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
-            for (int32_t g = 0; g < (parts ? e->ng : 1) && rc == SI_OK; g++) {
-                starpu_data_handle_t h = parts ? kv_c[i][g] : *kv[i];
-                if (si_runtime_acquire(h, STARPU_RW) != SI_OK)
-                    rc = SI_E_RUNTIME;
-                else
-                    held[n_held++] = h;
-            }
-        }
-        if (rc == SI_OK)
+        while (n_held < n && si_runtime_acquire(h[n_held], STARPU_RW) == SI_OK)
+            n_held++;
+        if (n_held < n)
+            rc = SI_E_RUNTIME;
+        else
             si_ref_kv_shift_layer(seq, l, n_keep, n_discard, row);
         for (int k = 0; k < n_held; k++)
-            starpu_data_release(held[k]);
+            starpu_data_release(h[k]);
     }
     free(row);
     if (rc == SI_OK)

@@ -999,7 +999,6 @@ struct si_ref *si_engine_seq_new(struct si_engine *e)
 
 void si_engine_seq_free(struct si_engine *e, struct si_ref *s)
 {
-    (void)e;
     if (s == NULL || s == e->ref)
         return;
     free(s->kcache);
