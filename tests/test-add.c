@@ -6,7 +6,7 @@
  * into child handles, one task per slice; tests/test-codelet-cuda (TEST_CUDA)
  * does the same on every CUDA worker and exits 77 without one.
  */
-#include "codelets/add.h"
+#include "add/add.h"
 #include "graph/runtime.h"
 #include "starinfer.h"
 #include "test.h"

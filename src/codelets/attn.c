@@ -21,28 +21,69 @@ _Static_assert(SI_CUDA_MAX_PARTS >= SI__MAX_SLICES + 1, "si_cuda_residual takes 
 #endif
 
 /*
- * attn_L (attention in one task, when its products are not split): layer
- * l - 1's FFN added into x, then the reference's whole attention step on
- * it (x += attention; xb = the FFN's input).
- * Buffers: x (RW), the carried ones (R), xb (W), [xb3 (W)], K, V (RW),
- * Wq, Wk, Wv, Wo (R).
+ * attn_L (attention in one task, when its products are not split): x (RW),
+ * the carried FFN output (R), xb (W: the FFN's input), [xb3 (W)], K, V
+ * (RW: each kv-head group's columns), Wq, Wk, Wv, Wo (R); for a layer whose
+ * attention the plan put on the GPU (on CUDA, or on a CPU worker in its
+ * stead): aux (R: its norm weights and biases as floats, state.h) and a
+ * scratch of si__attn_gpu_scratch_floats.
  */
-static void attn_twin(void *buffers[], struct si__task_arg *a);
+struct attn_io {
+    float *x, *xb, *xb3, *aux, *scratch;
+    void *k[SI__MAX_SLICES], *v[SI__MAX_SLICES]; /* (ng) the caches' interfaces */
+    const void *w[4];
+    struct si__carried c;
+};
 
+static void attn_bufs(struct si__bufs *b, struct si_engine *e, int l, struct attn_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    io->x = si__vec(b, e->h_x, STARPU_RW);
+    si__carried_bufs(b, e, l, &io->c);
+    io->xb = si__vec(b, e->h_xb, STARPU_W);
+    io->xb3 = e->h_xb3 != NULL ? si__vec(b, e->h_xb3, STARPU_W) : NULL;
+    for (int32_t g = 0; g < e->ng; g++) { /* the caches, in the batches' groups */
+        io->k[g] = si__buf(b, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
+        io->v[g] = si__buf(b, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+    }
+    for (int i = 0; i < 4; i++)
+        io->w[i] = si__vec(b, L->h_w[i], STARPU_R);
+    io->aux = io->scratch = NULL;
+    if (L->attn_gpu) {
+        io->aux = si__vec(b, L->h_aux, STARPU_R);
+        io->scratch = si__vec(b, e->h_ascratch, STARPU_SCRATCH);
+    }
+}
+
+static void attn_twin(struct si_engine *e, int l, struct attn_io *io);
+
+/* Layer l - 1's FFN added into x, then the reference's whole attention
+ * step on it (x += attention; xb = the FFN's input). */
 static void attn_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    struct attn_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    attn_bufs(&b, e, a->l, &io);
     if (e->L[a->l].attn_gpu && e->p.gpu_twin) { /* the GPU's steps, on this CPU worker */
-        attn_twin(buffers, a);
+        attn_twin(e, a->l, &io);
         return;
     }
-    struct si_ref *s = e->ref;
     double t0 = si__now();
-    const double tm = si__residual_in(e, a->l, buffers, 1, s->x, s->x, si__scratch_of(e));
-    si_ref_attn(s, a->l);
+    const double tm = si__residual_in(e, a->l, &io.c, io.x, io.x, si__scratch_of(e));
+    si_ref_attn_into(e->ref, a->l, io.x, io.xb, io.xb3);
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
+}
+
+int si__submit_attn(struct si_engine *e, int l, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    attn_bufs(&b, e, l, &(struct attn_io){0});
+    const uint32_t where = e->L[l].attn_gpu && e->cuda_hot ? STARPU_CUDA : STARPU_CPU;
+    return si__submit(e, &si__cl_attn, e->L[l].name_attn, l, -1, token, &a, where);
 }
 
 /*
@@ -79,7 +120,8 @@ struct attn_ops {
                   float scale);
 };
 
-static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l, void *buffers[])
+static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l,
+                      const struct attn_io *io)
 {
     const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->w->layers[l];
@@ -88,22 +130,17 @@ static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l, voi
     const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
     const int64_t kvd = (int64_t)hp->n_head_kv * hd;
     const int group = hp->n_head / hp->n_head_kv, pos = e->ref->n_past;
-    int b = 0;
-    float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
-    const int nc = si__n_carried(e, l);
-    const float *parts[SI__MAX_SLICES + 1];
-    if (nc > SI__MAX_SLICES + 1)
-        return -1;
+    float *x = io->x, *xb = io->xb;
+    /* the carried parts, then xb3 with a parallel residual */
+    const float *parts[SI__MAX_SLICES + 2];
+    int nc = io->c.n;
     for (int j = 0; j < nc; j++)
-        parts[j] = (const float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
-    float *xb = (float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
-    const int kv0 = b;
-    b += 2 * e->ng;
-    const void *w[4];
-    for (int i = 0; i < 4; i++)
-        w[i] = (const void *)STARPU_VECTOR_GET_PTR(buffers[b++]);
-    const float *aux = (const float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
-    float *xn = (float *)STARPU_VECTOR_GET_PTR(buffers[b++]);
+        parts[j] = io->c.part[j];
+    if (io->c.xb3 != NULL)
+        parts[nc++] = io->c.xb3;
+    const void *const *w = io->w;
+    const float *aux = io->aux;
+    float *xn = io->scratch;
     float *q = xn + d, *k = q + qd, *v = k + kvd, *att = v + kvd, *o = att + qd;
 #define AUX(i) (L->aux_off[i] >= 0 ? aux + L->aux_off[i] : NULL)
     const bool rms = hp->norm_kind == SI_NORM_RMS;
@@ -142,15 +179,14 @@ static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l, voi
         uint16_t *kc, *vc;
         int64_t ld;      /* halves from a position to the next */
         if (e->ng > 1) { /* the group's columns: a matrix of bytes, a row per position */
-            kc = (uint16_t *)STARPU_MATRIX_GET_PTR(buffers[kv0 + 2 * g]);
-            vc = (uint16_t *)STARPU_MATRIX_GET_PTR(buffers[kv0 + 2 * g + 1]);
-            ld = (int64_t)STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g]) / 2;
-            if (STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g + 1]) !=
-                STARPU_MATRIX_GET_LD(buffers[kv0 + 2 * g]))
+            kc = (uint16_t *)STARPU_MATRIX_GET_PTR(io->k[g]);
+            vc = (uint16_t *)STARPU_MATRIX_GET_PTR(io->v[g]);
+            ld = (int64_t)STARPU_MATRIX_GET_LD(io->k[g]) / 2;
+            if (STARPU_MATRIX_GET_LD(io->v[g]) != STARPU_MATRIX_GET_LD(io->k[g]))
                 return -1;
         } else {
-            kc = (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[kv0]);
-            vc = (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[kv0 + 1]);
+            kc = (uint16_t *)STARPU_VECTOR_GET_PTR(io->k[0]);
+            vc = (uint16_t *)STARPU_VECTOR_GET_PTR(io->v[0]);
             ld = kvd;
         }
         const int64_t cols = (g1 - g0) * hd;
@@ -261,12 +297,12 @@ static int twin_attend(void *c, float *out, const float *q, const uint16_t *k, c
 static const struct attn_ops twin_ops = {NULL,     twin_residual, twin_norm,   twin_matvec,
                                          twin_add, twin_rope,     twin_to_f16, twin_attend};
 
-static void attn_twin(void *buffers[], struct si__task_arg *a)
+static void attn_twin(struct si_engine *e, int l, struct attn_io *io)
 {
     const double t0 = si__now();
-    if (attn_chain(&twin_ops, a->e, a->l, buffers) != 0)
-        STARPU_ABORT_MSG("attn_L%d: the GPU form's CPU twin failed (out of memory)", a->l);
-    si__account(a->e, SI_TASK_ATTN, t0);
+    if (attn_chain(&twin_ops, e, l, io) != 0)
+        STARPU_ABORT_MSG("attn_L%d: the GPU form's CPU twin failed (out of memory)", l);
+    si__account(e, SI_TASK_ATTN, t0);
 }
 
 #ifdef SI_USE_CUDA
@@ -321,6 +357,9 @@ static int cuda_attend(void *c, float *out, const float *q, const uint16_t *k, c
 static void attn_cuda(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
+    struct attn_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    attn_bufs(&b, a->e, a->l, &io);
     const double t0 = si__now();
     const struct attn_ops ops = {(void *)starpu_cuda_get_local_stream(),
                                  cuda_residual,
@@ -330,7 +369,7 @@ static void attn_cuda(void *buffers[], void *cl_arg)
                                  cuda_rope,
                                  cuda_to_f16,
                                  cuda_attend};
-    const int rc = attn_chain(&ops, a->e, a->l, buffers);
+    const int rc = attn_chain(&ops, a->e, a->l, &io);
     if (rc != 0)
         STARPU_CUDA_REPORT_ERROR(rc < 0 ? cudaErrorInvalidValue : (cudaError_t)rc);
     si__account(a->e, SI_TASK_ATTN, t0);
@@ -338,13 +377,36 @@ static void attn_cuda(void *buffers[], void *cl_arg)
 #endif
 
 /*
- * attn_L.j (attention split by kv heads): layer l's input residual (layer
- * l - 1's FFN added into x, by every group alike; group 0 keeps it in x2
- * for attn_out), its normalised input, then for kv heads [a_g[j],
- * a_g[j+1]) and their query heads: their rows of q, k and v, biases, QK
- * norm, RoPE, the cache's columns, their attention (si_ref_attn_group).
- * Buffers: x (R), the carried ones (R), Wq, Wk, Wv (R), K_j, V_j (RW),
- * att_j (W: those query heads' outputs), [j = 0: x2 (W)].
+ * attn_L.j (attention split by kv heads): x (R), the carried FFN output
+ * (R), Wq, Wk, Wv (R), K_j, V_j (RW), att_j (W: its query heads' outputs),
+ * [j = 0: x2 (W: the layer's input residual, for attn_out)].
+ */
+struct agrp_io {
+    const float *x;
+    float *att, *x2;
+    struct si__carried c;
+};
+
+static void agrp_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct agrp_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    io->x = si__vec(b, e->h_x, STARPU_R);
+    si__carried_bufs(b, e, l, &io->c);
+    for (int i = 0; i < 3; i++)
+        si__buf(b, L->h_w[i], STARPU_R);
+    si__buf(b, e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
+    si__buf(b, e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
+    io->att = si__vec(b, e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
+    io->x2 = j == 0 ? si__vec(b, e->h_x2, STARPU_W) : NULL;
+}
+
+/*
+ * Layer l's input residual (layer l - 1's FFN added into x, by every group
+ * alike), its normalised input, then for kv heads [a_g[j], a_g[j+1]) and
+ * their query heads: their rows of q, k and v, biases, QK norm, RoPE, the
+ * cache's columns, their attention (si_ref_attn_group).  The weights and
+ * the cache are read through the reference's (the same memory: the
+ * engine's copies, graph/data.c), whose group functions know the layout.
  */
 static void attn_grp_cpu(void *buffers[], void *cl_arg)
 {
@@ -353,13 +415,13 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
+    struct agrp_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    agrp_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
     const int j = a->j, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int nc = si__n_carried(e, a->l);
-    const float *x = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *att = (float *)STARPU_VECTOR_GET_PTR(buffers[1 + nc + 5]);
-    float *xl = j == 0 ? (float *)STARPU_VECTOR_GET_PTR(buffers[1 + nc + 6]) : sc->xl;
-    const double tm = si__residual_in(e, a->l, buffers, 1, x, xl, sc);
+    float *xl = io.x2 != NULL ? io.x2 : sc->xl;
+    const double tm = si__residual_in(e, a->l, &io.c, io.x, xl, sc);
     si_ref_attn_input(e->ref, a->l, xl, sc->xn, sc->tmp);
     const int64_t g0 = e->a_g[j], g1 = e->a_g[j + 1];
     const int64_t q0 = g0 * group * hd, q1 = g1 * group * hd, k0 = g0 * hd, k1 = g1 * hd;
@@ -376,22 +438,41 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
         si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
     }
     si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt, sc->ascr);
-    memcpy(att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
+    memcpy(io.att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
 }
 
-/* Buffers: att_* (R: the whole attention output, the groups' children in
- * order), Wo (R), o_j (W). */
+/* attn_o_L.j: att_* (R: the whole attention output, the groups' children
+ * in order, consecutive parts of one array in main memory), Wo (R), o_j
+ * (W). */
+struct ao_io {
+    const float *att;
+    float *y;
+};
+
+static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct ao_io *io)
+{
+    for (int32_t g = 0; g < e->ng; g++) {
+        const float *p = si__vec(b, e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
+        if (g == 0)
+            io->att = p;
+    }
+    si__buf(b, e->L[l].h_w[3], STARPU_R);
+    io->y = si__vec(b, e->h_o[j], STARPU_W);
+}
+
+/* Rows [a_o[j], a_o[j+1]) of Wo's product with the attention output. */
 static void ao_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
+    struct ao_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    ao_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
-    /* The children are consecutive parts of one array in main memory. */
-    const float *att = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[e->ng + 1]);
+    const float *att = io.att;
     const struct si_layer *W = &e->w->layers[a->l];
     const int64_t o0 = e->a_o[a->j], o1 = e->a_o[a->j + 1];
     if (e->p.ref.input_thresholds != NULL) {
@@ -401,31 +482,75 @@ static void ao_cpu(void *buffers[], void *cl_arg)
         att = sc->aatt;
         int64_t nz;
         if (si__input_in(e, sc, a->l, SI_INPUT_O, sc->aatt, qd, &nz)) {
-            si__matvec_t(e, &W->wo, &W->wo_t, o0, o1, sc, nz, sc->aatt, y);
+            si__matvec_t(e, &W->wo, &W->wo_t, o0, o1, sc, nz, sc->aatt, io.y);
             si__account(e, SI_TASK_ATTN_PROJ, t0);
             return;
         }
     }
     struct si_tensor wo = si__rows_of(&W->wo, o0, o1);
-    si_ref_matvec(e->p.ref.act_quant, sc->xq, y, &wo, att);
+    si_ref_matvec(e->p.ref.act_quant, sc->xq, io.y, &wo, att);
     si__account(e, SI_TASK_ATTN_PROJ, t0);
 }
 
-/* Buffers: x2 (R: the layer's input residual), o_* (R), x (W: the residual
- * after attention), xb (W: the FFN's input), [xb3 (W)]. */
+/* attn_out_L: x2 (R: the layer's input residual), o_* (R), x (W: the
+ * residual after attention), xb (W: the FFN's input), [xb3 (W)]. */
+struct aout_io {
+    const float *x2;
+    const float *o[SI__MAX_SLICES];
+    float *x, *xb, *xb3;
+};
+
+static void aout_bufs(struct si__bufs *b, struct si_engine *e, struct aout_io *io)
+{
+    io->x2 = si__vec(b, e->h_x2, STARPU_R);
+    for (int32_t j = 0; j < e->na; j++)
+        io->o[j] = si__vec(b, e->h_o[j], STARPU_R);
+    io->x = si__vec(b, e->h_x, STARPU_W);
+    io->xb = si__vec(b, e->h_xb, STARPU_W);
+    io->xb3 = e->h_xb3 != NULL ? si__vec(b, e->h_xb3, STARPU_W) : NULL;
+}
+
+/* The projection's slices gathered, then the residual and the FFN's input. */
 static void aout_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    struct si_ref *s = e->ref;
     struct si__scratch *sc = si__scratch_of(e);
+    struct aout_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    aout_bufs(&b, e, &io);
     double t0 = si__now();
-    const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
     for (int32_t j = 0; j < e->na; j++)
-        memcpy(sc->xf + e->a_o[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[1 + j]),
-               (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
-    si_ref_attn_finish_into(s, a->l, x2, sc->xf, s->x, s->xb, s->xb3, sc->tmp);
+        memcpy(sc->xf + e->a_o[j], io.o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
+    si_ref_attn_finish_into(e->ref, a->l, io.x2, sc->xf, io.x, io.xb, io.xb3, sc->tmp);
     si__account(e, SI_TASK_ATTN, t0);
+}
+
+/* Attention split: attn_L.j for each kv-head group, attn_o_L.j for each
+ * row slice of Wo, then attn_out_L unless the FFN slices do its work
+ * (fuse_out). */
+int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
+{
+    struct si__layer_state *L = &e->L[l];
+    struct si__args a;
+    struct si__bufs b;
+    int rc = 0;
+    for (int32_t j = 0; j < e->ng && rc == 0; j++) {
+        b = si__bufs_collect(&a);
+        agrp_bufs(&b, e, l, j, &(struct agrp_io){0});
+        rc = si__submit(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
+    }
+    for (int32_t j = 0; j < e->na && rc == 0; j++) {
+        b = si__bufs_collect(&a);
+        ao_bufs(&b, e, l, j, &(struct ao_io){0});
+        rc = si__submit(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
+    }
+    if (rc == 0 && !e->fuse_out) {
+        b = si__bufs_collect(&a);
+        aout_bufs(&b, e, &(struct aout_io){0});
+        rc = si__submit(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
+    }
+    return rc;
 }
 
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};

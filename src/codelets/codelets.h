@@ -1,68 +1,35 @@
 /*
- * codelets.h - the engine's task kinds: one StarPU codelet each, with the
- * buffers its tasks take, in order (R, W, RW: access modes; [..]: present
- * only in the case named).  Each file holds its tasks' CPU functions, the
- * CUDA function where one exists, the perfmodels (history-based, symbol
- * si_<op>...) and the codelet structs; the pure kernels they call live
- * apart (model/quants.h, model/kernels.h, codelets/ffn_sparse.h,
- * codelets/ops.h, codelets/codelets_cuda.h) and know nothing of StarPU.
- * The graph (graph/decode.c, graph/prefill.c) submits them; every task's
- * cl_arg is a struct si__task_arg (state.h).
+ * codelets.h - the engine's task kinds: one StarPU codelet each.  Each file
+ * holds its kinds' buffer descriptions (task.h: `<kind>_bufs`, the one place
+ * that gives a kind's buffers, their modes and their order, read by both
+ * its submit function and its CPU and CUDA functions), the functions
+ * themselves, the perfmodels (history-based, symbol si_<op>...) and the
+ * codelet structs; the pure kernels they call live apart (model/quants.h,
+ * model/kernels.h, codelets/ffn_sparse.h, codelets/ops.h,
+ * codelets/codelets_cuda.h) and know nothing of StarPU.  The graph
+ * (graph/decode.c, graph/prefill.c) calls the submit functions below in
+ * the order of a layer's maths; every task's cl_arg is a struct
+ * si__task_arg (state.h).
  *
- * head.c
- *   embed         x (W): the token's embedding
- *   head          norm+lm_head: x (RW), carried* (R), xb (RW), logits (W), output (R)
- *   head_rows     lm_head.j: x (R), carried* (R), output (R), logits child j (W)
- * attn.c
- *   attn          attn_L: x (RW), carried* (R), xb (W), [xb3 (W)], K, V (RW), Wq Wk Wv Wo (R),
- *                 [the GPU's layers: aux (R), scratch (SCRATCH); CUDA, or a CPU worker]
- *   agrp          attn_L.j: x (R), carried* (R), Wq Wk Wv (R), K_j V_j (RW), att_j (W),
- *                 [j = 0: x2 (W)]
- *   ao            attn_o_L.j: att_* (R), Wo (R), o_j (W)
- *   aout          attn_out_L: x2 (R), o_* (R), x (W), xb (W), [xb3 (W)]
- * pred.c
- *   pred          pred_L: xb, fc1, fc2 (R), idx of each slice (W)
- *   gmask         gmask_L.j (flash, gate mode): xb, gating rows j, up_b j (R), idx j (W)
- * ffn.c
- *   hot, cold     ffn_hot_L, ffn_cold_L.j: FFN input (xb, or with fuse_out x2 and
- *                 o_* (R)), then dense: [gate j], up j, up_b j (R), activations j (W);
- *                 sparse: [gating rows j (gate mode)], records j, up_b j, [idx j
- *                 (predictor mode)] (R), partial output j (W; redux: y (REDUX));
- *                 CUDA only: iota (R), scratch (SCRATCH); fuse_out, j = 0: x (W), [xb3 (W)]
- *   down          ffn_down_L.k (dense): activations of each slice (R), rows k of
- *                 ffn_down (R), down_k (W)
- * merge.c
- *   merge         merge_L (redux): x (RW), y (RW)
- *   residual      residual_L (a pipeline's rank, its last layer): x (RW), carried* (R)
- *   zero, sum     redux's init and reduction of y
- * load.c
- *   load          load_L (flash): idx of each cold slice (R), cache (RW), spill (RW)
- *   flash         ffn_cold_L.j (flash): xb, cache, idx j, spill (R), partial output j (W)
- * prefill.c (a batch of tokens, the x_batch arrays)
- *   bembed        embed_batch: x_batch (W)
- *   battn         attn_batch_L.r: x_batch (R), Wq Wk Wv (R), bqkv_r (W)
- *   bakv          attn_kv_batch_L.g: bqkv_* (R), K_g, V_g (RW)
- *   bacore        attn_core_batch_L.g.r: bqkv_* (R), K_g, V_g (R), att_{g,r} (W)
- *   bao           attn_o_batch_L.j: att_* (R), Wo (R), bo_j (W)
- *   baout         attn_out_batch_L: bo_* (R), x_batch (RW), xb_batch (W), xb3_batch (W)
- *   bffn          ffn_batch_L.j: xb_batch (R), the slice's weights as ffn's (R), out j (W);
- *                 the hot slice of the sparse layouts on CUDA: then iota (R), scratch (SCRATCH)
- *   bdown         ffn_down_batch_L.k: out of each slice (R), rows k of ffn_down (R), down_k (W)
- *   bmerge        merge_batch_L: x_batch (RW), down_* or out_* (R), xb3_batch (R)
- *   bhead         norm+lm_head: x_batch (R), xb (RW), logits (W), output (R)
- *   bhead_rows    norm+lm_head_batch.j: x_batch (R), output (R), logits rows j (W)
- * pack.c (set-up)
- *   pack          pack8: no buffers; cl_arg a struct si__pack_job
- *
- * carried*: the buffers that bring layer l - 1's FFN output to layer l's
- * first tasks (si__n_carried): its slices' partial outputs (dense: the
- * down projection's blocks), then xb3 with a parallel residual.
+ * head.c     embed, norm+lm_head (one task), lm_head.j (row slices)
+ * attn.c     attn_L (one task; on the GPU for the plan's layers), attn_L.j
+ *            (by kv-head groups), attn_o_L.j (Wo's row slices), attn_out_L
+ * pred.c     pred_L (predictor mode), gmask_L.j (the flash tier's gate masks)
+ * ffn.c      ffn_hot_L, ffn_cold_L.j (the FFN slices), ffn_down_L.k (dense)
+ * merge.c    merge_L (redux), residual_L (a pipeline rank's last layer),
+ *            redux's zero and sum; the carried FFN output (task.h)
+ * load.c     load_L, and ffn_cold_L.j from the flash cache
+ * prefill.c  a batch's embed_batch and heads; prefill_attn.c, prefill_ffn.c
+ *            its layers' attention and FFN tasks (prefill.h: their
+ *            arithmetic)
+ * pack.c     pack8 (set-up): no buffers; cl_arg a struct si__pack_job
  */
 #ifndef SI_CODELETS_CODELETS_H
 #define SI_CODELETS_CODELETS_H
 
 #include "codelets/ffn_sparse.h"
 #include "codelets/state.h"
+#include "codelets/task.h"
 #include "model/act.h"
 #include "model/colblock.h"
 #include "model/quants.h"
@@ -76,9 +43,8 @@ extern struct starpu_codelet si__cl_pred, si__cl_gmask;
 extern struct starpu_codelet si__cl_hot, si__cl_cold, si__cl_down;
 extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum, si__cl_residual;
 extern struct starpu_codelet si__cl_load, si__cl_flash;
-extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown,
-    si__cl_bmerge, si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_bao,
-    si__cl_baout;
+extern struct starpu_codelet si__cl_bembed, si__cl_battn, si__cl_bffn, si__cl_bdown, si__cl_bmerge,
+    si__cl_bhead, si__cl_bhead_rows, si__cl_bakv, si__cl_bacore, si__cl_bao, si__cl_baout;
 extern struct starpu_codelet si__cl_pack;
 
 /* pack8's argument: groups [g0, g1) of 8 rows of type t (n values, row_bytes
@@ -151,8 +117,8 @@ static inline void si__ffn_act_records(const struct si_engine *e, const struct s
     const struct si_hparams *hp = &e->m->hp;
     const size_t rb = f->rec_bytes;
     if (xa != NULL) {
-        si_k_ffn_act_sparse(hp->ffn_kind, hp->act, f->gu_type, gate, up, b, rb, hp->n_embd, xa,
-                            ix, k, h);
+        si_k_ffn_act_sparse(hp->ffn_kind, hp->act, f->gu_type, gate, up, b, rb, hp->n_embd, xa, ix,
+                            k, h);
         return;
     }
     for (int64_t q = 0; q < k; q++) {
@@ -268,18 +234,40 @@ static inline void si__matvec_t(struct si_engine *e, const struct si_tensor *w,
     __atomic_fetch_add(&e->in_saved, (c1 - c0) * (int64_t)w->row_bytes - read, __ATOMIC_RELAXED);
 }
 
-/* Dense mode: layer L's slices' activations of token t gathered into h (n_ff). */
-void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h);
+/* Dense mode: layer L's slices' activations of token t, from the slices'
+ * outputs act[0 .. nsl), gathered into h (n_ff). */
+void si__ffn_gather(const struct si__layer_state *L, const float *const *act, int64_t t, float *h);
 
 /* --- shared by the codelet files (merge.c) */
 
-/* How many buffers carry layer l - 1's FFN output to layer l's first tasks. */
-int si__n_carried(const struct si_engine *e, int l);
-
-/* x_out = layer l's input residual: x plus the carried FFN output in
- * buffers[b0 ..]; returns the seconds spent merging. */
-double si__residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
+/* x_out = layer l's input residual: x plus the carried FFN output c (task.h;
+ * x_out may be x); returns the seconds spent merging. */
+double si__residual_in(struct si_engine *e, int l, const struct si__carried *c, const float *x,
                        float *x_out, struct si__scratch *sc);
+
+/* --- each kind's submission (its codelet file): the task(s) of layer l
+ * (part j) for token, their buffers from the kind's description. 0 or the
+ * error of starpu_task_submit. */
+int si__submit_embed(struct si_engine *e, int32_t token);
+int si__submit_head(struct si_engine *e, int32_t token);              /* one task or row slices */
+int si__submit_attn(struct si_engine *e, int l, int32_t token);       /* attention in one task */
+int si__submit_attn_split(struct si_engine *e, int l, int32_t token); /* agrp, ao, aout */
+int si__submit_pred(struct si_engine *e, int l, int32_t token);
+int si__submit_gmask(struct si_engine *e, int l, int j, int32_t token);
+int si__submit_load(struct si_engine *e, int l, int32_t token);
+int si__submit_flash(struct si_engine *e, int l, int j, int32_t token);
+int si__submit_ffn(struct si_engine *e, int l, int j, int32_t token); /* hot or cold */
+int si__submit_down(struct si_engine *e, int l, int k, int32_t token);
+int si__submit_merge(struct si_engine *e, int l, int32_t token);
+int si__submit_residual(struct si_engine *e, int l, int32_t token);
+/* a batch (graph/prefill.c): its embedding, layer l's attention tasks, its
+ * FFN tasks (slices, dense mode's down blocks, the merge), the last token's
+ * head, the head's slice j of the logits rows */
+int si__submit_bembed(struct si_engine *e);
+int si__submit_battn(struct si_engine *e, int l);
+int si__submit_bffn(struct si_engine *e, int l);
+int si__submit_bhead(struct si_engine *e);
+int si__submit_bhead_rows(struct si_engine *e, int j);
 
 /*
  * The GPU form of the hot FFN slice for one token (ffn.c), over an
@@ -310,10 +298,12 @@ struct si__ffn_slice {
     const float *b;
 };
 
-/* The slice's weights from buffers[*i] on, in the FFN tasks' order (dense
- * [gate], up; sparse [gating rows], records; then up_b); *i moves past them. */
-void si__ffn_slice_of(const struct si_engine *e, int l, void *buffers[], int *i,
-                      struct si__ffn_slice *w);
+/* The weights of slice j of layer l as the FFN tasks take them (R), in
+ * the description b: dense, [gate j] and up j; sparse, [gating rows j
+ * (gate mode)] and records j; then up_b j (w->b NULL for files without an
+ * up bias). */
+void si__ffn_slice_bufs(struct si__bufs *b, const struct si_engine *e, int l, int j,
+                        struct si__ffn_slice *w);
 
 /* Slice j of layer l for the input xb into out (sparse: n_embd floats;
  * dense: its activations), its predicted positions idx (NULL: every neuron,

@@ -193,108 +193,130 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
 }
 
 /*
- * The FFN's input of slice j in buffers[*i ..] (advancing *i past it): the
- * ffn_in handle (and x, the residual its norm read, after it where the
- * slice's fused predictor reads that: si__ffn_reads_residual), or, with
- * fuse_out, attn_out's work done by each slice alike: x2 and o_* (R) give
- * the residual after attention and its normalised input, in scratch; slice
- * 0 also writes the residual into x and, with a parallel residual, the
- * attention output into xb3, its last buffers (from owner_at - 1 or - 2
- * on: the task's buffer count).  *xr: the residual (NULL where the slice
- * does not read it).
+ * ffn_hot_L, ffn_cold_L.j (an FFN slice), in order:
+ *   the input: ffn_in (R), and x (R: the residual its norm read) where the
+ *     slice's fused predictor reads that (si__ffn_reads_residual); or, with
+ *     fuse_out, x2 and o_* (R), from which each slice makes the input
+ *     itself (attn_out's work);
+ *   the slice's weights (si__ffn_slice_bufs);
+ *   predictor mode: fc1, fc2 (R) where each slice predicts its own neurons
+ *     (fuse_pred), else idx j (R);
+ *   out: the slice's partial output (W: rows x n_embd; dense: its
+ *     activations) or, in redux mode, the layer's output (REDUX);
+ *   on CUDA: iota (R), a scratch of 2 n_ff floats;
+ *   fuse_out, slice 0: x (W: the residual after attention), [xb3 (W)].
  */
-static const float *ffn_input(struct si_engine *e, int l, int j, void *buffers[], int *i,
-                              int owner_at, struct si__scratch *sc, const float **xr)
+struct ffn_io {
+    const float *xb, *xr, *x2;
+    const float *o[SI__MAX_SLICES];
+    struct si__ffn_slice w;
+    const void *fc1, *fc2;
+    const int32_t *idx, *iota;
+    float *out, *h, *x_out, *xb3;
+};
+
+static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool gpu,
+                     struct ffn_io *io)
 {
-    *xr = NULL;
-    if (!e->fuse_out) {
-        const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    struct si__layer_state *L = &e->L[l];
+    memset(io, 0, sizeof *io);
+    if (e->fuse_out) {
+        io->x2 = si__vec(b, e->h_x2, STARPU_R);
+        for (int32_t k = 0; k < e->na; k++)
+            io->o[k] = si__vec(b, e->h_o[k], STARPU_R);
+    } else {
+        io->xb = si__vec(b, e->h_xb, STARPU_R);
         if (si__ffn_reads_residual(e))
-            *xr = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
-        return xb;
+            io->xr = si__vec(b, e->h_x, STARPU_R);
     }
-    const float *x2 = (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+    si__ffn_slice_bufs(b, e, l, j, &io->w);
+    if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
+        io->fc1 = si__vec(b, L->h_fc1, STARPU_R);
+        io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
+    } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
+        io->idx = si__vec(b, L->h_idx_c[j], STARPU_R);
+    }
+    if (e->p.redux)
+        io->out = si__vec(b, L->h_y, STARPU_REDUX);
+    else
+        io->out = si__vec(b, L->h_part_c[j], STARPU_W);
+    if (gpu) {
+        io->iota = si__vec(b, e->h_iota, STARPU_R);
+        io->h = si__vec(b, e->h_hscratch, STARPU_SCRATCH);
+    }
+    if (e->fuse_out && j == 0) { /* the residual for the next layer */
+        io->x_out = si__vec(b, e->h_x, STARPU_W);
+        if (e->h_xb3 != NULL)
+            io->xb3 = si__vec(b, e->h_xb3, STARPU_W);
+    }
+}
+
+/*
+ * The FFN's input of slice j: ffn_in, or with fuse_out, attn_out's work
+ * done by each slice alike from x2 and o_*: the residual after attention
+ * and its normalised input, in scratch (slice 0 also writes the residual
+ * into x and, with a parallel residual, the attention output into xb3).
+ * *xr: the residual (NULL where the slice does not read it).
+ */
+static const float *ffn_input(struct si_engine *e, int l, const struct ffn_io *io,
+                              struct si__scratch *sc, const float **xr)
+{
+    *xr = io->xr;
+    if (!e->fuse_out)
+        return io->xb;
     for (int32_t k = 0; k < e->na; k++)
-        memcpy(sc->xf + e->a_o[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]),
-               (size_t)(e->a_o[k + 1] - e->a_o[k]) * sizeof(float));
-    float *x_out = sc->xl, *xb3 = sc->xo;
-    if (j == 0) {
-        const int par = e->h_xb3 != NULL;
-        x_out = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1 - par]);
-        if (par)
-            xb3 = (float *)STARPU_VECTOR_GET_PTR(buffers[owner_at - 1]);
-    }
-    si_ref_attn_finish_into(e->ref, l, x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
+        memcpy(sc->xf + e->a_o[k], io->o[k], (size_t)(e->a_o[k + 1] - e->a_o[k]) * sizeof(float));
+    float *x_out = io->x_out != NULL ? io->x_out : sc->xl;
+    float *xb3 = io->x_out != NULL && io->xb3 != NULL ? io->xb3 : sc->xo;
+    si_ref_attn_finish_into(e->ref, l, io->x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
     *xr = x_out;
     return sc->xn;
 }
 
-/*
- * Buffers of an FFN slice task, in order:
- *   dense:  ffn_in, gate (absent for the plain kind), up, up_b, out
- *   sparse: ffn_in, [x (si__ffn_reads_residual)], [gating rows (gate mode)],
- *           records, up_b, [idx (predictor mode) or fc1, fc2 (fuse_pred)], out
- * (with fuse_out, x2 and o_* instead of ffn_in: ffn_input)
- * then, for the CUDA function only: iota, h scratch.  `out` is the slice's
- * partial output (rows x n_embd, W; dense: its n activations) or, in redux
- * mode, the layer output (n_embd, REDUX).
- */
-static void ffn_twin(void *buffers[], struct si__task_arg *a);
+static void ffn_twin(struct si_engine *e, int l, int j, const struct ffn_io *io);
 
+/* The slice's neurons for the token on a CPU worker (or, for the hot slice
+ * with gpu_twin, the GPU's steps on this CPU worker). */
 static void ffn_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
+    struct ffn_io io;
+    struct si__bufs bw = si__bufs_read(buffers);
+    ffn_bufs(&bw, e, a->l, a->j, false, &io);
     if (e->p.gpu_twin && si__is_hot(e, a->l, a->j) && !e->p.redux && !e->fuse_out &&
         !(e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred)) {
-        ffn_twin(buffers, a); /* the GPU's steps, on this CPU worker */
+        ffn_twin(e, a->l, a->j, &io); /* the GPU's steps, on this CPU worker */
         return;
     }
     struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t d = e->m->hp.n_embd;
     double t0 = si__now();
-    int i = 0;
-    const int nbuf = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
     const float *xr;
-    const float *xb = ffn_input(e, a->l, a->j, buffers, &i, nbuf, sc, &xr);
+    const float *xb = ffn_input(e, a->l, &io, sc, &xr);
     const int64_t n = L->s0[a->j + 1] - L->s0[a->j];
-    /* The up bias (zeros in the handle for files without one: not added) */
-    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
-    float *out;
+    float *out = io.out;
     float *y;
     int64_t computed, rd = 0;
     if (!e->sparse) {
-        const char *gate = e->has_gate ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
-        const char *up = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
-        i++;
-        out = y = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        computed = ffn_dense_slice(e, a->l, L->s0[a->j], xb, gate, up, b, n, sc, y);
-        rd = n * (int64_t)L->f.gu_row * (gate != NULL ? 2 : 1);
+        y = out;
+        computed = ffn_dense_slice(e, a->l, L->s0[a->j], xb, io.w.gate, io.w.up, io.w.b, n, sc, y);
+        rd = n * (int64_t)L->f.gu_row * (io.w.gate != NULL ? 2 : 1);
     } else {
-        const char *pre = e->pre_sep ? (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]) : NULL;
-        const char *rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL;
-        i++;
-        const int32_t *idx = NULL;
-        if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
-            const void *fc1 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-            const void *fc2 = (const void *)STARPU_VECTOR_GET_PTR(buffers[i++]);
+        const int32_t *idx = io.idx;
+        if (io.fc1 != NULL) {
             const double tp = si__now();
-            idx = predict_slice(e, a->l, a->j, si_ref_pred_in(e->m, xr, xb, NULL), fc1, fc2,
+            idx = predict_slice(e, a->l, a->j, si_ref_pred_in(e->m, xr, xb, NULL), io.fc1, io.fc2,
                                 sc);
             t0 += si__now() - tp; /* predict_slice counts its own time */
-            if (a->j > 0) /* fc1 read again: every slice takes it whole */
+            if (a->j > 0)         /* fc1 read again: every slice takes it whole */
                 rd += (int64_t)e->w->layers[a->l].fc1.nbytes;
-        } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
-            idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         }
-        out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
         y = e->p.redux ? sc->y : out;
         int64_t rd_ffn = 0;
-        computed = ffn_sparse_slice(e, &L->f, xb, pre, L->pre_pk[a->j], rec, b, idx, n,
-                                    e->gthr[a->l], sc, y, &rd_ffn);
+        computed = ffn_sparse_slice(e, &L->f, xb, io.w.pre, L->pre_pk[a->j], io.w.rec, io.w.b, idx,
+                                    n, e->gthr[a->l], sc, y, &rd_ffn);
         rd += rd_ffn;
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
@@ -304,6 +326,17 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     L->active[a->j] = computed;
     L->rd[a->j] = rd;
     si__account(e, si__is_hot(e, a->l, a->j) ? SI_TASK_FFN_HOT : SI_TASK_FFN_COLD, t0);
+}
+
+int si__submit_ffn(struct si_engine *e, int l, int j, int32_t token)
+{
+    const bool hot = si__is_hot(e, l, j), gpu = hot && e->cuda_hot;
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    struct ffn_io io;
+    ffn_bufs(&b, e, l, j, gpu, &io);
+    return si__submit(e, hot ? &si__cl_hot : &si__cl_cold, e->L[l].name_ffn[j], l, j, token, &a,
+                      gpu ? STARPU_CUDA : STARPU_CPU);
 }
 
 /*
@@ -414,25 +447,28 @@ static int twin_down(void *c, uint32_t type, const void *down_t, size_t stride, 
 const struct si__ffn_ops si__ffn_twin_ops = {NULL, twin_matvec, twin_gate_up, twin_combine,
                                              twin_down};
 
-void si__ffn_slice_of(const struct si_engine *e, int l, void *buffers[], int *i,
-                      struct si__ffn_slice *w)
+void si__ffn_slice_bufs(struct si__bufs *b, const struct si_engine *e, int l, int j,
+                        struct si__ffn_slice *w)
 {
-    const struct si__ffn_fmt *f = &e->L[l].f;
+    const struct si__layer_state *L = &e->L[l];
+    const struct si__ffn_fmt *f = &L->f;
     memset(w, 0, sizeof *w);
     if (!e->sparse) {
         if (e->has_gate)
-            w->gate = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
-        w->up = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
+            w->gate = si__vec(b, L->h_gate_c[j], STARPU_R);
+        w->up = si__vec(b, L->h_up_c[j], STARPU_R);
     } else {
         if (e->pre_sep)
-            w->pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
-        w->rec = (const char *)STARPU_VECTOR_GET_PTR(buffers[(*i)++]);
-        w->gate = f->gate_off >= 0 ? w->rec + f->gate_off : NULL;
-        w->up = f->up_off >= 0 ? w->rec + f->up_off : NULL;
+            w->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
+        w->rec = si__vec(b, L->h_rec_c[j], STARPU_R);
+        if (w->rec != NULL) {
+            w->gate = f->gate_off >= 0 ? w->rec + f->gate_off : NULL;
+            w->up = f->up_off >= 0 ? w->rec + f->up_off : NULL;
+        }
     }
-    const bool bias = e->w->layers[l].ffn_up_b.data != NULL;
-    w->b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[*i]) : NULL;
-    (*i)++;
+    /* The up bias (zeros in the handle for files without one: not added) */
+    const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
+    w->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
 }
 
 /* Bytes the GPU form of slice j reads for a token: the whole slice (an upper
@@ -445,44 +481,29 @@ static int64_t gpu_slice_bytes(const struct si_engine *e, int l, int j)
                       : n * (int64_t)(L->f.rec_bytes + (e->pre_sep ? L->f.gu_row : 0));
 }
 
-/*
- * The hot slice's task in its GPU form: ffn_cpu's buffers, then for CUDA
- * iota and a scratch of 2 n_ff floats (iota NULL: read them there; the CPU
- * twin passes its own).
- */
-static int hot_gpu_form(const struct si__ffn_ops *op, struct si__task_arg *a, void *buffers[],
-                        const int32_t *iota, float *h)
+/* The hot slice's task in its GPU form: iota and h, the GPU's (ffn_bufs'),
+ * or the CPU twin's. */
+static int hot_gpu_form(const struct si__ffn_ops *op, struct si_engine *e, int l, int j,
+                        const struct ffn_io *io, const int32_t *iota, float *h)
 {
-    struct si_engine *e = a->e;
-    struct si__layer_state *L = &e->L[a->l];
-    int i = 0;
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    struct si__ffn_slice w;
-    si__ffn_slice_of(e, a->l, buffers, &i, &w);
-    const int32_t *idx = NULL;
-    if (e->sparse && e->p.mode == SI_SPARSITY_PREDICTOR)
-        idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    float *out = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    if (iota == NULL) {
-        iota = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-        h = (float *)STARPU_VECTOR_GET_PTR(buffers[i++]);
-    }
-    const int rc = si__ffn_gpu_token(op, e, a->l, a->j, &w, xb, idx, iota, out, h);
-    L->active[a->j] = -1; /* not counted on the GPU (the mask stays there) */
-    L->rd[a->j] = gpu_slice_bytes(e, a->l, a->j);
+    struct si__layer_state *L = &e->L[l];
+    const int32_t *idx = e->sparse ? io->idx : NULL;
+    const int rc = si__ffn_gpu_token(op, e, l, j, &io->w, io->xb, idx, iota, io->out, h);
+    L->active[j] = -1; /* not counted on the GPU (the mask stays there) */
+    L->rd[j] = gpu_slice_bytes(e, l, j);
     return rc;
 }
 
 /* ... on the CPU worker that stands in for the GPU (gpu_twin). */
-static void ffn_twin(void *buffers[], struct si__task_arg *a)
+static void ffn_twin(struct si_engine *e, int l, int j, const struct ffn_io *io)
 {
     const double t0 = si__now();
-    float *h = malloc(2 * (size_t)a->e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
+    float *h = malloc(2 * (size_t)e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
     if (h == NULL)
-        STARPU_ABORT_MSG("ffn_hot_L%d: the GPU form's CPU twin is out of memory", a->l);
-    hot_gpu_form(&si__ffn_twin_ops, a, buffers, a->e->iota, h);
+        STARPU_ABORT_MSG("ffn_hot_L%d: the GPU form's CPU twin is out of memory", l);
+    hot_gpu_form(&si__ffn_twin_ops, e, l, j, io, e->iota, h);
     free(h);
-    si__account(a->e, SI_TASK_FFN_HOT, t0);
+    si__account(e, SI_TASK_FFN_HOT, t0);
 }
 
 #ifdef SI_USE_CUDA
@@ -523,8 +544,11 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     const double t0 = si__now();
+    struct ffn_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    ffn_bufs(&b, a->e, a->l, a->j, true, &io);
     const struct si__ffn_ops op = si__ffn_cuda_ops((void *)starpu_cuda_get_local_stream());
-    const int rc = hot_gpu_form(&op, a, buffers, NULL, NULL);
+    const int rc = hot_gpu_form(&op, a->e, a->l, a->j, &io, io.iota, io.h);
     if (rc != 0)
         STARPU_CUDA_REPORT_ERROR((cudaError_t)rc);
     si__account(a->e, SI_TASK_FFN_HOT, t0);
@@ -533,25 +557,40 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
 
 /*
  * Dense mode: the activations of layer l's slices, in order, gathered from
- * their outputs (buffers[0 .. nsl)) into h (n_ff floats), for token t of a
- * batch (each slice's output token-major, as many floats per token as the
- * slice has neurons; t = 0 for one token).
+ * their outputs act[0 .. nsl) into h (n_ff floats), for token t of a batch
+ * (each slice's output token-major, as many floats per token as the slice
+ * has neurons; t = 0 for one token).
  */
-void si__ffn_gather(const struct si__layer_state *L, void *buffers[], int64_t t, float *h)
+void si__ffn_gather(const struct si__layer_state *L, const float *const *act, int64_t t, float *h)
 {
     for (int32_t j = 0; j < L->nsl; j++) {
         const int64_t n = L->s0[j + 1] - L->s0[j];
-        memcpy(h + L->s0[j], (const float *)STARPU_VECTOR_GET_PTR(buffers[j]) + t * n,
-               (size_t)n * sizeof(float));
+        memcpy(h + L->s0[j], act[j] + t * n, (size_t)n * sizeof(float));
     }
 }
 
+/* ffn_down_L.k (dense): the slices' outputs (R), the block's rows of
+ * ffn_down (R), the block's output (W). */
+struct down_io {
+    const float *act[SI__MAX_SLICES];
+    const void *rows;
+    float *y;
+};
+
+static void down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, struct down_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    for (int32_t j = 0; j < L->nsl; j++)
+        io->act[j] = si__vec(b, L->h_part_c[j], STARPU_R);
+    void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
+    io->rows = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
+    io->y = si__vec(b, e->h_dout[k], STARPU_W);
+}
+
 /*
- * Dense mode: block k = a->j of layer l's down projection, outputs [dn[k],
- * dn[k+1]): each one dot over all the layer's neurons, the reference's own
+ * Block k = a->j of layer l's down projection, outputs [dn[k], dn[k+1]):
+ * each one dot over all the layer's neurons, the reference's own
  * matrix-vector product on those rows (si_ref_matvec), so the same bits.
- * Buffers: the slices' outputs (R), the block's rows of ffn_down (R), the
- * block's output (W).
  */
 static void down_cpu(void *buffers[], void *cl_arg)
 {
@@ -559,22 +598,32 @@ static void down_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     const struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
+    struct down_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    down_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
-    si__ffn_gather(L, buffers, 0, sc->h);
+    si__ffn_gather(L, io.act, 0, sc->h);
     int64_t nz;
     if (e->p.ref.input_thresholds != NULL &&
         si__input_in(e, sc, a->l, SI_INPUT_DOWN, sc->h, e->m->hp.n_ff, &nz)) {
         const struct si_layer *W = &e->w->layers[a->l];
         si__matvec_t(e, &W->ffn_down, si_ref_down_copy(e->m, W), e->dn[a->j], e->dn[a->j + 1], sc,
-                     nz, sc->h, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]));
+                     nz, sc->h, io.y);
         si__account(e, SI_TASK_FFN_DOWN, t0);
         return;
     }
     struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
-    rows.data = (const void *)STARPU_MATRIX_GET_PTR(buffers[L->nsl]);
-    si_ref_matvec(e->p.ref.act_quant, sc->hq, (float *)STARPU_VECTOR_GET_PTR(buffers[L->nsl + 1]),
-                  &rows, sc->h);
+    rows.data = io.rows;
+    si_ref_matvec(e->p.ref.act_quant, sc->hq, io.y, &rows, sc->h);
     si__account(e, SI_TASK_FFN_DOWN, t0);
+}
+
+int si__submit_down(struct si_engine *e, int l, int k, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    down_bufs(&b, e, l, k, &(struct down_io){0});
+    return si__submit(e, &si__cl_down, e->L[l].name_down[k], l, k, token, &a, STARPU_CPU);
 }
 
 static struct starpu_perfmodel hot_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_ffn_hot"};

@@ -29,17 +29,33 @@ static void flash_fail(struct si_engine *e, int rc, const char *msg)
  * the task ends without waiting for them, the ffn_cold tasks do.
  * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
  */
+struct load_io {
+    const int32_t *idx[SI__MAX_SLICES]; /* by slot (the hot one's unused) */
+};
+
+static void load_bufs(struct si__bufs *b, struct si_engine *e, int l, struct load_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    for (int32_t j = L->hot ? 1 : 0; j < L->nsl; j++)
+        io->idx[j] = si__vec(b, L->h_idx_c[j], STARPU_R);
+    si__buf(b, L->h_cache, STARPU_RW);
+    si__buf(b, e->h_spill, STARPU_RW);
+}
+
 static void load_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__layer_state *L = &e->L[a->l];
     int32_t *act = e->ft.L[a->l].act;
+    struct load_io io;
+    struct si__bufs bw = si__bufs_read(buffers);
+    load_bufs(&bw, e, a->l, &io);
     double t0 = si__now();
     const int32_t first = L->hot ? 1 : 0;
     int64_t na = 0;
     for (int32_t j = first; j < L->nsl; j++) {
-        const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[j - first]);
+        const int32_t *idx = io.idx[j];
         const int64_t n = L->s0[j + 1] - L->s0[j];
         for (int64_t q = 0; q < n && idx[q] >= 0; q++)
             act[na++] = (int32_t)(L->s0[j] + idx[q]);
@@ -73,8 +89,24 @@ static void wait_reads(struct si_engine *e, int l, double *t0)
  * then the task waits for the reads and does the fresh ones.  Each neuron's
  * activation is the same whenever it is computed, and the down projection
  * runs after the wait, in order.
- * Buffers: ffn_in, the cache, idx, the spill area (R), out (W).
+ * Buffers: ffn_in, the cache, idx j, the spill area (R), partial output j (W).
  */
+struct flash_io {
+    const float *xb;
+    const int32_t *idx;
+    float *y;
+};
+
+static void flash_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct flash_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    io->xb = si__vec(b, e->h_xb, STARPU_R);
+    si__buf(b, L->h_cache, STARPU_R);
+    io->idx = si__vec(b, L->h_idx_c[j], STARPU_R);
+    si__buf(b, e->h_spill, STARPU_R);
+    io->y = si__vec(b, L->h_part_c[j], STARPU_W);
+}
+
 static void ffn_flash_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
@@ -86,13 +118,16 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const struct si__ffn_fmt *f = &L->f;
     const size_t rb = f->rec_bytes;
     const uint32_t t = f->gu_type;
+    struct flash_io io;
+    struct si__bufs bw = si__bufs_read(buffers);
+    flash_bufs(&bw, e, a->l, a->j, &io);
     double t0 = si__now();
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const float *xb = io.xb;
     /* Records by their index in the region (the cache's and the spill
      * area's buffers are parts of it, on the CPU: the same addresses). */
     const char *mat = e->ft.region;
-    const int32_t *idx = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[4]);
+    const int32_t *idx = io.idx;
+    float *y = io.y;
     const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
     const float *b = bias ? e->ft.region_bias : NULL;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
@@ -169,6 +204,22 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     L->active[a->j] = computed;
     L->rd[a->j] += computed * (int64_t)f->dt_row;
     si__account(e, SI_TASK_FFN_COLD, t0);
+}
+
+int si__submit_load(struct si_engine *e, int l, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    load_bufs(&b, e, l, &(struct load_io){0});
+    return si__submit(e, &si__cl_load, e->L[l].name_load, l, -1, token, &a, STARPU_CPU);
+}
+
+int si__submit_flash(struct si_engine *e, int l, int j, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    flash_bufs(&b, e, l, j, &(struct flash_io){0});
+    return si__submit(e, &si__cl_flash, e->L[l].name_ffn[j], l, j, token, &a, STARPU_CPU);
 }
 
 static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED,

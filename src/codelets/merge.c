@@ -13,21 +13,19 @@
  * The merge of layer l's FFN (l >= 0) into the residual: xb2 = the slices'
  * partial outputs added in slice order (dense layout: the down projection's
  * blocks side by side) plus the down bias, then x_out =
- * si_ref_ffn_finish_into(x, xb2, xb3).  The partial outputs (blocks) are
- * buffers[b0 ..]; the same bits wherever it runs.
+ * si_ref_ffn_finish_into(x, xb2, xb3).  The same bits wherever it runs.
  */
-static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
-                       const float *xb3, float *xb2, float *x_out, float *tmp)
+static void merge_into(struct si_engine *e, int l, const struct si__carried *c, const float *x,
+                       float *xb2, float *x_out, float *tmp)
 {
     const struct si__layer_state *L = &e->L[l];
     const struct si_layer *W = &e->w->layers[l];
     const int64_t d = e->m->hp.n_embd;
     bool first = true;
     for (int32_t k = 0; !e->sparse && k < e->nd; k++)
-        memcpy(xb2 + e->dn[k], (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + k]),
-               (size_t)(e->dn[k + 1] - e->dn[k]) * sizeof(float));
+        memcpy(xb2 + e->dn[k], c->part[k], (size_t)(e->dn[k + 1] - e->dn[k]) * sizeof(float));
     for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
-        const float *p = (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + j]);
+        const float *p = c->part[j];
         for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
             for (int64_t i = 0; i < d; i++)
                 xb2[i] = first ? p[i] : xb2[i] + p[i];
@@ -37,71 +35,127 @@ static void merge_into(struct si_engine *e, int l, void *buffers[], int b0, cons
         for (int64_t i = 0; i < d; i++)
             xb2[i] += b[i];
     }
-    si_ref_ffn_finish_into(e->ref, l, x, xb2, xb3, x_out, tmp);
+    si_ref_ffn_finish_into(e->ref, l, x, xb2, c->xb3, x_out, tmp);
 }
 
-/* Buffers that carry layer l - 1's FFN output to layer l's first tasks
- * (attn, or the LM head for l = n_layer): its slices' partial outputs (dense
- * mode: the down projection's blocks), then its attention output xb3 with a
- * parallel residual.  None at l = 0 and in redux mode, where a merge task
- * adds them into x. */
-int si__n_carried(const struct si_engine *e, int l)
+/* Whether layer l's first tasks take layer l - 1's FFN output (task.h):
+ * not at l = 0, at a pipeline rank's first layer (x came whole from the
+ * rank before), or in redux mode, where a merge task adds it into x. */
+static bool carries(const struct si_engine *e, int l)
 {
-    if (l == 0 || l == e->l0 || e->p.redux) /* l0: x came whole from the rank before */
-        return 0;
-    return (e->sparse ? e->L[l - 1].nsl : e->nd) + (e->m->hp.parallel_residual ? 1 : 0);
+    return !(l == 0 || l == e->l0 || e->p.redux);
 }
 
-/* x_out = layer l's input residual: x, plus layer l - 1's FFN when carried
- * in buffers[b0 ..] (see n_carried).  Returns the time spent merging. */
-double si__residual_in(struct si_engine *e, int l, void *buffers[], int b0, const float *x,
+/* See task.h: layer l - 1's slices' partial outputs (dense mode: the down
+ * projection's blocks), then its attention output xb3 with a parallel
+ * residual. */
+void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, struct si__carried *c)
+{
+    c->n = 0;
+    c->xb3 = NULL;
+    if (!carries(e, l))
+        return;
+    const struct si__layer_state *P = &e->L[l - 1];
+    c->n = e->sparse ? P->nsl : e->nd;
+    STARPU_ASSERT(c->n <= SI__MAX_SLICES + 1);
+    for (int32_t j = 0; j < c->n; j++)
+        c->part[j] = si__vec(b, e->sparse ? P->h_part_c[j] : e->h_dout[j], STARPU_R);
+    if (e->m->hp.parallel_residual)
+        c->xb3 = si__vec(b, e->h_xb3, STARPU_R);
+}
+
+/* x_out = layer l's input residual: x, plus layer l - 1's FFN carried in c.
+ * Returns the time spent merging. */
+double si__residual_in(struct si_engine *e, int l, const struct si__carried *c, const float *x,
                        float *x_out, struct si__scratch *sc)
 {
     const int64_t d = e->m->hp.n_embd;
-    if (si__n_carried(e, l) == 0) {
+    if (!carries(e, l)) {
         if (x_out != x)
             memcpy(x_out, x, (size_t)d * sizeof(float));
         return 0.0;
     }
     const double t0 = si__now();
-    const int np = e->sparse ? e->L[l - 1].nsl : e->nd;
-    const float *xb3 =
-        e->m->hp.parallel_residual ? (const float *)STARPU_VECTOR_GET_PTR(buffers[b0 + np]) : NULL;
-    merge_into(e, l - 1, buffers, b0, x, xb3, sc->xf, x_out, sc->tmp);
+    merge_into(e, l - 1, c, x, sc->xf, x_out, sc->tmp);
     return si__now() - t0;
 }
 
-/* Redux mode: x += the layer's FFN output, the sum StarPU reduced into
- * y, which is left at zero for the next token.  Buffers: x (RW), y (RW). */
+/* merge_L (redux mode): x (RW), y (RW), [xb3 (R): a parallel residual's
+ * attention output]. */
+struct merge_io {
+    float *x, *y;
+    const float *xb3;
+};
+
+static void merge_bufs(struct si__bufs *b, struct si_engine *e, int l, struct merge_io *io)
+{
+    io->x = si__vec(b, e->h_x, STARPU_RW);
+    io->y = si__vec(b, e->L[l].h_y, STARPU_RW);
+    io->xb3 = e->m->hp.parallel_residual ? si__vec(b, e->h_xb3, STARPU_R) : NULL;
+}
+
+/* x += the layer's FFN output, the sum StarPU reduced into y, which is left
+ * at zero for the next token. */
 static void merge_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    struct si_ref *s = e->ref;
+    struct si__scratch *sc = si__scratch_of(e);
     const struct si_layer *W = &e->w->layers[a->l];
     const int64_t d = e->m->hp.n_embd;
+    struct merge_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    merge_bufs(&b, e, a->l, &io);
     double t0 = si__now();
-    float *y = (float *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    memcpy(s->xb2, y, (size_t)d * sizeof(float));
-    memset(y, 0, (size_t)d * sizeof(float));
+    memcpy(sc->xf, io.y, (size_t)d * sizeof(float));
+    memset(io.y, 0, (size_t)d * sizeof(float));
     if (W->ffn_down_b.data != NULL) {
-        const float *b = W->ffn_down_b.data;
+        const float *bias = W->ffn_down_b.data;
         for (int64_t i = 0; i < d; i++)
-            s->xb2[i] += b[i];
+            sc->xf[i] += bias[i];
     }
-    si_ref_ffn_finish(s, a->l);
+    si_ref_ffn_finish_into(e->ref, a->l, io.x, sc->xf, io.xb3, io.x, sc->tmp);
     si__account(e, SI_TASK_MERGE, t0);
 }
 
-/* residual_L (a pipeline's last layer on this rank, l = l1): x += layer
- * l - 1's FFN output, carried, before x goes to the next rank.  Buffers: x
- * (RW), carried* (R). */
+int si__submit_merge(struct si_engine *e, int l, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    merge_bufs(&b, e, l, &(struct merge_io){0});
+    return si__submit(e, &si__cl_merge, e->L[l].name_merge, l, -1, token, &a, 0);
+}
+
+/* residual_L (a pipeline's last layer on this rank, l = l1): x (RW), the
+ * carried FFN output (R). */
+struct residual_io {
+    float *x;
+    struct si__carried c;
+};
+
+static void residual_bufs(struct si__bufs *b, struct si_engine *e, int l, struct residual_io *io)
+{
+    io->x = si__vec(b, e->h_x, STARPU_RW);
+    si__carried_bufs(b, e, l, &io->c);
+}
+
+/* x += layer l - 1's FFN output, before x goes to the next rank. */
 static void residual_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
-    float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    si__charge(e, SI_TASK_MERGE, si__residual_in(e, a->l, buffers, 1, x, x, si__scratch_of(e)));
+    struct residual_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    residual_bufs(&b, e, a->l, &io);
+    si__charge(e, SI_TASK_MERGE, si__residual_in(e, a->l, &io.c, io.x, io.x, si__scratch_of(e)));
+}
+
+int si__submit_residual(struct si_engine *e, int l, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    residual_bufs(&b, e, l, &(struct residual_io){0});
+    return si__submit(e, &si__cl_residual, "residual", l, -1, token, &a, 0);
 }
 
 /* Redux mode: the layer output starts at zero and workers' shares add up. */

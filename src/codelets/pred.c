@@ -10,9 +10,33 @@
 #include <math.h>
 #include <starpu.h>
 
-/* Buffers: the predictor's input (ffn_in, or x: model.h's si_pred_input),
- * fc1, fc2 (position order), idx of each slice (W).  A lookahead predictor
- * (model.h): x and the carried ones (R); it reads the attention's
+/* pred_L: the predictor's input (R: ffn_in, or x: model.h's
+ * si_pred_input; a lookahead predictor, x and the carried FFN output), fc1,
+ * fc2 (R: position order), idx of each slice (W). */
+struct pred_io {
+    const float *in;
+    const void *fc2;
+    int32_t *idx[SI__MAX_SLICES];
+    struct si__carried c;
+};
+
+static void pred_bufs(struct si__bufs *b, struct si_engine *e, int l, struct pred_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    io->c.n = 0;
+    if (e->m->pred_input == SI_PRED_LAYER) {
+        io->in = si__vec(b, e->h_x, STARPU_R);
+        si__carried_bufs(b, e, l, &io->c);
+    } else {
+        io->in = si__vec(b, e->m->pred_input == SI_PRED_RESIDUAL ? e->h_x : e->h_xb, STARPU_R);
+    }
+    si__buf(b, L->h_fc1, STARPU_R);
+    io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
+    for (int32_t j = 0; j < L->nsl; j++)
+        io->idx[j] = si__vec(b, L->h_idx_c[j], STARPU_W);
+}
+
+/* The reference's predictor; a lookahead one reads the attention's
  * normalised input, the layer's input residual made as the attention
  * tasks make it. */
 static void pred_cpu(void *buffers[], void *cl_arg)
@@ -22,18 +46,19 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     struct si__layer_state *L = &e->L[a->l];
     const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
+    struct pred_io io;
+    struct si__bufs bw = si__bufs_read(buffers);
+    pred_bufs(&bw, e, a->l, &io);
     double t0 = si__now();
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    int b = 1; /* fc1's buffer */
+    const float *xb = io.in;
     double tm = 0.0;
     if (e->m->pred_input == SI_PRED_LAYER) {
-        b += si__n_carried(e, a->l);
-        tm = si__residual_in(e, a->l, buffers, 1, xb, sc->xl, sc);
+        tm = si__residual_in(e, a->l, &io.c, xb, sc->xl, sc);
         si_ref_attn_input(e->ref, a->l, sc->xl, sc->xn, sc->tmp);
         xb = sc->xn;
     }
     struct si_tensor fc2 = W->fc2;
-    fc2.data = (const void *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
+    fc2.data = io.fc2;
     fc2.pk = L->fc2_pk; /* packed in place (graph/weights.c) */
     /* The reference's predictor on fc2's rows in position order: the
      * selection comes out in position order, then as each slice's list. */
@@ -41,7 +66,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     si_ref_predict(&W->fc1, &fc2, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb, sc->h,
                    sc->y, sel);
     for (int32_t j = 0; j < L->nsl; j++) {
-        int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[b + 2 + j]);
+        int32_t *idx = io.idx[j];
         const int64_t p0 = L->s0[j], n = L->s0[j + 1] - p0;
         int64_t k = 0;
         for (int64_t p = 0; p < n; p++)
@@ -54,14 +79,38 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     si__charge(e, SI_TASK_PRED, si__now() - t0 - tm);
 }
 
+int si__submit_pred(struct si_engine *e, int l, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    pred_bufs(&b, e, l, &(struct pred_io){0});
+    return si__submit(e, &si__cl_pred, e->L[l].name_pred, l, -1, token, &a, 0);
+}
+
 /*
  * Gate mode's mask of a cold slice (flash): the gating dots of every neuron
  * of the slice, as ffn_sparse_slice takes them, so that the load task knows
  * which records to read.  The neurons that pass go to idx (local positions,
  * then -1) and their act(gate) (the plain kind: the activation itself,
  * dropping zeros as ffn_sparse_slice does) to gact.
- * Buffers: ffn_in, gating rows, up_b (R), idx (W).
+ * Buffers: ffn_in, gating rows j, up_b j (R), idx j (W).
  */
+struct gmask_io {
+    const float *xb, *b;
+    const char *pre;
+    int32_t *idx;
+};
+
+static void gmask_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct gmask_io *io)
+{
+    struct si__layer_state *L = &e->L[l];
+    io->xb = si__vec(b, e->h_xb, STARPU_R);
+    io->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
+    const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
+    io->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
+    io->idx = si__vec(b, L->h_idx_c[j], STARPU_W);
+}
+
 static void gmask_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
@@ -73,12 +122,13 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     const uint32_t t = L->f.gu_type;
     const float thr = e->gthr[a->l];
     const bool relu = hp->act == SI_ACT_RELU;
+    struct gmask_io io;
+    struct si__bufs bw = si__bufs_read(buffers);
+    gmask_bufs(&bw, e, a->l, a->j, &io);
     double t0 = si__now();
-    const float *xb = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    const char *pre = (const char *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
-    const float *b = bias ? (const float *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
-    int32_t *idx = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[3]);
+    const float *xb = io.xb, *b = io.b;
+    const char *pre = io.pre;
+    int32_t *idx = io.idx;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     float *gd = sc->g;
     if (L->pre_pk[a->j] > 0) {
@@ -108,6 +158,14 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
         idx[q] = -1;
     L->rd[a->j] = n * (int64_t)L->f.gu_row; /* ffn_cold adds the records' rows */
     si__account(e, SI_TASK_PRED, t0);
+}
+
+int si__submit_gmask(struct si_engine *e, int l, int j, int32_t token)
+{
+    struct si__args a;
+    struct si__bufs b = si__bufs_collect(&a);
+    gmask_bufs(&b, e, l, j, &(struct gmask_io){0});
+    return si__submit(e, &si__cl_gmask, e->L[l].name_gmask[j], l, j, token, &a, STARPU_CPU);
 }
 
 static struct starpu_perfmodel pred_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_pred_f32"};

@@ -10,6 +10,7 @@
 #define SI_GRAPH_GRAPH_H
 
 #include "codelets/state.h"
+#include "codelets/task.h"
 #include "graph/engine.h"
 
 #include <stddef.h>
@@ -104,55 +105,6 @@ int64_t si__attn_gpu_scratch_floats(const struct si_model *m);
 
 /* Layer l's aux: its norm weights and biases as floats (state.h). */
 int si__attn_gpu_aux(struct si_engine *e, int l);
-
-/* --- decode.c */
-
-/* Create and submit a task on codelet cl with handles h[0..n); `where`
- * restricts its workers (0: the codelet's).  -errno or 0. */
-int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
-               int32_t token, starpu_data_handle_t *h, enum starpu_data_access_mode *modes, int n,
-               uint32_t where);
-
-/* A task's handles and their access modes, in the codelet's order (set n
- * to 0 to start; an initializer would zero the arrays for every task). */
-struct si__args {
-    starpu_data_handle_t h[SI__MAX_SLICES + 16];
-    enum starpu_data_access_mode md[SI__MAX_SLICES + 16];
-    int n;
-};
-
-static inline void si__add(struct si__args *a, starpu_data_handle_t h,
-                           enum starpu_data_access_mode mode)
-{
-    a->h[a->n] = h;
-    a->md[a->n++] = mode;
-}
-
-/* si__submit with the handles of a. */
-static inline int si__run(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l,
-                          int j, int32_t token, struct si__args *a, uint32_t where)
-{
-    return si__submit(e, cl, name, l, j, token, a->h, a->md, a->n, where);
-}
-
-/* The weights of slice j of layer L, as the FFN codelets take them (R):
- * dense, [gate j] and up j; sparse, [gating rows j (gate mode)] and records
- * j; then up_b j. */
-static inline void si__add_slice_weights(const struct si_engine *e,
-                                         const struct si__layer_state *L, int32_t j,
-                                         struct si__args *a)
-{
-    if (!e->sparse) {
-        if (e->has_gate)
-            si__add(a, L->h_gate_c[j], STARPU_R);
-        si__add(a, L->h_up_c[j], STARPU_R);
-    } else {
-        if (e->pre_sep)
-            si__add(a, L->h_gate_c[j], STARPU_R);
-        si__add(a, L->h_rec_c[j], STARPU_R);
-    }
-    si__add(a, L->h_upb_c[j], STARPU_R);
-}
 
 /* --- observe.c */
 

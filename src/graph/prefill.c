@@ -9,66 +9,6 @@
 #include <starpu.h>
 #include <string.h>
 
-/*
- * x_b += attention_l(norm(x_b)) for the batch's tokens (K, V of the new
- * positions written); xb_b = the FFN's input.  Token ranges prepare q, k, v
- * (attn_batch_L.r: the products as GEMMs, biases, QK norm, RoPE); each
- * kv-head group's k and v go into the cache (attn_kv_batch_L.g); each
- * group attends in token ranges of about equal work (attn_core_batch_L.g.r);
- * attn_o_batch_L.j multiply by slices of Wo's rows (GEMMs); attn_out_batch_L
- * adds the residual.
- */
-static int submit_batch_attention(struct si_engine *e, int l)
-{
-    struct si__layer_state *L = &e->L[l];
-    struct si__args a;
-    int rc = 0;
-    for (int32_t r = 0; r < e->nr && rc == 0; r++) {
-        a.n = 0;
-        si__add(&a, e->h_bx, STARPU_R);
-        for (int i = 0; i < 3; i++)
-            si__add(&a, L->h_w[i], STARPU_R);
-        si__add(&a, e->h_bqkv[r], STARPU_W);
-        rc = si__run(e, &si__cl_battn, L->name_bagrp[r], l, r, 0, &a, STARPU_CPU);
-    }
-    for (int32_t g = 0; g < e->ng && rc == 0; g++) {
-        a.n = 0;
-        for (int32_t r = 0; r < e->nr; r++)
-            si__add(&a, e->h_bqkv[r], STARPU_R);
-        si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
-        si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
-        rc = si__run(e, &si__cl_bakv, L->name_bakv[g], l, g, 0, &a, STARPU_CPU);
-        for (int32_t r = 0; r < e->nr && rc == 0; r++) {
-            a.n = 0;
-            for (int32_t p = 0; p < e->nr; p++)
-                si__add(&a, e->h_bqkv[p], STARPU_R);
-            si__add(&a, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_R);
-            si__add(&a, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_R);
-            si__add(&a, e->h_batt[g * e->nr + r], STARPU_W);
-            rc = si__run(e, &si__cl_bacore, L->name_bacore[g * e->nr + r], l, g * e->nr + r, 0,
-                         &a, STARPU_CPU);
-        }
-    }
-    for (int32_t j = 0; j < e->nr && rc == 0; j++) {
-        a.n = 0;
-        for (int32_t k = 0; k < e->ng * e->nr; k++)
-            si__add(&a, e->h_batt[k], STARPU_R);
-        si__add(&a, L->h_w[3], STARPU_R);
-        si__add(&a, e->h_bo[j], STARPU_W);
-        rc = si__run(e, &si__cl_bao, L->name_bao[j], l, j, 0, &a, STARPU_CPU);
-    }
-    if (rc == 0) {
-        a.n = 0;
-        for (int32_t j = 0; j < e->nr; j++)
-            si__add(&a, e->h_bo[j], STARPU_R);
-        si__add(&a, e->h_bx, STARPU_RW);
-        si__add(&a, e->h_bxb, STARPU_W);
-        si__add(&a, e->h_bxb3, STARPU_W);
-        rc = si__run(e, &si__cl_baout, L->name_battn, l, -1, 0, &a, STARPU_CPU);
-    }
-    return rc;
-}
-
 /* The batch's tokens in nr ranges of equal length (btp) and of about equal
  * attention work (btr: token t attends to bpos[t] + 1 positions). */
 static void token_ranges(struct si_engine *e)
@@ -90,90 +30,20 @@ static void token_ranges(struct si_engine *e)
     e->btp[nr] = e->btr[nr] = (int32_t)n;
 }
 
-/* out_j = FFN slice j (xb_b) for every token: GEMM tasks on CPU workers;
- * in the sparse layouts the hot slice on the GPU, where its weights are
- * (token by token, codelets/prefill.c's bffn_cuda; dense mode's runs on a
- * CPU worker: its read-only weights stay valid in main memory too). */
-static int submit_batch_ffn(struct si_engine *e, int l)
-{
-    struct si__layer_state *L = &e->L[l];
-    struct si__args a;
-    int rc = 0;
-    for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
-        const bool gpu = si__is_hot(e, l, j) && e->cuda_hot && e->sparse && e->obs_fn == NULL;
-        a.n = 0;
-        si__add(&a, e->h_bxb, STARPU_R);
-        si__add_slice_weights(e, L, j, &a);
-        si__add(&a, e->h_bpart[j], STARPU_W);
-        if (gpu) {
-            si__add(&a, e->h_iota, STARPU_R);
-            si__add(&a, e->h_hscratch, STARPU_SCRATCH);
-        }
-        rc = si__run(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a, gpu ? STARPU_CUDA : STARPU_CPU);
-    }
-    return rc;
-}
-
-/* Dense mode: down_k = rows k of W_down . H, H the slices' activations. */
-static int submit_batch_down(struct si_engine *e, int l)
-{
-    struct si__layer_state *L = &e->L[l];
-    struct si__args a;
-    int rc = 0;
-    for (int32_t b = 0; b < e->nd && rc == 0; b++) {
-        a.n = 0;
-        for (int32_t j = 0; j < L->nsl; j++)
-            si__add(&a, e->h_bpart[j], STARPU_R);
-        si__add(&a, L->h_down_c[b], STARPU_R);
-        si__add(&a, e->h_bdout[b], STARPU_W);
-        rc = si__run(e, &si__cl_bdown, L->name_bdown[b], l, b, 0, &a, STARPU_CPU);
-    }
-    return rc;
-}
-
-/* x_b += FFN_l: the slices' outputs (dense: the down blocks) merged. */
-static int submit_batch_merge(struct si_engine *e, int l)
-{
-    struct si__layer_state *L = &e->L[l];
-    struct si__args a;
-    a.n = 0;
-    si__add(&a, e->h_bx, STARPU_RW);
-    if (!e->sparse)
-        for (int32_t b = 0; b < e->nd; b++)
-            si__add(&a, e->h_bdout[b], STARPU_R);
-    else
-        for (int32_t j = 0; j < L->nsl; j++)
-            si__add(&a, e->h_bpart[j], STARPU_R);
-    si__add(&a, e->h_bxb3, STARPU_R);
-    return si__run(e, &si__cl_bmerge, L->name_bmerge, l, -1, 0, &a, 0);
-}
-
 /* Layer l of a batch. */
 static int submit_batch_layer(struct si_engine *e, int l)
 {
-    int rc = submit_batch_attention(e, l);
-    if (rc == 0)
-        rc = submit_batch_ffn(e, l);
-    if (rc == 0 && !e->sparse)
-        rc = submit_batch_down(e, l);
-    if (rc == 0)
-        rc = submit_batch_merge(e, l);
-    return rc;
+    int rc = si__submit_battn(e, l);
+    return rc != 0 ? rc : si__submit_bffn(e, l);
 }
 
 /* The LM head over the batch's tokens bout0 .. bn - 1 into their logits rows
  * (h_blog_c): a task per slice of the vocabulary. */
 static int submit_batch_logits(struct si_engine *e)
 {
-    struct si__args a;
     int rc = 0;
-    for (int32_t j = 0; j < e->nlh && rc == 0; j++) {
-        a.n = 0;
-        si__add(&a, e->h_bx, STARPU_R);
-        si__add(&a, e->h_out, STARPU_R);
-        si__add(&a, e->h_blog_c[j], STARPU_W);
-        rc = si__run(e, &si__cl_bhead_rows, e->name_lhb[j], -1, j, 0, &a, STARPU_CPU);
-    }
+    for (int32_t j = 0; j < e->nlh && rc == 0; j++)
+        rc = si__submit_bhead_rows(e, j);
     return rc;
 }
 
@@ -182,10 +52,7 @@ static int submit_batch_logits(struct si_engine *e)
 static int submit_batch_body(struct si_engine *e)
 {
     token_ranges(e);
-    struct si__args a;
-    a.n = 0;
-    si__add(&a, e->h_bx, STARPU_W);
-    int rc = si__run(e, &si__cl_bembed, "embed_batch", -1, -1, 0, &a, 0);
+    int rc = si__submit_bembed(e);
     for (int l = 0; l < e->m->hp.n_layer && rc == 0; l++)
         rc = submit_batch_layer(e, l);
     return rc;
@@ -237,15 +104,8 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
         }
     } else {
         rc = submit_batch_body(e);
-        if (rc == 0) {
-            struct si__args a;
-            a.n = 0;
-            si__add(&a, e->h_bx, STARPU_R);
-            si__add(&a, e->h_xb, STARPU_RW);
-            si__add(&a, e->h_logits, STARPU_W);
-            si__add(&a, e->h_out, STARPU_R);
-            rc = si__run(e, &si__cl_bhead, "norm+lm_head", -1, -1, 0, &a, 0);
-        }
+        if (rc == 0)
+            rc = si__submit_bhead(e); /* the last token's logits */
         si_runtime_acquire(e->h_logits, STARPU_R);
         starpu_data_release(e->h_logits);
     }
@@ -289,8 +149,8 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
         const int32_t nb = n - i < bmax ? n - i : bmax;
         /* this batch's tokens from `first` on, and where their rows go */
         const int32_t f = out == NULL ? nb : first <= i ? 0 : first - i < nb ? first - i : nb;
-        float *o = out == NULL || f == nb ? out
-                                          : out + (size_t)(i + f - first) * (size_t)hp->n_vocab;
+        float *o =
+            out == NULL || f == nb ? out : out + (size_t)(i + f - first) * (size_t)hp->n_vocab;
         int rc = eval_batch(e, tokens + i, nb, f, o);
         if (rc != SI_OK) {
             e->bn = 0;

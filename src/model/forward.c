@@ -573,7 +573,7 @@ int si_ref_begin(struct si_ref *s, int32_t token)
     return si_ref_begin_at(s, token, s->n_past);
 }
 
-int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos)
+int si_ref_begin_into(const struct si_ref *s, int32_t token, int32_t pos, float *x)
 {
     const struct si_model *m = s->m;
     const struct si_hparams *hp = &m->hp;
@@ -585,17 +585,22 @@ int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos)
 
     /* Token embedding (scaled for gemma), plus learned position (opt). */
     const struct si_tensor *te = &m->w.token_embd;
-    si_dequantize_row(te->type, (const char *)te->data + (size_t)token * te->row_bytes, s->x, d);
+    si_dequantize_row(te->type, (const char *)te->data + (size_t)token * te->row_bytes, x, d);
     for (int64_t i = 0; i < d; i++)
-        s->x[i] *= hp->embd_scale;
+        x[i] *= hp->embd_scale;
     if (m->w.pos_embd.data != NULL) {
         const struct si_tensor *pe = &m->w.pos_embd;
         const size_t row = (size_t)pos + (size_t)hp->pos_offset;
         si_dequantize_row(pe->type, (const char *)pe->data + row * pe->row_bytes, s->tmp, d);
         for (int64_t i = 0; i < d; i++)
-            s->x[i] += s->tmp[i];
+            x[i] += s->tmp[i];
     }
     return SI_OK;
+}
+
+int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos)
+{
+    return si_ref_begin_into(s, token, pos, s->x);
 }
 
 void si_ref_attn_input(const struct si_ref *s, int l, const float *x, float *y, float *tmp)
@@ -765,23 +770,23 @@ void si_ref_attn_finish(struct si_ref *s, int l)
     si_ref_attn_finish_into(s, l, s->x, s->xb2, s->x, s->xb, s->xb3, s->tmp);
 }
 
-void si_ref_attn(struct si_ref *s, int l)
+void si_ref_attn_into(struct si_ref *s, int l, float *x, float *xb, float *xb3)
 {
     const struct si_layer *L = &(s->attn_w != NULL ? s->attn_w : &s->m->w)->layers[l];
     /* Attention: norm, q k v, QK norm, RoPE, cache, attend, project. */
-    si_ref_attn_input(s, l, s->x, s->xb, s->tmp);
+    si_ref_attn_input(s, l, x, xb, s->tmp);
     const struct si_hparams *hp = &s->m->hp;
     if ((s->p.predictor && s->m->pred_input == SI_PRED_LAYER) || s->ffn_hook != NULL)
-        memcpy(s->xa, s->xb, (size_t)hp->n_embd * sizeof(float));
-    sparsify(s, l, SI_INPUT_QKV, s->xb, hp->n_embd);
+        memcpy(s->xa, xb, (size_t)hp->n_embd * sizeof(float));
+    sparsify(s, l, SI_INPUT_QKV, xb, hp->n_embd);
     if (si_ref_reads_t(&s->p, s->m, l, SI_INPUT_QKV)) {
-        si_ref_matvec_t(&L->wq_t, 0, L->wq_t.ne[0], s->xb, s->q);
-        si_ref_matvec_t(&L->wk_t, 0, L->wk_t.ne[0], s->xb, s->k);
-        si_ref_matvec_t(&L->wv_t, 0, L->wv_t.ne[0], s->xb, s->v);
+        si_ref_matvec_t(&L->wq_t, 0, L->wq_t.ne[0], xb, s->q);
+        si_ref_matvec_t(&L->wk_t, 0, L->wk_t.ne[0], xb, s->k);
+        si_ref_matvec_t(&L->wv_t, 0, L->wv_t.ne[0], xb, s->v);
     } else {
-        matvec(s, s->q, &L->wq, s->xb);
-        matvec(s, s->k, &L->wk, s->xb);
-        matvec(s, s->v, &L->wv, s->xb);
+        matvec(s, s->q, &L->wq, xb);
+        matvec(s, s->k, &L->wk, xb);
+        matvec(s, s->v, &L->wv, xb);
     }
     si_ref_attn_core(s, l);
     sparsify(s, l, SI_INPUT_O, s->att, (int64_t)hp->n_head * hp->head_dim);
@@ -789,7 +794,12 @@ void si_ref_attn(struct si_ref *s, int l)
         si_ref_matvec_t(&L->wo_t, 0, L->wo_t.ne[0], s->att, s->xb2);
     else
         matvec(s, s->xb2, &L->wo, s->att);
-    si_ref_attn_finish(s, l);
+    si_ref_attn_finish_into(s, l, x, s->xb2, x, xb, xb3, s->tmp);
+}
+
+void si_ref_attn(struct si_ref *s, int l)
+{
+    si_ref_attn_into(s, l, s->x, s->xb, s->xb3);
 }
 
 void si_ref_ffn(struct si_ref *s, int l)
@@ -820,11 +830,16 @@ void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *
     norm(&m->hp, y, x, &m->w.output_norm, &m->w.output_norm_b, tmp);
 }
 
+void si_ref_end_into(struct si_ref *s, const float *x, float *xn, float *logits)
+{
+    si_ref_head_input(s, x, xn, s->tmp);
+    matvec_as(s, s->batch_out_n, s->batch_out_g4, logits, s->lm_head, xn);
+    s->n_past++;
+}
+
 void si_ref_end(struct si_ref *s)
 {
-    si_ref_head_input(s, s->x, s->xb, s->tmp);
-    matvec_as(s, s->batch_out_n, s->batch_out_g4, s->logits, s->lm_head, s->xb);
-    s->n_past++;
+    si_ref_end_into(s, s->x, s->xb, s->logits);
 }
 
 int si_ref_eval(struct si_ref *s, int32_t token)

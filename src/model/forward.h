@@ -237,7 +237,12 @@ int si_ref_eval_batch(struct si_ref *s, const int32_t *tokens, int32_t n);
 int si_ref_begin(struct si_ref *s, int32_t token);
 /* si_ref_begin for position pos instead of n_past (a batch's token). */
 int si_ref_begin_at(struct si_ref *s, int32_t token, int32_t pos);
+/* si_ref_begin_at into x instead of s->x (an engine's buffer). */
+int si_ref_begin_into(const struct si_ref *s, int32_t token, int32_t pos, float *x);
 void si_ref_attn(struct si_ref *s, int l);
+/* si_ref_attn on an engine's buffers instead of s->x, s->xb and s->xb3 (the
+ * others, s's scratch). */
+void si_ref_attn_into(struct si_ref *s, int l, float *x, float *xb, float *xb3);
 /*
  * si_ref_attn in steps, for engines that split its products into tasks:
  *   si_ref_attn_input(s, l, x, y, tmp)  y = the normalised input of layer
@@ -341,6 +346,8 @@ int64_t si_ref_predict(const struct si_tensor *fc1, const struct si_tensor *fc2,
 void si_ref_ffn(struct si_ref *s, int l);
 void si_ref_ffn_finish(struct si_ref *s, int l);
 void si_ref_end(struct si_ref *s);
+/* si_ref_end from x into logits, xn (n_embd floats) its normalised input. */
+void si_ref_end_into(struct si_ref *s, const float *x, float *xn, float *logits);
 /* si_ref_end's first step: y = the output norm of x (s->x there; tmp as for
  * si_ref_attn_input); then logits = output . y, and n_past + 1. */
 void si_ref_head_input(const struct si_ref *s, const float *x, float *y, float *tmp);

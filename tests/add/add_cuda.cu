@@ -1,5 +1,5 @@
 /* add_cuda.cu - y = a + b on a CUDA worker. */
-#include "codelets/add.h"
+#include "add.h"
 
 #include <starpu.h>
 

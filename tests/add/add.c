@@ -1,5 +1,5 @@
 /* add.c - y = a + b on CPU workers, and the codelet that also has CUDA. */
-#include "codelets/add.h"
+#include "add.h"
 
 #include "config.h"
 
