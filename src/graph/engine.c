@@ -167,8 +167,6 @@ static int plan(struct si_engine *e, char *err, size_t err_size)
         e->n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
     }
     e->stats.attn_gpu_layers = e->n_attn_gpu;
-    if (e->n_attn_gpu > 0)
-        e->fuse_out = false; /* the FFN slices read the GPU layers' ffn_in */
     si__reserve_of(e, &rs);
     struct si_plan_params pp = {.n_layer = hp->n_layer,
                                 .n_ff = hp->n_ff,
@@ -473,20 +471,6 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
         if (hp->head_dim % e->t_unit != 0) /* kv heads' columns off the copies' blocks */
             e->ng = 1;
-        /* With only CPU FFN tasks that take the FFN input first hand, each
-         * computes it (attn_out's residual and norm: n_embd values) instead
-         * of waiting for an attn_out task: one dependency less per layer. */
-        /* Predictor mode with CPU slices only: each slice task runs the
-         * predictor for its own neurons (fc1 whole, its rows of fc2), so
-         * neither a predictor task nor the wait for it sits between a
-         * layer's attention and its FFN (docs/measurements.md). */
-        /* Lookahead predictors (model.h) read the layer's input instead:
-         * their task runs beside the attention. */
-        /* (gpu_twin: the graph a GPU gets, its CPU worker standing in) */
-        e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p.gpu_twin &&
-                       !e->flash && m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
-        e->fuse_out = e->na > 1 && !e->cuda_hot && !p.gpu_twin && !e->flash && !p.redux &&
-                      (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
     }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
@@ -737,6 +721,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         }
     }
     rc = plan(e, err, err_size);
+    if (rc == SI_OK) /* with the GPU's attention layers chosen */
+        si__fuse_of(e, p.redux);
     for (int l = 0; rc == SI_OK && l < e->n_attn_gpu; l++) {
         const struct si_layer *W = &m->w.layers[l];
         if (si__attn_gpu_aux(e, l) != SI_OK)

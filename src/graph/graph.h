@@ -21,6 +21,10 @@
  * (e->m and e->p set). */
 void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e);
 
+/* The fuse policy: e's fuse_out and fuse_pred, once the plan has chosen the
+ * GPU's attention layers; redux as asked (dense mode drops e->p.redux). */
+void si__fuse_of(struct si_engine *e, bool redux);
+
 /* How layer l's FFN rows are stored under that layout (with the flash
  * tier: the store's records). */
 void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f);

@@ -1,5 +1,6 @@
-/* layout.c - the FFN layout each sparsity mode gives, the engine's parameter
- * checks, and the GPU reserve they imply (si_engine_gpu_reserve). */
+/* layout.c - the FFN layout each sparsity mode gives, the fuse policy, the
+ * engine's parameter checks, and the GPU reserve they imply
+ * (si_engine_gpu_reserve). */
 #include "graph/graph.h"
 
 #include "flash/store.h"
@@ -14,6 +15,7 @@
 #include "starinfer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -69,6 +71,33 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
     /* Predictor mode reads a chosen neuron's rows together: all in its
      * record.  Gate mode reads every gating row: those apart, dense. */
     e->pre_sep = mode == SI_SPARSITY_GATE;
+}
+
+/*
+ * The fuse policy: which small tasks the FFN slice tasks take over (decode.c's
+ * submit_ffn, codelets/ffn.c).  fuse_out: with only CPU FFN tasks that take
+ * the FFN input first hand, each computes it (attn_out's residual and norm:
+ * n_embd values) instead of waiting for an attn_out task: one dependency less
+ * per layer.  fuse_pred: predictor mode with CPU slices only, each slice task
+ * runs the predictor for its own neurons (fc1 whole, its rows of fc2), so
+ * neither a predictor task nor the wait for it sits between a layer's
+ * attention and its FFN (docs/measurements.md); SI_NO_FUSE_PRED=1 keeps the
+ * predictor task (same results, for comparisons).  Lookahead predictors
+ * (model.h) read the layer's input instead: their task runs beside the
+ * attention.  gpu_twin (the graph a GPU gets, its CPU worker standing in)
+ * fuses nothing, as a CUDA hot slice does not; nor does the flash tier.
+ * The FFN slices read the ffn_in of the layers whose attention runs on the
+ * GPU, so this waits for the plan's choice of them (n_attn_gpu); redux is the
+ * merge as asked: dense mode drops e->p.redux (nothing for it to add), yet a
+ * redux asked for still keeps attn_out a task of its own.
+ */
+void si__fuse_of(struct si_engine *e, bool redux)
+{
+    const struct si_engine_params *p = &e->p;
+    e->fuse_pred = p->mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p->gpu_twin && !e->flash &&
+                   e->m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
+    e->fuse_out = e->na > 1 && !e->cuda_hot && !p->gpu_twin && !e->flash && !redux &&
+                  (p->mode != SI_SPARSITY_PREDICTOR || e->fuse_pred) && e->n_attn_gpu == 0;
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */
