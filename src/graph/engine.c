@@ -481,7 +481,7 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
 #endif
     rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
     if (rc != SI_OK) {
-        free(e);
+        si_engine_free(e); /* dense mode's down blocks with it */
         return rc;
     }
     e->n_workers = starpu_worker_get_count();
