@@ -1,10 +1,11 @@
 /*
  * graph.h - what the files of src/graph/ share: the engine is built by
- * engine.c (state, lifecycle), laid out by layout.c (each mode's FFN
- * layout, the parameter checks, the GPU reserve), given its data by data.c
- * (records, handles, partitions), and run by decode.c (one token's tasks)
- * and prefill.c (a batch's).  The tasks themselves are the codelets of
- * src/codelets/ (codelets.h); the state they share is codelets/state.h.
+ * engine.c (state, lifecycle: init's stages), laid out by layout.c (each
+ * mode's FFN layout, the fuse policy, the parameter checks, the GPU
+ * reserve), given its data by data.c (records, handles, partitions), and run
+ * by decode.c (one token's tasks) and prefill.c (a batch's).  The tasks
+ * themselves are the codelets of src/codelets/ (codelets.h); the state they
+ * share is codelets/state.h.
  */
 #ifndef SI_GRAPH_GRAPH_H
 #define SI_GRAPH_GRAPH_H

@@ -171,7 +171,7 @@ int64_t si__n_ctx_of(const struct si_engine *e)
     return e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
 }
 
-/* Tokens per prefill batch (engine.c's rule, before init has set it). */
+/* Tokens per prefill batch (engine.c's rule in init_layout, before it has run). */
 static int64_t batch_of(const struct si_engine *e)
 {
     if (e->n_batch > 0)
@@ -223,7 +223,7 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
         r->bytes[SI_GPU_WORKSPACE] += (int64_t)sizeof(float) * (d + si__attn_gpu_scratch_floats(m));
     /* The buffers above and each hot layer's small ones (bias, index list,
      * partial output) are carved from one chunk of StarPU's allocator; the
-     * plan adds to it when they need more (engine.c's plan). */
+     * plan adds to it when they need more (engine.c's plan_neurons). */
     r->bytes[SI_GPU_ALLOCATOR] = SI__GPU_CHUNK;
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
         r->total += r->bytes[i];
