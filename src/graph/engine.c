@@ -25,7 +25,7 @@
 void openblas_set_num_threads(int n); /* OpenBLAS's cblas.h; not every CBLAS has it */
 #endif
 
-#define ATTN_SPLIT_MIN_BYTES (256 << 10) /* see si_engine_init */
+#define ATTN_SPLIT_MIN_BYTES (256 << 10) /* see attn_split */
 
 const char *si_task_kind_name(enum si_task_kind k)
 {
@@ -57,175 +57,9 @@ struct si_engine_params si_engine_default_params(void)
                                      .flash_window = 5};
 }
 
-static int64_t flash_layer_bytes(const struct si_engine *e, int l);
-
 static double mib(int64_t b)
 {
     return (double)b / 1048576.0;
-}
-
-/*
- * The flash tier's DRAM: what stays resident (the model's tensors but the
- * FFN's, unless the file was read whole; the KV cache; the per-layer arrays
- * with the hot records), then the caches in what the budget leaves, the same
- * number of records for every layer (at most its cold neurons).
- */
-static int flash_setup(struct si_engine *e, char *err, size_t err_size)
-{
-    const struct si_hparams *hp = &e->m->hp;
-    const int64_t ff = hp->n_ff, nl = hp->n_layer;
-    int64_t *n_hot = malloc((size_t)nl * sizeof *n_hot);
-    const int32_t **perm = malloc((size_t)nl * sizeof *perm);
-    if (n_hot == NULL || perm == NULL) {
-        free(n_hot);
-        free(perm);
-        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
-    }
-    for (int l = 0; l < nl; l++) {
-        n_hot[l] = e->L[l].n_hot;
-        perm[l] = e->L[l].perm;
-    }
-    int64_t model = (int64_t)e->m->gguf->data_size;
-    if (!e->p.model_in_memory)
-        for (int l = 0; l < nl; l++) {
-            const struct si_layer *W = &e->m->w.layers[l];
-            model -= (int64_t)(W->ffn_gate.nbytes + W->ffn_up.nbytes + W->ffn_down.nbytes +
-                               W->ffn_down_t.nbytes);
-        }
-    const struct si_ref *s = e->ref;
-    const int64_t kv =
-        2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim * (s->p.kv_f16 ? 2 : 4);
-    int64_t layers = 0;
-    for (int l = 0; l < nl; l++)
-        layers += flash_layer_bytes(e, l);
-    const size_t rb = e->L[0].f.rec_bytes; /* the store's, for every layer */
-    const int64_t spill = si_flash_tier_spill_bytes((int32_t)nl, ff, n_hot, rb);
-    const int64_t resident = model + kv + layers + spill;
-    const int64_t per_rec = si_flash_tier_record_bytes(rb);
-    int64_t cap = ff;
-    int rc = SI_OK;
-    if (e->p.flash_cache > 0) {
-        cap = e->p.flash_cache;
-    } else if (e->p.dram_budget > 0) {
-        const int64_t avail = e->p.dram_budget - resident;
-        if (avail < per_rec * nl)
-            rc = si__errf(err, err_size, SI_E_BUDGET,
-                          "DRAM budget of %.1f MiB is below what the flash tier keeps "
-                          "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
-                          "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
-                          "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
-                          "one cached neuron per layer (%.2f MiB)",
-                          mib(e->p.dram_budget), mib(resident), mib(model), mib(kv), mib(layers),
-                          mib(spill), mib(per_rec * nl));
-        else
-            cap = avail / per_rec / nl;
-    }
-    e->stats.dram_resident = resident;
-    if (rc == SI_OK)
-        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb, e->p.flash_window, cap,
-                                e->p.flash_pin, n_hot, perm, err, err_size);
-    free(n_hot);
-    free(perm);
-    if (rc != SI_OK)
-        return rc;
-    e->stats.flash_cache_bytes = e->ft.cache_bytes;
-    e->stats.flash_cache_records = e->ft.cache_records;
-    e->stats.flash_pinned = e->ft.pinned;
-    e->stats.flash_overlap = e->ft.overlap;
-    /* the hot records, read from the store by si__build_flash */
-    for (int l = 0; l < nl; l++) {
-        struct si__layer_state *L = &e->L[l];
-        if (L->n_hot > 0 &&
-            (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * rb)) == NULL)
-            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the hot neurons");
-    }
-    return SI_OK;
-}
-
-/*
- * The neurons' plan (placement/plan.h): the hot slice of each layer, the
- * permutation and the cold slices, then each slice's lengths.  The plan
- * fills the budget less the reserve with hot neurons, counted by their
- * bytes; StarPU's allocator rounds small buffers up to its chunks
- * (si__gpu_planned), so while the plan's handles would take more than the
- * budget, the reserve's allocator item grows by the excess and the plan is
- * made again (a placement's neurons are fixed: then it does not fit).
- */
-static int plan(struct si_engine *e, char *err, size_t err_size)
-{
-    const struct si_hparams *hp = &e->m->hp;
-    struct si_gpu_reserve rs;
-    /* Attention on the GPU first (graph/attn_gpu.c): its layers join the
-     * reserve, the hot neurons get what they leave. */
-    e->n_attn_gpu = 0;
-    if ((e->cuda_hot || e->p.hot_on_cpu) && (e->p.vram_budget > 0 || e->p.placement != NULL)) {
-        const char *why = si__attn_gpu_unable(e->m, &e->p);
-        if (e->p.attn_gpu > 0 && why != NULL)
-            return si__errf(err, err_size, SI_E_UNSUPPORTED,
-                            "attention on the GPU: %s (run without --gpu-attention)", why);
-        si__reserve_of(e, &rs);
-        e->n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
-    }
-    e->stats.attn_gpu_layers = e->n_attn_gpu;
-    if (e->n_attn_gpu > 0)
-        e->fuse_out = false; /* the FFN slices read the GPU layers' ffn_in */
-    si__reserve_of(e, &rs);
-    struct si_plan_params pp = {.n_layer = hp->n_layer,
-                                .n_ff = hp->n_ff,
-                                .n_slices = e->n_slices,
-                                .reserve = rs,
-                                .gpu = e->cuda_hot || e->p.hot_on_cpu,
-                                .vram_budget = e->p.vram_budget,
-                                .profile = e->p.profile,
-                                .placement = e->p.placement};
-    struct si_plan_layer *pl = calloc((size_t)hp->n_layer, sizeof *pl);
-    if (pl == NULL)
-        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
-    for (int l = 0; l < hp->n_layer; l++)
-        pl[l] = (struct si_plan_layer){.s0 = e->L[l].s0, .perm = e->L[l].perm};
-    int64_t *n_hot = calloc((size_t)hp->n_layer, sizeof *n_hot);
-    if (n_hot == NULL) {
-        free(pl);
-        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
-    }
-    int rc;
-    for (int round = 0;; round++) {
-        pp.reserve = rs;
-        rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->hot_bytes, err, err_size);
-        if (rc != SI_OK || e->stats.gpu_budget <= 0)
-            break;
-        for (int l = 0; l < hp->n_layer; l++)
-            n_hot[l] = pl[l].n_hot;
-        const int64_t need = si__gpu_planned(e, n_hot), over = need - e->stats.gpu_budget;
-        if (over <= 0)
-            break;
-        if (e->p.placement != NULL || round == 16) {
-            rc = si__errf(err, err_size, SI_E_BUDGET,
-                          "the hot neurons and the engine's buffers take %.1f MiB on the GPU "
-                          "with StarPU's allocation granularity (32 MiB chunks for buffers "
-                          "under 4 MiB), over the VRAM budget of %.1f MiB",
-                          (double)need / 1048576.0, (double)e->stats.gpu_budget / 1048576.0);
-            break;
-        }
-        rs.bytes[SI_GPU_ALLOCATOR] += over;
-        rs.total += over;
-    }
-    free(n_hot);
-    e->reserve = rs;
-    for (int l = 0; rc == SI_OK && l < hp->n_layer; l++) {
-        struct si__layer_state *L = &e->L[l];
-        L->n_hot = pl[l].n_hot;
-        L->hot = L->n_hot > 0;
-        L->attn_gpu = l < e->n_attn_gpu;
-        L->nsl = pl[l].nsl;
-        for (int32_t j = 0; j < L->nsl; j++) {
-            L->rows[j] = 1;
-            L->len_n[j] = (uint32_t)(L->s0[j + 1] - L->s0[j]);
-            L->len_p[j] = e->sparse ? (uint32_t)hp->n_embd : L->len_n[j];
-        }
-    }
-    free(pl);
-    return rc;
 }
 
 static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
@@ -351,16 +185,31 @@ static void free_layer(struct si__layer_state *L)
     free(L->name_gmask);
 }
 
-int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_engine_params p,
-                   char *err, size_t err_size)
+/* What the checks stage learns before the engine exists: the workers, whether
+ * dense mode runs on neuron records, and this rank's layers. */
+struct init_env {
+    unsigned ncpu, ncuda;
+    bool dense_records;
+    int32_t l0, l1;
+    int rank, nranks;
+};
+
+/*
+ * Stage checks: StarPU running with a CPU worker, the parameters against the
+ * model (layout.c's si__check_params), the pipeline's MPI ranks.  It decides
+ * the mode as run (dense mode on a file without a dense layout becomes gate
+ * mode at threshold 0, in p) and this rank's layers, into c; the engine does
+ * not exist yet, so a refusal leaves nothing to free.
+ */
+static int init_checks(const struct si_model *m, struct si_engine_params *p, struct init_env *c,
+                       char *err, size_t err_size)
 {
-    *out = NULL;
     if (!starpu_is_initialized())
         return si__errf(err, err_size, SI_E_RUNTIME, "StarPU is not started");
     const struct si_hparams *hp = &m->hp;
-    const unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
-    const unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
-    if (ncpu == 0)
+    c->ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
+    c->ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
+    if (c->ncpu == 0)
         return si__errf(err, err_size, SI_E_NO_DEVICE,
                         "the engine needs a CPU worker (STARPU_NCPU is 0)");
     /* A file whose down projection is ffn_down_t alone (PowerInfer's layout)
@@ -368,62 +217,104 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
      * mode does, each neuron whose activation is not 0 (no threshold), which
      * gives the dense values in the reference's down_t arithmetic (a neuron
      * at 0 adds nothing). */
-    const bool dense_records = p.mode == SI_SPARSITY_DENSE && si_model_down_t_only(m);
-    if (dense_records) {
-        p.mode = SI_SPARSITY_GATE;
-        p.gate_threshold = 0.0f;
+    c->dense_records = p->mode == SI_SPARSITY_DENSE && si_model_down_t_only(m);
+    if (c->dense_records) {
+        p->mode = SI_SPARSITY_GATE;
+        p->gate_threshold = 0.0f;
     }
-    int rc = si__check_params(m, &p, ncuda, err, err_size);
+    int rc = si__check_params(m, p, c->ncuda, err, err_size);
     if (rc != SI_OK)
         return rc;
-    const struct si_layer *W0 = &m->w.layers[0];
-    int32_t l0 = 0, l1 = hp->n_layer;
-    const int rank = p.pipe ? si_runtime_mpi_rank() : 0,
-              nranks = p.pipe ? si_runtime_mpi_size() : 1;
-    if (p.pipe && !si_runtime_mpi())
+    c->l0 = 0;
+    c->l1 = hp->n_layer;
+    c->rank = p->pipe ? si_runtime_mpi_rank() : 0;
+    c->nranks = p->pipe ? si_runtime_mpi_size() : 1;
+    if (p->pipe && !si_runtime_mpi())
         return si__errf(
             err, err_size, SI_E_INVALID,
             "a pipeline across MPI ranks needs StarPU-MPI running (si_runtime_set_mpi)");
-    if (p.pipe && si_engine_pipe_range(m, rank, nranks, &l0, &l1) != SI_OK)
+    if (p->pipe && si_engine_pipe_range(m, c->rank, c->nranks, &c->l0, &c->l1) != SI_OK)
         return si__errf(err, err_size, SI_E_INVALID,
-                        "%d MPI ranks for a model of %d layers: at most one rank a layer", nranks,
-                        hp->n_layer);
+                        "%d MPI ranks for a model of %d layers: at most one rank a layer",
+                        c->nranks, hp->n_layer);
+    return SI_OK;
+}
 
-    struct si_engine *e = calloc(1, sizeof *e);
-    if (e == NULL)
-        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+/* Attention's split (init_layout): na tasks for decoding's products, ng
+ * kv-head groups for its core and a batch's (n_batch set). */
+static void attn_split(struct si_engine *e, unsigned ncpu)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    /* Attention's products split over the workers when they weigh enough
+     * to repay the extra tasks (docs/measurements.md). */
+    const struct si_layer *W = &e->m->w.layers[0];
+    const size_t bytes = W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes;
+    int32_t na = e->p.attn_split > 0             ? e->p.attn_split
+                 : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
+                                                 : 1;
+    if (na > hp->n_embd / e->t_unit) /* Wo's column ranges on the copies' blocks */
+        na = (int32_t)(hp->n_embd / e->t_unit);
+    if (na > SI__MAX_SLICES)
+        na = SI__MAX_SLICES;
+    e->na = na > 1 ? na : 1;
+    /* attn_L.j tasks: whole kv heads each (their query heads with them);
+     * a batch's attention goes by kv-head groups too (attn_batch_L.j),
+     * one per CPU worker when decoding does not split it */
+    const int32_t gw = e->na > 1 ? e->na : e->n_batch > 1 ? (int32_t)ncpu : 1;
+    e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
+    if (hp->head_dim % e->t_unit != 0) /* kv heads' columns off the copies' blocks */
+        e->ng = 1;
+}
+
+/*
+ * Stage layout: the engine's shape.  It copies the parameters and the checks'
+ * findings into e, takes the mode's FFN layout (layout.c's si__layout_of), the
+ * bytes a token reads besides its FFN neurons, the CUDA node, and splits the
+ * work: n_slices FFN slices, dense mode's nd blocks of the down projection
+ * (their bounds dn and the block arrays, the only memory this stage takes;
+ * redux dropped there), n_batch tokens a batch, the attention's na tasks and
+ * ng kv-head groups (attn_split); then OpenBLAS's threads.  The buffers those
+ * sizes ask for are the next stage's; which neurons go where, the plan's; the
+ * fuse policy waits for the plan too (si__fuse_of).
+ */
+static int init_layout(struct si_engine *e, const struct si_model *m,
+                       const struct si_engine_params *p, const struct init_env *c, char *err,
+                       size_t err_size)
+{
+    const struct si_hparams *hp = &m->hp;
     e->m = m;
     e->w = &m->w;
-    e->p = p;
-    e->dense_records = dense_records;
-    e->l0 = l0;
-    e->l1 = l1;
-    e->rank = rank;
-    e->nranks = nranks;
-    e->flash = p.flash != NULL;
-    si__layout_of(m, p.mode, e);
+    e->p = *p;
+    e->dense_records = c->dense_records;
+    e->l0 = c->l0;
+    e->l1 = c->l1;
+    e->rank = c->rank;
+    e->nranks = c->nranks;
+    e->flash = p->flash != NULL;
+    si__layout_of(m, p->mode, e);
     int64_t ffn_bytes;
     /* this rank's layers (all in one process) */
     e->token_bytes_fixed =
-        si_model_range_bytes(m, l0, l1, rank == 0, rank == nranks - 1, &ffn_bytes) - ffn_bytes;
-    for (int32_t l = l0; l < l1; l++) {
+        si_model_range_bytes(m, e->l0, e->l1, e->rank == 0, e->rank == e->nranks - 1, &ffn_bytes) -
+        ffn_bytes;
+    for (int32_t l = e->l0; l < e->l1; l++) {
         const struct si_layer *W = &m->w.layers[l];
-        if (p.mode == SI_SPARSITY_PREDICTOR)
+        if (p->mode == SI_SPARSITY_PREDICTOR)
             e->token_bytes_fixed += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
-        else if (p.mode == SI_SPARSITY_DENSE) /* the ffn_down_L.k tasks read all of it */
+        else if (p->mode == SI_SPARSITY_DENSE) /* the ffn_down_L.k tasks read all of it */
             e->token_bytes_fixed += (int64_t)W->ffn_down.nbytes;
     }
     e->cuda_node = -1;
     e->gpu_base = -1;
 #ifdef SI_USE_CUDA
-    e->cuda_hot = ncuda > 0 && !p.hot_on_cpu;
+    e->cuda_hot = c->ncuda > 0 && !p->hot_on_cpu;
     if (e->cuda_hot) {
         int wid = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
         e->cuda_node = (int)starpu_worker_get_memory_node((unsigned)wid);
         e->gpu_base = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node);
     }
 #endif
-    int32_t ns = p.n_slices > 0 ? p.n_slices : (int32_t)ncpu; /* see docs/measurements.md */
+    int32_t ns = p->n_slices > 0 ? p->n_slices : (int32_t)c->ncpu; /* see docs/measurements.md */
     e->n_slices = ns;
     if (!e->sparse) {
         /* The down projection in as many blocks of output rows as there
@@ -436,58 +327,17 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
         e->bdout = calloc((size_t)e->nd, sizeof *e->bdout);
         e->h_dout = calloc((size_t)e->nd, sizeof *e->h_dout);
         e->h_bdout = calloc((size_t)e->nd, sizeof *e->h_bdout);
-        if (!e->dn || !e->dout || !e->bdout || !e->h_dout || !e->h_bdout) {
-            free(e->dn);
-            free(e->dout);
-            free(e->bdout);
-            free(e->h_dout);
-            free(e->h_bdout);
-            free(e);
+        if (!e->dn || !e->dout || !e->bdout || !e->h_dout || !e->h_bdout)
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
-        }
         for (int32_t k = 0; k <= e->nd; k++)
             e->dn[k] = si__split_u(hp->n_embd, k, e->nd, e->t_unit);
     }
-    e->n_batch = p.n_batch > 0 ? p.n_batch : 128;
+    e->n_batch = p->n_batch > 0 ? p->n_batch : 128;
     if (e->flash)
         e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
     if (e->nranks > 1)
         e->n_batch = 1; /* a pipeline passes one token's residual at a time */
-    {
-        /* Attention's products split over the workers when they weigh enough
-         * to repay the extra tasks (docs/measurements.md). */
-        const struct si_layer *W = &m->w.layers[0];
-        const size_t bytes = W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes;
-        int32_t na = p.attn_split > 0                ? p.attn_split
-                     : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
-                                                     : 1;
-        if (na > hp->n_embd / e->t_unit) /* Wo's column ranges on the copies' blocks */
-            na = (int32_t)(hp->n_embd / e->t_unit);
-        if (na > SI__MAX_SLICES)
-            na = SI__MAX_SLICES;
-        e->na = na > 1 ? na : 1;
-        /* attn_L.j tasks: whole kv heads each (their query heads with them);
-         * a batch's attention goes by kv-head groups too (attn_batch_L.j),
-         * one per CPU worker when decoding does not split it */
-        const int32_t gw = e->na > 1 ? e->na : e->n_batch > 1 ? (int32_t)ncpu : 1;
-        e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
-        if (hp->head_dim % e->t_unit != 0) /* kv heads' columns off the copies' blocks */
-            e->ng = 1;
-        /* With only CPU FFN tasks that take the FFN input first hand, each
-         * computes it (attn_out's residual and norm: n_embd values) instead
-         * of waiting for an attn_out task: one dependency less per layer. */
-        /* Predictor mode with CPU slices only: each slice task runs the
-         * predictor for its own neurons (fc1 whole, its rows of fc2), so
-         * neither a predictor task nor the wait for it sits between a
-         * layer's attention and its FFN (docs/measurements.md). */
-        /* Lookahead predictors (model.h) read the layer's input instead:
-         * their task runs beside the attention. */
-        /* (gpu_twin: the graph a GPU gets, its CPU worker standing in) */
-        e->fuse_pred = p.mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p.gpu_twin &&
-                       !e->flash && m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
-        e->fuse_out = e->na > 1 && !e->cuda_hot && !p.gpu_twin && !e->flash && !p.redux &&
-                      (p.mode != SI_SPARSITY_PREDICTOR || e->fuse_pred);
-    }
+    attn_split(e, c->ncpu);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
      * fight the workers for the cores (measured: prefill 4x slower with
@@ -495,11 +345,280 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     if (getenv("OPENBLAS_NUM_THREADS") == NULL)
         openblas_set_num_threads(1);
 #endif
-    rc = si_ref_init(&e->ref, m, p.ref, err, err_size);
-    if (rc != SI_OK) {
-        free(e);
-        return rc;
+    return SI_OK;
+}
+
+/* The bytes of a worker's gemm scratch for batches (alloc_scratch). */
+static size_t batch_gemm_bytes(const struct si_engine *e)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    /* si_k_gemm's tile for any layer's rows, or n_batch inputs
+     * converted for gemm_act */
+    size_t gs = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        size_t xa = 0;
+        si_type_row_size(si_act_type(W->ffn_up.type), hp->n_embd, &xa);
+        size_t xd = 0;
+        si_type_row_size(si_act_type(W->ffn_down.type), hp->n_ff, &xd);
+        /* converted inputs, and their block sums for the batched
+         * kernel of packed rows (codelets/prefill.c, qgemm) */
+        const size_t nbt = (size_t)e->n_batch;
+        const size_t s[4] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
+                             si_k_gemm_scratch_size(W->ffn_down.type, hp->n_ff),
+                             (xa + (size_t)hp->n_embd / 8) * nbt + 64,
+                             (xd + (size_t)hp->n_ff / 8) * nbt + 64};
+        for (int k = 0; k < 4; k++)
+            gs = s[k] > gs ? s[k] : gs;
     }
+    { /* and the LM head's (si_engine_eval_batch_logits), the attention's */
+        const uint32_t ot = m->w.output.type;
+        size_t xa = 0, g = si_k_gemm_scratch_size(ot, hp->n_embd);
+        si_type_row_size(si_act_type(ot), hp->n_embd, &xa);
+        xa = (xa + (size_t)hp->n_embd / 8) * (size_t)e->n_batch + 64;
+        gs = g > gs ? g : gs;
+        gs = xa > gs ? xa : gs;
+        for (int l = 0; l < hp->n_layer; l++) {
+            const struct si_layer *W = &m->w.layers[l];
+            const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
+            for (int i = 0; i < 4; i++) {
+                g = si_k_gemm_scratch_size(aw[i]->type, aw[i]->ne[0]);
+                si_type_row_size(si_act_type(aw[i]->type), aw[i]->ne[0], &xa);
+                xa = (xa + (size_t)aw[i]->ne[0] / 8) * (size_t)e->n_batch + 64;
+                gs = g > gs ? g : gs;
+                gs = xa > gs ? xa : gs;
+            }
+        }
+    }
+    return gs;
+}
+
+/* The bytes of a worker's dt scratch for batches (alloc_scratch). */
+static size_t batch_dt_bytes(const struct si_engine *e)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    /* down_t rows as floats, or 8 rows of any matrix a batch
+     * multiplies, packed on the way (codelets/prefill.c's qgemm) */
+    size_t dt = (size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        const struct si_tensor *t[7] = {&W->wq,       &W->wk,     &W->wv,      &W->wo,
+                                        &W->ffn_gate, &W->ffn_up, &W->ffn_down};
+        for (int i = 0; i < 7; i++)
+            dt = 8 * t[i]->row_bytes > dt ? 8 * t[i]->row_bytes : dt;
+    }
+    dt = 8 * m->w.output.row_bytes > dt ? 8 * m->w.output.row_bytes : dt;
+    return dt;
+}
+
+/* Worker w's scratch: the attention's, the FFN's, and with batches the
+ * GEMMs'; SI_E_NOMEM when one is missing (init_buffers). */
+static int alloc_scratch(struct si_engine *e, unsigned w)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    const size_t widest = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) +
+                          (m->has_predictor ? (size_t)m->w.layers[0].fc1.ne[1] : 0);
+    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim,
+                 kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim, d = (size_t)hp->n_embd,
+                 tmpn = 2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim);
+    const size_t ascr = si_ref_attn_scratch_floats(e->ref);
+    struct si__scratch *sc = &e->scratch[w];
+    /* aq, ak, av, aatt, ascr, xl, xf, xn, xo, tmp in one allocation */
+    sc->aq = malloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
+    if (sc->aq == NULL)
+        return SI_E_NOMEM;
+    sc->ak = sc->aq + qd;
+    sc->av = sc->ak + kvd;
+    sc->aatt = sc->av + kvd;
+    sc->ascr = sc->aatt + qd;
+    sc->xl = sc->ascr + ascr;
+    sc->xf = sc->xl + d;
+    sc->xn = sc->xf + d;
+    sc->xo = sc->xn + d;
+    sc->tmp = sc->xo + d;
+    sc->h = malloc(widest * sizeof(float));
+    sc->g = malloc((size_t)hp->n_ff * sizeof(float));
+    sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
+    {
+        size_t wi = (size_t)hp->n_ff > qd ? (size_t)hp->n_ff : qd;
+        wi = wi > d ? wi : d;
+        sc->sx = malloc(wi * sizeof(int32_t));
+        sc->sv = malloc(wi * sizeof(float));
+    }
+    sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
+                   (size_t)hp->n_ff * sizeof(float));
+    sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
+    sc->hq = malloc(4 * widest + 512);
+    if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
+        return SI_E_NOMEM;
+    if (e->n_batch > 1) {
+        const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
+        sc->bg = malloc(bff * sizeof(float));
+        sc->bu = malloc(bff * sizeof(float));
+        sc->gemm = malloc(batch_gemm_bytes(e) + 64);
+        sc->dt = malloc(batch_dt_bytes(e));
+        sc->hx = malloc((size_t)e->n_batch * (size_t)hp->n_embd * sizeof(float));
+        sc->bqkv = malloc((size_t)e->n_batch * qd * sizeof(float));
+        if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
+            return SI_E_NOMEM;
+    }
+    return SI_OK;
+}
+
+/* A batch's buffers (n_batch > 1) and its LM head's slices (init_buffers). */
+static int alloc_batch(struct si_engine *e, unsigned ncpu)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int32_t ns = e->n_slices;
+    const size_t bd = (size_t)e->n_batch * (size_t)hp->n_embd;
+    e->bx = calloc(bd, sizeof(float));
+    e->bxb = calloc(bd, sizeof(float));
+    e->bxb3 = calloc(bd, sizeof(float));
+    e->bseq = calloc((size_t)e->n_batch, sizeof *e->bseq);
+    e->bpos = calloc((size_t)e->n_batch, sizeof *e->bpos);
+    e->mtok = calloc((size_t)e->n_batch, sizeof *e->mtok);
+    e->bhrow = calloc((size_t)e->n_batch, sizeof *e->bhrow);
+    e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
+    e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
+    e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
+    e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
+    if (!e->bx || !e->bxb || !e->bxb3 || !e->bseq || !e->bpos || !e->mtok || !e->bhrow ||
+        !e->bpart || !e->h_bpart || !e->brows || !e->bwidth)
+        return SI_E_NOMEM;
+    /* The batch LM head: a task per CPU worker, rows of the vocabulary */
+    int32_t nlh = (int32_t)ncpu;
+    if (nlh > hp->n_vocab)
+        nlh = hp->n_vocab;
+    if (nlh > SI__MAX_SLICES)
+        nlh = SI__MAX_SLICES;
+    e->nlh = nlh;
+    e->lh = calloc((size_t)nlh + 1, sizeof *e->lh);
+    e->h_blog_c = calloc((size_t)nlh, sizeof *e->h_blog_c);
+    e->name_lhb = calloc((size_t)nlh, sizeof *e->name_lhb);
+    if (!e->lh || !e->h_blog_c || !e->name_lhb)
+        return SI_E_NOMEM;
+    for (int32_t j = 0; j <= nlh; j++)
+        e->lh[j] = (size_t)si__split8(hp->n_vocab, j, nlh);
+    for (int32_t j = 0; j < nlh; j++)
+        snprintf(e->name_lhb[j], sizeof e->name_lhb[j], "norm+lm_head_batch.%d", j);
+    return SI_OK;
+}
+
+/* The kv-head groups' bounds and buffers, the batch attention's row ranges
+ * (nr, a task per CPU worker), and each layer's names and cache children for
+ * them (init_buffers). */
+static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    /* The kv-head groups; with several, the caches' columns by group
+     * (data.c) and, for batches, each group's attention output. */
+    const int64_t ng = e->ng, group = hp->n_head / hp->n_head_kv;
+    e->a_g = calloc((size_t)ng + 1, sizeof *e->a_g);
+    e->att_len = calloc((size_t)ng, sizeof *e->att_len);
+    const int64_t nr = e->nr = (int32_t)ncpu;
+    const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
+    e->btp = calloc((size_t)nr + 1, sizeof *e->btp);
+    e->btr = calloc((size_t)nr + 1, sizeof *e->btr);
+    e->bqkv = calloc((size_t)nr, sizeof *e->bqkv);
+    e->h_bqkv = calloc((size_t)nr, sizeof *e->h_bqkv);
+    e->batt = calloc((size_t)(ng * nr), sizeof *e->batt);
+    e->h_batt = calloc((size_t)(ng * nr), sizeof *e->h_batt);
+    e->bo_c = calloc((size_t)nr + 1, sizeof *e->bo_c);
+    e->bo = calloc((size_t)nr, sizeof *e->bo);
+    e->h_bo = calloc((size_t)nr, sizeof *e->h_bo);
+    if (!e->a_g || !e->att_len || !e->btp || !e->btr || !e->bqkv || !e->h_bqkv || !e->batt ||
+        !e->h_batt || !e->bo_c || !e->bo || !e->h_bo)
+        return SI_E_NOMEM;
+    for (int64_t j = 0; j <= nr; j++)
+        e->bo_c[j] = si__split8(hp->n_embd, j, nr);
+    for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
+        if ((e->bo[j] =
+                 malloc((size_t)e->n_batch *
+                        (size_t)(e->bo_c[j + 1] > e->bo_c[j] ? e->bo_c[j + 1] - e->bo_c[j] : 1) *
+                        sizeof(float))) == NULL)
+            return SI_E_NOMEM;
+    for (int64_t j = 0; j <= ng; j++)
+        e->a_g[j] = j * hp->n_head_kv / ng;
+    for (int64_t j = 0; j < ng; j++)
+        e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
+    for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
+        if ((e->bqkv[j] = malloc((size_t)e->n_batch * row * sizeof(float))) == NULL)
+            return SI_E_NOMEM;
+    for (int64_t j = 0; j < ng * nr && e->n_batch > 1; j++)
+        if ((e->batt[j] = malloc((size_t)e->n_batch * e->att_len[j / nr] * sizeof(float))) == NULL)
+            return SI_E_NOMEM;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct si__layer_state *L = &e->L[l];
+        L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
+        L->name_bagrp = calloc((size_t)nr, sizeof *L->name_bagrp);
+        L->name_bakv = calloc((size_t)ng, sizeof *L->name_bakv);
+        L->name_bacore = calloc((size_t)(ng * nr), sizeof *L->name_bacore);
+        L->name_bao = calloc((size_t)nr, sizeof *L->name_bao);
+        L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
+        L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
+        L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
+        if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore || !L->name_bao ||
+            !L->h_k_c || !L->h_v_c || !L->kv_cols)
+            return SI_E_NOMEM;
+    }
+    return SI_OK;
+}
+
+/* The attention split's buffers (na > 1): Wo's and the LM head's column
+ * ranges, their outputs and names (init_buffers). */
+static int alloc_attn_split(struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t na = e->na, ng = e->ng;
+    e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
+    e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
+    e->name_head = calloc((size_t)na, sizeof *e->name_head);
+    e->h_logits_c = calloc((size_t)na, sizeof *e->h_logits_c);
+    e->o = calloc((size_t)na, sizeof *e->o);
+    e->h_o = calloc((size_t)na, sizeof *e->h_o);
+    e->h_att_c = calloc((size_t)ng, sizeof *e->h_att_c);
+    e->x2 = calloc((size_t)hp->n_embd, sizeof(float));
+    e->head_len = calloc((size_t)na, sizeof *e->head_len);
+    if (!e->a_o || !e->a_h || !e->name_head || !e->h_logits_c || !e->o || !e->h_o || !e->h_att_c ||
+        !e->x2 || !e->head_len)
+        return SI_E_NOMEM;
+    for (int64_t j = 0; j <= na; j++) {
+        e->a_o[j] = si__split_u(hp->n_embd, j, na, e->t_unit);
+        e->a_h[j] = si__split8(hp->n_vocab, j, na);
+    }
+    for (int64_t j = 0; j < na; j++)
+        snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
+    for (int64_t j = 0; j < na; j++)
+        if ((e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float))) == NULL)
+            return SI_E_NOMEM;
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct si__layer_state *L = &e->L[l];
+        L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
+        if (!L->name_ao)
+            return SI_E_NOMEM;
+    }
+    return SI_OK;
+}
+
+/*
+ * Stage buffers: what the layout's sizes ask for, before any neuron has its
+ * place: the reference's state (activations, KV caches: si_ref_init), each
+ * worker's scratch, each layer's arrays at the most the plan may use (n_slices
+ * + 2 slots: alloc_layer; the sparse layouts' records in memory), gate mode's
+ * thresholds, the index list, a batch's buffers and the attention tasks'.  The
+ * buffers whose size the plan's slices decide are the plan stage's.
+ */
+static int init_buffers(struct si_engine *e, unsigned ncpu, char *err, size_t err_size)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    const struct si_engine_params *p = &e->p;
+    int rc = si_ref_init(&e->ref, m, p->ref, err, err_size);
+    if (rc != SI_OK)
+        return rc;
     e->n_workers = starpu_worker_get_count();
     e->scratch = calloc(e->n_workers, sizeof *e->scratch);
     e->L = calloc((size_t)hp->n_layer, sizeof *e->L);
@@ -511,232 +630,130 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     /* Gate mode's thresholds: the one given, else the profile's per-layer
      * CATS thresholds (SiLU/GELU models), else 0 (only exact zeros). */
     for (int l = 0; l < hp->n_layer; l++)
-        e->gthr[l] = p.gate_threshold > 0.0f ? p.gate_threshold
-                     : p.profile != NULL && p.profile->thresholds != NULL &&
-                             hp->act != SI_ACT_RELU && !dense_records
-                         ? p.profile->thresholds[l]
+        e->gthr[l] = p->gate_threshold > 0.0f ? p->gate_threshold
+                     : p->profile != NULL && p->profile->thresholds != NULL &&
+                             hp->act != SI_ACT_RELU && !e->dense_records
+                         ? p->profile->thresholds[l]
                          : 0.0f;
     for (int64_t i = 0; i < hp->n_ff; i++)
         e->iota[i] = (int32_t)i;
     for (int l = 0; l < hp->n_layer; l++)
         if (alloc_layer(e, &e->L[l], l) != SI_OK)
             goto oom;
-    const size_t widest = (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) +
-                          (m->has_predictor ? (size_t)W0->fc1.ne[1] : 0);
-    const size_t qd = (size_t)hp->n_head * (size_t)hp->head_dim,
-                 kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim, d = (size_t)hp->n_embd,
-                 tmpn = 2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim);
-    const size_t ascr = si_ref_attn_scratch_floats(e->ref);
-    for (unsigned w = 0; w < e->n_workers; w++) {
-        struct si__scratch *sc = &e->scratch[w];
-        /* aq, ak, av, aatt, ascr, xl, xf, xn, xo, tmp in one allocation */
-        sc->aq = malloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
-        if (sc->aq == NULL)
+    for (unsigned w = 0; w < e->n_workers; w++)
+        if (alloc_scratch(e, w) != SI_OK)
             goto oom;
-        sc->ak = sc->aq + qd;
-        sc->av = sc->ak + kvd;
-        sc->aatt = sc->av + kvd;
-        sc->ascr = sc->aatt + qd;
-        sc->xl = sc->ascr + ascr;
-        sc->xf = sc->xl + d;
-        sc->xn = sc->xf + d;
-        sc->xo = sc->xn + d;
-        sc->tmp = sc->xo + d;
-        sc->h = malloc(widest * sizeof(float));
-        sc->g = malloc((size_t)hp->n_ff * sizeof(float));
-        sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
-        {
-            size_t wi = (size_t)hp->n_ff > qd ? (size_t)hp->n_ff : qd;
-            wi = wi > d ? wi : d;
-            sc->sx = malloc(wi * sizeof(int32_t));
-            sc->sv = malloc(wi * sizeof(float));
+    if (e->n_batch > 1 && alloc_batch(e, ncpu) != SI_OK)
+        goto oom;
+    if (alloc_attn_groups(e, ncpu) != SI_OK || (e->na > 1 && alloc_attn_split(e) != SI_OK))
+        goto oom;
+    return SI_OK;
+oom:
+    return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the engine");
+}
+
+/*
+ * The neurons' plan (placement/plan.h): the hot slice of each layer, the
+ * permutation and the cold slices, then each slice's lengths.  The plan
+ * fills the budget less the reserve with hot neurons, counted by their
+ * bytes; StarPU's allocator rounds small buffers up to its chunks
+ * (si__gpu_planned), so while the plan's handles would take more than the
+ * budget, the reserve's allocator item grows by the excess and the plan is
+ * made again (a placement's neurons are fixed: then it does not fit).
+ */
+static int plan_neurons(struct si_engine *e, char *err, size_t err_size)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    struct si_gpu_reserve rs;
+    /* Attention on the GPU first (graph/attn_gpu.c): its layers join the
+     * reserve, the hot neurons get what they leave. */
+    e->n_attn_gpu = 0;
+    if ((e->cuda_hot || e->p.hot_on_cpu) && (e->p.vram_budget > 0 || e->p.placement != NULL)) {
+        const char *why = si__attn_gpu_unable(e->m, &e->p);
+        if (e->p.attn_gpu > 0 && why != NULL)
+            return si__errf(err, err_size, SI_E_UNSUPPORTED,
+                            "attention on the GPU: %s (run without --gpu-attention)", why);
+        si__reserve_of(e, &rs);
+        e->n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
+    }
+    e->stats.attn_gpu_layers = e->n_attn_gpu;
+    si__reserve_of(e, &rs);
+    struct si_plan_params pp = {.n_layer = hp->n_layer,
+                                .n_ff = hp->n_ff,
+                                .n_slices = e->n_slices,
+                                .reserve = rs,
+                                .gpu = e->cuda_hot || e->p.hot_on_cpu,
+                                .vram_budget = e->p.vram_budget,
+                                .profile = e->p.profile,
+                                .placement = e->p.placement};
+    struct si_plan_layer *pl = calloc((size_t)hp->n_layer, sizeof *pl);
+    if (pl == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
+    for (int l = 0; l < hp->n_layer; l++)
+        pl[l] = (struct si_plan_layer){.s0 = e->L[l].s0, .perm = e->L[l].perm};
+    int64_t *n_hot = calloc((size_t)hp->n_layer, sizeof *n_hot);
+    if (n_hot == NULL) {
+        free(pl);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the placement");
+    }
+    int rc;
+    for (int round = 0;; round++) {
+        pp.reserve = rs;
+        rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->hot_bytes, err, err_size);
+        if (rc != SI_OK || e->stats.gpu_budget <= 0)
+            break;
+        for (int l = 0; l < hp->n_layer; l++)
+            n_hot[l] = pl[l].n_hot;
+        const int64_t need = si__gpu_planned(e, n_hot), over = need - e->stats.gpu_budget;
+        if (over <= 0)
+            break;
+        if (e->p.placement != NULL || round == 16) {
+            rc = si__errf(err, err_size, SI_E_BUDGET,
+                          "the hot neurons and the engine's buffers take %.1f MiB on the GPU "
+                          "with StarPU's allocation granularity (32 MiB chunks for buffers "
+                          "under 4 MiB), over the VRAM budget of %.1f MiB",
+                          (double)need / 1048576.0, (double)e->stats.gpu_budget / 1048576.0);
+            break;
         }
-        sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
-                       (size_t)hp->n_ff * sizeof(float));
-        sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
-        sc->hq = malloc(4 * widest + 512);
-        if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
-            goto oom;
-        if (e->n_batch > 1) {
-            const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
-            sc->bg = malloc(bff * sizeof(float));
-            sc->bu = malloc(bff * sizeof(float));
-            /* si_k_gemm's tile for any layer's rows, or n_batch inputs
-             * converted for gemm_act */
-            size_t gs = 0;
-            for (int l = 0; l < hp->n_layer; l++) {
-                const struct si_layer *W = &m->w.layers[l];
-                size_t xa = 0;
-                si_type_row_size(si_act_type(W->ffn_up.type), hp->n_embd, &xa);
-                size_t xd = 0;
-                si_type_row_size(si_act_type(W->ffn_down.type), hp->n_ff, &xd);
-                /* converted inputs, and their block sums for the batched
-                 * kernel of packed rows (codelets/prefill.c, qgemm) */
-                const size_t nbt = (size_t)e->n_batch;
-                const size_t s[4] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
-                                     si_k_gemm_scratch_size(W->ffn_down.type, hp->n_ff),
-                                     (xa + (size_t)hp->n_embd / 8) * nbt + 64,
-                                     (xd + (size_t)hp->n_ff / 8) * nbt + 64};
-                for (int k = 0; k < 4; k++)
-                    gs = s[k] > gs ? s[k] : gs;
-            }
-            { /* and the LM head's (si_engine_eval_batch_logits), the attention's */
-                const uint32_t ot = m->w.output.type;
-                size_t xa = 0, g = si_k_gemm_scratch_size(ot, hp->n_embd);
-                si_type_row_size(si_act_type(ot), hp->n_embd, &xa);
-                xa = (xa + (size_t)hp->n_embd / 8) * (size_t)e->n_batch + 64;
-                gs = g > gs ? g : gs;
-                gs = xa > gs ? xa : gs;
-                for (int l = 0; l < hp->n_layer; l++) {
-                    const struct si_layer *W = &m->w.layers[l];
-                    const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
-                    for (int i = 0; i < 4; i++) {
-                        g = si_k_gemm_scratch_size(aw[i]->type, aw[i]->ne[0]);
-                        si_type_row_size(si_act_type(aw[i]->type), aw[i]->ne[0], &xa);
-                        xa = (xa + (size_t)aw[i]->ne[0] / 8) * (size_t)e->n_batch + 64;
-                        gs = g > gs ? g : gs;
-                        gs = xa > gs ? xa : gs;
-                    }
-                }
-            }
-            sc->gemm = malloc(gs + 64);
-            /* down_t rows as floats, or 8 rows of any matrix a batch
-             * multiplies, packed on the way (codelets/prefill.c's qgemm) */
-            size_t dt = (size_t)SI__DT_TILE * (size_t)hp->n_embd * sizeof(float);
-            for (int l = 0; l < hp->n_layer; l++) {
-                const struct si_layer *W = &m->w.layers[l];
-                const struct si_tensor *t[7] = {&W->wq,       &W->wk,     &W->wv,   &W->wo,
-                                                &W->ffn_gate, &W->ffn_up, &W->ffn_down};
-                for (int i = 0; i < 7; i++)
-                    dt = 8 * t[i]->row_bytes > dt ? 8 * t[i]->row_bytes : dt;
-            }
-            dt = 8 * m->w.output.row_bytes > dt ? 8 * m->w.output.row_bytes : dt;
-            sc->dt = malloc(dt);
-            sc->hx = malloc((size_t)e->n_batch * (size_t)hp->n_embd * sizeof(float));
-            sc->bqkv = malloc((size_t)e->n_batch * qd * sizeof(float));
-            if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
-                goto oom;
+        rs.bytes[SI_GPU_ALLOCATOR] += over;
+        rs.total += over;
+    }
+    free(n_hot);
+    e->reserve = rs;
+    for (int l = 0; rc == SI_OK && l < hp->n_layer; l++) {
+        struct si__layer_state *L = &e->L[l];
+        L->n_hot = pl[l].n_hot;
+        L->hot = L->n_hot > 0;
+        L->attn_gpu = l < e->n_attn_gpu;
+        L->nsl = pl[l].nsl;
+        for (int32_t j = 0; j < L->nsl; j++) {
+            L->rows[j] = 1;
+            L->len_n[j] = (uint32_t)(L->s0[j + 1] - L->s0[j]);
+            L->len_p[j] = e->sparse ? (uint32_t)hp->n_embd : L->len_n[j];
         }
     }
-    if (e->n_batch > 1) {
-        const size_t bd = (size_t)e->n_batch * (size_t)hp->n_embd;
-        e->bx = calloc(bd, sizeof(float));
-        e->bxb = calloc(bd, sizeof(float));
-        e->bxb3 = calloc(bd, sizeof(float));
-        e->bseq = calloc((size_t)e->n_batch, sizeof *e->bseq);
-        e->bpos = calloc((size_t)e->n_batch, sizeof *e->bpos);
-        e->mtok = calloc((size_t)e->n_batch, sizeof *e->mtok);
-        e->bhrow = calloc((size_t)e->n_batch, sizeof *e->bhrow);
-        e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
-        e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
-        e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
-        e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
-        if (!e->bx || !e->bxb || !e->bxb3 || !e->bseq || !e->bpos || !e->mtok || !e->bhrow ||
-            !e->bpart ||
-            !e->h_bpart || !e->brows || !e->bwidth)
-            goto oom;
-        /* The batch LM head: a task per CPU worker, rows of the vocabulary */
-        int32_t nlh = (int32_t)ncpu;
-        if (nlh > hp->n_vocab)
-            nlh = hp->n_vocab;
-        if (nlh > SI__MAX_SLICES)
-            nlh = SI__MAX_SLICES;
-        e->nlh = nlh;
-        e->lh = calloc((size_t)nlh + 1, sizeof *e->lh);
-        e->h_blog_c = calloc((size_t)nlh, sizeof *e->h_blog_c);
-        e->name_lhb = calloc((size_t)nlh, sizeof *e->name_lhb);
-        if (!e->lh || !e->h_blog_c || !e->name_lhb)
-            goto oom;
-        for (int32_t j = 0; j <= nlh; j++)
-            e->lh[j] = (size_t)si__split8(hp->n_vocab, j, nlh);
-        for (int32_t j = 0; j < nlh; j++)
-            snprintf(e->name_lhb[j], sizeof e->name_lhb[j], "norm+lm_head_batch.%d", j);
-    }
-    {
-        /* The kv-head groups; with several, the caches' columns by group
-         * (data.c) and, for batches, each group's attention output. */
-        const int64_t ng = e->ng, group = hp->n_head / hp->n_head_kv;
-        e->a_g = calloc((size_t)ng + 1, sizeof *e->a_g);
-        e->att_len = calloc((size_t)ng, sizeof *e->att_len);
-        const int64_t nr = e->nr = (int32_t)ncpu;
-        const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
-        e->btp = calloc((size_t)nr + 1, sizeof *e->btp);
-        e->btr = calloc((size_t)nr + 1, sizeof *e->btr);
-        e->bqkv = calloc((size_t)nr, sizeof *e->bqkv);
-        e->h_bqkv = calloc((size_t)nr, sizeof *e->h_bqkv);
-        e->batt = calloc((size_t)(ng * nr), sizeof *e->batt);
-        e->h_batt = calloc((size_t)(ng * nr), sizeof *e->h_batt);
-        e->bo_c = calloc((size_t)nr + 1, sizeof *e->bo_c);
-        e->bo = calloc((size_t)nr, sizeof *e->bo);
-        e->h_bo = calloc((size_t)nr, sizeof *e->h_bo);
-        if (!e->a_g || !e->att_len || !e->btp || !e->btr || !e->bqkv || !e->h_bqkv || !e->batt ||
-            !e->h_batt || !e->bo_c || !e->bo || !e->h_bo)
-            goto oom;
-        for (int64_t j = 0; j <= nr; j++)
-            e->bo_c[j] = si__split8(hp->n_embd, j, nr);
-        for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
-            if ((e->bo[j] = malloc((size_t)e->n_batch *
-                                   (size_t)(e->bo_c[j + 1] > e->bo_c[j] ? e->bo_c[j + 1] - e->bo_c[j]
-                                                                        : 1) *
-                                   sizeof(float))) == NULL)
-                goto oom;
-        for (int64_t j = 0; j <= ng; j++)
-            e->a_g[j] = j * hp->n_head_kv / ng;
-        for (int64_t j = 0; j < ng; j++)
-            e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
-        for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
-            if ((e->bqkv[j] = malloc((size_t)e->n_batch * row * sizeof(float))) == NULL)
-                goto oom;
-        for (int64_t j = 0; j < ng * nr && e->n_batch > 1; j++)
-            if ((e->batt[j] = malloc((size_t)e->n_batch * e->att_len[j / nr] * sizeof(float))) ==
-                NULL)
-                goto oom;
-        for (int l = 0; l < hp->n_layer; l++) {
-            struct si__layer_state *L = &e->L[l];
-            L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
-            L->name_bagrp = calloc((size_t)nr, sizeof *L->name_bagrp);
-            L->name_bakv = calloc((size_t)ng, sizeof *L->name_bakv);
-            L->name_bacore = calloc((size_t)(ng * nr), sizeof *L->name_bacore);
-            L->name_bao = calloc((size_t)nr, sizeof *L->name_bao);
-            L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
-            L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
-            L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
-            if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore ||
-                !L->name_bao || !L->h_k_c || !L->h_v_c || !L->kv_cols)
-                goto oom;
-        }
-    }
-    if (e->na > 1) {
-        const int64_t na = e->na, ng = e->ng;
-        e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
-        e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
-        e->name_head = calloc((size_t)na, sizeof *e->name_head);
-        e->h_logits_c = calloc((size_t)na, sizeof *e->h_logits_c);
-        e->o = calloc((size_t)na, sizeof *e->o);
-        e->h_o = calloc((size_t)na, sizeof *e->h_o);
-        e->h_att_c = calloc((size_t)ng, sizeof *e->h_att_c);
-        e->x2 = calloc((size_t)hp->n_embd, sizeof(float));
-        e->head_len = calloc((size_t)na, sizeof *e->head_len);
-        if (!e->a_o || !e->a_h || !e->name_head || !e->h_logits_c || !e->o || !e->h_o ||
-            !e->h_att_c || !e->x2 || !e->head_len)
-            goto oom;
-        for (int64_t j = 0; j <= na; j++) {
-            e->a_o[j] = si__split_u(hp->n_embd, j, na, e->t_unit);
-            e->a_h[j] = si__split8(hp->n_vocab, j, na);
-        }
-        for (int64_t j = 0; j < na; j++)
-            snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
-        for (int64_t j = 0; j < na; j++)
-            if ((e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float))) == NULL)
-                goto oom;
-        for (int l = 0; l < hp->n_layer; l++) {
-            struct si__layer_state *L = &e->L[l];
-            L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
-            if (!L->name_ao)
-                goto oom;
-        }
-    }
-    rc = plan(e, err, err_size);
+    free(pl);
+    return rc;
+}
+
+/*
+ * Stage plan: each neuron's place (plan_neurons: the layers whose attention
+ * runs on the GPU, the hot slice, the permutation, the cold slices' bounds),
+ * then the fuse policy, which waits for the GPU's layers (layout.c's
+ * si__fuse_of; redux as asked), those layers' aux arrays, and the buffers
+ * the slices size: each slot's batch output and dense mode's down blocks'.
+ * With the flash tier those buffers are none (one token a batch, no down
+ * blocks), so they come before its region.  The neurons' data (records,
+ * packed copies, handles) is left to the stages after.
+ */
+static int init_plan(struct si_engine *e, bool redux, char *err, size_t err_size)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    const int32_t ns = e->n_slices;
+    int rc = plan_neurons(e, err, err_size);
+    if (rc == SI_OK) /* with the GPU's attention layers chosen */
+        si__fuse_of(e, redux);
     for (int l = 0; rc == SI_OK && l < e->n_attn_gpu; l++) {
         const struct si_layer *W = &m->w.layers[l];
         if (si__attn_gpu_aux(e, l) != SI_OK)
@@ -745,12 +762,8 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             e->attn_gpu_bytes +=
                 (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
     }
-    if (rc == SI_OK && e->flash)
-        rc = flash_setup(e, err, err_size);
-    if (rc != SI_OK) {
-        si_engine_free(e);
+    if (rc != SI_OK)
         return rc;
-    }
     if (e->n_batch > 1) {
         /* Each slot's batch output: a row per token (dense: the activations
          * of the widest slice the slot has in any layer). */
@@ -774,35 +787,128 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
              (e->bdout[k] = calloc((size_t)e->n_batch * no, sizeof(float))) == NULL))
             goto oom;
     }
+    return SI_OK;
+oom:
+    return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the engine");
+}
+
+/*
+ * Stage flash, with the flash tier only: its DRAM.  What stays resident (the
+ * model's tensors but the FFN's, unless the file was read whole; the KV cache;
+ * the per-layer arrays with the hot records), then the caches in what the
+ * budget leaves, the same number of records for every layer (at most its cold
+ * neurons); the tier's region (flash/tier.c) and the hot records' memory,
+ * which the records stage fills from the store.
+ */
+static int init_flash(struct si_engine *e, char *err, size_t err_size)
+{
+    if (!e->flash)
+        return SI_OK;
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t ff = hp->n_ff, nl = hp->n_layer;
+    int64_t *n_hot = malloc((size_t)nl * sizeof *n_hot);
+    const int32_t **perm = malloc((size_t)nl * sizeof *perm);
+    if (n_hot == NULL || perm == NULL) {
+        free(n_hot);
+        free(perm);
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash tier");
+    }
+    for (int l = 0; l < nl; l++) {
+        n_hot[l] = e->L[l].n_hot;
+        perm[l] = e->L[l].perm;
+    }
+    int64_t model = (int64_t)e->m->gguf->data_size;
+    if (!e->p.model_in_memory)
+        for (int l = 0; l < nl; l++) {
+            const struct si_layer *W = &e->m->w.layers[l];
+            model -= (int64_t)(W->ffn_gate.nbytes + W->ffn_up.nbytes + W->ffn_down.nbytes +
+                               W->ffn_down_t.nbytes);
+        }
+    const struct si_ref *s = e->ref;
+    const int64_t kv =
+        2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim * (s->p.kv_f16 ? 2 : 4);
+    int64_t layers = 0;
+    for (int l = 0; l < nl; l++)
+        layers += flash_layer_bytes(e, l);
+    const size_t rb = e->L[0].f.rec_bytes; /* the store's, for every layer */
+    const int64_t spill = si_flash_tier_spill_bytes((int32_t)nl, ff, n_hot, rb);
+    const int64_t resident = model + kv + layers + spill;
+    const int64_t per_rec = si_flash_tier_record_bytes(rb);
+    int64_t cap = ff;
+    int rc = SI_OK;
+    if (e->p.flash_cache > 0) {
+        cap = e->p.flash_cache;
+    } else if (e->p.dram_budget > 0) {
+        const int64_t avail = e->p.dram_budget - resident;
+        if (avail < per_rec * nl)
+            rc = si__errf(err, err_size, SI_E_BUDGET,
+                          "DRAM budget of %.1f MiB is below what the flash tier keeps "
+                          "resident: %.1f MiB (model tensors besides the FFN %.1f MiB, KV "
+                          "cache %.1f MiB, hot neurons, gating rows, predictors and buffers "
+                          "%.1f MiB, a layer's worth of records for reading %.1f MiB) and "
+                          "one cached neuron per layer (%.2f MiB)",
+                          mib(e->p.dram_budget), mib(resident), mib(model), mib(kv), mib(layers),
+                          mib(spill), mib(per_rec * nl));
+        else
+            cap = avail / per_rec / nl;
+    }
+    e->stats.dram_resident = resident;
+    if (rc == SI_OK)
+        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb, e->p.flash_window, cap,
+                                e->p.flash_pin, n_hot, perm, err, err_size);
+    free(n_hot);
+    free(perm);
+    if (rc != SI_OK)
+        return rc;
+    e->stats.flash_cache_bytes = e->ft.cache_bytes;
+    e->stats.flash_cache_records = e->ft.cache_records;
+    e->stats.flash_pinned = e->ft.pinned;
+    e->stats.flash_overlap = e->ft.overlap;
+    /* the hot records, read from the store by si__build_flash */
+    for (int l = 0; l < nl; l++) {
+        struct si__layer_state *L = &e->L[l];
+        if (L->n_hot > 0 && (L->rec = aligned_alloc(SI_FLASH_BLOCK, (size_t)L->n_hot * rb)) == NULL)
+            return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the hot neurons");
+    }
+    return SI_OK;
+}
+
+/*
+ * Stage records: each layer's neurons in the plan's order.  With the flash
+ * tier, every layer's resident part (data.c's si__build_flash: gating rows,
+ * biases, the hot records read from the store, fc2 by position); in memory,
+ * the sparse layouts' records of this rank's layers (si__build_records), with
+ * ffn_down transposed through col for the layers whose file has no
+ * ffn_down_t.  Dense mode reads the file's rows as they are: nothing to build.
+ */
+static int init_records(struct si_engine *e, char *err, size_t err_size)
+{
+    const struct si_model *m = e->m;
+    const struct si_hparams *hp = &m->hp;
+    int rc = SI_OK;
     if (e->flash) {
         for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
             rc = si__build_flash(e, l, err, err_size);
-        if (rc != SI_OK) {
-            si_engine_free(e);
-            return rc;
-        }
-    } else if (e->sparse) {
-        float *col = NULL; /* for the layers without ffn_down_t in the file */
-        bool transpose = false;
-        for (int l = 0; l < hp->n_layer; l++)
-            transpose |= m->w.layers[l].ffn_down_t.data == NULL;
-        if (transpose &&
-            (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
-            goto oom;
-        for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) /* this rank's layers */
-            rc = si__build_records(e, l, col, err, err_size);
-        free(col);
-        if (rc != SI_OK) {
-            si_engine_free(e);
-            return rc;
-        }
-    }
-    if ((rc = si__weights_pack(e, err, err_size)) != SI_OK) {
-        si_engine_free(e);
         return rc;
     }
-    e->p.profile = NULL; /* used during init only */
-    e->p.placement = NULL;
+    if (!e->sparse)
+        return SI_OK;
+    float *col = NULL; /* for the layers without ffn_down_t in the file */
+    bool transpose = false;
+    for (int l = 0; l < hp->n_layer; l++)
+        transpose |= m->w.layers[l].ffn_down_t.data == NULL;
+    if (transpose && (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the engine");
+    for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) /* this rank's layers */
+        rc = si__build_records(e, l, col, err, err_size);
+    free(col);
+    return rc;
+}
+
+/* The tasks' names, which StarPU's traces show (init_handles). */
+static void name_tasks(struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         snprintf(L->name_attn, sizeof L->name_attn, "attn_L%d", l);
@@ -844,24 +950,62 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
             }
         }
     }
+}
 
+/*
+ * Stage handles: the tasks' names, every StarPU handle (data.c's
+ * si__register_engine: activations, weights, the slices as children of their
+ * layer's, KV caches) and the check that what the engine lets onto the GPU
+ * fits the budget the plan had.  The profile and the placement, read by init
+ * only, are dropped first: the engine keeps no pointer into them.
+ */
+static int init_handles(struct si_engine *e, char *err, size_t err_size)
+{
+    e->p.profile = NULL; /* used during init only */
+    e->p.placement = NULL;
+    name_tasks(e);
     si__register_engine(e);
     e->stats.gpu_accounted = si__gpu_accounted(e);
     e->stats.gpu_allocated_peak = e->cuda_hot ? 0 : -1;
-    if (e->stats.gpu_accounted > e->stats.gpu_budget) {
+    if (e->stats.gpu_accounted > e->stats.gpu_budget)
         /* the reserve missed something the engine lets onto the GPU */
-        const int64_t a = e->stats.gpu_accounted, b = e->stats.gpu_budget;
-        si_engine_free(e);
         return si__errf(err, err_size, SI_E_BUDGET,
                         "the engine's GPU handles take %" PRId64 " bytes, over the VRAM budget "
                         "of %" PRId64,
-                        a, b);
+                        e->stats.gpu_accounted, e->stats.gpu_budget);
+    return SI_OK;
+}
+
+/*
+ * Init is a run of stages (docs/ARCHITECTURE.md), each deciding what the
+ * next ones read: checks, layout, buffers, plan, flash, records, pack
+ * (weights.c's si__weights_pack), handles.  The first to fail ends it;
+ * si_engine_free undoes what the stages before it built, the one cleanup
+ * of every failure once the engine exists.
+ */
+int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_engine_params p,
+                   char *err, size_t err_size)
+{
+    *out = NULL;
+    struct init_env c;
+    int rc = init_checks(m, &p, &c, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    struct si_engine *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
+    if ((rc = init_layout(e, m, &p, &c, err, err_size)) != SI_OK ||
+        (rc = init_buffers(e, c.ncpu, err, err_size)) != SI_OK ||
+        (rc = init_plan(e, p.redux, err, err_size)) != SI_OK ||
+        (rc = init_flash(e, err, err_size)) != SI_OK ||
+        (rc = init_records(e, err, err_size)) != SI_OK ||
+        (rc = si__weights_pack(e, err, err_size)) != SI_OK ||
+        (rc = init_handles(e, err, err_size)) != SI_OK) {
+        si_engine_free(e);
+        return rc;
     }
     *out = e;
     return SI_OK;
-oom:
-    si_engine_free(e);
-    return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the engine");
 }
 
 void si_engine_free(struct si_engine *e)

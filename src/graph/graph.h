@@ -1,10 +1,11 @@
 /*
  * graph.h - what the files of src/graph/ share: the engine is built by
- * engine.c (state, lifecycle), laid out by layout.c (each mode's FFN
- * layout, the parameter checks, the GPU reserve), given its data by data.c
- * (records, handles, partitions), and run by decode.c (one token's tasks)
- * and prefill.c (a batch's).  The tasks themselves are the codelets of
- * src/codelets/ (codelets.h); the state they share is codelets/state.h.
+ * engine.c (state, lifecycle: init's stages), laid out by layout.c (each
+ * mode's FFN layout, the fuse policy, the parameter checks, the GPU
+ * reserve), given its data by data.c (records, handles, partitions), and run
+ * by decode.c (one token's tasks) and prefill.c (a batch's).  The tasks
+ * themselves are the codelets of src/codelets/ (codelets.h); the state they
+ * share is codelets/state.h.
  */
 #ifndef SI_GRAPH_GRAPH_H
 #define SI_GRAPH_GRAPH_H
@@ -21,6 +22,10 @@
 /* The FFN layout of mode on m: e's sparse, has_gate, chunk and pre_sep
  * (e->m and e->p set). */
 void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e);
+
+/* The fuse policy: e's fuse_out and fuse_pred, once the plan has chosen the
+ * GPU's attention layers; redux as asked (dense mode drops e->p.redux). */
+void si__fuse_of(struct si_engine *e, bool redux);
 
 /* How layer l's FFN rows are stored under that layout (with the flash
  * tier: the store's records). */

@@ -1,5 +1,6 @@
-/* layout.c - the FFN layout each sparsity mode gives, the engine's parameter
- * checks, and the GPU reserve they imply (si_engine_gpu_reserve). */
+/* layout.c - the FFN layout each sparsity mode gives, the fuse policy, the
+ * engine's parameter checks, and the GPU reserve they imply
+ * (si_engine_gpu_reserve). */
 #include "graph/graph.h"
 
 #include "flash/store.h"
@@ -14,6 +15,7 @@
 #include "starinfer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -69,6 +71,33 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
     /* Predictor mode reads a chosen neuron's rows together: all in its
      * record.  Gate mode reads every gating row: those apart, dense. */
     e->pre_sep = mode == SI_SPARSITY_GATE;
+}
+
+/*
+ * The fuse policy: which small tasks the FFN slice tasks take over (decode.c's
+ * submit_ffn, codelets/ffn.c).  fuse_out: with only CPU FFN tasks that take
+ * the FFN input first hand, each computes it (attn_out's residual and norm:
+ * n_embd values) instead of waiting for an attn_out task: one dependency less
+ * per layer.  fuse_pred: predictor mode with CPU slices only, each slice task
+ * runs the predictor for its own neurons (fc1 whole, its rows of fc2), so
+ * neither a predictor task nor the wait for it sits between a layer's
+ * attention and its FFN (docs/measurements.md); SI_NO_FUSE_PRED=1 keeps the
+ * predictor task (same results, for comparisons).  Lookahead predictors
+ * (model.h) read the layer's input instead: their task runs beside the
+ * attention.  gpu_twin (the graph a GPU gets, its CPU worker standing in)
+ * fuses nothing, as a CUDA hot slice does not; nor does the flash tier.
+ * The FFN slices read the ffn_in of the layers whose attention runs on the
+ * GPU, so this waits for the plan's choice of them (n_attn_gpu); redux is the
+ * merge as asked: dense mode drops e->p.redux (nothing for it to add), yet a
+ * redux asked for still keeps attn_out a task of its own.
+ */
+void si__fuse_of(struct si_engine *e, bool redux)
+{
+    const struct si_engine_params *p = &e->p;
+    e->fuse_pred = p->mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p->gpu_twin && !e->flash &&
+                   e->m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
+    e->fuse_out = e->na > 1 && !e->cuda_hot && !p->gpu_twin && !e->flash && !redux &&
+                  (p->mode != SI_SPARSITY_PREDICTOR || e->fuse_pred) && e->n_attn_gpu == 0;
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */
@@ -142,7 +171,7 @@ int64_t si__n_ctx_of(const struct si_engine *e)
     return e->p.ref.n_ctx > 0 ? e->p.ref.n_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
 }
 
-/* Tokens per prefill batch (engine.c's rule, before init has set it). */
+/* Tokens per prefill batch (engine.c's rule in init_layout, before it has run). */
 static int64_t batch_of(const struct si_engine *e)
 {
     if (e->n_batch > 0)
@@ -194,7 +223,7 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
         r->bytes[SI_GPU_WORKSPACE] += (int64_t)sizeof(float) * (d + si__attn_gpu_scratch_floats(m));
     /* The buffers above and each hot layer's small ones (bias, index list,
      * partial output) are carved from one chunk of StarPU's allocator; the
-     * plan adds to it when they need more (engine.c's plan). */
+     * plan adds to it when they need more (engine.c's plan_neurons). */
     r->bytes[SI_GPU_ALLOCATOR] = SI__GPU_CHUNK;
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
         r->total += r->bytes[i];
