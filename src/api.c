@@ -704,6 +704,174 @@ static int input_sparsity(struct si_context *ctx, const struct si_context_params
     return SI_OK;
 }
 
+/* The engine's parameters for the context's p, the reference's rp (no
+ * flash store, profile or placement yet). */
+static struct si_engine_params engine_params(const struct si_context_params *p,
+                                             struct si_ref_params rp)
+{
+    struct si_engine_params ep = si_engine_default_params();
+    ep.ref = rp;
+    ep.mode = p->sparsity == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
+              : p->sparsity == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
+                                                   : SI_SPARSITY_DENSE;
+    ep.gate_threshold = p->gate_threshold;
+    ep.n_slices = p->n_slices;
+    ep.vram_budget = p->vram_budget;
+    ep.redux = p->redux;
+    ep.prefill = p->prefill;
+    ep.step_int8 = p->shared_arith == SI_PREFILL_INT8 ||
+                   (p->shared_arith == SI_PREFILL_AUTO && si_gemm8_missing() == NULL);
+    ep.attn_split = p->attn_split;
+    ep.attn_gpu = p->gpu_attention;
+    ep.pipe = p->mpi;
+    if (p->n_batch > 0)
+        ep.n_batch = p->n_batch;
+    return ep;
+}
+
+/* The flash tier: the store (p's, or the model's path with .flash) opened
+ * into ctx->fs, and the tier's parameters in ep. */
+static int open_flash(struct si_context *ctx, const struct si_context_params *p,
+                      struct si_engine_params *ep, char *err, size_t err_size)
+{
+    const struct si_llm *llm = ctx->llm;
+    char path[4096];
+    if (p->flash_store != NULL)
+        snprintf(path, sizeof path, "%s", p->flash_store);
+    else
+        snprintf(path, sizeof path, "%s.flash", llm->path);
+    int rc = si_flash_store_open(&ctx->fs, path, llm->m, 0, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    ep->flash = ctx->fs;
+    ep->dram_budget = p->dram_budget;
+    ep->flash_window = p->flash_window == 0 ? 5 : p->flash_window < 0 ? 0 : p->flash_window;
+    ep->flash_pin = p->flash_pin;
+    ep->model_in_memory = llm->buf != NULL;
+    return SI_OK;
+}
+
+/* The VRAM budget (ep's, or the placement plc's capacity) against what the
+ * engine keeps on the GPU besides FFN neurons: arithmetic on the model,
+ * checked before any device is.  SI_E_BUDGET when below. */
+static int check_vram(const struct si_model *m, const struct si_engine_params *ep,
+                      const struct si_placement *plc, char *err, size_t err_size)
+{
+    struct si_gpu_reserve rs;
+    int rc = si_engine_gpu_reserve(m, ep, &rs, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    const int64_t vram = ep->vram_budget > 0               ? ep->vram_budget
+                         : plc->vram_capacity <= INT64_MAX ? (int64_t)plc->vram_capacity
+                                                           : 0;
+    if (vram < rs.total) {
+        snprintf(err, err_size,
+                 "VRAM budget of %lld bytes (%.2f MiB) is below the %lld bytes "
+                 "(%.2f MiB) the engine keeps on the GPU besides FFN neurons",
+                 (long long)vram, mib(vram), (long long)rs.total, mib(rs.total));
+        return SI_E_BUDGET;
+    }
+    return SI_OK;
+}
+
+/* The notes on the engine ctx->eng made with ep: its flash tier, its gate
+ * thresholds from the profile prof. */
+static void note_engine(const struct si_context *ctx, const struct si_context_params *p,
+                        const struct si_engine_params *ep, const struct si_profile *prof)
+{
+    const struct si_model *m = ctx->llm->m;
+    if (ctx->fs != NULL) {
+        const struct si_engine_stats es = si_engine_get_stats(ctx->eng);
+        char pinned[96] = "";
+        if (es.flash_pinned > 0)
+            snprintf(pinned, sizeof pinned,
+                     "; %lld records pinned to the hottest neurons (%.0f%% of each cache)",
+                     (long long)es.flash_pinned, 100.0 * ep->flash_pin);
+        note(p,
+             "flash tier: %s store, %s, %s, %s; resident %.1f MiB, caches %.1f MiB "
+             "(%lld records per layer of %d), window %d tokens%s",
+             si_flash_layout_name(ctx->fs->layout), ctx->fs->direct ? "direct I/O" : ctx->fs->why,
+             si_flash_io_name(ctx->fs->io),
+             !es.flash_overlap ? "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)"
+             : ep->mode == SI_SPARSITY_PREDICTOR && m->pred_input == SI_PRED_LAYER
+                 ? "reads beside compute and the attention (lookahead predictors)"
+                 : "reads beside compute",
+             mib(es.dram_resident), mib(es.flash_cache_bytes), (long long)es.flash_cache_records,
+             m->hp.n_ff, ep->flash_window, pinned);
+    }
+    if (ep->mode == SI_SPARSITY_GATE && ep->gate_threshold == 0.0f && prof != NULL &&
+        prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {
+        float lo = INFINITY, hi = 0.0f;
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            lo = fminf(lo, si_engine_gate_threshold(ctx->eng, l));
+            hi = fmaxf(hi, si_engine_gate_threshold(ctx->eng, l));
+        }
+        note(p,
+             "engine: gate thresholds from the profile (target sparsity %.2f): %.4g to %.4g "
+             "over the layers",
+             (double)prof->target_sparsity, (double)lo, (double)hi);
+    }
+}
+
+/*
+ * The StarPU engine of ctx for p (ctx->eng, ctx->ref, ctx->base), its
+ * reference's parameters rp, the flash tier when flash (ctx->fs): the
+ * profile and placement read for its init only, the VRAM budget checked
+ * before any device is, the runtime held (ctx->holds_runtime).  On an
+ * error err says why, and what ctx holds is context_destroy's.
+ */
+static int engine_context(struct si_context *ctx, const struct si_context_params *p,
+                          struct si_ref_params rp, bool flash, char *err, size_t err_size)
+{
+    const struct si_model *m = ctx->llm->m;
+    struct si_profile *prof = NULL;
+    struct si_placement *plc = NULL;
+    struct si_engine_params ep = engine_params(p, rp);
+    int rc;
+    if (flash && (rc = open_flash(ctx, p, &ep, err, err_size)) != SI_OK)
+        goto fail;
+    if (p->profile_path != NULL) {
+        if ((rc = si_profile_read(&prof, p->profile_path, m, err, err_size)) != SI_OK)
+            goto fail;
+        ep.profile = prof;
+    }
+    if (p->placement_path != NULL) {
+        if ((rc = si_placement_read(&plc, p->placement_path, m, err, err_size)) != SI_OK)
+            goto fail;
+        ep.placement = plc;
+    }
+    if ((ep.vram_budget > 0 || plc != NULL) &&
+        (rc = check_vram(m, &ep, plc, err, err_size)) != SI_OK)
+        goto fail;
+    if ((rc = runtime_acquire(p->caller_worker, p->mpi, err, err_size)) != SI_OK)
+        goto fail;
+    ctx->holds_runtime = true;
+    if ((ep.vram_budget > 0 || plc != NULL) && si_runtime_ncuda() == 0) {
+        rc = SI_E_NO_DEVICE;
+        snprintf(err, err_size,
+                 "%s needs a GPU, and StarPU has no CUDA worker (no CUDA device, "
+                 "STARPU_NCUDA=0, or StarPU built without CUDA); leave it out to run "
+                 "on the CPU",
+                 ep.vram_budget > 0 ? "a VRAM budget" : "a placement");
+        goto fail;
+    }
+    if (prof != NULL && ep.mode == SI_SPARSITY_DENSE && p->input_sparsity == 0.0f)
+        note(p, "engine: dense mode computes every neuron: the profile does not change the "
+                "placement");
+    if ((rc = si_engine_init(&ctx->eng, m, ep, err, err_size)) != SI_OK)
+        goto fail;
+    note_engine(ctx, p, &ep, prof);
+    si_profile_free(prof); /* the engine needs them during init only */
+    si_placement_free(plc);
+    ctx->ref = si_engine_ref(ctx->eng);
+    ctx->base = si_engine_get_stats(ctx->eng);
+    return SI_OK;
+fail:
+    si_profile_free(prof);
+    si_placement_free(plc);
+    return rc;
+}
+
 int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_context **out)
 {
     if (out != NULL)
@@ -738,8 +906,6 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     ctx->p.placement_path = NULL;
     ctx->p.flash_store = NULL;
     ctx->n_ctx = n_ctx;
-    struct si_profile *prof = NULL;
-    struct si_placement *plc = NULL;
     char err[600];
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = n_ctx;
@@ -750,120 +916,8 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
         if ((rc = si_ref_init(&ctx->ref, m, rp, err, sizeof err)) != SI_OK)
             goto fail_err;
         ctx->ref->count_active = true; /* for the stats, as the engine counts */
-    } else {
-        struct si_engine_params ep = si_engine_default_params();
-        ep.ref = rp;
-        ep.mode = p.sparsity == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
-                  : p.sparsity == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
-                                                      : SI_SPARSITY_DENSE;
-        ep.gate_threshold = p.gate_threshold;
-        ep.n_slices = p.n_slices;
-        ep.vram_budget = p.vram_budget;
-        ep.redux = p.redux;
-        ep.prefill = p.prefill;
-        ep.step_int8 = p.shared_arith == SI_PREFILL_INT8 ||
-                       (p.shared_arith == SI_PREFILL_AUTO && si_gemm8_missing() == NULL);
-        ep.attn_split = p.attn_split;
-        ep.attn_gpu = p.gpu_attention;
-        ep.pipe = p.mpi;
-        if (p.n_batch > 0)
-            ep.n_batch = p.n_batch;
-        if (flash) {
-            char path[4096];
-            if (p.flash_store != NULL)
-                snprintf(path, sizeof path, "%s", p.flash_store);
-            else
-                snprintf(path, sizeof path, "%s.flash", llm->path);
-            if ((rc = si_flash_store_open(&ctx->fs, path, m, 0, err, sizeof err)) != SI_OK)
-                goto fail_err;
-            ep.flash = ctx->fs;
-            ep.dram_budget = p.dram_budget;
-            ep.flash_window = p.flash_window == 0 ? 5 : p.flash_window < 0 ? 0 : p.flash_window;
-            ep.flash_pin = p.flash_pin;
-            ep.model_in_memory = llm->buf != NULL;
-        }
-        if (p.profile_path != NULL) {
-            if ((rc = si_profile_read(&prof, p.profile_path, m, err, sizeof err)) != SI_OK)
-                goto fail_err;
-            ep.profile = prof;
-        }
-        if (p.placement_path != NULL) {
-            if ((rc = si_placement_read(&plc, p.placement_path, m, err, sizeof err)) != SI_OK)
-                goto fail_err;
-            ep.placement = plc;
-        }
-        /* The budget against what the engine keeps on the GPU besides FFN
-         * neurons: arithmetic on the model, checked before any device is. */
-        if (ep.vram_budget > 0 || plc != NULL) {
-            struct si_gpu_reserve rs;
-            if ((rc = si_engine_gpu_reserve(m, &ep, &rs, err, sizeof err)) != SI_OK)
-                goto fail_err;
-            const int64_t vram = ep.vram_budget > 0 ? ep.vram_budget
-                                 : plc->vram_capacity <= INT64_MAX ? (int64_t)plc->vram_capacity
-                                                                   : 0;
-            if (vram < rs.total) {
-                rc = SI_E_BUDGET;
-                snprintf(err, sizeof err,
-                         "VRAM budget of %lld bytes (%.2f MiB) is below the %lld bytes "
-                         "(%.2f MiB) the engine keeps on the GPU besides FFN neurons",
-                         (long long)vram, mib(vram), (long long)rs.total, mib(rs.total));
-                goto fail_err;
-            }
-        }
-        if ((rc = runtime_acquire(p.caller_worker, p.mpi, err, sizeof err)) != SI_OK)
-            goto fail_err;
-        ctx->holds_runtime = true;
-        if ((ep.vram_budget > 0 || plc != NULL) && si_runtime_ncuda() == 0) {
-            rc = SI_E_NO_DEVICE;
-            snprintf(err, sizeof err,
-                     "%s needs a GPU, and StarPU has no CUDA worker (no CUDA device, "
-                     "STARPU_NCUDA=0, or StarPU built without CUDA); leave it out to run "
-                     "on the CPU",
-                     ep.vram_budget > 0 ? "a VRAM budget" : "a placement");
-            goto fail_err;
-        }
-        if (prof != NULL && ep.mode == SI_SPARSITY_DENSE && p.input_sparsity == 0.0f)
-            note(&p, "engine: dense mode computes every neuron: the profile does not change the "
-                     "placement");
-        if ((rc = si_engine_init(&ctx->eng, m, ep, err, sizeof err)) != SI_OK)
-            goto fail_err;
-        if (ctx->fs != NULL) {
-            const struct si_engine_stats es = si_engine_get_stats(ctx->eng);
-            char pinned[96] = "";
-            if (es.flash_pinned > 0)
-                snprintf(pinned, sizeof pinned,
-                         "; %lld records pinned to the hottest neurons (%.0f%% of each cache)",
-                         (long long)es.flash_pinned, 100.0 * ep.flash_pin);
-            note(&p,
-                 "flash tier: %s store, %s, %s, %s; resident %.1f MiB, caches %.1f MiB "
-                 "(%lld records per layer of %d), window %d tokens%s",
-                 si_flash_layout_name(ctx->fs->layout),
-                 ctx->fs->direct ? "direct I/O" : ctx->fs->why, si_flash_io_name(ctx->fs->io),
-                 !es.flash_overlap ? "reads inside the load tasks (STARINFER_FLASH_OVERLAP=0)"
-                 : ep.mode == SI_SPARSITY_PREDICTOR && m->pred_input == SI_PRED_LAYER
-                     ? "reads beside compute and the attention (lookahead predictors)"
-                     : "reads beside compute",
-                 mib(es.dram_resident), mib(es.flash_cache_bytes),
-                 (long long)es.flash_cache_records, m->hp.n_ff, ep.flash_window, pinned);
-        }
-        if (ep.mode == SI_SPARSITY_GATE && ep.gate_threshold == 0.0f && prof != NULL &&
-            prof->thresholds != NULL && m->hp.act != SI_ACT_RELU) {
-            float lo = INFINITY, hi = 0.0f;
-            for (int l = 0; l < m->hp.n_layer; l++) {
-                lo = fminf(lo, si_engine_gate_threshold(ctx->eng, l));
-                hi = fmaxf(hi, si_engine_gate_threshold(ctx->eng, l));
-            }
-            note(&p,
-                 "engine: gate thresholds from the profile (target sparsity %.2f): %.4g to %.4g "
-                 "over the layers",
-                 (double)prof->target_sparsity, (double)lo, (double)hi);
-        }
-        si_profile_free(prof); /* the engine needs them during init only */
-        prof = NULL;
-        si_placement_free(plc);
-        plc = NULL;
-        ctx->ref = si_engine_ref(ctx->eng);
-        ctx->base = si_engine_get_stats(ctx->eng);
+    } else if ((rc = engine_context(ctx, &p, rp, flash, err, sizeof err)) != SI_OK) {
+        goto fail_err;
     }
     ctx->hist = malloc((size_t)n_ctx * sizeof *ctx->hist);
     ctx->smp = make_sampler(&p.sampling, m->hp.n_vocab);
@@ -875,8 +929,6 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     *out = ctx;
     return SI_OK;
 fail_err:
-    si_profile_free(prof);
-    si_placement_free(plc);
     context_destroy(ctx);
     return fail(rc, "%s", err);
 }

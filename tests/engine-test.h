@@ -31,6 +31,8 @@ enum prefill {
                * decoding: what auto does without AVX-512 VNNI */
 };
 
+/* One configuration of the engine to compare (compare), written with designated
+ * initialisers: a field left out is 0 (false, PF_NONE, the engine's choice). */
 struct config {
     enum si_sparsity mode;
     int32_t n_slices;

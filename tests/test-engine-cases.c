@@ -19,6 +19,18 @@
 #include <string.h>
 #include <unistd.h>
 
+/* compare() on each of the n configurations configs, with n_slices slices
+ * (synthetic's configurations leave them to its caller). */
+static void compare_sliced(const char *what, const struct si_model *m, const struct config *configs,
+                           size_t n, int32_t n_slices, double tol)
+{
+    for (size_t k = 0; k < n; k++) {
+        struct config cf = configs[k];
+        cf.n_slices = n_slices;
+        compare(what, m, cf, tol);
+    }
+}
+
 void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, double tol)
 {
     struct si_synth_params p = si_synth_default_params();
@@ -36,83 +48,100 @@ void synthetic(const char *arch, uint32_t type, int64_t n_ff, int32_t n_slices, 
     struct si_model *m = synth_model(&p, what, path);
     if (m != NULL) {
         const struct config silu[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, PF_NONE, 0, false, true, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, true, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, true, 0, false},
+            {.mode = SI_SPARSITY_DENSE},
+            {.mode = SI_SPARSITY_GATE, .cats = true},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .cats = true},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .prefill = PF_EXACT, .cats = true},
         };
         if (p.arch == SI_SYNTH_LLAMA_SILU) {
-            for (size_t k = 0; k < sizeof silu / sizeof silu[0]; k++)
-                compare(what, m, silu[k], tol);
+            compare_sliced(what, m, silu, sizeof silu / sizeof silu[0], n_slices, tol);
             si_model_free(m);
             unlink(path);
             return;
         }
         const struct config configs[] = {
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, true, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_FLOAT, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_FLOAT, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_INT8, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_BLAS, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_EXACT, 0, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, false, false, PF_NONE, 3, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 2, false, false, 0, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, true, false, 0, false},
+            {.mode = SI_SPARSITY_DENSE},
+            {.mode = SI_SPARSITY_GATE},
+            {.mode = SI_SPARSITY_PREDICTOR},
+            {.mode = SI_SPARSITY_DENSE, .hot = true},
+            {.mode = SI_SPARSITY_GATE, .hot = true},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true},
+            {.mode = SI_SPARSITY_GATE, .redux = true},
+            {.mode = SI_SPARSITY_DENSE, .hot = true, .prefill = PF_EXACT},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .prefill = PF_EXACT},
+            {.mode = SI_SPARSITY_DENSE, .prefill = PF_FLOAT},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .prefill = PF_FLOAT},
+            {.mode = SI_SPARSITY_DENSE, .prefill = PF_INT8},
+            {.mode = SI_SPARSITY_DENSE, .prefill = PF_BLAS},
+            {.mode = SI_SPARSITY_GATE, .prefill = PF_INT8},
+            {.mode = SI_SPARSITY_GATE, .prefill = PF_BLAS},
+            {.mode = SI_SPARSITY_PREDICTOR, .prefill = PF_INT8},
+            {.mode = SI_SPARSITY_PREDICTOR, .prefill = PF_BLAS},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_INT8},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_BLAS},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_EXACT},
+            {.mode = SI_SPARSITY_DENSE, .attn = 3},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .attn = 2},
+            {.mode = SI_SPARSITY_DENSE, .hot = true, .gpu = true},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .gpu = true},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .gpu = true},
             /* Attention on the GPU's layers (a CPU worker in its stead
              * without one): none, two of the three (the third split over
              * the workers), all, after a batched prompt, and on the GPU. */
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 0, false, false, -1, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, false, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 3, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 2, false, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 3, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 3, false},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, true, false, 3, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, true, false, 2, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, true, false, 3, false},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, true, false, 3, false},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .attn_gpu = -1},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .attn = 2, .attn_gpu = 2},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .attn_gpu = 3},
+            {.mode = SI_SPARSITY_DENSE, .hot = true, .attn = 2, .attn_gpu = 2},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_INT8, .attn_gpu = 3},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_BLAS, .attn_gpu = 3},
+            {.mode = SI_SPARSITY_DENSE, .hot = true, .gpu = true, .attn_gpu = 3},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .attn = 2, .gpu = true, .attn_gpu = 2},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .gpu = true, .attn_gpu = 3},
+            {.mode = SI_SPARSITY_GATE,
+             .hot = true,
+             .prefill = PF_EXACT,
+             .gpu = true,
+             .attn_gpu = 3},
             /* ... and the GPU's steps with its kernels' CPU twins */
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_NONE, 2, false, false, 2, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 3, true},
-            {SI_SPARSITY_DENSE, n_slices, true, false, PF_NONE, 0, false, false, 3, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 3, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 3, true},
-            {SI_SPARSITY_GATE, n_slices, true, false, PF_EXACT, 0, false, false, -1, true},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_FLOAT, 0, false, false, -1, true},
+            {.mode = SI_SPARSITY_GATE, .hot = true, .attn = 2, .attn_gpu = 2, .twin = true},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .attn_gpu = 3, .twin = true},
+            {.mode = SI_SPARSITY_DENSE, .hot = true, .attn_gpu = 3, .twin = true},
+            {.mode = SI_SPARSITY_PREDICTOR,
+             .hot = true,
+             .prefill = PF_INT8,
+             .attn_gpu = 3,
+             .twin = true},
+            {.mode = SI_SPARSITY_PREDICTOR,
+             .hot = true,
+             .prefill = PF_BLAS,
+             .attn_gpu = 3,
+             .twin = true},
+            {.mode = SI_SPARSITY_GATE,
+             .hot = true,
+             .prefill = PF_EXACT,
+             .attn_gpu = -1,
+             .twin = true},
+            {.mode = SI_SPARSITY_PREDICTOR,
+             .hot = true,
+             .prefill = PF_FLOAT,
+             .attn_gpu = -1,
+             .twin = true},
         };
-        for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
-            compare(what, m, configs[k], tol);
+        compare_sliced(what, m, configs, sizeof configs / sizeof configs[0], n_slices, tol);
         /* Lookahead predictors (the same fc1/fc2 on the attention's input):
          * the predictor task beside the attention, alone, with a hot slice,
          * after a batched prompt, and with the attention in one task. */
         const struct config ahead[] = {
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_NONE, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_INT8, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, true, false, PF_BLAS, 0, false, false, 0, false},
-            {SI_SPARSITY_PREDICTOR, n_slices, false, false, PF_NONE, 1, false, false, 0, false},
+            {.mode = SI_SPARSITY_PREDICTOR},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_INT8},
+            {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_BLAS},
+            {.mode = SI_SPARSITY_PREDICTOR, .attn = 1},
         };
         char what_ahead[128];
         snprintf(what_ahead, sizeof what_ahead, "%s, lookahead predictors", what);
         m->pred_input = SI_PRED_LAYER;
-        for (size_t k = 0; k < sizeof ahead / sizeof ahead[0]; k++)
-            compare(what_ahead, m, ahead[k], tol);
+        compare_sliced(what_ahead, m, ahead, sizeof ahead / sizeof ahead[0], n_slices, tol);
         si_model_free(m);
         unlink(path);
     }
@@ -146,16 +175,16 @@ void powerinfer_layout(const char *arch, uint32_t type)
     CHECK(si_model_down_t_only(m) && m->pred_input == SI_PRED_RESIDUAL,
           "%s: down_t only %d, predictor input %d", what, si_model_down_t_only(m), m->pred_input);
     const struct config configs[] = {
-        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 0, false, false, 0, false},
-        {SI_SPARSITY_GATE, 0, false, false, PF_NONE, 0, false, false, 0, false},
-        {SI_SPARSITY_PREDICTOR, 0, false, false, PF_NONE, 0, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, true, false, PF_NONE, 0, false, false, 0, false},
-        {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 0, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_INT8, 0, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_BLAS, 0, false, false, 0, false},
-        {SI_SPARSITY_PREDICTOR, 0, true, false, PF_INT8, 0, false, false, 0, false},
-        {SI_SPARSITY_PREDICTOR, 0, false, false, PF_NONE, 2, false, false, 0, false},
+        {.mode = SI_SPARSITY_DENSE},
+        {.mode = SI_SPARSITY_GATE},
+        {.mode = SI_SPARSITY_PREDICTOR},
+        {.mode = SI_SPARSITY_DENSE, .hot = true},
+        {.mode = SI_SPARSITY_PREDICTOR, .hot = true},
+        {.mode = SI_SPARSITY_DENSE, .prefill = PF_EXACT},
+        {.mode = SI_SPARSITY_DENSE, .prefill = PF_INT8},
+        {.mode = SI_SPARSITY_DENSE, .prefill = PF_BLAS},
+        {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .prefill = PF_INT8},
+        {.mode = SI_SPARSITY_PREDICTOR, .attn = 2},
     };
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++)
         compare(what, m, configs[k], 1e-4);
@@ -214,10 +243,10 @@ void synthetic_types(void)
              * (STARPU_NCPU=4, here and on the 16-core GPU machine), the
              * greedy tokens equal. */
             const struct config exact[] = {
-                {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 0, false, false, 0, false},
-                {SI_SPARSITY_GATE, 1, false, false, PF_NONE, 0, false, silu, 0, false},
-                {SI_SPARSITY_PREDICTOR, 1, false, false, PF_NONE, 0, false, false, 0, false},
-                {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 0, false, false, 0, false},
+                {.mode = SI_SPARSITY_DENSE},
+                {.mode = SI_SPARSITY_GATE, .n_slices = 1, .cats = silu},
+                {.mode = SI_SPARSITY_PREDICTOR, .n_slices = 1},
+                {.mode = SI_SPARSITY_DENSE, .prefill = PF_EXACT},
             };
             /* (gate +hot prefill keeps the attention on the CPU: with the
              * engine's choice, opt Q4_K_M's first layer goes to the GPU, the
@@ -225,18 +254,22 @@ void synthetic_types(void)
              * of two tokens at step 36; the same configuration with the
              * attention on the GPU passes above in the other modes) */
             const struct config reordered[] = {
-                {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, silu, 0, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 0, false},
-                {SI_SPARSITY_GATE, 0, true, false, PF_EXACT, 0, false, silu, -1, false},
-                {SI_SPARSITY_GATE, 0, false, false, PF_INT8, 0, false, silu, 0, false},
-                {SI_SPARSITY_GATE, 0, false, false, PF_BLAS, 0, false, silu, 0, false},
-                {SI_SPARSITY_DENSE, 0, false, false, PF_INT8, 0, false, false, 0, false},
-                {SI_SPARSITY_DENSE, 0, false, false, PF_BLAS, 0, false, false, 0, false},
+                {.mode = SI_SPARSITY_GATE, .hot = true, .cats = silu},
+                {.mode = SI_SPARSITY_PREDICTOR, .hot = true},
+                {.mode = SI_SPARSITY_GATE,
+                 .hot = true,
+                 .prefill = PF_EXACT,
+                 .cats = silu,
+                 .attn_gpu = -1},
+                {.mode = SI_SPARSITY_GATE, .prefill = PF_INT8, .cats = silu},
+                {.mode = SI_SPARSITY_GATE, .prefill = PF_BLAS, .cats = silu},
+                {.mode = SI_SPARSITY_DENSE, .prefill = PF_INT8},
+                {.mode = SI_SPARSITY_DENSE, .prefill = PF_BLAS},
                 /* the attention of layers 0 and 1 on the GPU (its K-quant
                  * matvecs), or on a CPU worker in its stead */
-                {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, silu, 2, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, true, false, 2, false},
-                {SI_SPARSITY_PREDICTOR, 0, true, false, PF_NONE, 0, false, false, 2, true},
+                {.mode = SI_SPARSITY_GATE, .hot = true, .cats = silu, .attn_gpu = 2},
+                {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .gpu = true, .attn_gpu = 2},
+                {.mode = SI_SPARSITY_PREDICTOR, .hot = true, .attn_gpu = 2, .twin = true},
             };
             for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
                 compare(what, m, exact[k], 0);
@@ -330,21 +363,21 @@ void tiny_models(void)
 {
     static const char *archs[] = {"llama", "opt", "gemma3", "falcon"};
     const struct config configs[] = {
-        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 1, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 2, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_NONE, 4, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, true, PF_NONE, 2, false, false, 0, false},
-        {SI_SPARSITY_DENSE, 0, false, false, PF_EXACT, 2, false, false, 0, false},
+        {.mode = SI_SPARSITY_DENSE, .attn = 1},
+        {.mode = SI_SPARSITY_DENSE, .attn = 2},
+        {.mode = SI_SPARSITY_DENSE, .attn = 4},
+        {.mode = SI_SPARSITY_DENSE, .redux = true, .attn = 2},
+        {.mode = SI_SPARSITY_DENSE, .prefill = PF_EXACT, .attn = 2},
     };
     /* Gate mode where a gate's activation can be thresholded: llama's SiLU,
      * gemma3's GELU, with per-layer thresholds (opt's ReLU is synthetic
      * opt's; falcon's plain FFN has no gate: its gate mode is dense). */
     const struct config gated[] = {
-        {SI_SPARSITY_GATE, 0, false, false, PF_NONE, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, false, false, PF_EXACT, 0, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, PF_EXACT, 2, false, true, 0, false},
-        {SI_SPARSITY_GATE, 0, true, false, PF_NONE, 0, false, true, 1, false}, /* gemma3: refused */
+        {.mode = SI_SPARSITY_GATE, .cats = true},
+        {.mode = SI_SPARSITY_GATE, .hot = true, .cats = true},
+        {.mode = SI_SPARSITY_GATE, .prefill = PF_EXACT, .cats = true},
+        {.mode = SI_SPARSITY_GATE, .hot = true, .prefill = PF_EXACT, .attn = 2, .cats = true},
+        {.mode = SI_SPARSITY_GATE, .hot = true, .cats = true, .attn_gpu = 1}, /* gemma3: refused */
     };
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         char path[] = "/tmp/si-test-engine-tiny-XXXXXX";

@@ -208,63 +208,69 @@ bool quick_run(void)
     return q != NULL && !strcmp(q, "1");
 }
 
-/*
- * Prompt, then greedy decoding for N_GREEDY tokens with the engine and the
- * reference side by side (each on its own tokens), comparing logits at every
- * step.  The reference computes what the mode asks for: down_t rows,
- * predictor selection (see si_ref_params).
- */
-void compare(const char *what, const struct si_model *m, struct config cf, double tol)
+/* The prompt's arithmetic in a label (enum prefill). */
+static const char *const pf_name[] = {"", " prefill", " prefill-float", " prefill-int8",
+                                      " prefill-blas"};
+
+/* The engine's parameters for configuration cf on m into *ep (no profile
+ * yet); false where this run skips the configuration, said in a line. */
+static bool config_params(const char *what, const struct si_model *m, struct config cf,
+                          struct si_engine_params *ep)
 {
     if (cf.twin && quick_run())
-        return; /* the GPU forms' CPU twins: in the full runs only */
+        return false; /* the GPU forms' CPU twins: in the full runs only */
     if (cf.gpu && si_runtime_ncuda() == 0) {
         printf("%s %s +hot-gpu: skipped, no CUDA worker\n", what, si_sparsity_name(cf.mode));
-        return;
+        return false;
     }
-    char err[512], label[160];
-    struct si_engine_params ep = si_engine_default_params();
-    ep.ref.n_ctx = 96;
+    *ep = si_engine_default_params();
+    ep->ref.n_ctx = 96;
     /* Float weights: plain float dots.  llama.cpp's conversion of the input
      * to F16 would turn the tiny differences of summation order upstream
      * into whole F16 steps, and the comparison would measure those. */
     const uint32_t wt = m->w.layers[0].ffn_up.type;
-    ep.ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
-    static const char *const pf_name[] = {"", " prefill", " prefill-float", " prefill-int8",
-                                          " prefill-blas"};
-    if ((cf.prefill == PF_INT8 || cf.prefill == PF_BLAS) && !ep.ref.act_quant) {
+    ep->ref.act_quant = !(wt == SI_TYPE_F32 || wt == SI_TYPE_F16);
+    if ((cf.prefill == PF_INT8 || cf.prefill == PF_BLAS) && !ep->ref.act_quant) {
         printf("%s %s%s: skipped, float weights: the float prefill's (prefill-float)\n", what,
                si_sparsity_name(cf.mode), pf_name[cf.prefill]);
-        return;
+        return false;
     }
     if (cf.prefill == PF_INT8 && si_gemm8_missing() != NULL) {
         printf("%s %s prefill-int8: skipped, %s\n", what, si_sparsity_name(cf.mode),
                si_gemm8_missing());
-        return;
+        return false;
     }
     if (cf.prefill != PF_NONE) {
-        ep.n_batch = 8;
-        ep.prefill = cf.prefill == PF_EXACT  ? SI_PREFILL_EXACT
-                     : cf.prefill == PF_INT8 ? SI_PREFILL_INT8
-                     : cf.prefill == PF_BLAS ? SI_PREFILL_BLAS
-                                             : SI_PREFILL_AUTO;
+        ep->n_batch = 8;
+        ep->prefill = cf.prefill == PF_EXACT  ? SI_PREFILL_EXACT
+                      : cf.prefill == PF_INT8 ? SI_PREFILL_INT8
+                      : cf.prefill == PF_BLAS ? SI_PREFILL_BLAS
+                                              : SI_PREFILL_AUTO;
     }
     /* Float activations everywhere, the reference's too (with llama.cpp's
      * Q8 conversion the two differ by 2-5% of the logits on SmolLM2, that
      * conversion's own effect). */
     if (cf.prefill == PF_FLOAT)
-        ep.ref.act_quant = false;
-    ep.mode = cf.mode;
-    ep.n_slices = cf.n_slices;
-    ep.redux = cf.redux;
-    ep.attn_split = cf.attn;
-    ep.attn_gpu = cf.attn_gpu;
-    ep.gpu_twin = cf.twin;
+        ep->ref.act_quant = false;
+    ep->mode = cf.mode;
+    ep->n_slices = cf.n_slices;
+    ep->redux = cf.redux;
+    ep->attn_split = cf.attn;
+    ep->attn_gpu = cf.attn_gpu;
+    ep->gpu_twin = cf.twin;
+    return true;
+}
+
+/* The profile configuration cf asks for (a hot slice, per-layer
+ * thresholds), made ep's; NULL where it asks for none or it failed (checked). */
+static struct si_profile *config_profile(const char *what, const struct si_model *m,
+                                         struct config cf, struct si_engine_params *ep)
+{
     struct si_profile *pr = NULL;
     if (cf.hot || cf.cats) {
         pr = profile_of(m);
         CHECK(pr != NULL, "%s: profile", what);
-        ep.profile = pr;
+        ep->profile = pr;
     }
     if (cf.cats && pr != NULL) {
         /* Any per-layer values: the engine must take the profile's, the
@@ -277,48 +283,56 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         for (int l = 0; pr->thresholds != NULL && l < m->hp.n_layer; l++)
             pr->thresholds[l] = CATS_STEP * (float)(l + 1);
     }
-    if (cf.hot && pr != NULL) {
-        ep.hot_on_cpu = !cf.gpu;
-        /* About a third of the FFN weights, plus the GPU's buffers and the
-         * chunk of StarPU's allocator they share (the engine's reserve). */
-        const struct si_hparams *hp = &m->hp;
-        const struct si_layer *W = &m->w.layers[0];
-        int64_t ffn = (int64_t)(W->ffn_up.nbytes + W->ffn_down.nbytes +
-                                (W->ffn_gate.data != NULL ? W->ffn_gate.nbytes : 0));
-        ep.vram_budget = ((int64_t)32 << 20) + hp->n_layer * ffn / 3 +
-                         4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
-                         4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16 +
-                         /* a prefill batch's FFN input and hot output */
-                         2 * 4 * (int64_t)(ep.n_batch > 0 ? ep.n_batch : 128) * hp->n_embd;
-        /* and the attention asked for: weights, fp16 caches, vectors */
-        for (int l = 0; l < cf.attn_gpu && l < hp->n_layer; l++) {
-            const struct si_layer *A = &m->w.layers[l];
-            ep.vram_budget +=
-                (int64_t)(A->wq.nbytes + A->wk.nbytes + A->wv.nbytes + A->wo.nbytes) +
-                4 * (int64_t)ep.ref.n_ctx * hp->n_head_kv * hp->head_dim +
-                /* StarPU's 16 KiB blocks: a part of each handle */
-                ((int64_t)16 << 10) * (8 + 2 * hp->n_head_kv + (int64_t)si_runtime_ncpu());
-        }
-        if (cf.attn_gpu > 0) /* x, the scratch */
-            ep.vram_budget += (int64_t)64 << 10;
+    return pr;
+}
+
+/* A hot slice's parameters in ep: on a CPU worker or the GPU, and the
+ * budget (of the FFN's weights and the attention configuration cf asks for). */
+static void hot_params(const struct si_model *m, struct config cf, struct si_engine_params *ep)
+{
+    ep->hot_on_cpu = !cf.gpu;
+    /* About a third of the FFN weights, plus the GPU's buffers and the
+     * chunk of StarPU's allocator they share (the engine's reserve). */
+    const struct si_hparams *hp = &m->hp;
+    const struct si_layer *W = &m->w.layers[0];
+    int64_t ffn = (int64_t)(W->ffn_up.nbytes + W->ffn_down.nbytes +
+                            (W->ffn_gate.data != NULL ? W->ffn_gate.nbytes : 0));
+    ep->vram_budget = ((int64_t)32 << 20) + hp->n_layer * ffn / 3 +
+                      4 * (hp->n_embd + 2 * (int64_t)hp->n_ff) +
+                      4 * (int64_t)hp->n_layer * hp->n_embd * hp->n_ff / 16 +
+                      /* a prefill batch's FFN input and hot output */
+                      2 * 4 * (int64_t)(ep->n_batch > 0 ? ep->n_batch : 128) * hp->n_embd;
+    /* and the attention asked for: weights, fp16 caches, vectors */
+    for (int l = 0; l < cf.attn_gpu && l < hp->n_layer; l++) {
+        const struct si_layer *A = &m->w.layers[l];
+        ep->vram_budget +=
+            (int64_t)(A->wq.nbytes + A->wk.nbytes + A->wv.nbytes + A->wo.nbytes) +
+            4 * (int64_t)ep->ref.n_ctx * hp->n_head_kv * hp->head_dim +
+            /* StarPU's 16 KiB blocks: a part of each handle */
+            ((int64_t)16 << 10) * (8 + 2 * hp->n_head_kv + (int64_t)si_runtime_ncpu());
     }
+    if (cf.attn_gpu > 0) /* x, the scratch */
+        ep->vram_budget += (int64_t)64 << 10;
+}
+
+/* The configuration's line label: what, the mode and each option. */
+static void config_label(char *label, size_t size, const char *what, struct config cf)
+{
     char attn_gpu[24] = "";
     if (cf.attn_gpu != 0)
         snprintf(attn_gpu, sizeof attn_gpu, " attn-gpu %d%s", cf.attn_gpu, cf.twin ? " twin" : "");
-    snprintf(label, sizeof label, "%s %s%s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
+    snprintf(label, size, "%s %s%s%s%s%s%s%s", what, si_sparsity_name(cf.mode),
              cf.hot ? (cf.gpu ? " +hot-gpu" : " +hot") : "", cf.redux ? " redux" : "",
              pf_name[cf.prefill],
              cf.attn > 1    ? " attn-split"
              : cf.attn == 1 ? " attn-whole"
                             : "",
              cf.cats ? " cats" : "", attn_gpu);
-    struct si_ref_params rp = ep.ref;
-    rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
-    rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
-    if (cf.cats && pr != NULL)
-        rp.gate_thresholds = pr->thresholds;
-    struct si_engine *e = NULL;
-    int rc = si_engine_init(&e, m, ep, err, sizeof err);
+}
+
+/* Whether the engine has no CUDA attention for m (check_refused). */
+static bool no_cuda_attention(const struct si_model *m)
+{
     /* The CUDA attention has no falcon (parallel residual) or gemma3 (QK
      * and post norms) path: asked for by number, it is refused in a line. */
     bool no_cuda_attn = m->hp.arch == SI_ARCH_FALCON || m->hp.arch == SI_ARCH_GEMMA3;
@@ -328,16 +342,298 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         for (int i = 0; i < 4; i++)
             no_cuda_attn |= t[i] == SI_TYPE_BF16 || t[i] == SI_TYPE_Q5_0 || t[i] == SI_TYPE_Q5_1;
     }
-    if (cf.attn_gpu > 0 && no_cuda_attn) {
-        /* With the hot slice on a real GPU the layout refuses first when the
-         * FFN's types have no CUDA kernels either (BF16, Q5_0, Q5_1 are
-         * missing from both): that line names the FFN's types. */
-        const uint32_t ft = m->w.layers[0].ffn_up.type;
-        const bool no_cuda_ffn = ft == SI_TYPE_BF16 || ft == SI_TYPE_Q5_0 || ft == SI_TYPE_Q5_1;
-        const char *why = cf.gpu && no_cuda_ffn ? "no CUDA FFN kernels" : "attention on the GPU";
-        CHECK(rc == SI_E_UNSUPPORTED && strstr(err, why) != NULL,
-              "%s: not refused with \"%s\" (%d: %s)", label, why, rc, err);
-        printf("%-46s refused: %s\n", label, err);
+    return no_cuda_attn;
+}
+
+/* The engine's refusal (rc, err) of the attention on the GPU on a model
+ * without a CUDA path for it: the line names why. */
+static void check_refused(const char *label, const struct si_model *m, struct config cf, int rc,
+                          const char *err)
+{
+    /* With the hot slice on a real GPU the layout refuses first when the
+     * FFN's types have no CUDA kernels either (BF16, Q5_0, Q5_1 are
+     * missing from both): that line names the FFN's types. */
+    const uint32_t ft = m->w.layers[0].ffn_up.type;
+    const bool no_cuda_ffn = ft == SI_TYPE_BF16 || ft == SI_TYPE_Q5_0 || ft == SI_TYPE_Q5_1;
+    const char *why = cf.gpu && no_cuda_ffn ? "no CUDA FFN kernels" : "attention on the GPU";
+    CHECK(rc == SI_E_UNSUPPORTED && strstr(err, why) != NULL,
+          "%s: not refused with \"%s\" (%d: %s)", label, why, rc, err);
+    printf("%-46s refused: %s\n", label, err);
+}
+
+/* A hot slice's placement: some neurons hot, not all, the attention
+ * layers asked for on the GPU, all within ep's budget. */
+static void check_hot(const char *label, const struct si_engine *e, const struct si_model *m,
+                      struct config cf, const struct si_engine_params *ep)
+{
+    /* The budget holds some neurons, not all. */
+    int64_t hot = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        hot += si_engine_n_hot(e, l);
+    /* (with attention asked for, the budget is its bytes rounded to
+     * StarPU's blocks on top: on the tiny models that may hold all) */
+    CHECK(hot > 0 && (hot < (int64_t)m->hp.n_layer * m->hp.n_ff || cf.attn_gpu > 0),
+          "%s: %lld hot neurons of %lld", label, (long long)hot,
+          (long long)m->hp.n_layer * m->hp.n_ff);
+    CHECK(si_engine_hot_bytes(e) <= ep->vram_budget, "%s: %lld hot bytes over the budget", label,
+          (long long)si_engine_hot_bytes(e));
+    /* The attention layers asked for, within the budget with the rest. */
+    const struct si_engine_stats s0 = si_engine_get_stats(e);
+    const int32_t want = cf.attn_gpu < 0 ? 0 : cf.attn_gpu;
+    if (cf.attn_gpu != 0)
+        CHECK(s0.attn_gpu_layers == want, "%s: %d layers' attention on the GPU, not %d", label,
+              s0.attn_gpu_layers, want);
+    CHECK(s0.gpu_accounted <= ep->vram_budget, "%s: %lld GPU bytes over the budget of %lld", label,
+          (long long)s0.gpu_accounted, (long long)ep->vram_budget);
+}
+
+/* One comparison under way (compare): the engine and the reference, the
+ * prompt, and what the stages measure. */
+struct run {
+    const char *label;
+    const struct si_model *m;
+    struct config cf;
+    const struct si_engine_params *ep; /* the engine's */
+    struct si_ref_params rp;           /* the reference's */
+    struct si_engine *e;
+    struct si_ref *r;
+    int32_t prompt[21];
+    int np;
+    int32_t te, tr; /* the engine's and the reference's last greedy tokens */
+    double worst;   /* the logits' largest relative error */
+    /* the prompt's (not the reference's arithmetic): logits, cached K and
+     * V, a near tie's gap, and what converting the inputs does */
+    double prompt_err, kv_err, prompt_tie_gap, conv_err, conv_kv;
+    double tie_gap; /* the reference's gap where the greedy tokens part */
+    int same;       /* greedy tokens equal */
+    int tie_at;     /* the step where they part on a near tie, or -1 */
+};
+
+/* The prompt through si_engine_eval_batch and the reference token by token
+ * (configurations with a prefill): its logits, K and V and first greedy
+ * token against the reference's. */
+static void run_prompt(struct run *u)
+{
+    const int32_t nv = u->m->hp.n_vocab;
+    const char *label = u->label;
+    struct si_ref *r = u->r;
+    CHECK(si_engine_eval_batch(u->e, u->prompt, u->np) == SI_OK, "%s: engine prefill", label);
+    /* Predictor mode's prefill computes every neuron that fires (those
+     * its ReLU gate passes; every neuron for other activations): the
+     * predictor decides from the first decoded token on. */
+    const bool pred = r->p.predictor, aq = r->p.act_quant;
+    r->p.predictor = false;
+    for (int i = 0; i < u->np; i++) {
+        /* blas: float inputs in the batches of 8; the last one, of 5
+         * tokens, is under the engine's least batch for sgemm
+         * (SI__BLAS_MIN_BATCH, 8) and takes the reference's dots */
+        r->p.act_quant = aq && !(u->cf.prefill == PF_BLAS && i < u->np / 8 * 8);
+        CHECK(si_ref_eval(r, u->prompt[i]) == SI_OK, "%s: reference eval at %d", label, i);
+    }
+    r->p.predictor = pred;
+    r->p.act_quant = aq;
+    u->prompt_err = rel_err(si_engine_logits(u->e), r->logits, nv);
+    u->te = argmax(si_engine_logits(u->e), nv);
+    u->tr = argmax(r->logits, nv);
+    if (u->cf.prefill != PF_EXACT) {
+        /* The prompt's own results, its last logits and the K and V
+         * it cached, are checked against the reference's below; then
+         * the reference takes the engine's cache and both decode from
+         * the same state, as checked as decoding without a prompt.  (A
+         * cache written at the wrong place shows in the first check;
+         * decoding does not carry the prompt's rounding, which every
+         * later token reads again, into 64 tokens of differences.) */
+        CHECK(si_engine_sync_kv(u->e) == SI_OK, "%s: the engine's KV cache", label);
+        u->kv_err = kv_rel_err(u->m, si_engine_ref(u->e), r, u->np);
+        if (u->ep->ref.act_quant) /* the tolerance's scale (see conversion_effect) */
+            conversion_effect(u->m, u->rp, u->prompt, u->np, r, &u->conv_err, &u->conv_kv);
+        copy_kv(u->m, r, si_engine_ref(u->e));
+        if (u->te != u->tr) { /* a near tie (checked below): go on with the reference's */
+            u->prompt_tie_gap = logit_gap(r->logits, nv, u->tr, u->te);
+            u->te = u->tr;
+        }
+    } else {
+        u->worst = u->prompt_err;
+    }
+    u->same += u->te == u->tr;
+}
+
+/* Greedy decoding (after the prompt, token by token without a prefill)
+ * side by side, the logits compared at every step, up to a near tie. */
+static void run_greedy(struct run *u)
+{
+    /* Where the engine's logits may differ from the reference's (the
+     * tolerances below: the GPU's float activations, or slices' sums
+     * reordered and then converted to Q8 in the sparse modes), a near tie
+     * of the reference's two best tokens may go the other way.  That ends
+     * the comparison (the two would decode different texts from there),
+     * and the check below holds the reference's gap between the two to
+     * the logits' tolerance: a tie wider than that fails, and where the
+     * tolerance is 0 (the same bits) no tie is accepted. */
+    const int32_t nv = u->m->hp.n_vocab;
+    const int np = u->np;
+    for (int i = u->cf.prefill ? np + 1 : 0; i < np + N_GREEDY; i++) {
+        int32_t in_e = i < np ? u->prompt[i] : u->te, in_r = i < np ? u->prompt[i] : u->tr;
+        CHECK(si_engine_eval(u->e, in_e) == SI_OK, "%s: engine eval at %d", u->label, i);
+        CHECK(si_ref_eval(u->r, in_r) == SI_OK, "%s: reference eval at %d", u->label, i);
+        if (in_e == in_r)
+            u->worst = fmax(u->worst, rel_err(si_engine_logits(u->e), u->r->logits, nv));
+        u->te = argmax(si_engine_logits(u->e), nv);
+        u->tr = argmax(u->r->logits, nv);
+        if (i >= np && u->te != u->tr && in_e == in_r) {
+            u->tie_at = i - np;
+            u->tie_gap = logit_gap(u->r->logits, nv, u->tr, u->te);
+            break;
+        }
+        if (i >= np)
+            u->same += u->te == u->tr;
+    }
+}
+
+/* The run's lines: the attention on the GPU, the logits' error, greedy
+ * tokens and neurons computed, a near tie. */
+static void report(const struct run *u, const struct si_engine_stats *st)
+{
+    const int64_t active = st->neurons_hot + st->neurons_cold;
+    if (st->attn_gpu_layers > 0)
+        printf("%-46s the attention of %d layer(s) on the GPU%s\n", u->label, st->attn_gpu_layers,
+               u->cf.gpu ? "" : " (run by a CPU worker)");
+    printf("%-46s %2d slices, logits max rel err %.2e, %d/%d greedy equal, %4.1f%% of neurons "
+           "computed (%4.1f%% of them hot), %lld tasks\n",
+           u->label, si_engine_n_slices(u->e), u->worst, u->same, N_GREEDY,
+           100.0 * (double)active / (double)st->neurons_total,
+           active > 0 ? 100.0 * (double)st->neurons_hot / (double)active : 0.0,
+           (long long)st->tasks);
+    if (u->tie_at >= 0)
+        printf("%-46s greedy tokens part at step %d on a near tie (reference's gap %.2e of the "
+               "largest logit)\n",
+               u->label, u->tie_at, u->tie_gap);
+}
+
+/* The logits' tolerance tol raised where configuration cf's arithmetic
+ * differs from the reference's. */
+static double decode_tolerance(struct config cf, const struct si_engine_params *ep,
+                               const struct si_engine_stats *st, double tol)
+{
+    /* Quantized weights in the sparse modes: the partial sums are added in
+     * another order than the reference's, and llama.cpp's conversion of
+     * every layer's input to Q8 turns those last-bit differences into whole
+     * quantization steps now and then; the greedy tokens agree but for a near
+     * tie (above). */
+    if (ep->ref.act_quant && cf.mode != SI_SPARSITY_DENSE && tol > 0 && tol < 1e-2)
+        tol = 1e-2; /* (tol 0 asks for the same bits: one slice, the reference's order) */
+    /* Thresholds: a neuron whose |act(gate)| is within an ulp or two of its
+     * layer's threshold goes either way once the slices have reordered the
+     * previous layers' sums, a jump of its whole contribution (tiny gemma3
+     * with a hot slice: 2.2e-4). */
+    if (cf.cats && tol > 0 && tol < 1e-3)
+        tol = 1e-3;
+    /* The GPU's hot slice dots float activations where the CPU converts
+     * them (act_quant) for quantized weights. */
+    if ((cf.gpu || cf.twin) && ep->ref.act_quant && tol < 5e-2)
+        tol = 5e-2;
+    /* With the attention's products in float too, the FFN's input moves by
+     * more, and in the sparse modes a neuron near the predictor's (or the
+     * gate's) threshold goes the other way with its whole contribution:
+     * 5.25e-2 measured (llama-relu Q8_0, predictor, 2 layers' attention). */
+    if ((cf.gpu || cf.twin) && ep->ref.act_quant && st->attn_gpu_layers > 0 &&
+        cf.mode != SI_SPARSITY_DENSE && tol < 8e-2)
+        tol = 8e-2;
+    return tol;
+}
+
+/* The prompt's logits and K and V (a prefill in another arithmetic than
+ * the reference's) within what its rounding can do. */
+static void check_prompt(const struct run *u)
+{
+    /* The prompt in another arithmetic than the reference's (int8:
+     * the same converted inputs, sums in another order; blas and
+     * float: float inputs, sgemm's order), checked by what its
+     * rounding can do:
+     * - without conversions (float activations on both sides), only
+     *   the order of the sums differs, by far less than half an fp16
+     *   step (2^-11 of a value): each cached K and V lands on the
+     *   reference's fp16 value or the next one (2^-10 of the layer's
+     *   largest at most), and the deeper layers' inputs carry those
+     *   steps through the attention once more: 2^-9, the logits too;
+     * - with inputs converted to Q8 (Q8_1, Q8_K) in the products the
+     *   prompt shares with the reference (int8's all, the last batch
+     *   of blas's, under the least batch for sgemm), a last-bit
+     *   difference rounds an element one step (1/127 of its block's
+     *   largest) the other way now and then, and from there every
+     *   later conversion rounds values that differ by more than
+     *   last bits: the two prompts end up rounded independently of
+     *   each other, whose difference is about sqrt(2) times what one
+     *   rounding does.  What one does on this model and prompt is
+     *   measured: the reference as it computed the prompt (inputs
+     *   converted where the engine's were) against the reference with
+     *   float ones throughout (conv_err, conv_kv).  The bound
+     *   is twice that (sqrt(2) and the spread of a maximum over
+     *   every logit or cached value); a misplaced cache row or a
+     *   wrong position differs by the values themselves. */
+    const double floor = 1.0 / 512, ptol = fmax(floor, 2 * u->conv_err),
+                 kvtol = fmax(floor, 2 * u->conv_kv);
+    printf("%-46s the prompt: logits max rel err %.2e, K and V %.2e (the conversion's own "
+           "%.2e, %.2e)\n",
+           u->label, u->prompt_err, u->kv_err, u->conv_err, u->conv_kv);
+    CHECK(u->prompt_err <= ptol && u->prompt_tie_gap <= ptol,
+          "%s: the prompt's logits differ by %.3g, a tie's gap %.3g (tolerance %.2g)", u->label,
+          u->prompt_err, u->prompt_tie_gap, ptol);
+    CHECK(u->kv_err <= kvtol, "%s: the prompt's K and V differ by %.3g (tolerance %.2g)", u->label,
+          u->kv_err, kvtol);
+}
+
+/* After decoding: the thresholds the engine took, the neurons it computed,
+ * a token outside the vocabulary refused, a token after reset. */
+static void check_engine_after(const struct run *u, const struct si_engine_stats *st)
+{
+    const char *label = u->label;
+    struct si_engine *e = u->e;
+    const int64_t active = st->neurons_hot + st->neurons_cold;
+    if (u->cf.cats && e != NULL)
+        for (int l = 0; l < u->m->hp.n_layer; l++)
+            CHECK(si_engine_gate_threshold(e, l) == CATS_STEP * (float)(l + 1),
+                  "%s: layer %d threshold %g", label, l, si_engine_gate_threshold(e, l));
+    /* (the GPU's hot slices are counted whole: it does not count its active
+     * neurons, nor does its CPU twin) */
+    if (u->cf.mode == SI_SPARSITY_GATE && u->m->hp.act == SI_ACT_RELU && !u->cf.gpu && !u->cf.twin)
+        CHECK(active < st->neurons_total / 2, "%s: gate mode computed %lld of %lld", label,
+              (long long)active, (long long)st->neurons_total);
+    if (u->cf.cats)
+        CHECK(active < st->neurons_total, "%s: the thresholds skipped nothing", label);
+    if (u->cf.hot)
+        CHECK(st->neurons_hot > 0, "%s: no neuron computed in the hot slice", label);
+    /* A token outside the vocabulary is refused without running anything. */
+    CHECK(si_engine_eval(e, u->m->hp.n_vocab) == SI_E_INVALID, "%s: bad token accepted", label);
+    si_engine_reset(e);
+    CHECK(si_engine_eval(e, 1) == SI_OK, "%s: eval after reset", label);
+}
+
+/*
+ * Prompt, then greedy decoding for N_GREEDY tokens with the engine and the
+ * reference side by side (each on its own tokens), comparing logits at every
+ * step.  The reference computes what the mode asks for: down_t rows,
+ * predictor selection (see si_ref_params).
+ */
+void compare(const char *what, const struct si_model *m, struct config cf, double tol)
+{
+    struct si_engine_params ep;
+    if (!config_params(what, m, cf, &ep))
+        return;
+    char err[512], label[160];
+    struct si_profile *pr = config_profile(what, m, cf, &ep);
+    if (cf.hot && pr != NULL)
+        hot_params(m, cf, &ep);
+    config_label(label, sizeof label, what, cf);
+    struct si_ref_params rp = ep.ref;
+    rp.down_t = cf.mode != SI_SPARSITY_DENSE && m->w.layers[0].ffn_down_t.data != NULL;
+    rp.predictor = cf.mode == SI_SPARSITY_PREDICTOR;
+    if (cf.cats && pr != NULL)
+        rp.gate_thresholds = pr->thresholds;
+    struct si_engine *e = NULL;
+    int rc = si_engine_init(&e, m, ep, err, sizeof err);
+    if (cf.attn_gpu > 0 && no_cuda_attention(m)) {
+        check_refused(label, m, cf, rc, err);
         si_engine_free(e);
         profile_free(pr);
         return;
@@ -352,203 +648,36 @@ void compare(const char *what, const struct si_model *m, struct config cf, doubl
         profile_free(pr);
         return;
     }
-    if (cf.hot) {
-        /* The budget holds some neurons, not all. */
-        int64_t hot = 0;
-        for (int l = 0; l < m->hp.n_layer; l++)
-            hot += si_engine_n_hot(e, l);
-        /* (with attention asked for, the budget is its bytes rounded to
-         * StarPU's blocks on top: on the tiny models that may hold all) */
-        CHECK(hot > 0 && (hot < (int64_t)m->hp.n_layer * m->hp.n_ff || cf.attn_gpu > 0),
-              "%s: %lld hot neurons of %lld", label, (long long)hot,
-              (long long)m->hp.n_layer * m->hp.n_ff);
-        CHECK(si_engine_hot_bytes(e) <= ep.vram_budget, "%s: %lld hot bytes over the budget",
-              label, (long long)si_engine_hot_bytes(e));
-        /* The attention layers asked for, within the budget with the rest. */
-        const struct si_engine_stats s0 = si_engine_get_stats(e);
-        const int32_t want = cf.attn_gpu < 0 ? 0 : cf.attn_gpu;
-        if (cf.attn_gpu != 0)
-            CHECK(s0.attn_gpu_layers == want, "%s: %d layers' attention on the GPU, not %d", label,
-                  s0.attn_gpu_layers, want);
-        CHECK(s0.gpu_accounted <= ep.vram_budget, "%s: %lld GPU bytes over the budget of %lld",
-              label, (long long)s0.gpu_accounted, (long long)ep.vram_budget);
-    }
-    check_placement(label, e, m, cf.mode == SI_SPARSITY_DENSE ? NULL : pr);
-    const int32_t nv = m->hp.n_vocab;
-    int32_t prompt[21];
-    const int np = cf.prefill ? 21 : 5; /* prefill: batches of 8, 8 and 5 */
-    for (int i = 0; i < np; i++)
-        prompt[i] = i == 0 ? 1 : (int32_t)((i * 53 + 17) % nv);
-    double worst = 0, prompt_err = 0, kv_err = 0, tie_gap = 0, prompt_tie_gap = 0;
-    double conv_err = 0, conv_kv = 0;
-    int same = 0;
-    int32_t te = 0, tr = 0;
-    if (cf.prefill) {
-        CHECK(si_engine_eval_batch(e, prompt, np) == SI_OK, "%s: engine prefill", label);
-        /* Predictor mode's prefill computes every neuron that fires (those
-         * its ReLU gate passes; every neuron for other activations): the
-         * predictor decides from the first decoded token on. */
-        const bool pred = r->p.predictor, aq = r->p.act_quant;
-        r->p.predictor = false;
-        for (int i = 0; i < np; i++) {
-            /* blas: float inputs in the batches of 8; the last one, of 5
-             * tokens, is under the engine's least batch for sgemm
-             * (SI__BLAS_MIN_BATCH, 8) and takes the reference's dots */
-            r->p.act_quant = aq && !(cf.prefill == PF_BLAS && i < np / 8 * 8);
-            CHECK(si_ref_eval(r, prompt[i]) == SI_OK, "%s: reference eval at %d", label, i);
-        }
-        r->p.predictor = pred;
-        r->p.act_quant = aq;
-        prompt_err = rel_err(si_engine_logits(e), r->logits, nv);
-        te = argmax(si_engine_logits(e), nv);
-        tr = argmax(r->logits, nv);
-        if (cf.prefill != PF_EXACT) {
-            /* The prompt's own results, its last logits and the K and V
-             * it cached, are checked against the reference's below; then
-             * the reference takes the engine's cache and both decode from
-             * the same state, as checked as decoding without a prompt.  (A
-             * cache written at the wrong place shows in the first check;
-             * decoding does not carry the prompt's rounding, which every
-             * later token reads again, into 64 tokens of differences.) */
-            CHECK(si_engine_sync_kv(e) == SI_OK, "%s: the engine's KV cache", label);
-            kv_err = kv_rel_err(m, si_engine_ref(e), r, np);
-            if (ep.ref.act_quant) /* the tolerance's scale (see conversion_effect) */
-                conversion_effect(m, rp, prompt, np, r, &conv_err, &conv_kv);
-            copy_kv(m, r, si_engine_ref(e));
-            if (te != tr) { /* a near tie (checked below): go on with the reference's */
-                prompt_tie_gap = logit_gap(r->logits, nv, tr, te);
-                te = tr;
-            }
-        } else {
-            worst = prompt_err;
-        }
-        same += te == tr;
-    }
-    /* Where the engine's logits may differ from the reference's (the
-     * tolerances below: the GPU's float activations, or slices' sums
-     * reordered and then converted to Q8 in the sparse modes), a near tie
-     * of the reference's two best tokens may go the other way.  That ends
-     * the comparison (the two would decode different texts from there),
-     * and the check below holds the reference's gap between the two to
-     * the logits' tolerance: a tie wider than that fails, and where the
-     * tolerance is 0 (the same bits) no tie is accepted. */
-    int tie_at = -1;
-    for (int i = cf.prefill ? np + 1 : 0; i < np + N_GREEDY; i++) {
-        int32_t in_e = i < np ? prompt[i] : te, in_r = i < np ? prompt[i] : tr;
-        CHECK(si_engine_eval(e, in_e) == SI_OK, "%s: engine eval at %d", label, i);
-        CHECK(si_ref_eval(r, in_r) == SI_OK, "%s: reference eval at %d", label, i);
-        if (in_e == in_r)
-            worst = fmax(worst, rel_err(si_engine_logits(e), r->logits, nv));
-        te = argmax(si_engine_logits(e), nv);
-        tr = argmax(r->logits, nv);
-        if (i >= np && te != tr && in_e == in_r) {
-            tie_at = i - np;
-            tie_gap = logit_gap(r->logits, nv, tr, te);
-            break;
-        }
-        if (i >= np)
-            same += te == tr;
-    }
-    struct si_engine_stats st = si_engine_get_stats(e);
-    const int64_t active = st.neurons_hot + st.neurons_cold;
-    if (st.attn_gpu_layers > 0)
-        printf("%-46s the attention of %d layer(s) on the GPU%s\n", label, st.attn_gpu_layers,
-               cf.gpu ? "" : " (run by a CPU worker)");
-    printf("%-46s %2d slices, logits max rel err %.2e, %d/%d greedy equal, %4.1f%% of neurons "
-           "computed (%4.1f%% of them hot), %lld tasks\n",
-           label, si_engine_n_slices(e), worst, same, N_GREEDY,
-           100.0 * (double)active / (double)st.neurons_total,
-           active > 0 ? 100.0 * (double)st.neurons_hot / (double)active : 0.0,
-           (long long)st.tasks);
-    if (tie_at >= 0)
-        printf("%-46s greedy tokens part at step %d on a near tie (reference's gap %.2e of the "
-               "largest logit)\n",
-               label, tie_at, tie_gap);
-    /* Quantized weights in the sparse modes: the partial sums are added in
-     * another order than the reference's, and llama.cpp's conversion of
-     * every layer's input to Q8 turns those last-bit differences into whole
-     * quantization steps now and then; the greedy tokens agree but for a near
-     * tie (above). */
-    if (ep.ref.act_quant && cf.mode != SI_SPARSITY_DENSE && tol > 0 && tol < 1e-2)
-        tol = 1e-2; /* (tol 0 asks for the same bits: one slice, the reference's order) */
-    /* Thresholds: a neuron whose |act(gate)| is within an ulp or two of its
-     * layer's threshold goes either way once the slices have reordered the
-     * previous layers' sums, a jump of its whole contribution (tiny gemma3
-     * with a hot slice: 2.2e-4). */
-    if (cf.cats && tol > 0 && tol < 1e-3)
-        tol = 1e-3;
-    /* The GPU's hot slice dots float activations where the CPU converts
-     * them (act_quant) for quantized weights. */
-    if ((cf.gpu || cf.twin) && ep.ref.act_quant && tol < 5e-2)
-        tol = 5e-2;
-    /* With the attention's products in float too, the FFN's input moves by
-     * more, and in the sparse modes a neuron near the predictor's (or the
-     * gate's) threshold goes the other way with its whole contribution:
-     * 5.25e-2 measured (llama-relu Q8_0, predictor, 2 layers' attention). */
-    if ((cf.gpu || cf.twin) && ep.ref.act_quant && st.attn_gpu_layers > 0 &&
-        cf.mode != SI_SPARSITY_DENSE && tol < 8e-2)
-        tol = 8e-2;
-    CHECK(worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, worst, tol);
-    if (cf.prefill != PF_NONE && cf.prefill != PF_EXACT) {
-        /* The prompt in another arithmetic than the reference's (int8:
-         * the same converted inputs, sums in another order; blas and
-         * float: float inputs, sgemm's order), checked by what its
-         * rounding can do:
-         * - without conversions (float activations on both sides), only
-         *   the order of the sums differs, by far less than half an fp16
-         *   step (2^-11 of a value): each cached K and V lands on the
-         *   reference's fp16 value or the next one (2^-10 of the layer's
-         *   largest at most), and the deeper layers' inputs carry those
-         *   steps through the attention once more: 2^-9, the logits too;
-         * - with inputs converted to Q8 (Q8_1, Q8_K) in the products the
-         *   prompt shares with the reference (int8's all, the last batch
-         *   of blas's, under the least batch for sgemm), a last-bit
-         *   difference rounds an element one step (1/127 of its block's
-         *   largest) the other way now and then, and from there every
-         *   later conversion rounds values that differ by more than
-         *   last bits: the two prompts end up rounded independently of
-         *   each other, whose difference is about sqrt(2) times what one
-         *   rounding does.  What one does on this model and prompt is
-         *   measured: the reference as it computed the prompt (inputs
-         *   converted where the engine's were) against the reference with
-         *   float ones throughout (conv_err, conv_kv).  The bound
-         *   is twice that (sqrt(2) and the spread of a maximum over
-         *   every logit or cached value); a misplaced cache row or a
-         *   wrong position differs by the values themselves. */
-        const double floor = 1.0 / 512, ptol = fmax(floor, 2 * conv_err),
-                     kvtol = fmax(floor, 2 * conv_kv);
-        printf("%-46s the prompt: logits max rel err %.2e, K and V %.2e (the conversion's own "
-               "%.2e, %.2e)\n",
-               label, prompt_err, kv_err, conv_err, conv_kv);
-        CHECK(prompt_err <= ptol && prompt_tie_gap <= ptol,
-              "%s: the prompt's logits differ by %.3g, a tie's gap %.3g (tolerance %.2g)", label,
-              prompt_err, prompt_tie_gap, ptol);
-        CHECK(kv_err <= kvtol, "%s: the prompt's K and V differ by %.3g (tolerance %.2g)", label,
-              kv_err, kvtol);
-    }
-    if (tie_at >= 0)
-        CHECK(same == tie_at && tie_gap <= tol,
-              "%s: greedy tokens part at step %d, gap %.3g (tolerance %.1g)", label, tie_at,
-              tie_gap, tol);
-    else
-        CHECK(same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, same, N_GREEDY);
-    if (cf.cats && e != NULL)
-        for (int l = 0; l < m->hp.n_layer; l++)
-            CHECK(si_engine_gate_threshold(e, l) == CATS_STEP * (float)(l + 1),
-                  "%s: layer %d threshold %g", label, l, si_engine_gate_threshold(e, l));
-    /* (the GPU's hot slices are counted whole: it does not count its active
-     * neurons, nor does its CPU twin) */
-    if (cf.mode == SI_SPARSITY_GATE && m->hp.act == SI_ACT_RELU && !cf.gpu && !cf.twin)
-        CHECK(active < st.neurons_total / 2, "%s: gate mode computed %lld of %lld", label,
-              (long long)active, (long long)st.neurons_total);
-    if (cf.cats)
-        CHECK(active < st.neurons_total, "%s: the thresholds skipped nothing", label);
     if (cf.hot)
-        CHECK(st.neurons_hot > 0, "%s: no neuron computed in the hot slice", label);
-    /* A token outside the vocabulary is refused without running anything. */
-    CHECK(si_engine_eval(e, nv) == SI_E_INVALID, "%s: bad token accepted", label);
-    si_engine_reset(e);
-    CHECK(si_engine_eval(e, 1) == SI_OK, "%s: eval after reset", label);
+        check_hot(label, e, m, cf, &ep);
+    check_placement(label, e, m, cf.mode == SI_SPARSITY_DENSE ? NULL : pr);
+    struct run u = {.label = label,
+                    .m = m,
+                    .cf = cf,
+                    .ep = &ep,
+                    .rp = rp,
+                    .e = e,
+                    .r = r,
+                    .np = cf.prefill ? 21 : 5, /* prefill: batches of 8, 8 and 5 */
+                    .tie_at = -1};
+    for (int i = 0; i < u.np; i++)
+        u.prompt[i] = i == 0 ? 1 : (int32_t)((i * 53 + 17) % m->hp.n_vocab);
+    if (cf.prefill)
+        run_prompt(&u);
+    run_greedy(&u);
+    struct si_engine_stats st = si_engine_get_stats(e);
+    report(&u, &st);
+    tol = decode_tolerance(cf, &ep, &st, tol);
+    CHECK(u.worst <= tol, "%s: logits differ by %.3g (tolerance %.1g)", label, u.worst, tol);
+    if (cf.prefill != PF_NONE && cf.prefill != PF_EXACT)
+        check_prompt(&u);
+    if (u.tie_at >= 0)
+        CHECK(u.same == u.tie_at && u.tie_gap <= tol,
+              "%s: greedy tokens part at step %d, gap %.3g (tolerance %.1g)", label, u.tie_at,
+              u.tie_gap, tol);
+    else
+        CHECK(u.same == N_GREEDY, "%s: %d of %d greedy tokens equal", label, u.same, N_GREEDY);
+    check_engine_after(&u, &st);
     si_engine_free(e);
     si_ref_free(r);
     profile_free(pr);
@@ -965,25 +1094,15 @@ int main(void)
     if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare(
-                "SmolLM2-135M Q4_1", m,
-                (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
-                1e-4);
-            compare(
-                "SmolLM2-135M Q4_1", m,
-                (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, false, false, 0, false},
-                1e-4);
-            compare("SmolLM2-135M Q4_1", m,
-                    (struct config){SI_SPARSITY_DENSE, 0, true, false, 0, 0, true, false, 0, false},
+            compare("SmolLM2-135M Q4_1", m, (struct config){.mode = SI_SPARSITY_DENSE}, 1e-4);
+            compare("SmolLM2-135M Q4_1", m, (struct config){.mode = SI_SPARSITY_DENSE, .hot = true},
                     1e-4);
-            compare(
-                "SmolLM2-135M Q4_1", m,
-                (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
-                1e-4);
-            compare(
-                "SmolLM2-135M Q4_1", m,
-                (struct config){SI_SPARSITY_DENSE, 0, false, false, 2, 0, false, false, 0, false},
-                1e-4);
+            compare("SmolLM2-135M Q4_1", m,
+                    (struct config){.mode = SI_SPARSITY_DENSE, .hot = true, .gpu = true}, 1e-4);
+            compare("SmolLM2-135M Q4_1", m,
+                    (struct config){.mode = SI_SPARSITY_DENSE, .prefill = PF_EXACT}, 1e-4);
+            compare("SmolLM2-135M Q4_1", m,
+                    (struct config){.mode = SI_SPARSITY_DENSE, .prefill = PF_FLOAT}, 1e-4);
             si_model_free(m);
         } else {
             CHECK(false, "%s", err);
@@ -998,14 +1117,9 @@ int main(void)
     } else if (path != NULL && *path != '\0' && access(path, R_OK) == 0) {
         struct si_model *m = NULL;
         if (si_model_load(&m, path, err, sizeof err) == SI_OK) {
-            compare(
-                "gemma3-270m Q4_K_M", m,
-                (struct config){SI_SPARSITY_DENSE, 0, false, false, 0, 0, false, false, 0, false},
-                1e-4);
-            compare(
-                "gemma3-270m Q4_K_M", m,
-                (struct config){SI_SPARSITY_DENSE, 0, false, false, 1, 0, false, false, 0, false},
-                1e-4);
+            compare("gemma3-270m Q4_K_M", m, (struct config){.mode = SI_SPARSITY_DENSE}, 1e-4);
+            compare("gemma3-270m Q4_K_M", m,
+                    (struct config){.mode = SI_SPARSITY_DENSE, .prefill = PF_EXACT}, 1e-4);
             /* float activations on both sides, sums in other orders (sgemm's
              * blocks against the reference's dots), which gemma3's sandwich
              * norms amplify: 3.3e-3 measured */

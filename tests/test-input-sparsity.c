@@ -106,68 +106,49 @@ static void expect_refused(const char *path, const struct si_model *m, const cha
     si_profile_free(p);
 }
 
-int main(void)
+/* Calibration on m's tokens toks (into *c, the table into p): every grid
+ * point's share met on the same tokens. */
+static void calibrate(const struct si_model *m, const int32_t *toks, struct si_input_calib **c,
+                      struct si_profile **p)
 {
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char model_path[128], prof_path[128], bad_path[128], err[512];
-    snprintf(model_path, sizeof model_path, "%s/model.gguf", dir);
-    snprintf(prof_path, sizeof prof_path, "%s/p.gguf", dir);
-    snprintf(bad_path, sizeof bad_path, "%s/bad.gguf", dir);
-    struct si_synth_params sp = si_synth_default_params();
-    si_synth_preset("tiny", &sp);
-    sp.arch = SI_SYNTH_LLAMA_SILU;
-    sp.type = SI_TYPE_F32;
-    sp.n_layer = 3;
-    sp.seed = 11;
-    int rc = si_synth_write(&sp, model_path, err, sizeof err);
-    CHECK(rc == SI_OK, "synth: %s", err);
-    struct si_model *m = NULL;
-    if (rc == SI_OK)
-        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (m == NULL) {
-        unlink(model_path);
-        rmdir(dir);
-        return test_result();
-    }
+    char err[512];
     const int32_t nl = m->hp.n_layer;
-    int32_t toks[N_TOK];
-    uint64_t x = 0x2545f4914f6cdd1du;
-    for (int i = 0; i < N_TOK; i++) {
-        x = x * 6364136223846793005u + 1442695040888963407u;
-        toks[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
-    }
-
     /* Calibration: every grid point's share met on the same tokens. */
-    struct si_input_calib *c = NULL;
-    CHECK(si_input_calib_init(&c, m, err, sizeof err) == SI_OK, "calib init: %s", err);
+    CHECK(si_input_calib_init(c, m, err, sizeof err) == SI_OK, "calib init: %s", err);
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = WINDOW;
     for (int w = 0; w < N_TOK; w += WINDOW) {
         const int len = N_TOK - w < WINDOW ? N_TOK - w : WINDOW;
-        CHECK(si_input_calib_collect(c, m, rp, toks + w, len, err, sizeof err) == SI_OK,
+        CHECK(si_input_calib_collect(*c, m, rp, toks + w, len, err, sizeof err) == SI_OK,
               "collect: %s", err);
     }
-    struct si_profile *p = NULL;
-    CHECK(si_profile_init(&p, nl, m->hp.n_ff, err, sizeof err) == SI_OK, "profile: %s", err);
+    CHECK(si_profile_init(p, nl, m->hp.n_ff, err, sizeof err) == SI_OK, "profile: %s", err);
     const size_t cells = (size_t)nl * SI_INPUT_KINDS * SI_INPUT_GRID_N;
     double *below = malloc(cells * sizeof *below);
-    CHECK(si_input_calib_apply(c, p, below, err, sizeof err) == SI_OK, "apply: %s", err);
-    CHECK(p->n_input == SI_INPUT_GRID_N && fabsf(p->input_grid[7] - 0.40f) < 1e-6f,
-          "grid of %d, point 7 %g", p->n_input, (double)p->input_grid[7]);
+    CHECK(si_input_calib_apply(*c, *p, below, err, sizeof err) == SI_OK, "apply: %s", err);
+    CHECK((*p)->n_input == SI_INPUT_GRID_N && fabsf((*p)->input_grid[7] - 0.40f) < 1e-6f,
+          "grid of %d, point 7 %g", (*p)->n_input, (double)(*p)->input_grid[7]);
     double worst = 0;
     for (size_t k = 0; k < cells; k++)
-        worst = fmax(worst, fabs(below[k] - p->input_grid[k % SI_INPUT_GRID_N]));
+        worst = fmax(worst, fabs(below[k] - (*p)->input_grid[k % SI_INPUT_GRID_N]));
     printf("calibration: %d tokens, every layer's measured share within %.4f of its grid point\n",
            N_TOK, worst);
     CHECK(worst < 0.02, "a measured share is %.4f off its grid point", worst);
+    free(below);
+}
 
+/* p's thresholds at S = 0.4 (into thr), applied to m's tokens toks: the
+ * hook (which sees each input before the zeroing) finds that share at or
+ * below them on every layer and input; the logits move; S = 0 is dense
+ * to the bit. */
+static void check_applied(const struct si_model *m, const int32_t *toks, const struct si_profile *p,
+                          float *thr)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer;
     /* The thresholds at S = 0.4, applied: the hook (which sees each input
      * before the zeroing) finds that share at or below them, on every
      * layer and input; the logits move; S = 0 is dense to the bit. */
-    float *thr = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *thr);
     float *dense = malloc((size_t)m->hp.n_vocab * sizeof *dense);
     float *sparse = malloc((size_t)m->hp.n_vocab * sizeof *sparse);
     float *zero = malloc((size_t)m->hp.n_vocab * sizeof *zero);
@@ -198,7 +179,20 @@ int main(void)
     run(m, toks, thr0, NULL, zero);
     CHECK(memcmp(dense, zero, (size_t)m->hp.n_vocab * sizeof *dense) == 0,
           "S = 0 changed the logits");
+    free(thr0);
+    free(dense);
+    free(sparse);
+    free(zero);
+    free(cn);
+    free(cs);
+}
 
+/* Between p's grid points the thresholds are linear (thr: those at 0.40);
+ * out of range and missing tables refused. */
+static void check_between(const struct si_model *m, const struct si_profile *p, const float *thr)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer;
     /* Between grid points: linear; out of range and missing tables refused. */
     float *mid = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *mid);
     CHECK(si_input_thresholds_at(p, 0.425, mid, err, sizeof err) == SI_OK, "at 0.425: %s", err);
@@ -220,7 +214,16 @@ int main(void)
               strstr(err, "--input-sparsity") != NULL,
           "no table: '%s'", err);
     si_profile_free(plain);
+    free(mid);
+    free(a45);
+}
 
+/* One S per kind: the kinds apart; the model-wide share by weights; the
+ * specs --sparsity input takes and refuses. */
+static void check_by_kind(const struct si_model *m, const struct si_profile *p)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer;
     /* One S per kind: the kinds apart; the model-wide share by weights;
      * the specs --sparsity input takes and refuses. */
     const double by[SI_INPUT_KINDS] = {0.5, 0.0, 0.25, 0.4};
@@ -257,7 +260,17 @@ int main(void)
         CHECK(!si_input_parse(bad[i], S, err, sizeof err) && err[0] != '\0',
               "input%s accepted", bad[i]);
     }
+}
 
+/* The profile p keeps the table through a write (prof_path) and a read;
+ * malformed tables (into bad_path) are refused by the writer and the
+ * reader. */
+static void check_table_files(const struct si_model *m, struct si_profile *p, const char *prof_path,
+                              const char *bad_path)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer;
+    const size_t cells = (size_t)nl * SI_INPUT_KINDS * SI_INPUT_GRID_N;
     /* The profile keeps the table. */
     CHECK(si_profile_write(p, prof_path, err, sizeof err) == SI_OK, "write: %s", err);
     struct si_profile *back = NULL;
@@ -299,19 +312,54 @@ int main(void)
         expect_refused(bad_path, m, "decrease");
     }
     unlink(bad_path);
-
     free(g2);
     free(t2);
-    free(mid);
-    free(a45);
+}
+
+int main(void)
+{
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char model_path[128], prof_path[128], bad_path[128], err[512];
+    snprintf(model_path, sizeof model_path, "%s/model.gguf", dir);
+    snprintf(prof_path, sizeof prof_path, "%s/p.gguf", dir);
+    snprintf(bad_path, sizeof bad_path, "%s/bad.gguf", dir);
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_SILU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 3;
+    sp.seed = 11;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL) {
+        unlink(model_path);
+        rmdir(dir);
+        return test_result();
+    }
+    const int32_t nl = m->hp.n_layer;
+    int32_t toks[N_TOK];
+    uint64_t x = 0x2545f4914f6cdd1du;
+    for (int i = 0; i < N_TOK; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        toks[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+
+    struct si_input_calib *c = NULL;
+    struct si_profile *p = NULL;
+    calibrate(m, toks, &c, &p);
+    float *thr = malloc((size_t)nl * SI_INPUT_KINDS * sizeof *thr);
+    check_applied(m, toks, p, thr);
+    check_between(m, p, thr);
+    check_by_kind(m, p);
+    check_table_files(m, p, prof_path, bad_path);
+
     free(thr);
-    free(thr0);
-    free(dense);
-    free(sparse);
-    free(zero);
-    free(cn);
-    free(cs);
-    free(below);
     si_profile_free(p);
     si_input_calib_free(c);
     si_model_free(m);

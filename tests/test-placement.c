@@ -307,30 +307,13 @@ static void write_gpuidx(const char *path, int32_t n_layer, int32_t n_ff, const 
     free(fidx);
 }
 
-static void test_files(const struct si_model *m)
+/* Other files that are not corrupt (the GGUF magic with I32 as 26,
+ * gpu_idx without gpu_bucket), read with the same neurons gpu. */
+static void check_fine_files(const struct si_model *m, const uint8_t *gpu)
 {
     char path[256], err[512];
     const int32_t L = m->hp.n_layer, F = m->hp.n_ff;
-    uint8_t *gpu = calloc((size_t)L * F, 1);
-    for (int32_t k = 0; k < L * F; k++)
-        gpu[k] = (k % 7) < 3;
-    gpu[0] = gpu[1] = gpu[2] = 1; /* layer 0 has at least two GPU neurons */
-
-    /* PowerInfer-style: read, no starinfer keys */
-    path_in(path, sizeof path, "pi.gguf");
-    write_gpuidx(path, L, F, gpu, 123456789, C_NONE);
-    struct si_placement *p = NULL, *q = NULL;
-    CHECK(si_placement_read(&p, path, m, err, sizeof err) == SI_OK, "PowerInfer file: %s", err);
-    if (p != NULL) {
-        CHECK(!p->has_meta && p->vram_capacity == 123456789, "PowerInfer file: meta %d, vram %llu",
-              p->has_meta, (unsigned long long)p->vram_capacity);
-        CHECK(!memcmp(p->gpu, gpu, (size_t)L * F), "PowerInfer file: gpu_idx differs");
-        int64_t n = 0;
-        for (int32_t k = 0; k < L * F; k++)
-            n += gpu[k];
-        CHECK(si_placement_gpu_neurons(p) == n, "PowerInfer file: %lld GPU neurons, %lld marked",
-              (long long)si_placement_gpu_neurons(p), (long long)n);
-    }
+    struct si_placement *q = NULL;
     /* Other files that are not corrupt, read with the same neurons. */
     const struct {
         const char *file, *what;
@@ -350,69 +333,81 @@ static void test_files(const struct si_model *m)
         si_placement_free(q);
         q = NULL;
     }
+}
 
-    /* Our writer, our keys, read back */
-    if (p != NULL) {
-        p->has_meta = true;
-        snprintf(p->policy, sizeof p->policy, "ilp");
-        snprintf(p->sparsity, sizeof p->sparsity, "gate");
-        snprintf(p->outcome, sizeof p->outcome, "optimal");
-        p->objective = 12.5;
-        p->bound = 12.75;
-        p->gap = 0.25 / 12.75;
-        p->solve_seconds = 0.5;
-        p->reserve_bytes = 4096;
-        p->neuron_bytes = 772;
-        p->batch = 64;
-        p->c_min = malloc((size_t)L * sizeof *p->c_min);
-        for (int32_t l = 0; l < L; l++)
-            p->c_min[l] = l == 0 ? INT64_MAX : 17 + l;
-        si_hwmodel_defaults(&p->hw, 64);
-        p->hw.value[SI_HW_CPU_BW] = 21.5e9;
-        p->hw.source[SI_HW_CPU_BW] = SI_HW_MEASURED;
-        p->hw.source[SI_HW_T_SYNC] = SI_HW_GIVEN;
-        p->hw.threads = 3;
-        path_in(path, sizeof path, "ours.gguf");
-        CHECK(si_placement_write(p, path, err, sizeof err) == SI_OK, "write: %s", err);
-        /* as PowerInfer's exporter writes it: the magic PWRI (its type
-         * numbers; test-gguf-write checks that I32 is stored as 18) */
-        FILE *f = fopen(path, "rb");
-        char magic[4] = "";
-        CHECK(f != NULL && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "PWRI", 4),
-              "our placement file's magic is not PWRI");
-        if (f != NULL)
-            fclose(f);
-        CHECK(si_placement_read(&q, path, m, err, sizeof err) == SI_OK, "read back: %s", err);
-        if (q != NULL) {
-            CHECK(same_placement(p, q), "round trip: the placements differ");
-            CHECK(q->has_meta && !strcmp(q->policy, "ilp") && !strcmp(q->sparsity, "gate") &&
-                      !strcmp(q->outcome, "optimal") && q->objective == 12.5 &&
-                      q->bound == 12.75 && q->gap == p->gap && q->solve_seconds == 0.5 &&
-                      q->reserve_bytes == 4096 && q->neuron_bytes == 772 && q->batch == 64,
-                  "round trip: the starinfer keys differ");
-            CHECK(q->c_min != NULL && q->c_min[0] == INT64_MAX && (L < 2 || q->c_min[1] == 18),
-                  "round trip: C_l");
-            CHECK(q->hw.value[SI_HW_CPU_BW] == 21.5e9 && q->hw.source[SI_HW_CPU_BW] == SI_HW_MEASURED &&
-                      q->hw.source[SI_HW_T_SYNC] == SI_HW_GIVEN &&
-                      q->hw.source[SI_HW_GPU_BW] == SI_HW_ASSUMED && q->hw.threads == 3,
-                  "round trip: the hardware model");
-            /* our file is a valid PowerInfer index: its tensors by hand */
-            struct si_gguf *g = NULL;
-            CHECK(si_gguf_open(&g, path, err, sizeof err) == SI_OK, "open: %s", err);
-            if (g != NULL) {
-                int64_t ti = si_gguf_find_tensor(g, "blk.0.gpu_bucket");
-                CHECK(ti >= 0 && g->tensors[ti].type == SI_TYPE_I32 &&
-                          g->tensors[ti].ne[0] == q->n_gpu[0] &&
-                          ((const int32_t *)g->tensors[ti].data)[0] == 0 &&
-                          ((const int32_t *)g->tensors[ti].data)[1] == 1,
-                      "blk.0.gpu_bucket");
-                si_gguf_free(g);
-            }
+/* The placement p given starinfer's keys, written by our writer
+ * (ours.gguf, the magic PWRI) and read back: the same placement, keys
+ * and hardware model; its tensors a valid PowerInfer index. */
+static void check_our_file(const struct si_model *m, struct si_placement *p)
+{
+    char path[256], err[512];
+    const int32_t L = m->hp.n_layer;
+    struct si_placement *q = NULL;
+    p->has_meta = true;
+    snprintf(p->policy, sizeof p->policy, "ilp");
+    snprintf(p->sparsity, sizeof p->sparsity, "gate");
+    snprintf(p->outcome, sizeof p->outcome, "optimal");
+    p->objective = 12.5;
+    p->bound = 12.75;
+    p->gap = 0.25 / 12.75;
+    p->solve_seconds = 0.5;
+    p->reserve_bytes = 4096;
+    p->neuron_bytes = 772;
+    p->batch = 64;
+    p->c_min = malloc((size_t)L * sizeof *p->c_min);
+    for (int32_t l = 0; l < L; l++)
+        p->c_min[l] = l == 0 ? INT64_MAX : 17 + l;
+    si_hwmodel_defaults(&p->hw, 64);
+    p->hw.value[SI_HW_CPU_BW] = 21.5e9;
+    p->hw.source[SI_HW_CPU_BW] = SI_HW_MEASURED;
+    p->hw.source[SI_HW_T_SYNC] = SI_HW_GIVEN;
+    p->hw.threads = 3;
+    path_in(path, sizeof path, "ours.gguf");
+    CHECK(si_placement_write(p, path, err, sizeof err) == SI_OK, "write: %s", err);
+    /* as PowerInfer's exporter writes it: the magic PWRI (its type
+     * numbers; test-gguf-write checks that I32 is stored as 18) */
+    FILE *f = fopen(path, "rb");
+    char magic[4] = "";
+    CHECK(f != NULL && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "PWRI", 4),
+          "our placement file's magic is not PWRI");
+    if (f != NULL)
+        fclose(f);
+    CHECK(si_placement_read(&q, path, m, err, sizeof err) == SI_OK, "read back: %s", err);
+    if (q != NULL) {
+        CHECK(same_placement(p, q), "round trip: the placements differ");
+        CHECK(q->has_meta && !strcmp(q->policy, "ilp") && !strcmp(q->sparsity, "gate") &&
+                  !strcmp(q->outcome, "optimal") && q->objective == 12.5 && q->bound == 12.75 &&
+                  q->gap == p->gap && q->solve_seconds == 0.5 && q->reserve_bytes == 4096 &&
+                  q->neuron_bytes == 772 && q->batch == 64,
+              "round trip: the starinfer keys differ");
+        CHECK(q->c_min != NULL && q->c_min[0] == INT64_MAX && (L < 2 || q->c_min[1] == 18),
+              "round trip: C_l");
+        CHECK(q->hw.value[SI_HW_CPU_BW] == 21.5e9 && q->hw.source[SI_HW_CPU_BW] == SI_HW_MEASURED &&
+                  q->hw.source[SI_HW_T_SYNC] == SI_HW_GIVEN &&
+                  q->hw.source[SI_HW_GPU_BW] == SI_HW_ASSUMED && q->hw.threads == 3,
+              "round trip: the hardware model");
+        /* our file is a valid PowerInfer index: its tensors by hand */
+        struct si_gguf *g = NULL;
+        CHECK(si_gguf_open(&g, path, err, sizeof err) == SI_OK, "open: %s", err);
+        if (g != NULL) {
+            int64_t ti = si_gguf_find_tensor(g, "blk.0.gpu_bucket");
+            CHECK(ti >= 0 && g->tensors[ti].type == SI_TYPE_I32 &&
+                      g->tensors[ti].ne[0] == q->n_gpu[0] &&
+                      ((const int32_t *)g->tensors[ti].data)[0] == 0 &&
+                      ((const int32_t *)g->tensors[ti].data)[1] == 1,
+                  "blk.0.gpu_bucket");
+            si_gguf_free(g);
         }
-        si_placement_free(q);
     }
-    si_placement_free(p);
+    si_placement_free(q);
+}
 
+/* Corrupt or foreign files refused: each corruption of a file of the
+ * neurons gpu, pi.gguf cut short, another model's shape, a missing file. */
+static void check_bad_files(const struct si_model *m, const uint8_t *gpu)
+{
+    char path[256];
+    const int32_t L = m->hp.n_layer, F = m->hp.n_ff;
     /* Corrupt or foreign files */
     const struct {
         enum corrupt c;
@@ -458,6 +453,42 @@ static void test_files(const struct si_model *m)
     path_in(cut, sizeof cut, "missing.gguf");
     expect_read(cut, NULL, SI_E_NOT_FOUND, "missing.gguf");
     free(other);
+}
+
+/* Placement files: PowerInfer's read, others that are not corrupt, ours
+ * written and read back, corrupt or foreign ones refused. */
+static void test_files(const struct si_model *m)
+{
+    char path[256], err[512];
+    const int32_t L = m->hp.n_layer, F = m->hp.n_ff;
+    uint8_t *gpu = calloc((size_t)L * F, 1);
+    for (int32_t k = 0; k < L * F; k++)
+        gpu[k] = (k % 7) < 3;
+    gpu[0] = gpu[1] = gpu[2] = 1; /* layer 0 has at least two GPU neurons */
+
+    /* PowerInfer-style: read, no starinfer keys */
+    path_in(path, sizeof path, "pi.gguf");
+    write_gpuidx(path, L, F, gpu, 123456789, C_NONE);
+    struct si_placement *p = NULL;
+    CHECK(si_placement_read(&p, path, m, err, sizeof err) == SI_OK, "PowerInfer file: %s", err);
+    if (p != NULL) {
+        CHECK(!p->has_meta && p->vram_capacity == 123456789, "PowerInfer file: meta %d, vram %llu",
+              p->has_meta, (unsigned long long)p->vram_capacity);
+        CHECK(!memcmp(p->gpu, gpu, (size_t)L * F), "PowerInfer file: gpu_idx differs");
+        int64_t n = 0;
+        for (int32_t k = 0; k < L * F; k++)
+            n += gpu[k];
+        CHECK(si_placement_gpu_neurons(p) == n, "PowerInfer file: %lld GPU neurons, %lld marked",
+              (long long)si_placement_gpu_neurons(p), (long long)n);
+    }
+    check_fine_files(m, gpu);
+
+    /* Our writer, our keys, read back */
+    if (p != NULL)
+        check_our_file(m, p);
+    si_placement_free(p);
+
+    check_bad_files(m, gpu);
     const char *names[] = {"pi.gguf", "nobucket.gguf", "gguf26.gguf", "ours.gguf", "other.gguf"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         path_in(path, sizeof path, names[k]);

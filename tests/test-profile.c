@@ -213,63 +213,17 @@ static int count_polylines(const char *path)
 }
 
 #define TARGET 0.7
-/*
- * CATS thresholds.  On the same tokens the counting pass sees exactly the
- * values the thresholds were taken from, so each layer's measured rate is
- * 1 - (the share at or below its threshold), and that share is the target
- * up to half the mass of one histogram bin (2^-8 wide relatively): below
- * 1% unless |a| has more than 2% of its mass within 0.4% of the quantile,
- * which a continuous distribution over 200k values does not.  Hence a
- * tolerance of 0.01.  On other tokens (held out) the quantile is estimated,
- * so 0.05 there.
- */
-static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
-                            const int64_t *relu_counts)
-{
-    char model_path[128], path[128], err[512];
-    path_in(model_path, sizeof model_path, "silu.gguf");
-    struct si_synth_params sp = si_synth_default_params();
-    si_synth_preset("tiny", &sp);
-    sp.arch = SI_SYNTH_LLAMA_SILU;
-    sp.type = SI_TYPE_F32;
-    sp.n_layer = 3;
-    sp.n_ff = 512;
-    sp.seed = 11;
-    int rc = si_synth_write(&sp, model_path, err, sizeof err);
-    CHECK(rc == SI_OK, "synth llama-silu: %s", err);
-    struct si_model *m = NULL;
-    if (rc == SI_OK)
-        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (m == NULL)
-        return;
-    CHECK(!si_profile_relu_family(m) && si_profile_relu_family(relu_m), "ReLU family");
-    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
-    const size_t total = (size_t)nl * (size_t)ff;
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = WINDOW;
 
-    /* Thresholds from one pass, and from two calls on the same windows. */
-    struct si_profile_calib *c = NULL, *c2 = NULL;
-    CHECK(si_profile_calib_init(&c, m, err, sizeof err) == SI_OK, "calib init: %s", err);
-    CHECK(si_profile_calib_init(&c2, m, err, sizeof err) == SI_OK, "calib init: %s", err);
-    if (c == NULL || c2 == NULL) {
-        si_profile_calib_free(c);
-        si_profile_calib_free(c2);
-        si_model_free(m);
-        return;
-    }
-    CHECK(si_profile_calib_collect(c, m, ref_runner(rp), toks, N_TOK, err, sizeof err) == SI_OK,
-          "calib collect: %s", err);
-    CHECK(si_profile_calib_collect(c2, m, ref_runner(rp), toks, WINDOW, err, sizeof err) == SI_OK &&
-              si_profile_calib_collect(c2, m, ref_runner(rp), toks + WINDOW, N_TOK - WINDOW, err,
-                                       sizeof err) == SI_OK,
-          "calib collect in two: %s", err);
-    CHECK(si_profile_calib_tokens(c) == N_TOK && si_profile_calib_tokens(c2) == N_TOK,
-          "calib tokens %lld %lld", (long long)si_profile_calib_tokens(c),
-          (long long)si_profile_calib_tokens(c2));
-    struct si_profile *p = NULL, *p2 = NULL;
-    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
-    CHECK(si_profile_init(&p2, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+/* CATS thresholds for TARGET on the SiLU model m, from one pass (c into
+ * p) and from two calls on the same windows (c2 into p2): the same; then
+ * p's counts of toks meet the target in each layer (see test_thresholds). */
+static void check_set_thresholds(const struct si_model *m, const int32_t *toks,
+                                 struct si_ref_params rp, const struct si_profile_calib *c,
+                                 const struct si_profile_calib *c2, struct si_profile *p,
+                                 struct si_profile *p2)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
     double below[3] = {0};
     CHECK(si_profile_set_thresholds(p, c, TARGET, below, err, sizeof err) == SI_OK,
           "set thresholds: %s", err);
@@ -279,7 +233,7 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
               !memcmp(p->thresholds, p2->thresholds, (size_t)nl * sizeof(float)),
           "thresholds from one call and from two differ");
     CHECK(p->target_sparsity == (float)TARGET, "target %g", (double)p->target_sparsity);
-    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
+    int rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
     CHECK(rc == SI_OK, "collect with thresholds: %s", err);
     for (int32_t l = 0; l < nl; l++) {
         int64_t sum = 0;
@@ -296,7 +250,17 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
         CHECK(fabs(rate - (1 - below[l])) < 1e-12, "layer %d: rate %.6f but %.6f above the "
               "threshold in the first pass", (int)l, rate, 1 - below[l]);
     }
+}
 
+/* p's counts with thresholds against an independent count on the SiLU
+ * model m (|act(gate . x)| of each neuron after each FFN), and layer 0's
+ * against the reference's own gate_threshold. */
+static void check_threshold_counts(const struct si_model *m, const int32_t *toks,
+                                   struct si_ref_params rp, const struct si_profile *p)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    const size_t total = (size_t)nl * (size_t)ff;
     /* The independent count: |act(gate . x)| of each neuron after each FFN. */
     int64_t *ind = calloc(total, sizeof *ind);
     int64_t layer0 = 0, layer0_ref = 0;
@@ -343,7 +307,14 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     CHECK(layer0 == layer0_ref, "layer 0: %lld active by the threshold, %lld by the reference's "
           "gate_threshold", (long long)layer0, (long long)layer0_ref);
     free(ind);
+}
 
+/* p2's thresholds on held-out tokens of the SiLU model m: an estimate,
+ * the target within 0.05. */
+static void check_held_out(const struct si_model *m, struct si_ref_params rp, struct si_profile *p2)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
     /* Held-out tokens: the thresholds are an estimate there. */
     int32_t other[N_TOK];
     uint64_t x = 12345;
@@ -361,7 +332,14 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
         printf("llama-silu layer %d: held-out activation rate %.4f\n", (int)l, rate);
         CHECK(fabs(rate - (1 - TARGET)) < 0.05, "layer %d: held-out rate %.4f", (int)l, rate);
     }
+}
 
+/* set_thresholds refuses a profile that has counted (p), a target of 1
+ * and NaN; a target of 0 gives thresholds 0 (calibration c, shape nl x ff). */
+static void check_set_refusals(struct si_profile_calib *c, struct si_profile *p,
+                               struct si_profile *p2, int32_t nl, int32_t ff)
+{
+    char err[512];
     /* Refusals of set_thresholds; S = 0 gives 0. */
     CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_E_INVALID &&
               strstr(err, "already counted") != NULL,
@@ -379,7 +357,14 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
               "target NaN");
     }
     si_profile_free(z);
+}
 
+/* p with thresholds written (silu.prof) and read back with its keys, and
+ * its CDF picture (cdf.svg); the picture into a missing folder refused. */
+static void check_threshold_files(const struct si_model *m, const struct si_profile *p)
+{
+    char path[128], err[512];
+    const int32_t nl = m->hp.n_layer;
     /* Round trip, with the keys. */
     path_in(path, sizeof path, "silu.prof");
     CHECK(si_profile_write(p, path, err, sizeof err) == SI_OK, "write: %s", err);
@@ -414,7 +399,13 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     path_in(path, sizeof path, "no/such/dir.svg");
     CHECK(si_profile_write_svg(p, path, "x", err, sizeof err) == SI_E_NOT_FOUND,
           "svg into a missing directory: %s", err);
+}
 
+/* Bad thresholds (p's made so, into bad.prof): refused by the writer and
+ * the reader; good ones read. */
+static void check_bad_thresholds(struct si_profile *p)
+{
+    char path[128], err[512];
     /* Bad thresholds: refused by the writer and the reader. */
     p->thresholds[1] = -0.5f;
     path_in(path, sizeof path, "bad.prof");
@@ -442,11 +433,19 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     write_thr(path, NULL, 0, 0.5);
     expect_read(path, NULL, SI_E_FORMAT, "target_sparsity without starinfer.profile.gate_threshold");
     write_thr(path, thr, 2, 0.5);
+    struct si_profile *r = NULL;
     CHECK(si_profile_read(&r, path, NULL, err, sizeof err) == SI_OK && r != NULL &&
               r->thresholds[0] == 0.25f && r->thresholds[1] == 0.5f && r->target_sparsity == 0.5f,
           "good thresholds read: %s", err);
     si_profile_free(r);
+}
 
+/* The ReLU model relu_m: thresholds 0 (no first pass needed), the same
+ * counts as without (relu_counts); a threshold refused. */
+static void check_relu_thresholds(const struct si_model *relu_m, const int32_t *toks,
+                                  struct si_ref_params rp, const int64_t *relu_counts)
+{
+    char err[512];
     /* The ReLU model: thresholds 0 (no first pass needed), the same counts. */
     struct si_profile_calib *cr = NULL;
     struct si_profile *pr = NULL;
@@ -474,6 +473,71 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     }
     si_profile_free(pr);
     si_profile_calib_free(cr);
+}
+
+/*
+ * CATS thresholds.  On the same tokens the counting pass sees exactly the
+ * values the thresholds were taken from, so each layer's measured rate is
+ * 1 - (the share at or below its threshold), and that share is the target
+ * up to half the mass of one histogram bin (2^-8 wide relatively): below
+ * 1% unless |a| has more than 2% of its mass within 0.4% of the quantile,
+ * which a continuous distribution over 200k values does not.  Hence a
+ * tolerance of 0.01.  On other tokens (held out) the quantile is estimated,
+ * so 0.05 there.
+ */
+static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
+                            const int64_t *relu_counts)
+{
+    char model_path[128], path[128], err[512];
+    path_in(model_path, sizeof model_path, "silu.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_SILU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 3;
+    sp.n_ff = 512;
+    sp.seed = 11;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth llama-silu: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL)
+        return;
+    CHECK(!si_profile_relu_family(m) && si_profile_relu_family(relu_m), "ReLU family");
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+
+    /* Thresholds from one pass, and from two calls on the same windows. */
+    struct si_profile_calib *c = NULL, *c2 = NULL;
+    CHECK(si_profile_calib_init(&c, m, err, sizeof err) == SI_OK, "calib init: %s", err);
+    CHECK(si_profile_calib_init(&c2, m, err, sizeof err) == SI_OK, "calib init: %s", err);
+    if (c == NULL || c2 == NULL) {
+        si_profile_calib_free(c);
+        si_profile_calib_free(c2);
+        si_model_free(m);
+        return;
+    }
+    CHECK(si_profile_calib_collect(c, m, ref_runner(rp), toks, N_TOK, err, sizeof err) == SI_OK,
+          "calib collect: %s", err);
+    CHECK(si_profile_calib_collect(c2, m, ref_runner(rp), toks, WINDOW, err, sizeof err) == SI_OK &&
+              si_profile_calib_collect(c2, m, ref_runner(rp), toks + WINDOW, N_TOK - WINDOW, err,
+                                       sizeof err) == SI_OK,
+          "calib collect in two: %s", err);
+    CHECK(si_profile_calib_tokens(c) == N_TOK && si_profile_calib_tokens(c2) == N_TOK,
+          "calib tokens %lld %lld", (long long)si_profile_calib_tokens(c),
+          (long long)si_profile_calib_tokens(c2));
+    struct si_profile *p = NULL, *p2 = NULL;
+    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    CHECK(si_profile_init(&p2, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    check_set_thresholds(m, toks, rp, c, c2, p, p2);
+    check_threshold_counts(m, toks, rp, p);
+    check_held_out(m, rp, p2);
+    check_set_refusals(c, p, p2, nl, ff);
+    check_threshold_files(m, p);
+    check_bad_thresholds(p);
+    check_relu_thresholds(relu_m, toks, rp, relu_counts);
 
     si_profile_free(p);
     si_profile_free(p2);
@@ -487,55 +551,12 @@ static void test_thresholds(const struct si_model *relu_m, const int32_t *toks,
     }
 }
 
-int main(void)
+/* p's counts of m against the independent count ref, neuron by neuron,
+ * and the mean activation rate against the planted sparsity. */
+static void check_counts(const struct si_model *m, const struct si_profile *p, const int64_t *ref,
+                         double sparsity)
 {
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_top_fraction();
-
-    char model_path[128], prof_path[128], path[128], err[512];
-    path_in(model_path, sizeof model_path, "model.gguf");
-    struct si_synth_params sp = si_synth_default_params();
-    si_synth_preset("tiny", &sp);
-    sp.arch = SI_SYNTH_LLAMA_RELU;
-    sp.type = SI_TYPE_F32;
-    sp.n_layer = 3;
-    sp.n_ff = 512;
-    sp.seed = 7;
-    int rc = si_synth_write(&sp, model_path, err, sizeof err);
-    CHECK(rc == SI_OK, "synth: %s", err);
-    struct si_model *m = NULL;
-    if (rc == SI_OK)
-        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (m == NULL) {
-        unlink(model_path);
-        rmdir(dir);
-        return test_result();
-    }
-    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
-    const size_t total = (size_t)nl * (size_t)ff;
-
-    /* Pseudo-random tokens. */
-    int32_t toks[N_TOK];
-    uint64_t x = 0x9e3779b97f4a7c15u;
-    for (int i = 0; i < N_TOK; i++) {
-        x = x * 6364136223846793005u + 1442695040888963407u;
-        toks[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
-    }
-
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = WINDOW;
-    struct si_profile *p = NULL;
-    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
-    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
-    CHECK(rc == SI_OK, "collect: %s", err);
-    CHECK(p->n_tokens == N_TOK, "n_tokens %lld", (long long)p->n_tokens);
-
-    /* Against the independent count, neuron by neuron. */
-    int64_t *ref = calloc(total, sizeof *ref);
-    independent_count(m, rp, toks, N_TOK, ref);
+    const size_t total = (size_t)m->hp.n_layer * (size_t)m->hp.n_ff;
     int64_t diff = 0, sum = 0, max = 0;
     for (size_t k = 0; k < total; k++) {
         diff += p->counts[k] != ref[k];
@@ -546,10 +567,18 @@ int main(void)
           (long long)diff);
     CHECK(max <= N_TOK, "a count above n_tokens: %lld", (long long)max);
     const double rate = (double)sum / ((double)total * N_TOK);
-    printf("collected %d tokens: mean activation rate %.4f (planted %.2f), max count %lld\n",
-           N_TOK, rate, 1 - sp.sparsity, (long long)max);
+    printf("collected %d tokens: mean activation rate %.4f (planted %.2f), max count %lld\n", N_TOK,
+           rate, 1 - sparsity, (long long)max);
     CHECK(rate > 0.05 && rate < 0.15, "mean activation rate %.4f, planted 0.1", rate);
+}
 
+/* The planted activity shows in p's counts of m: per layer, counts
+ * correlate with the planted probabilities, the planted top 20% fire far
+ * more often than the rest, and about 20% of the neurons carry 80% of the
+ * activations. */
+static void check_planted(const struct si_model *m, const struct si_profile *p)
+{
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
     /* The planted activity shows: per layer, counts correlate with the
      * planted probabilities, and the planted top 20% fire far more often
      * than the rest. */
@@ -605,12 +634,23 @@ int main(void)
     const double top = si_profile_top_fraction(p, 0.8);
     printf("%.1f%% of the neurons carry 80%% of the activations (planted: 20%%)\n", 100 * top);
     CHECK(top > 0.1 && top < 0.3, "top fraction %.3f, planted 0.2", top);
+}
 
+/* Collecting toks again into p adds (twice ref), nothing adds nothing;
+ * collect's refusals leave the profile unchanged.  Returns the narrower
+ * profile the refusals used (n_ff / 2; NULL if it failed), for the reader's. */
+static struct si_profile *check_collect_again(const struct si_model *m, const int32_t *toks,
+                                              struct si_ref_params rp, struct si_profile *p,
+                                              const int64_t *ref)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    const size_t total = (size_t)nl * (size_t)ff;
     /* Collecting again adds. */
-    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
+    int rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
     CHECK(rc == SI_OK, "second collect: %s", err);
     CHECK(p->n_tokens == 2 * N_TOK, "n_tokens after two collects: %lld", (long long)p->n_tokens);
-    diff = 0;
+    int64_t diff = 0;
     for (size_t k = 0; k < total; k++)
         diff += p->counts[k] != 2 * ref[k];
     CHECK(diff == 0, "%lld neurons not doubled by a second collect", (long long)diff);
@@ -635,10 +675,18 @@ int main(void)
         CHECK(q->n_tokens == 0, "a failed collect counts nothing");
     }
     CHECK(p->n_tokens == 2 * N_TOK, "a failed collect leaves the profile unchanged");
+    return q;
+}
 
+/* p written to prof_path and read back, with and without the model m;
+ * the file's keys and tensors. */
+static void check_round_trip(const struct si_model *m, const struct si_profile *p,
+                             const char *prof_path)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
     /* Round trip, with and without the model. */
-    path_in(prof_path, sizeof prof_path, "profile.gguf");
-    rc = si_profile_write(p, prof_path, err, sizeof err);
+    int rc = si_profile_write(p, prof_path, err, sizeof err);
     CHECK(rc == SI_OK, "write: %s", err);
     struct si_profile *r = NULL;
     rc = si_profile_read(&r, prof_path, m, err, sizeof err);
@@ -665,7 +713,15 @@ int main(void)
         CHECK(g->n_tensors == (uint64_t)nl, "%llu tensors", (unsigned long long)g->n_tensors);
         si_gguf_free(g);
     }
+}
 
+/* The reader's refusals: a missing file, a model file (model_path), the
+ * narrow profile q against m (and the writer's of bad counts), the
+ * profile file prof_path cut short. */
+static void check_read_refusals(const struct si_model *m, struct si_profile *q,
+                                const char *model_path, const char *prof_path)
+{
+    char path[128], err[512];
     /* The reader's refusals. */
     path_in(path, sizeof path, "missing.gguf");
     expect_read(path, NULL, SI_E_NOT_FOUND, "No such file");
@@ -699,6 +755,14 @@ int main(void)
             fclose(o);
         expect_read(path, m, SI_E_FORMAT, "cut.gguf: ");
     }
+}
+
+/* The reader's refusals of hand-written files (raw.gguf): counts out of
+ * range or not whole, a missing key, a wrong type, a layer's tensor of the
+ * wrong shape or missing; F32 counts of whole numbers read. */
+static void check_raw_refusals(void)
+{
+    char path[128], err[512];
     int32_t *vals = calloc((size_t)2 * 8, sizeof *vals);
     path_in(path, sizeof path, "raw.gguf");
     vals[5] = 11;
@@ -719,7 +783,8 @@ int main(void)
     expect_read(path, NULL, SI_E_FORMAT, "count 2.5 of neuron 3");
     fv[3] = 7.0f;
     write_raw(path, true, 10, 2, 8, SI_TYPE_F32, fv);
-    rc = si_profile_read(&r, path, NULL, err, sizeof err);
+    struct si_profile *r = NULL;
+    int rc = si_profile_read(&r, path, NULL, err, sizeof err);
     CHECK(rc == SI_OK && r != NULL && r->counts[3] == 7 && r->n_tokens == 10 && r->n_layer == 2 &&
               r->n_ff == 8,
           "F32 counts of whole numbers are read: %s", err);
@@ -741,6 +806,64 @@ int main(void)
                             : "tensor blk.1.ffn_act_count has 2 dimensions [4, 2, ...], expected [8]");
     }
     free(vals);
+}
+
+int main(void)
+{
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_top_fraction();
+
+    char model_path[128], prof_path[128], path[128], err[512];
+    path_in(model_path, sizeof model_path, "model.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_RELU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 3;
+    sp.n_ff = 512;
+    sp.seed = 7;
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL) {
+        unlink(model_path);
+        rmdir(dir);
+        return test_result();
+    }
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
+    const size_t total = (size_t)nl * (size_t)ff;
+
+    /* Pseudo-random tokens. */
+    int32_t toks[N_TOK];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N_TOK; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        toks[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+    struct si_profile *p = NULL;
+    CHECK(si_profile_init(&p, nl, ff, err, sizeof err) == SI_OK, "init: %s", err);
+    rc = si_profile_collect(p, m, ref_runner(rp), toks, N_TOK, err, sizeof err);
+    CHECK(rc == SI_OK, "collect: %s", err);
+    CHECK(p->n_tokens == N_TOK, "n_tokens %lld", (long long)p->n_tokens);
+
+    /* Against the independent count, neuron by neuron. */
+    int64_t *ref = calloc(total, sizeof *ref);
+    independent_count(m, rp, toks, N_TOK, ref);
+    check_counts(m, p, ref, sp.sparsity);
+    check_planted(m, p);
+    struct si_profile *q = check_collect_again(m, toks, rp, p, ref);
+    path_in(prof_path, sizeof prof_path, "profile.gguf");
+    check_round_trip(m, p, prof_path);
+    check_read_refusals(m, q, model_path, prof_path);
+    check_raw_refusals();
 
     test_thresholds(m, toks, ref);
 

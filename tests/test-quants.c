@@ -1358,6 +1358,182 @@ static void test_dot_act2(void)
     }
 }
 
+/* One round of test_pack8: eight rows of n values of type t (rb bytes
+ * each), packed, and an input row in the activations' type at (ab bytes),
+ * each at an odd address; the kernel tables this CPU runs. */
+struct pack8_round {
+    uint32_t t, at;
+    int64_t n;
+    size_t rb, ab;
+    const uint8_t *rows, *pk, *xa;
+    bool extreme; /* quants at the ends of their range */
+    const struct si__quants_table *const *tables;
+    const bool *usable;
+};
+
+/* Each table's packed dot (dot_act8) against its dot_act of the unpacked
+ * rows, bit for bit; the number of dots compared. */
+static int check_packed_dots(const struct pack8_round *q)
+{
+    const uint32_t t = q->t;
+    const int64_t n = q->n;
+    int compared = 0;
+    for (int k = 0; k < 3; k++) {
+        const struct si__quants_kernels *kern = &q->tables[k]->type[t];
+        if (!q->usable[k] || (k == 2 && kern->dot_act == NULL && kern->dot_act8 == NULL))
+            continue; /* VNNI's overlay keeps the AVX2 kernels of this type */
+        CHECK(kern->dot_act8 != NULL, "%s %s: no packed dot", q->tables[k]->name, si_type_name(t));
+        if (kern->dot_act8 == NULL)
+            continue;
+        /* VNNI's table holds only its own kernels: its rows'
+         * dot is the AVX2 table's (the same bits). */
+        si__dot_act_fn dot =
+            kern->dot_act != NULL ? kern->dot_act : si__quants_avx2.type[t].dot_act;
+        float got[8];
+        kern->dot_act8(q->pk, q->xa, n, got);
+        for (int r = 0; r < 8; r++) {
+            const float want = dot(q->rows + (size_t)r * q->rb, q->xa, n);
+            CHECK(memcmp(&got[r], &want, sizeof want) == 0,
+                  "%s %s n=%lld row %d: packed %a, dot_act %a", q->tables[k]->name, si_type_name(t),
+                  (long long)n, r, (double)got[r], (double)want);
+            compared++;
+        }
+    }
+    return compared;
+}
+
+/* Each table's dequantize8 of the packed rows against its dequantize of
+ * each row, bit for bit. */
+static void check_dequantize8(const struct pack8_round *q)
+{
+    const uint32_t t = q->t;
+    const int64_t n = q->n;
+    for (int k = 0; k < 3; k++) {
+        const struct si__quants_kernels *kern = &q->tables[k]->type[t];
+        if (!q->usable[k] || k == 2)
+            continue; /* VNNI's table has no dequantizers */
+        float *d8 = malloc(8 * (size_t)n * sizeof *d8), *d1 = malloc((size_t)n * 4);
+        kern->dequantize8(q->pk, n, d8);
+        for (int r = 0; r < 8; r++) {
+            kern->dequantize(q->rows + (size_t)r * q->rb, d1, n);
+            CHECK(memcmp(d8 + (size_t)r * n, d1, (size_t)n * 4) == 0,
+                  "%s %s n=%lld row %d: dequantize8 differs", q->tables[k]->name, si_type_name(t),
+                  (long long)n, r);
+        }
+        free(d8);
+        free(d1);
+    }
+}
+
+/* si_gemm8 of the packed rows by 11 tokens (the first extreme in the
+ * extreme rounds): each token's bits whatever tokens share its call, and
+ * within the float sums' reordering of dot_act; the number compared. */
+static int check_gemm8(const struct pack8_round *q)
+{
+    const uint32_t t = q->t, at = q->at;
+    const int64_t n = q->n;
+    const size_t ab = q->ab, rb = q->rb;
+    const bool extreme = q->extreme;
+    int compared = 0;
+    enum { NT = 11 };
+    /* 11 tokens (the first extreme in the extreme rounds):
+     * tiles of 4 and 8 and their ends */
+    size_t xs = ab;
+    uint8_t *xs3 = malloc(NT * ab);
+    int32_t *sums = malloc(NT * (size_t)(n / 32) * sizeof *sums);
+    float *xt = malloc(NT * (size_t)n * sizeof *xt), *wr = malloc((size_t)n * 4);
+    float y3[NT * 8];
+    for (int tk = 0; tk < NT; tk++) {
+        for (int64_t k = 0; k < n; k++)
+            xt[tk * n + k] = tk == 0 && extreme ? ((k % 3) ? 4.0f : -4.0f) : (float)uniform(-2, 2);
+        si_quantize_act(at, xt + tk * n, xs3 + tk * xs, n);
+        si_act_block_sums(at, xs3 + tk * xs, n, sums + tk * (n / 32));
+    }
+    si_gemm8(t, q->pk, n, xs3, xs, sums, NT, y3, 8);
+    /* each token's bits whatever tokens share its call
+     * (tiles of 8, 4, 2, 1): a batch's token equals itself
+     * in any other batch */
+    for (int s0 = 0; s0 < NT; s0 += 3)
+        for (int m = 1; s0 + m <= NT; m++) {
+            float ym[NT * 8];
+            si_gemm8(t, q->pk, n, xs3 + (size_t)s0 * xs, xs, sums + (size_t)s0 * (size_t)(n / 32),
+                     m, ym, 8);
+            CHECK(memcmp(ym, y3 + s0 * 8, (size_t)m * 8 * sizeof *ym) == 0,
+                  "%s n=%lld: gemm8 of tokens %d..%d alone differs from them "
+                  "in the batch of %d",
+                  si_type_name(t), (long long)n, s0, s0 + m - 1, NT);
+        }
+    for (int r = 0; r < 8; r++) {
+        si_dequantize_row(t, q->rows + (size_t)r * rb, wr, n);
+        float wmax = 0.0f;
+        for (int64_t k = 0; k < n; k++)
+            wmax = fmaxf(wmax, fabsf(wr[k]));
+        for (int tk = 0; tk < NT; tk++) {
+            const float want = si_vec_dot_act(t, q->rows + (size_t)r * rb, xs3 + tk * xs, n);
+            /* The float sums differ in order: within a
+             * millionth of the size of the terms summed
+             * (a min's term is at most the largest weight),
+             * for the K types' mins cancel in the end.
+             * Q4_K's batched kernel keeps dot_act's float
+             * steps: exact. */
+            double mag = 0;
+            for (int64_t k = 0; k < n; k++)
+                mag += fabs((double)xt[tk * n + k]) * (fabsf(wr[k]) + wmax);
+            const float tol = t == SI_TYPE_Q4_K
+                                  ? 0.0f
+                                  : 1e-5f * (fabsf(want) + (float)n * 0.01f) + 1e-6f * (float)mag;
+            CHECK(fabsf(y3[tk * 8 + r] - want) <= tol,
+                  "%s n=%lld token %d row %d: gemm8 %.9g, dot_act %.9g", si_type_name(t),
+                  (long long)n, tk, r, (double)y3[tk * 8 + r], (double)want);
+            compared++;
+        }
+    }
+    free(xs3);
+    free(sums);
+    free(xt);
+    free(wr);
+    return compared;
+}
+
+/* The same rows by pointers, in another order (dot_act8p, with lookahead
+ * pointers for some): each table's against its dot_act, and
+ * si_vec_dot_act8p's against si_vec_dot_act; the number compared. */
+static int check_dot_act8p(const struct pack8_round *q)
+{
+    const uint32_t t = q->t;
+    const int64_t n = q->n;
+    int compared = 0;
+    const void *rp[8], *ah[8];
+    for (int r = 0; r < 8; r++) {
+        rp[r] = q->rows + (size_t)((r * 3) % 8) * q->rb;
+        ah[r] = r % 2 ? q->rows + (size_t)r * q->rb : NULL;
+    }
+    for (int k = 0; k < 3; k++) {
+        const struct si__quants_kernels *kern = &q->tables[k]->type[t];
+        if (!q->usable[k] || kern->dot_act8p == NULL)
+            continue;
+        si__dot_act_fn dot =
+            kern->dot_act != NULL ? kern->dot_act : si__quants_avx2.type[t].dot_act;
+        float o[8];
+        kern->dot_act8p(rp, q->xa, n, o, ah);
+        for (int r = 0; r < 8; r++) {
+            const float want = dot(rp[r], q->xa, n);
+            CHECK(memcmp(&o[r], &want, sizeof want) == 0,
+                  "%s %s n=%lld row %d: dot_act8p %a, dot_act %a", q->tables[k]->name,
+                  si_type_name(t), (long long)n, r, (double)o[r], (double)want);
+            compared++;
+        }
+    }
+    float o[8];
+    si_vec_dot_act8p(t, rp, q->xa, n, o, NULL);
+    for (int r = 0; r < 8; r++) {
+        const float want = si_vec_dot_act(t, rp[r], q->xa, n);
+        CHECK(memcmp(&o[r], &want, sizeof want) == 0, "%s n=%lld row %d: si_vec_dot_act8p differs",
+              si_type_name(t), (long long)n, r);
+    }
+    return compared;
+}
+
 /*
  * Packed groups (model/pack8.h): for every table this CPU runs (and VNNI's),
  * each row's packed dot equals that table's dot_act of the unpacked row bit
@@ -1403,139 +1579,22 @@ static void test_pack8(void)
                     CHECK(memcmp(back, rows + 1 + (size_t)r * rb, rb) == 0,
                           "%s n=%lld: row %d unpacked differs", si_type_name(t), (long long)n, r);
                 }
-                for (int k = 0; k < 3; k++) {
-                    const struct si__quants_kernels *kern = &tables[k]->type[t];
-                    if (!usable[k] || (k == 2 && kern->dot_act == NULL && kern->dot_act8 == NULL))
-                        continue; /* VNNI's overlay keeps the AVX2 kernels of this type */
-                    CHECK(kern->dot_act8 != NULL, "%s %s: no packed dot", tables[k]->name,
-                          si_type_name(t));
-                    if (kern->dot_act8 == NULL)
-                        continue;
-                    /* VNNI's table holds only its own kernels: its rows'
-                     * dot is the AVX2 table's (the same bits). */
-                    si__dot_act_fn dot = kern->dot_act != NULL ? kern->dot_act
-                                                               : si__quants_avx2.type[t].dot_act;
-                    float got[8];
-                    kern->dot_act8(pk + 1, xa + 1, n, got);
-                    for (int r = 0; r < 8; r++) {
-                        const float want = dot(rows + 1 + (size_t)r * rb, xa + 1, n);
-                        CHECK(memcmp(&got[r], &want, sizeof want) == 0,
-                              "%s %s n=%lld row %d: packed %a, dot_act %a", tables[k]->name,
-                              si_type_name(t), (long long)n, r, (double)got[r], (double)want);
-                        compared++;
-                    }
-                }
-                for (int k = 0; k < 3; k++) {
-                    const struct si__quants_kernels *kern = &tables[k]->type[t];
-                    if (!usable[k] || k == 2)
-                        continue; /* VNNI's table has no dequantizers */
-                    float *d8 = malloc(8 * (size_t)n * sizeof *d8), *d1 = malloc((size_t)n * 4);
-                    kern->dequantize8(pk + 1, n, d8);
-                    for (int r = 0; r < 8; r++) {
-                        kern->dequantize(rows + 1 + (size_t)r * rb, d1, n);
-                        CHECK(memcmp(d8 + (size_t)r * n, d1, (size_t)n * 4) == 0,
-                              "%s %s n=%lld row %d: dequantize8 differs", tables[k]->name,
-                              si_type_name(t), (long long)n, r);
-                    }
-                    free(d8);
-                    free(d1);
-                }
-                if (si_gemm8_available(t)) {
-                    enum { NT = 11 };
-                    /* 11 tokens (the first extreme in the extreme rounds):
-                     * tiles of 4 and 8 and their ends */
-                    size_t xs = ab;
-                    uint8_t *xs3 = malloc(NT * ab);
-                    int32_t *sums = malloc(NT * (size_t)(n / 32) * sizeof *sums);
-                    float *xt = malloc(NT * (size_t)n * sizeof *xt), *wr = malloc((size_t)n * 4);
-                    float y3[NT * 8];
-                    for (int tk = 0; tk < NT; tk++) {
-                        for (int64_t k = 0; k < n; k++)
-                            xt[tk * n + k] = tk == 0 && extreme ? ((k % 3) ? 4.0f : -4.0f)
-                                                                : (float)uniform(-2, 2);
-                        si_quantize_act(at, xt + tk * n, xs3 + tk * xs, n);
-                        si_act_block_sums(at, xs3 + tk * xs, n, sums + tk * (n / 32));
-                    }
-                    si_gemm8(t, pk + 1, n, xs3, xs, sums, NT, y3, 8);
-                    /* each token's bits whatever tokens share its call
-                     * (tiles of 8, 4, 2, 1): a batch's token equals itself
-                     * in any other batch */
-                    for (int s0 = 0; s0 < NT; s0 += 3)
-                        for (int m = 1; s0 + m <= NT; m++) {
-                            float ym[NT * 8];
-                            si_gemm8(t, pk + 1, n, xs3 + (size_t)s0 * xs, xs,
-                                     sums + (size_t)s0 * (size_t)(n / 32), m, ym, 8);
-                            CHECK(memcmp(ym, y3 + s0 * 8, (size_t)m * 8 * sizeof *ym) == 0,
-                                  "%s n=%lld: gemm8 of tokens %d..%d alone differs from them "
-                                  "in the batch of %d",
-                                  si_type_name(t), (long long)n, s0, s0 + m - 1, NT);
-                        }
-                    for (int r = 0; r < 8; r++) {
-                        si_dequantize_row(t, rows + 1 + (size_t)r * rb, wr, n);
-                        float wmax = 0.0f;
-                        for (int64_t k = 0; k < n; k++)
-                            wmax = fmaxf(wmax, fabsf(wr[k]));
-                        for (int tk = 0; tk < NT; tk++) {
-                            const float want =
-                                si_vec_dot_act(t, rows + 1 + (size_t)r * rb, xs3 + tk * xs, n);
-                            /* The float sums differ in order: within a
-                             * millionth of the size of the terms summed
-                             * (a min's term is at most the largest weight),
-                             * for the K types' mins cancel in the end.
-                             * Q4_K's batched kernel keeps dot_act's float
-                             * steps: exact. */
-                            double mag = 0;
-                            for (int64_t k = 0; k < n; k++)
-                                mag += fabs((double)xt[tk * n + k]) * (fabsf(wr[k]) + wmax);
-                            const float tol =
-                                t == SI_TYPE_Q4_K
-                                    ? 0.0f
-                                    : 1e-5f * (fabsf(want) + (float)n * 0.01f) + 1e-6f * (float)mag;
-                            CHECK(fabsf(y3[tk * 8 + r] - want) <= tol,
-                                  "%s n=%lld token %d row %d: gemm8 %.9g, dot_act %.9g",
-                                  si_type_name(t), (long long)n, tk, r, (double)y3[tk * 8 + r],
-                                  (double)want);
-                            compared++;
-                        }
-                    }
-                    free(xs3);
-                    free(sums);
-                    free(xt);
-                    free(wr);
-                }
-                { /* the same rows by pointers, in another order */
-                    const void *rp[8], *ah[8];
-                    for (int r = 0; r < 8; r++) {
-                        rp[r] = rows + 1 + (size_t)((r * 3) % 8) * rb;
-                        ah[r] = r % 2 ? rows + 1 + (size_t)r * rb : NULL;
-                    }
-                    for (int k = 0; k < 3; k++) {
-                        const struct si__quants_kernels *kern = &tables[k]->type[t];
-                        if (!usable[k] || kern->dot_act8p == NULL)
-                            continue;
-                        si__dot_act_fn dot = kern->dot_act != NULL
-                                                 ? kern->dot_act
-                                                 : si__quants_avx2.type[t].dot_act;
-                        float o[8];
-                        kern->dot_act8p(rp, xa + 1, n, o, ah);
-                        for (int r = 0; r < 8; r++) {
-                            const float want = dot(rp[r], xa + 1, n);
-                            CHECK(memcmp(&o[r], &want, sizeof want) == 0,
-                                  "%s %s n=%lld row %d: dot_act8p %a, dot_act %a",
-                                  tables[k]->name, si_type_name(t), (long long)n, r,
-                                  (double)o[r], (double)want);
-                            compared++;
-                        }
-                    }
-                    float o[8];
-                    si_vec_dot_act8p(t, rp, xa + 1, n, o, NULL);
-                    for (int r = 0; r < 8; r++) {
-                        const float want = si_vec_dot_act(t, rp[r], xa + 1, n);
-                        CHECK(memcmp(&o[r], &want, sizeof want) == 0,
-                              "%s n=%lld row %d: si_vec_dot_act8p differs", si_type_name(t),
-                              (long long)n, r);
-                    }
-                }
+                const struct pack8_round q = {.t = t,
+                                              .at = at,
+                                              .n = n,
+                                              .rb = rb,
+                                              .ab = ab,
+                                              .rows = rows + 1,
+                                              .pk = pk + 1,
+                                              .xa = xa + 1,
+                                              .extreme = extreme,
+                                              .tables = tables,
+                                              .usable = usable};
+                compared += check_packed_dots(&q);
+                check_dequantize8(&q);
+                if (si_gemm8_available(t))
+                    compared += check_gemm8(&q);
+                compared += check_dot_act8p(&q);
                 float got[8];
                 si_vec_dot_act8(t, pk + 1, xa + 1, n, got);
                 for (int r = 0; r < 8; r++) {

@@ -183,6 +183,236 @@ static void activity(const struct si_gguf *g, enum si_synth_arch arch, int64_t l
     free(rate);
 }
 
+/* The file's keys (g, written from p): the architecture's, the
+ * activation, the shapes, the norms' epsilon, the rope's. */
+static void check_metadata(const struct si_gguf *g, const struct si_synth_params *p,
+                           const char *file)
+{
+    const bool opt = p->arch == SI_SYNTH_OPT;
+    const char *arch = opt ? "opt" : p->arch == SI_SYNTH_BAMBOO ? "bamboo" : "llama";
+    const int64_t d = p->n_embd, ff = p->n_ff;
+    char key[128];
+
+    CHECK(g->powerinfer == p->powerinfer, "%s: magic %s", file, g->magic);
+    check_str(g, "general.architecture", arch);
+    check_str(g, "starinfer.ffn_activation", p->arch == SI_SYNTH_LLAMA_SILU ? "silu" : "relu");
+    snprintf(key, sizeof key, "%s.embedding_length", arch);
+    check_u32(g, key, (uint64_t)d);
+    snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+    check_u32(g, key, (uint64_t)ff);
+    snprintf(key, sizeof key, "%s.block_count", arch);
+    check_u32(g, key, (uint64_t)p->n_layer);
+    snprintf(key, sizeof key, "%s.context_length", arch);
+    check_u32(g, key, (uint64_t)p->n_ctx + (opt ? 2 : 0)); /* OPT: positions from row 2 */
+    snprintf(key, sizeof key, "%s.attention.head_count", arch);
+    check_u32(g, key, (uint64_t)p->n_head);
+    double eps = 0;
+    snprintf(key, sizeof key, "%s.attention.layer_norm%s_epsilon", arch, opt ? "" : "_rms");
+    CHECK(si_gguf_get_f64(g, key, &eps) == SI_OK && fabs(eps - 1e-5) < 1e-9, "%s", key);
+    if (!opt) {
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        check_u32(g, key, (uint64_t)p->n_head_kv);
+        snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+        check_u32(g, key, (uint64_t)(d / p->n_head));
+        double base = 0;
+        snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+        CHECK(si_gguf_get_f64(g, key, &base) == SI_OK && base == 10000.0, "%s", key);
+    }
+}
+
+/* The tokenizer (g, written from p): byte tokens in GPT-2's alphabet,
+ * specials, types. */
+static void check_tokenizer(const struct si_gguf *g, const struct si_synth_params *p)
+{
+    /* The tokenizer: byte tokens in GPT-2's alphabet, specials, types. */
+    check_str(g, "tokenizer.ggml.model", "gpt2");
+    check_str(g, "tokenizer.ggml.pre", "default");
+    check_u32(g, "tokenizer.ggml.bos_token_id", 256);
+    check_u32(g, "tokenizer.ggml.eos_token_id", 257);
+    int64_t it = si_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t ity = si_gguf_find_key(g, "tokenizer.ggml.token_type");
+    int64_t im = si_gguf_find_key(g, "tokenizer.ggml.merges");
+    CHECK(it >= 0 && ity >= 0 && im >= 0, "tokenizer arrays");
+    if (it >= 0 && ity >= 0 && im >= 0) {
+        const struct si_gguf_kv *tk = &g->kv[it], *ty = &g->kv[ity], *mg = &g->kv[im];
+        CHECK(tk->arr_type == SI_GGUF_STRING && tk->arr_n == (uint64_t)p->n_vocab, "tokens");
+        CHECK(ty->arr_type == SI_GGUF_INT32 && ty->arr_n == (uint64_t)p->n_vocab, "token types");
+        if (tk->arr_n == (uint64_t)p->n_vocab && p->n_vocab >= 300) {
+            CHECK(si_gguf_str_eq(tk->strs['A'], "A"), "byte 'A'");
+            CHECK(si_gguf_str_eq(tk->strs[' '], "\xc4\xa0"), "byte ' ' is U+0120");
+            CHECK(si_gguf_str_eq(tk->strs[0], "\xc4\x80"), "byte 0 is U+0100");
+            CHECK(si_gguf_str_eq(tk->strs[173], "\xc5\x83"), "byte 173 is U+0143");
+            CHECK(si_gguf_str_eq(tk->strs[256], "<s>") && si_gguf_str_eq(tk->strs[257], "</s>"),
+                  "BOS, EOS");
+            CHECK(si_gguf_str_eq(tk->strs[258], "\xc4\xa0" "a"), "first merged token");
+            CHECK(mg->arr_n == (uint64_t)(p->n_vocab - 258) &&
+                      si_gguf_str_eq(mg->strs[0], "\xc4\xa0 a"),
+                  "merges");
+            int32_t tt[4];
+            memcpy(&tt[0], ty->arr_data + 4 * 65, 4);
+            memcpy(&tt[1], ty->arr_data + 4 * 256, 4);
+            memcpy(&tt[2], ty->arr_data + 4 * 257, 4);
+            memcpy(&tt[3], ty->arr_data + 4 * 258, 4);
+            CHECK(tt[0] == 1 && tt[1] == 3 && tt[2] == 3 && tt[3] == 1, "token types");
+        }
+    }
+}
+
+/* Layer l's tensors (g, written from p): shapes and types, those of the
+ * other architectures or layout absent, the predictor's. */
+static void check_layer_shapes(const struct si_gguf *g, const struct si_synth_params *p, int64_t l)
+{
+    const bool opt = p->arch == SI_SYNTH_OPT;
+    const int64_t d = p->n_embd, ff = p->n_ff, kv = opt ? d : d / p->n_head * p->n_head_kv;
+    const uint32_t t = p->type, f32 = SI_TYPE_F32;
+    char name[128];
+    struct {
+        const char *suffix;
+        uint32_t type;
+        int64_t ne0, ne1;
+        bool opt_only, llama_only;
+    } shapes[] = {
+        {"attn_norm.weight", f32, d, 1, false, false},
+        {"attn_norm.bias", f32, d, 1, true, false},
+        {"attn_q.weight", t, d, d, false, false},
+        {"attn_k.weight", t, d, kv, false, false},
+        {"attn_v.weight", t, d, kv, false, false},
+        {"attn_q.bias", f32, d, 1, true, false},
+        {"attn_k.bias", f32, d, 1, true, false},
+        {"attn_v.bias", f32, d, 1, true, false},
+        {"attn_output.weight", t, d, d, false, false},
+        {"attn_output.bias", f32, d, 1, true, false},
+        {"ffn_norm.weight", f32, d, 1, false, false},
+        {"ffn_norm.bias", f32, d, 1, true, false},
+        {"ffn_gate.weight", t, d, ff, false, true},
+        {"ffn_up.weight", t, d, ff, false, false},
+        {"ffn_up.bias", f32, ff, 1, true, false},
+        {"ffn_down.weight", t, ff, d, false, false},
+        {"ffn_down.bias", f32, d, 1, true, false},
+        {"ffn_planted_prob", f32, ff, 1, false, false},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, shapes[i].suffix);
+        /* PowerInfer's layout: only the tensors PowerInfer makes */
+        const bool starinfer_only = !strcmp(shapes[i].suffix, "ffn_down.weight") ||
+                                    !strcmp(shapes[i].suffix, "ffn_down.bias") ||
+                                    !strcmp(shapes[i].suffix, "ffn_planted_prob");
+        if ((shapes[i].opt_only && !opt) || (shapes[i].llama_only && opt) ||
+            (p->powerinfer && starinfer_only))
+            CHECK(si_gguf_find_tensor(g, name) < 0, "%s should not exist", name);
+        else
+            check_shape(g, name, shapes[i].type, shapes[i].ne0, shapes[i].ne1);
+    }
+    if (p->powerinfer && opt) { /* its down bias, named as PowerInfer names it */
+        snprintf(name, sizeof name, "blk.%lld.ffn_down_t.bias", (long long)l);
+        check_shape(g, name, f32, d, 1);
+    }
+    if (p->predictor_rank > 0) {
+        uint32_t pt = t == SI_TYPE_F32 ? f32 : SI_TYPE_F16;
+        snprintf(name, sizeof name, "blk.%lld.fc1.weight", (long long)l);
+        check_shape(g, name, pt, d, p->predictor_rank);
+        snprintf(name, sizeof name, "blk.%lld.fc2.weight", (long long)l);
+        check_shape(g, name, pt, p->predictor_rank, ff);
+        snprintf(name, sizeof name, "blk.%lld.ffn_down_t.weight", (long long)l);
+        /* PowerInfer's sparse kernel reads Q4_0 or F16 (any other as F16) */
+        check_shape(g, name, p->powerinfer && t != SI_TYPE_Q4_0 ? SI_TYPE_F16 : t, d, ff);
+    }
+}
+
+/* Layer l's FFN activity (g, written from p) against p's targets, and the
+ * library's own measurement against this one. */
+static void check_layer_activity(const struct si_gguf *g, const struct si_synth_params *p,
+                                 int64_t l, const char *file)
+{
+    char err[512] = "";
+    double sp, sh, corr;
+    activity(g, p->arch, l, p->hot_fraction, &sp, &sh, &corr);
+    CHECK(fabs(sp - p->sparsity) < TOL_SPARSITY, "%s layer %lld: sparsity %.3f, %.3f wanted", file,
+          (long long)l, sp, p->sparsity);
+    CHECK(fabs(sh - p->hot_share) < TOL_SHARE, "%s layer %lld: hot share %.3f, %.3f wanted", file,
+          (long long)l, sh, p->hot_share);
+    CHECK(corr > MIN_CORR, "%s layer %lld: correlation with planted p %.3f", file, (long long)l,
+          corr);
+    /* The library's own measurement agrees with this one. */
+    struct si_synth_stats st;
+    int rc = si_synth_measure(g, l, p->n_vocab, 0, p->hot_fraction, &st, err, sizeof err);
+    CHECK(rc == SI_OK && fabs(st.sparsity - sp) < 1e-3 && fabs(st.hot_share - sh) < 2e-3,
+          "%s layer %lld: si_synth_measure %.4f %.4f vs %.4f %.4f (%s)", file, (long long)l,
+          st.sparsity, st.hot_share, sp, sh, err);
+}
+
+/* The bias channel (g, written from p, not OPT): embeddings hold 1 there,
+ * no layer writes there. */
+static void check_bias_channel(const struct si_gguf *g, const struct si_synth_params *p,
+                               const char *file)
+{
+    const int64_t d = p->n_embd, ff = p->n_ff;
+    int64_t chan = si_type_get(p->type)->block;
+    float *row = malloc((size_t)(d > ff ? d : ff) * sizeof *row);
+    const struct si_gguf_tensor *emb = tensor(g, "token_embd.weight");
+    const struct si_gguf_tensor *ao = tensor(g, "blk.0.attn_output.weight");
+    /* the down projection: ffn_down's first rows, or (PowerInfer's
+     * layout) the first values of every ffn_down_t row */
+    const struct si_gguf_tensor *dn =
+        tensor(g, p->powerinfer ? "blk.0.ffn_down_t.weight" : "blk.0.ffn_down.weight");
+    bool ok = emb && ao && dn;
+    for (int64_t r = 0; ok && r < 5; r++) {
+        row_of(emb, r, row);
+        for (int64_t j = 0; j < chan; j++)
+            ok = ok && fabsf(row[j] - 1.0f) < 1e-3f;
+    }
+    for (int64_t r = 0; ok && r < chan; r++) {
+        row_of(ao, r, row);
+        for (int64_t j = 0; j < d; j++)
+            ok = ok && row[j] == 0.0f;
+        if (p->powerinfer)
+            continue;
+        row_of(dn, r, row);
+        for (int64_t j = 0; j < ff; j++)
+            ok = ok && row[j] == 0.0f;
+    }
+    for (int64_t i = 0; ok && p->powerinfer && i < ff; i++) {
+        row_of(dn, i, row);
+        for (int64_t j = 0; j < chan; j++)
+            ok = ok && row[j] == 0.0f;
+    }
+    CHECK(ok, "%s: bias channel", file);
+    free(row);
+}
+
+/* PowerInfer's layout (g, written from p): ffn_down_t is the GGUF
+ * layout's, in the type PowerInfer reads (Q4_0 the same bytes; F16 the
+ * values rounded). */
+static void check_pwri_down_t(const struct si_gguf *g, const struct si_synth_params *p,
+                              const char *file)
+{
+    char err[512] = "";
+    const int64_t d = p->n_embd, ff = p->n_ff;
+    struct si_synth_params q = *p;
+    q.powerinfer = false;
+    struct si_gguf *h = NULL;
+    CHECK(si_synth_write(&q, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK &&
+              si_gguf_open(&h, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK,
+          "%s: the GGUF layout's twin: %s", file, err);
+    const struct si_gguf_tensor *a = h != NULL ? tensor(h, "blk.1.ffn_down_t.weight") : NULL,
+                                *b = tensor(g, "blk.1.ffn_down_t.weight");
+    bool same = a != NULL && b != NULL;
+    float *ra = malloc((size_t)d * sizeof *ra), *rb = malloc((size_t)d * sizeof *rb);
+    for (int64_t i = 0; same && ra && rb && i < ff; i++) {
+        row_of(a, i, ra);
+        row_of(b, i, rb);
+        for (int64_t j = 0; j < d; j++)
+            same = same &&
+                   rb[j] == (b->type == a->type ? ra[j] : si_fp16_to_fp32(si_fp32_to_fp16(ra[j])));
+    }
+    CHECK(same, "%s: ffn_down_t is not the GGUF layout's in %s", file,
+          b != NULL ? si_type_name(b->type) : "?");
+    free(ra);
+    free(rb);
+    si_gguf_free(h);
+    unlink(path_of("pwri-twin.gguf"));
+}
+
 /* Write, read back, check shapes, metadata and activity. */
 static void check_model(struct si_synth_params p, const char *file)
 {
@@ -195,68 +425,11 @@ static void check_model(struct si_synth_params p, const char *file)
         return;
     }
     const bool opt = p.arch == SI_SYNTH_OPT;
-    const char *arch = opt ? "opt" : p.arch == SI_SYNTH_BAMBOO ? "bamboo" : "llama";
-    const int64_t d = p.n_embd, ff = p.n_ff, kv = opt ? d : d / p.n_head * p.n_head_kv;
+    const int64_t d = p.n_embd, ff = p.n_ff;
     const uint32_t t = p.type, f32 = SI_TYPE_F32;
-    char key[128], name[128];
 
-    CHECK(g->powerinfer == p.powerinfer, "%s: magic %s", file, g->magic);
-    check_str(g, "general.architecture", arch);
-    check_str(g, "starinfer.ffn_activation", p.arch == SI_SYNTH_LLAMA_SILU ? "silu" : "relu");
-    snprintf(key, sizeof key, "%s.embedding_length", arch);
-    check_u32(g, key, (uint64_t)d);
-    snprintf(key, sizeof key, "%s.feed_forward_length", arch);
-    check_u32(g, key, (uint64_t)ff);
-    snprintf(key, sizeof key, "%s.block_count", arch);
-    check_u32(g, key, (uint64_t)p.n_layer);
-    snprintf(key, sizeof key, "%s.context_length", arch);
-    check_u32(g, key, (uint64_t)p.n_ctx + (opt ? 2 : 0)); /* OPT: positions from row 2 */
-    snprintf(key, sizeof key, "%s.attention.head_count", arch);
-    check_u32(g, key, (uint64_t)p.n_head);
-    double eps = 0;
-    snprintf(key, sizeof key, "%s.attention.layer_norm%s_epsilon", arch, opt ? "" : "_rms");
-    CHECK(si_gguf_get_f64(g, key, &eps) == SI_OK && fabs(eps - 1e-5) < 1e-9, "%s", key);
-    if (!opt) {
-        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
-        check_u32(g, key, (uint64_t)p.n_head_kv);
-        snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
-        check_u32(g, key, (uint64_t)(d / p.n_head));
-        double base = 0;
-        snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-        CHECK(si_gguf_get_f64(g, key, &base) == SI_OK && base == 10000.0, "%s", key);
-    }
-    /* The tokenizer: byte tokens in GPT-2's alphabet, specials, types. */
-    check_str(g, "tokenizer.ggml.model", "gpt2");
-    check_str(g, "tokenizer.ggml.pre", "default");
-    check_u32(g, "tokenizer.ggml.bos_token_id", 256);
-    check_u32(g, "tokenizer.ggml.eos_token_id", 257);
-    int64_t it = si_gguf_find_key(g, "tokenizer.ggml.tokens");
-    int64_t ity = si_gguf_find_key(g, "tokenizer.ggml.token_type");
-    int64_t im = si_gguf_find_key(g, "tokenizer.ggml.merges");
-    CHECK(it >= 0 && ity >= 0 && im >= 0, "tokenizer arrays");
-    if (it >= 0 && ity >= 0 && im >= 0) {
-        const struct si_gguf_kv *tk = &g->kv[it], *ty = &g->kv[ity], *mg = &g->kv[im];
-        CHECK(tk->arr_type == SI_GGUF_STRING && tk->arr_n == (uint64_t)p.n_vocab, "tokens");
-        CHECK(ty->arr_type == SI_GGUF_INT32 && ty->arr_n == (uint64_t)p.n_vocab, "token types");
-        if (tk->arr_n == (uint64_t)p.n_vocab && p.n_vocab >= 300) {
-            CHECK(si_gguf_str_eq(tk->strs['A'], "A"), "byte 'A'");
-            CHECK(si_gguf_str_eq(tk->strs[' '], "\xc4\xa0"), "byte ' ' is U+0120");
-            CHECK(si_gguf_str_eq(tk->strs[0], "\xc4\x80"), "byte 0 is U+0100");
-            CHECK(si_gguf_str_eq(tk->strs[173], "\xc5\x83"), "byte 173 is U+0143");
-            CHECK(si_gguf_str_eq(tk->strs[256], "<s>") && si_gguf_str_eq(tk->strs[257], "</s>"),
-                  "BOS, EOS");
-            CHECK(si_gguf_str_eq(tk->strs[258], "\xc4\xa0" "a"), "first merged token");
-            CHECK(mg->arr_n == (uint64_t)(p.n_vocab - 258) && si_gguf_str_eq(mg->strs[0],
-                                                                              "\xc4\xa0 a"),
-                  "merges");
-            int32_t tt[4];
-            memcpy(&tt[0], ty->arr_data + 4 * 65, 4);
-            memcpy(&tt[1], ty->arr_data + 4 * 256, 4);
-            memcpy(&tt[2], ty->arr_data + 4 * 257, 4);
-            memcpy(&tt[3], ty->arr_data + 4 * 258, 4);
-            CHECK(tt[0] == 1 && tt[1] == 3 && tt[2] == 3 && tt[3] == 1, "token types");
-        }
-    }
+    check_metadata(g, &p, file);
+    check_tokenizer(g, &p);
 
     /* Shapes and types. */
     check_shape(g, "token_embd.weight", t, d, p.n_vocab);
@@ -267,107 +440,13 @@ static void check_model(struct si_synth_params p, const char *file)
         check_shape(g, "output_norm.bias", f32, d, 1);
     }
     for (int64_t l = 0; l < p.n_layer; l++) {
-        struct {
-            const char *suffix;
-            uint32_t type;
-            int64_t ne0, ne1;
-            bool opt_only, llama_only;
-        } shapes[] = {
-            {"attn_norm.weight", f32, d, 1, false, false},
-            {"attn_norm.bias", f32, d, 1, true, false},
-            {"attn_q.weight", t, d, d, false, false},
-            {"attn_k.weight", t, d, kv, false, false},
-            {"attn_v.weight", t, d, kv, false, false},
-            {"attn_q.bias", f32, d, 1, true, false},
-            {"attn_k.bias", f32, d, 1, true, false},
-            {"attn_v.bias", f32, d, 1, true, false},
-            {"attn_output.weight", t, d, d, false, false},
-            {"attn_output.bias", f32, d, 1, true, false},
-            {"ffn_norm.weight", f32, d, 1, false, false},
-            {"ffn_norm.bias", f32, d, 1, true, false},
-            {"ffn_gate.weight", t, d, ff, false, true},
-            {"ffn_up.weight", t, d, ff, false, false},
-            {"ffn_up.bias", f32, ff, 1, true, false},
-            {"ffn_down.weight", t, ff, d, false, false},
-            {"ffn_down.bias", f32, d, 1, true, false},
-            {"ffn_planted_prob", f32, ff, 1, false, false},
-        };
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            snprintf(name, sizeof name, "blk.%lld.%s", (long long)l, shapes[i].suffix);
-            /* PowerInfer's layout: only the tensors PowerInfer makes */
-            const bool starinfer_only = !strcmp(shapes[i].suffix, "ffn_down.weight") ||
-                                        !strcmp(shapes[i].suffix, "ffn_down.bias") ||
-                                        !strcmp(shapes[i].suffix, "ffn_planted_prob");
-            if ((shapes[i].opt_only && !opt) || (shapes[i].llama_only && opt) ||
-                (p.powerinfer && starinfer_only))
-                CHECK(si_gguf_find_tensor(g, name) < 0, "%s should not exist", name);
-            else
-                check_shape(g, name, shapes[i].type, shapes[i].ne0, shapes[i].ne1);
-        }
-        if (p.powerinfer && opt) { /* its down bias, named as PowerInfer names it */
-            snprintf(name, sizeof name, "blk.%lld.ffn_down_t.bias", (long long)l);
-            check_shape(g, name, f32, d, 1);
-        }
-        if (p.predictor_rank > 0) {
-            uint32_t pt = t == SI_TYPE_F32 ? f32 : SI_TYPE_F16;
-            snprintf(name, sizeof name, "blk.%lld.fc1.weight", (long long)l);
-            check_shape(g, name, pt, d, p.predictor_rank);
-            snprintf(name, sizeof name, "blk.%lld.fc2.weight", (long long)l);
-            check_shape(g, name, pt, p.predictor_rank, ff);
-            snprintf(name, sizeof name, "blk.%lld.ffn_down_t.weight", (long long)l);
-            /* PowerInfer's sparse kernel reads Q4_0 or F16 (any other as F16) */
-            check_shape(g, name, p.powerinfer && t != SI_TYPE_Q4_0 ? SI_TYPE_F16 : t, d, ff);
-        }
-        double sp, sh, corr;
-        activity(g, p.arch, l, p.hot_fraction, &sp, &sh, &corr);
-        CHECK(fabs(sp - p.sparsity) < TOL_SPARSITY, "%s layer %lld: sparsity %.3f, %.3f wanted",
-              file, (long long)l, sp, p.sparsity);
-        CHECK(fabs(sh - p.hot_share) < TOL_SHARE, "%s layer %lld: hot share %.3f, %.3f wanted",
-              file, (long long)l, sh, p.hot_share);
-        CHECK(corr > MIN_CORR, "%s layer %lld: correlation with planted p %.3f", file,
-              (long long)l, corr);
-        /* The library's own measurement agrees with this one. */
-        struct si_synth_stats st;
-        rc = si_synth_measure(g, l, p.n_vocab, 0, p.hot_fraction, &st, err, sizeof err);
-        CHECK(rc == SI_OK && fabs(st.sparsity - sp) < 1e-3 && fabs(st.hot_share - sh) < 2e-3,
-              "%s layer %lld: si_synth_measure %.4f %.4f vs %.4f %.4f (%s)", file, (long long)l,
-              st.sparsity, st.hot_share, sp, sh, err);
+        check_layer_shapes(g, &p, l);
+        check_layer_activity(g, &p, l, file);
     }
 
     /* The bias channel: embeddings hold 1 there, no layer writes there. */
-    if (!opt) {
-        int64_t chan = si_type_get(t)->block;
-        float *row = malloc((size_t)(d > ff ? d : ff) * sizeof *row);
-        const struct si_gguf_tensor *emb = tensor(g, "token_embd.weight");
-        const struct si_gguf_tensor *ao = tensor(g, "blk.0.attn_output.weight");
-        /* the down projection: ffn_down's first rows, or (PowerInfer's
-         * layout) the first values of every ffn_down_t row */
-        const struct si_gguf_tensor *dn =
-            tensor(g, p.powerinfer ? "blk.0.ffn_down_t.weight" : "blk.0.ffn_down.weight");
-        bool ok = emb && ao && dn;
-        for (int64_t r = 0; ok && r < 5; r++) {
-            row_of(emb, r, row);
-            for (int64_t j = 0; j < chan; j++)
-                ok = ok && fabsf(row[j] - 1.0f) < 1e-3f;
-        }
-        for (int64_t r = 0; ok && r < chan; r++) {
-            row_of(ao, r, row);
-            for (int64_t j = 0; j < d; j++)
-                ok = ok && row[j] == 0.0f;
-            if (p.powerinfer)
-                continue;
-            row_of(dn, r, row);
-            for (int64_t j = 0; j < ff; j++)
-                ok = ok && row[j] == 0.0f;
-        }
-        for (int64_t i = 0; ok && p.powerinfer && i < ff; i++) {
-            row_of(dn, i, row);
-            for (int64_t j = 0; j < chan; j++)
-                ok = ok && row[j] == 0.0f;
-        }
-        CHECK(ok, "%s: bias channel", file);
-        free(row);
-    }
+    if (!opt)
+        check_bias_channel(g, &p, file);
     /* ffn_down_t is ffn_down transposed (exactly so in F32). */
     if (p.predictor_rank > 0 && t == SI_TYPE_F32 && !p.powerinfer) {
         const struct si_gguf_tensor *dn = tensor(g, "blk.1.ffn_down.weight");
@@ -383,32 +462,8 @@ static void check_model(struct si_synth_params p, const char *file)
     }
     /* PowerInfer's layout: ffn_down_t is the GGUF layout's, in the type
      * PowerInfer reads (Q4_0 the same bytes; F16 the values rounded). */
-    if (p.powerinfer) {
-        struct si_synth_params q = p;
-        q.powerinfer = false;
-        struct si_gguf *h = NULL;
-        CHECK(si_synth_write(&q, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK &&
-                  si_gguf_open(&h, path_of("pwri-twin.gguf"), err, sizeof err) == SI_OK,
-              "%s: the GGUF layout's twin: %s", file, err);
-        const struct si_gguf_tensor *a = h != NULL ? tensor(h, "blk.1.ffn_down_t.weight") : NULL,
-                                    *b = tensor(g, "blk.1.ffn_down_t.weight");
-        bool same = a != NULL && b != NULL;
-        float *ra = malloc((size_t)d * sizeof *ra), *rb = malloc((size_t)d * sizeof *rb);
-        for (int64_t i = 0; same && ra && rb && i < ff; i++) {
-            row_of(a, i, ra);
-            row_of(b, i, rb);
-            for (int64_t j = 0; j < d; j++)
-                same = same && rb[j] == (b->type == a->type
-                                             ? ra[j]
-                                             : si_fp16_to_fp32(si_fp32_to_fp16(ra[j])));
-        }
-        CHECK(same, "%s: ffn_down_t is not the GGUF layout's in %s", file,
-              b != NULL ? si_type_name(b->type) : "?");
-        free(ra);
-        free(rb);
-        si_gguf_free(h);
-        unlink(path_of("pwri-twin.gguf"));
-    }
+    if (p.powerinfer)
+        check_pwri_down_t(g, &p, file);
     si_gguf_free(g);
 }
 

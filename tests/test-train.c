@@ -301,37 +301,13 @@ static double skipped_energy(const struct si_model *m, const struct si_train_sam
     return skipped / all;
 }
 
-static void test_model(void)
+/* The samples of toks collected on m in two calls, stopping at the room,
+ * and their masks against the profiler's counts of the same tokens. */
+static struct si_train_samples *collect_samples(const struct si_model *m, const int32_t *toks,
+                                                struct si_ref_params rp)
 {
-    char model_path[160], out_path[160], pwri_path[160], samp_path[160], err[512];
-    path_in(model_path, sizeof model_path, "relu.gguf");
-    path_in(out_path, sizeof out_path, "relu-pred.gguf");
-    path_in(pwri_path, sizeof pwri_path, "relu-pwri.gguf");
-    path_in(samp_path, sizeof samp_path, "relu.samples");
-    struct si_synth_params sp = si_synth_default_params();
-    si_synth_preset("tiny", &sp);
-    sp.arch = SI_SYNTH_LLAMA_RELU;
-    sp.type = SI_TYPE_F32;
-    sp.n_layer = 2;
-    sp.n_ff = 256;
-    sp.seed = 11;
-    sp.predictor_rank = 16; /* random predictors, to be replaced */
-    int rc = si_synth_write(&sp, model_path, err, sizeof err);
-    CHECK(rc == SI_OK, "synth: %s", err);
-    struct si_model *m = NULL;
-    if (rc == SI_OK)
-        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (m == NULL)
-        return;
+    char err[512];
     const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
-
-    int32_t toks[N_TOK];
-    uint64_t x = 0x9e3779b97f4a7c15u;
-    for (int i = 0; i < N_TOK; i++)
-        toks[i] = (int32_t)(lcg(&x) % (uint64_t)m->hp.n_vocab);
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = WINDOW;
-
     /* Collect, in two calls, and stop at the room. */
     struct si_train_samples *s = NULL;
     CHECK(si_train_samples_init(&s, nl, d, ff, N_TOK - 100, err, sizeof err) == SI_OK, "init: %s",
@@ -360,7 +336,17 @@ static void test_model(void)
     printf("collected %lld samples, active share %.4f\n", (long long)s->n,
            (double)pos / ((double)s->n * nl * ff));
     si_profile_free(p);
+    return s;
+}
 
+/* The samples file (samp_path) round trip: the same samples back, the
+ * attention's input kind, an unknown input kind refused. */
+static void samples_round_trip(struct si_train_samples *s, const struct si_model *m,
+                               const char *samp_path)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd;
+    const enum si_active_rule G = SI_ACTIVE_GATE;
     /* Samples file round trip. */
     CHECK(si_train_samples_write(s, G, NULL, 0, samp_path, err, sizeof err) == SI_OK, "write: %s",
           err);
@@ -416,7 +402,15 @@ static void test_model(void)
           "an unknown samples input: '%s'", err);
     si_train_samples_free(s2);
     free(thr);
+}
 
+/* Each layer's predictor of width 32 trained into L[l] (the loss lowered,
+ * recall raised); a second fit of layer 1 on 3 threads, the same weights. */
+static void fit_layers(const struct si_train_samples *s, const struct si_model *m,
+                       struct si_train_layer *L)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
     /* Training lowers the loss and raises recall; the same seed, the same
      * weights, whatever the number of threads of the elementwise steps (one
      * here, three for the second fit). */
@@ -425,7 +419,7 @@ static void test_model(void)
     tp.epochs = 20;
     tp.batch = 64;
     tp.lr = 5e-3f;
-    struct si_train_layer L[2] = {0}, again = {0};
+    struct si_train_layer again = {0};
     for (int32_t l = 0; l < nl; l++) {
         CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
         printf("layer %d, width 32: held-out loss %.4f -> %.4f, recall %.4f -> %.4f, precision "
@@ -450,135 +444,156 @@ static void test_model(void)
               again.train_loss == L[1].train_loss,
           "a second fit with the same seed (3 threads, not 1) gave other weights or loss");
     si_train_layer_clear(&again);
+}
 
-    /* Write (F32: the floats exactly), read back through the model loader. */
-    struct si_train_write_params wp = {.type = SI_TYPE_F32};
-    CHECK(si_train_write(m, L, &wp, out_path, err, sizeof err) == SI_OK, "write: %s", err);
-    struct si_model *pm = NULL;
-    CHECK(si_model_load(&pm, out_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (pm != NULL) {
-        CHECK(pm->has_predictor && pm->predictor_threshold == 0.0f, "no predictor read back");
-        CHECK(pm->gguf->n_tensors == m->gguf->n_tensors, "%llu tensors, the input had %llu",
-              (unsigned long long)pm->gguf->n_tensors, (unsigned long long)m->gguf->n_tensors);
-        CHECK(si_gguf_find_key(pm->gguf, "powerinfer.sparse_threshold") >= 0,
-              "no powerinfer.sparse_threshold");
-        CHECK(!pm->gguf->powerinfer, "GGUF in, PWRI out");
-        for (int32_t l = 0; l < nl; l++) {
-            char n1[64], n2[64];
-            snprintf(n1, sizeof n1, "blk.%d.fc1.weight", (int)l);
-            snprintf(n2, sizeof n2, "blk.%d.fc2.weight", (int)l);
-            const int64_t i1 = si_gguf_find_tensor(pm->gguf, n1);
-            const int64_t i2 = si_gguf_find_tensor(pm->gguf, n2);
-            CHECK(i1 >= 0 && i2 >= 0, "%s / %s missing", n1, n2);
-            if (i1 < 0 || i2 < 0)
-                continue;
-            const struct si_gguf_tensor *t1 = &pm->gguf->tensors[i1], *t2 = &pm->gguf->tensors[i2];
-            CHECK(t1->n_dims == 2 && t1->ne[0] == d && t1->ne[1] == 32, "%s shape {%lld, %lld}",
-                  n1, (long long)t1->ne[0], (long long)t1->ne[1]);
-            CHECK(t2->n_dims == 2 && t2->ne[0] == 32 && t2->ne[1] == ff, "%s shape {%lld, %lld}",
-                  n2, (long long)t2->ne[0], (long long)t2->ne[1]);
-            CHECK(t1->type == SI_TYPE_F32 && !memcmp(t1->data, L[l].fc1, t1->nbytes),
-                  "%s: not the trained floats", n1);
-            CHECK(t2->type == SI_TYPE_F32 && !memcmp(t2->data, L[l].fc2, t2->nbytes),
-                  "%s: not the trained floats", n2);
-        }
-        /* Every other tensor copied as it was. */
-        int64_t changed = 0;
-        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-            const struct si_gguf_tensor *a = &m->gguf->tensors[i];
-            char name[128];
-            snprintf(name, sizeof name, "%.*s", (int)a->name.len, a->name.data);
-            if (strstr(name, ".fc1.") || strstr(name, ".fc2."))
-                continue;
-            const int64_t j = si_gguf_find_tensor(pm->gguf, name);
-            changed += j < 0 || pm->gguf->tensors[j].nbytes != a->nbytes ||
-                       memcmp(pm->gguf->tensors[j].data, a->data, a->nbytes);
-        }
-        CHECK(changed == 0, "%lld tensors not copied as they were", (long long)changed);
-
-        /* The reference's predictor mode picks what the floats pick. */
-        struct si_ref_params pr = si_ref_default_params();
-        pr.n_ctx = WINDOW;
-        pr.act_quant = false;
-        pr.predictor = true;
-        struct si_ref *r = NULL;
-        CHECK(si_ref_init(&r, pm, pr, err, sizeof err) == SI_OK, "ref init: %s", err);
-        int64_t differ = 0;
-        uint8_t *want = malloc((size_t)ff);
-        for (int t = 0; r != NULL && t < 40; t++)
-            CHECK(si_ref_eval(r, toks[t]) == SI_OK, "predictor-mode eval");
-        /* Per layer on a fixed input: si_ref_predict against float_predict. */
-        for (int32_t l = 0; r != NULL && l < nl; l++) {
-            float *xin = malloc((size_t)d * sizeof *xin), *r1 = malloc(32 * sizeof *r1);
-            float *y = malloc((size_t)ff * sizeof *y);
-            uint8_t *got = malloc((size_t)ff);
-            for (int k = 0; k < 50; k++) {
-                for (int32_t j = 0; j < d; j++)
-                    xin[j] = gauss(&x);
-                si_ref_predict(&pm->w.layers[l].fc1, &pm->w.layers[l].fc2, 0.0f, false, NULL, xin,
-                               r1, y, got);
-                float_predict(&L[l], xin, d, ff, want);
-                for (int32_t i = 0; i < ff; i++)
-                    differ += got[i] != want[i] && fabsf(y[i]) > 1e-4f;
-            }
-            free(xin);
-            free(r1);
-            free(y);
-            free(got);
-        }
-        CHECK(differ == 0, "%lld predictions differ from the trained floats'", (long long)differ);
-        free(want);
-        si_ref_free(r);
-
-        /* eval: confusion counts over every evaluated token, modes. */
-        struct si_eval_confusion conf[2] = {0};
-        struct si_eval_ppl dense, pred;
-        struct si_ref_params ep = si_ref_default_params();
-        ep.n_ctx = 64;
-        struct si_eval_params cp = {.bos = -1, .conf = conf}, np = {.bos = -1};
-        CHECK(si_eval_perplexity(pm, ep, toks, 256, &cp, &dense, err, sizeof err) == SI_OK,
-              "eval dense: %s", err);
-        ep.predictor = true;
-        CHECK(si_eval_perplexity(pm, ep, toks, 256, &np, &pred, err, sizeof err) == SI_OK,
-              "eval predictor: %s", err);
-        for (int32_t l = 0; l < nl; l++) {
-            const struct si_eval_confusion *c = &conf[l];
-            CHECK(c->tp + c->fp + c->fn + c->tn == 4 * 63 * ff, "layer %d: %lld pairs", (int)l,
-                  (long long)(c->tp + c->fp + c->fn + c->tn));
-            printf("eval layer %d: recall %.4f precision %.4f predicted sparsity %.4f "
-                   "(true %.4f)\n",
-                   (int)l, si_eval_recall(c), si_eval_precision(c), si_eval_pred_sparsity(c),
-                   si_eval_true_sparsity(c));
-            CHECK(si_eval_recall(c) > 0.8, "layer %d: eval recall %.4f", (int)l, si_eval_recall(c));
-        }
-        printf("perplexity: dense %.4f (%.4f of FFN neurons computed), predictor %.4f (%.4f)\n",
-               dense.ppl, dense.ffn_computed, pred.ppl, pred.ffn_computed);
-        CHECK(dense.n_scored == 4 * 31 && pred.n_scored == dense.n_scored, "scored %lld",
-              (long long)dense.n_scored);
-        CHECK(isfinite(dense.ppl) && isfinite(pred.ppl) && dense.ppl > 1, "perplexities");
-        CHECK(pred.ffn_computed < dense.ffn_computed, "predictor mode computes %.4f, dense %.4f",
-              pred.ffn_computed, dense.ffn_computed);
-        const int64_t pp = si_eval_predictor_params(pm), mp = si_eval_model_params(pm);
-        CHECK(pp == (int64_t)nl * 32 * (d + ff), "predictor params %lld", (long long)pp);
-        CHECK(mp == si_eval_model_params(m), "model params %lld vs %lld", (long long)mp,
-              (long long)si_eval_model_params(m));
-        /* Errors: too few tokens, a bad token, a model without predictors. */
-        struct si_eval_ppl junk;
-        ep.predictor = false;
-        CHECK(si_eval_perplexity(pm, ep, toks, 63, &np, &junk, err, sizeof err) == SI_E_INVALID,
-              "fewer tokens than a chunk accepted");
-        int32_t bad[64];
-        memcpy(bad, toks, sizeof bad);
-        bad[5] = m->hp.n_vocab;
-        CHECK(si_eval_perplexity(pm, ep, bad, 64, &np, &junk, err, sizeof err) == SI_E_INVALID,
-              "a token outside the vocabulary accepted");
-        si_model_free(pm);
+/* The model pm written from m with the F32 predictors L: PowerInfer's
+ * tensor names and shapes, the trained floats, every other tensor as it was. */
+static void check_written(const struct si_model *m, const struct si_model *pm,
+                          const struct si_train_layer *L)
+{
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
+    CHECK(pm->has_predictor && pm->predictor_threshold == 0.0f, "no predictor read back");
+    CHECK(pm->gguf->n_tensors == m->gguf->n_tensors, "%llu tensors, the input had %llu",
+          (unsigned long long)pm->gguf->n_tensors, (unsigned long long)m->gguf->n_tensors);
+    CHECK(si_gguf_find_key(pm->gguf, "powerinfer.sparse_threshold") >= 0,
+          "no powerinfer.sparse_threshold");
+    CHECK(!pm->gguf->powerinfer, "GGUF in, PWRI out");
+    for (int32_t l = 0; l < nl; l++) {
+        char n1[64], n2[64];
+        snprintf(n1, sizeof n1, "blk.%d.fc1.weight", (int)l);
+        snprintf(n2, sizeof n2, "blk.%d.fc2.weight", (int)l);
+        const int64_t i1 = si_gguf_find_tensor(pm->gguf, n1);
+        const int64_t i2 = si_gguf_find_tensor(pm->gguf, n2);
+        CHECK(i1 >= 0 && i2 >= 0, "%s / %s missing", n1, n2);
+        if (i1 < 0 || i2 < 0)
+            continue;
+        const struct si_gguf_tensor *t1 = &pm->gguf->tensors[i1], *t2 = &pm->gguf->tensors[i2];
+        CHECK(t1->n_dims == 2 && t1->ne[0] == d && t1->ne[1] == 32, "%s shape {%lld, %lld}", n1,
+              (long long)t1->ne[0], (long long)t1->ne[1]);
+        CHECK(t2->n_dims == 2 && t2->ne[0] == 32 && t2->ne[1] == ff, "%s shape {%lld, %lld}", n2,
+              (long long)t2->ne[0], (long long)t2->ne[1]);
+        CHECK(t1->type == SI_TYPE_F32 && !memcmp(t1->data, L[l].fc1, t1->nbytes),
+              "%s: not the trained floats", n1);
+        CHECK(t2->type == SI_TYPE_F32 && !memcmp(t2->data, L[l].fc2, t2->nbytes),
+              "%s: not the trained floats", n2);
     }
+    /* Every other tensor copied as it was. */
+    int64_t changed = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const struct si_gguf_tensor *a = &m->gguf->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)a->name.len, a->name.data);
+        if (strstr(name, ".fc1.") || strstr(name, ".fc2."))
+            continue;
+        const int64_t j = si_gguf_find_tensor(pm->gguf, name);
+        changed += j < 0 || pm->gguf->tensors[j].nbytes != a->nbytes ||
+                   memcmp(pm->gguf->tensors[j].data, a->data, a->nbytes);
+    }
+    CHECK(changed == 0, "%lld tensors not copied as they were", (long long)changed);
+}
 
+/* The reference's predictor mode on pm (m with the predictors L) picks
+ * what the trained floats pick, on inputs drawn from the generator *x. */
+static void check_predictions(const struct si_model *m, const struct si_model *pm,
+                              const struct si_train_layer *L, const int32_t *toks, uint64_t *x)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
+    /* The reference's predictor mode picks what the floats pick. */
+    struct si_ref_params pr = si_ref_default_params();
+    pr.n_ctx = WINDOW;
+    pr.act_quant = false;
+    pr.predictor = true;
+    struct si_ref *r = NULL;
+    CHECK(si_ref_init(&r, pm, pr, err, sizeof err) == SI_OK, "ref init: %s", err);
+    int64_t differ = 0;
+    uint8_t *want = malloc((size_t)ff);
+    for (int t = 0; r != NULL && t < 40; t++)
+        CHECK(si_ref_eval(r, toks[t]) == SI_OK, "predictor-mode eval");
+    /* Per layer on a fixed input: si_ref_predict against float_predict. */
+    for (int32_t l = 0; r != NULL && l < nl; l++) {
+        float *xin = malloc((size_t)d * sizeof *xin), *r1 = malloc(32 * sizeof *r1);
+        float *y = malloc((size_t)ff * sizeof *y);
+        uint8_t *got = malloc((size_t)ff);
+        for (int k = 0; k < 50; k++) {
+            for (int32_t j = 0; j < d; j++)
+                xin[j] = gauss(x);
+            si_ref_predict(&pm->w.layers[l].fc1, &pm->w.layers[l].fc2, 0.0f, false, NULL, xin, r1,
+                           y, got);
+            float_predict(&L[l], xin, d, ff, want);
+            for (int32_t i = 0; i < ff; i++)
+                differ += got[i] != want[i] && fabsf(y[i]) > 1e-4f;
+        }
+        free(xin);
+        free(r1);
+        free(y);
+        free(got);
+    }
+    CHECK(differ == 0, "%lld predictions differ from the trained floats'", (long long)differ);
+    free(want);
+    si_ref_free(r);
+}
+
+/* eval on pm (m with predictors): confusion counts over every evaluated
+ * token, perplexity in dense and predictor modes, parameter counts, and
+ * the errors. */
+static void check_eval(const struct si_model *m, const struct si_model *pm, const int32_t *toks)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
+    /* eval: confusion counts over every evaluated token, modes. */
+    struct si_eval_confusion conf[2] = {0};
+    struct si_eval_ppl dense, pred;
+    struct si_ref_params ep = si_ref_default_params();
+    ep.n_ctx = 64;
+    struct si_eval_params cp = {.bos = -1, .conf = conf}, np = {.bos = -1};
+    CHECK(si_eval_perplexity(pm, ep, toks, 256, &cp, &dense, err, sizeof err) == SI_OK,
+          "eval dense: %s", err);
+    ep.predictor = true;
+    CHECK(si_eval_perplexity(pm, ep, toks, 256, &np, &pred, err, sizeof err) == SI_OK,
+          "eval predictor: %s", err);
+    for (int32_t l = 0; l < nl; l++) {
+        const struct si_eval_confusion *c = &conf[l];
+        CHECK(c->tp + c->fp + c->fn + c->tn == 4 * 63 * ff, "layer %d: %lld pairs", (int)l,
+              (long long)(c->tp + c->fp + c->fn + c->tn));
+        printf("eval layer %d: recall %.4f precision %.4f predicted sparsity %.4f "
+               "(true %.4f)\n",
+               (int)l, si_eval_recall(c), si_eval_precision(c), si_eval_pred_sparsity(c),
+               si_eval_true_sparsity(c));
+        CHECK(si_eval_recall(c) > 0.8, "layer %d: eval recall %.4f", (int)l, si_eval_recall(c));
+    }
+    printf("perplexity: dense %.4f (%.4f of FFN neurons computed), predictor %.4f (%.4f)\n",
+           dense.ppl, dense.ffn_computed, pred.ppl, pred.ffn_computed);
+    CHECK(dense.n_scored == 4 * 31 && pred.n_scored == dense.n_scored, "scored %lld",
+          (long long)dense.n_scored);
+    CHECK(isfinite(dense.ppl) && isfinite(pred.ppl) && dense.ppl > 1, "perplexities");
+    CHECK(pred.ffn_computed < dense.ffn_computed, "predictor mode computes %.4f, dense %.4f",
+          pred.ffn_computed, dense.ffn_computed);
+    const int64_t pp = si_eval_predictor_params(pm), mp = si_eval_model_params(pm);
+    CHECK(pp == (int64_t)nl * 32 * (d + ff), "predictor params %lld", (long long)pp);
+    CHECK(mp == si_eval_model_params(m), "model params %lld vs %lld", (long long)mp,
+          (long long)si_eval_model_params(m));
+    /* Errors: too few tokens, a bad token, a model without predictors. */
+    struct si_eval_ppl junk;
+    ep.predictor = false;
+    CHECK(si_eval_perplexity(pm, ep, toks, 63, &np, &junk, err, sizeof err) == SI_E_INVALID,
+          "fewer tokens than a chunk accepted");
+    int32_t bad[64];
+    memcpy(bad, toks, sizeof bad);
+    bad[5] = m->hp.n_vocab;
+    CHECK(si_eval_perplexity(pm, ep, bad, 64, &np, &junk, err, sizeof err) == SI_E_INVALID,
+          "a token outside the vocabulary accepted");
+}
+
+/* The predictors L written quantized (Q8_0) in PowerInfer's format to
+ * pwri_path and read back; a width that Q8_0's rows do not fit refused. */
+static void check_pwri(const struct si_model *m, struct si_train_layer *L, const char *pwri_path)
+{
+    char err[512];
     /* Quantized and PWRI: q8_0 rows of width 32; a width that does not fit. */
-    wp.type = SI_TYPE_Q8_0;
-    wp.powerinfer = true;
-    wp.threshold = 0.25f;
+    struct si_train_write_params wp = {
+        .type = SI_TYPE_Q8_0, .powerinfer = true, .threshold = 0.25f};
+    struct si_model *pm = NULL;
     CHECK(si_train_write(m, L, &wp, pwri_path, err, sizeof err) == SI_OK, "write q8_0: %s", err);
     CHECK(si_model_load(&pm, pwri_path, err, sizeof err) == SI_OK, "load PWRI: %s", err);
     if (pm != NULL) {
@@ -595,6 +610,58 @@ static void test_model(void)
           "a width of 16 written as Q8_0");
     printf("refused as expected: %s\n", err);
     L[0].rank = 32;
+}
+
+/* A synthetic llama-relu model: samples collected and round-tripped,
+ * predictors trained, written and read back, evaluated. */
+static void test_model(void)
+{
+    char model_path[160], out_path[160], pwri_path[160], samp_path[160], err[512];
+    path_in(model_path, sizeof model_path, "relu.gguf");
+    path_in(out_path, sizeof out_path, "relu-pred.gguf");
+    path_in(pwri_path, sizeof pwri_path, "relu-pwri.gguf");
+    path_in(samp_path, sizeof samp_path, "relu.samples");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_RELU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 2;
+    sp.n_ff = 256;
+    sp.seed = 11;
+    sp.predictor_rank = 16; /* random predictors, to be replaced */
+    int rc = si_synth_write(&sp, model_path, err, sizeof err);
+    CHECK(rc == SI_OK, "synth: %s", err);
+    struct si_model *m = NULL;
+    if (rc == SI_OK)
+        CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL)
+        return;
+    const int32_t nl = m->hp.n_layer;
+
+    int32_t toks[N_TOK];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N_TOK; i++)
+        toks[i] = (int32_t)(lcg(&x) % (uint64_t)m->hp.n_vocab);
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = WINDOW;
+
+    struct si_train_samples *s = collect_samples(m, toks, rp);
+    samples_round_trip(s, m, samp_path);
+    struct si_train_layer L[2] = {0};
+    fit_layers(s, m, L);
+
+    /* Write (F32: the floats exactly), read back through the model loader. */
+    struct si_train_write_params wp = {.type = SI_TYPE_F32};
+    CHECK(si_train_write(m, L, &wp, out_path, err, sizeof err) == SI_OK, "write: %s", err);
+    struct si_model *pm = NULL;
+    CHECK(si_model_load(&pm, out_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (pm != NULL) {
+        check_written(m, pm, L);
+        check_predictions(m, pm, L, toks, &x);
+        check_eval(m, pm, toks);
+        si_model_free(pm);
+    }
+    check_pwri(m, L, pwri_path);
 
     for (int32_t l = 0; l < nl; l++)
         si_train_layer_clear(&L[l]);
@@ -606,45 +673,27 @@ static void test_model(void)
     unlink(samp_path);
 }
 
-/* A SiLU model: thresholds are required; PWRI keeps SiLU. */
-static void test_silu(void)
+/* On a SiLU model: collection without thresholds refused; the CATS
+ * thresholds of 0.5 (into *c and *p) leave about half of the samples'
+ * pairs active in s. */
+static void collect_cats(const struct si_model *m, struct si_train_samples *s, const int32_t *toks,
+                         struct si_ref_params rp, struct si_profile_calib **c,
+                         struct si_profile **p)
 {
-    char model_path[160], out_path[160], err[512];
-    path_in(model_path, sizeof model_path, "silu.gguf");
-    path_in(out_path, sizeof out_path, "silu-pwri.gguf");
-    struct si_synth_params sp = si_synth_default_params();
-    si_synth_preset("tiny", &sp);
-    sp.arch = SI_SYNTH_LLAMA_SILU;
-    sp.type = SI_TYPE_F32;
-    sp.n_layer = 2;
-    sp.seed = 3;
-    struct si_model *m = NULL;
-    CHECK(si_synth_write(&sp, model_path, err, sizeof err) == SI_OK, "synth: %s", err);
-    CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (m == NULL)
-        return;
-    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
-    int32_t toks[200];
-    uint64_t x = 5;
-    for (int i = 0; i < 200; i++)
-        toks[i] = (int32_t)(lcg(&x) % (uint64_t)m->hp.n_vocab);
-    struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = 64;
-    struct si_train_samples *s = NULL;
-    si_train_samples_init(&s, nl, d, ff, 200, err, sizeof err);
+    char err[512];
+    const int32_t nl = m->hp.n_layer, ff = m->hp.n_ff;
     const enum si_active_rule G = SI_ACTIVE_GATE;
     CHECK(si_train_collect(s, m, ref_runner(rp), G, NULL, toks, 200, err, sizeof err) == SI_E_INVALID,
           "a SiLU model collected without thresholds");
     printf("refused as expected: %s\n", err);
     /* The CATS thresholds of 0.5: about half of the pairs active. */
-    struct si_profile_calib *c = NULL;
-    struct si_profile *p = NULL;
-    si_profile_calib_init(&c, m, err, sizeof err);
-    si_profile_calib_collect(c, m, ref_runner(rp), toks, 200, err, sizeof err);
-    si_profile_init(&p, nl, ff, err, sizeof err);
-    CHECK(si_profile_set_thresholds(p, c, 0.5, NULL, err, sizeof err) == SI_OK, "thresholds: %s",
+    si_profile_calib_init(c, m, err, sizeof err);
+    si_profile_calib_collect(*c, m, ref_runner(rp), toks, 200, err, sizeof err);
+    si_profile_init(p, nl, ff, err, sizeof err);
+    CHECK(si_profile_set_thresholds(*p, *c, 0.5, NULL, err, sizeof err) == SI_OK, "thresholds: %s",
           err);
-    CHECK(si_train_collect(s, m, ref_runner(rp), G, p->thresholds, toks, 200, err, sizeof err) == SI_OK,
+    CHECK(si_train_collect(s, m, ref_runner(rp), G, (*p)->thresholds, toks, 200, err, sizeof err) ==
+              SI_OK,
           "collect: %s", err);
     int64_t pos = 0;
     for (int64_t k = 0; k < s->n; k++)
@@ -653,6 +702,16 @@ static void test_silu(void)
     const double share = (double)pos / ((double)s->n * ff);
     printf("SiLU model, CATS 0.5: layer 1 active share %.4f\n", share);
     CHECK(share > 0.45 && share < 0.55, "active share %.4f at target sparsity 0.5", share);
+}
+
+/* si_active_calib on the SiLU model m: the gate rule's thresholds are the
+ * profile p's; the output rule's leave the target share inactive, and the
+ * oracle computes exactly the rest. */
+static void check_active_calib(const struct si_model *m, const int32_t *toks,
+                               struct si_ref_params rp, const struct si_profile *p)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
     /* si_active_calib: for the gate rule the profile's thresholds; for the
      * output rule, thresholds that leave the target share inactive, and the
      * oracle computing exactly the rest. */
@@ -676,7 +735,7 @@ static void test_silu(void)
     si_train_samples_init(&so, nl, d, ff, 200, err, sizeof err);
     CHECK(si_train_collect(so, m, ref_runner(rp), SI_ACTIVE_OUTPUT, to, toks, 200, err, sizeof err) == SI_OK,
           "collect output rule: %s", err);
-    pos = 0;
+    int64_t pos = 0;
     for (int64_t k = 0; k < so->n; k++)
         for (int32_t i = 0; i < ff; i++)
             pos += si_train_sample_active(so, 0, k, i);
@@ -696,12 +755,18 @@ static void test_silu(void)
     si_train_samples_free(so);
     si_active_calib_free(ac);
     si_active_calib_free(oc);
+}
 
-    struct si_train_layer L[2] = {0};
-    struct si_train_params tp = si_train_default_params();
-    tp.epochs = 2;
-    for (int32_t l = 0; l < nl; l++)
-        CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
+/* The cost-weighted loss on the SiLU model m's samples s (tp: the balanced
+ * fit's parameters, p: the gate thresholds): refused without the model,
+ * with cost_power 0, without thresholds, for the adaptive width; then its
+ * predictors skip less of the energy than the balanced ones. */
+static void check_cost_loss(const struct si_model *m, const struct si_train_samples *s,
+                            struct si_train_params tp, const struct si_profile *p)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer;
+    const enum si_active_rule G = SI_ACTIVE_GATE;
     /* The cost-weighted loss: it needs the model; trained at the same width
      * and epochs, its predictors skip less of the rule's energy (sum v^2)
      * than the balanced ones at the same sparsity, which is what it is for. */
@@ -744,45 +809,95 @@ static void test_silu(void)
         si_train_layer_clear(&B);
         si_train_layer_clear(&C);
     }
+}
+
+/* The SiLU model m with the predictors L written in PowerInfer's format
+ * (F16, ffn_down_t added, the gate rule's thresholds p) to out_path and
+ * read back: SiLU kept, ffn_down_t ffn_down's, the thresholds stored. */
+static void check_silu_written(const struct si_model *m, const struct si_train_layer *L,
+                               const struct si_profile *p, const char *out_path)
+{
+    char err[512];
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
     struct si_train_write_params wp = {.type = SI_TYPE_F16, .powerinfer = true, .down_t = true,
                                        .rule = SI_ACTIVE_GATE, .thresholds = p->thresholds,
                                        .target_sparsity = 0.5};
     CHECK(si_train_write(m, L, &wp, out_path, err, sizeof err) == SI_OK, "write: %s", err);
     struct si_model *pm = NULL;
     CHECK(si_model_load(&pm, out_path, err, sizeof err) == SI_OK, "load: %s", err);
-    if (pm != NULL) {
-        CHECK(pm->gguf->powerinfer && pm->hp.act == SI_ACT_SILU,
-              "a PWRI SiLU model read back as activation %d", (int)pm->hp.act);
-        /* ffn_down_t added: row i is neuron i's column of ffn_down, in F16
-         * (PowerInfer's kernel reads ffn_down_t in Q4_0 or F16 only), so each
-         * element is ffn_down's rounded to F16 exactly once. */
-        int64_t bad_dt = 0;
-        for (int32_t l = 0; l < nl; l++) {
-            const struct si_tensor *dt = &pm->w.layers[l].ffn_down_t;
-            const struct si_tensor *dn = &m->w.layers[l].ffn_down;
-            CHECK(dt->data != NULL && dt->type == SI_TYPE_F16 && dt->ne[0] == d && dt->ne[1] == ff,
-                  "layer %d: ffn_down_t missing or not F16 {%d, %d}", (int)l, (int)d, (int)ff);
-            if (dt->data == NULL || dt->type != SI_TYPE_F16)
-                continue;
-            const uint16_t *a = dt->data;
-            const float *b = dn->data;
-            for (int32_t i = 0; i < ff; i++)
-                for (int32_t o = 0; o < d; o++)
-                    bad_dt += a[(size_t)i * d + o] != si_fp32_to_fp16(b[(size_t)o * ff + i]);
-        }
-        CHECK(bad_dt == 0, "%lld ffn_down_t elements are not ffn_down's", (long long)bad_dt);
-        float *t = NULL;
-        double target = 0;
-        enum si_active_rule rule = SI_ACTIVE_OUTPUT;
-        CHECK(si_eval_stored_thresholds(pm, &rule, &t, &target, err, sizeof err) == SI_OK &&
-                  rule == SI_ACTIVE_GATE,
-              "stored thresholds: %s", err);
-        CHECK(t != NULL && !memcmp(t, p->thresholds, (size_t)nl * sizeof *t) &&
-                  fabs(target - 0.5) < 1e-6,
-              "thresholds read back differ");
-        free(t);
-        si_model_free(pm);
+    if (pm == NULL)
+        return;
+    CHECK(pm->gguf->powerinfer && pm->hp.act == SI_ACT_SILU,
+          "a PWRI SiLU model read back as activation %d", (int)pm->hp.act);
+    /* ffn_down_t added: row i is neuron i's column of ffn_down, in F16
+     * (PowerInfer's kernel reads ffn_down_t in Q4_0 or F16 only), so each
+     * element is ffn_down's rounded to F16 exactly once. */
+    int64_t bad_dt = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        const struct si_tensor *dt = &pm->w.layers[l].ffn_down_t;
+        const struct si_tensor *dn = &m->w.layers[l].ffn_down;
+        CHECK(dt->data != NULL && dt->type == SI_TYPE_F16 && dt->ne[0] == d && dt->ne[1] == ff,
+              "layer %d: ffn_down_t missing or not F16 {%d, %d}", (int)l, (int)d, (int)ff);
+        if (dt->data == NULL || dt->type != SI_TYPE_F16)
+            continue;
+        const uint16_t *a = dt->data;
+        const float *b = dn->data;
+        for (int32_t i = 0; i < ff; i++)
+            for (int32_t o = 0; o < d; o++)
+                bad_dt += a[(size_t)i * d + o] != si_fp32_to_fp16(b[(size_t)o * ff + i]);
     }
+    CHECK(bad_dt == 0, "%lld ffn_down_t elements are not ffn_down's", (long long)bad_dt);
+    float *t = NULL;
+    double target = 0;
+    enum si_active_rule rule = SI_ACTIVE_OUTPUT;
+    CHECK(si_eval_stored_thresholds(pm, &rule, &t, &target, err, sizeof err) == SI_OK &&
+              rule == SI_ACTIVE_GATE,
+          "stored thresholds: %s", err);
+    CHECK(t != NULL && !memcmp(t, p->thresholds, (size_t)nl * sizeof *t) &&
+              fabs(target - 0.5) < 1e-6,
+          "thresholds read back differ");
+    free(t);
+    si_model_free(pm);
+}
+
+/* A SiLU model: thresholds are required; PWRI keeps SiLU. */
+static void test_silu(void)
+{
+    char model_path[160], out_path[160], err[512];
+    path_in(model_path, sizeof model_path, "silu.gguf");
+    path_in(out_path, sizeof out_path, "silu-pwri.gguf");
+    struct si_synth_params sp = si_synth_default_params();
+    si_synth_preset("tiny", &sp);
+    sp.arch = SI_SYNTH_LLAMA_SILU;
+    sp.type = SI_TYPE_F32;
+    sp.n_layer = 2;
+    sp.seed = 3;
+    struct si_model *m = NULL;
+    CHECK(si_synth_write(&sp, model_path, err, sizeof err) == SI_OK, "synth: %s", err);
+    CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "load: %s", err);
+    if (m == NULL)
+        return;
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff;
+    int32_t toks[200];
+    uint64_t x = 5;
+    for (int i = 0; i < 200; i++)
+        toks[i] = (int32_t)(lcg(&x) % (uint64_t)m->hp.n_vocab);
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = 64;
+    struct si_train_samples *s = NULL;
+    si_train_samples_init(&s, nl, d, ff, 200, err, sizeof err);
+    struct si_profile_calib *c = NULL;
+    struct si_profile *p = NULL;
+    collect_cats(m, s, toks, rp, &c, &p);
+    check_active_calib(m, toks, rp, p);
+
+    struct si_train_layer L[2] = {0};
+    struct si_train_params tp = si_train_default_params();
+    tp.epochs = 2;
+    for (int32_t l = 0; l < nl; l++)
+        CHECK(si_train_fit(s, l, 32, &tp, &L[l], err, sizeof err) == SI_OK, "fit: %s", err);
+    check_cost_loss(m, s, tp, p);
+    check_silu_written(m, L, p, out_path);
     float *t = NULL;
     double target;
     enum si_active_rule rule;

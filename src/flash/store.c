@@ -378,6 +378,166 @@ static int tensor_at(const struct si_gguf *g, const char *path, const char *name
     return SI_OK;
 }
 
+/* The store's kind: its architecture, its format's version, its layout
+ * (into s->layout); SI_E_FORMAT naming what is wrong. */
+static int check_kind(const struct si_gguf *g, const char *path, struct si_flash_store *s,
+                      char *err, size_t err_size)
+{
+    struct si_gguf_str arch = {0, ""}, lay = {0, ""};
+    si_gguf_get_str(g, "general.architecture", &arch);
+    if (!si_gguf_str_eq(arch, SI_FLASH_ARCH))
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: not a flash store (architecture '%.*s')",
+                        path, (int)arch.len, arch.data);
+    /* Version 1 (no key) kept each up bias inside the record. */
+    uint32_t version = 1;
+    si_gguf_get_u32(g, "flash.version", &version);
+    if (version != SI_FLASH_VERSION)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "%s: flash store format %u, this starinfer reads format %d: write it "
+                        "again with `starinfer convert --bundle`",
+                        path, version, SI_FLASH_VERSION);
+    si_gguf_get_str(g, "flash.layout", &lay);
+    s->layout = si_gguf_str_eq(lay, "bundled") ? SI_FLASH_BUNDLED
+                : si_gguf_str_eq(lay, "split") ? SI_FLASH_SPLIT
+                                               : SI_FLASH_LAYOUT_COUNT;
+    if (s->layout == SI_FLASH_LAYOUT_COUNT)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: unknown flash.layout '%.*s'", path,
+                        (int)lay.len, lay.data);
+    return SI_OK;
+}
+
+/* Every key that fixes the record, and flash.has_bias, against what model
+ * m makes (its format f); SI_E_FORMAT naming the first that differs. */
+static int check_model_keys(const struct si_gguf *g, const char *path, const struct si_model *m,
+                            const struct si_flash_format *f, char *err, size_t err_size)
+{
+    int rc;
+    /* Every key that fixes the record must match what this model makes. */
+    const char *keys[] = {"flash.block_align", "flash.n_layer",     "flash.n_ff",
+                          "flash.n_embd",      "flash.gu_type",     "flash.dt_type",
+                          "flash.rec_bytes",   "flash.gate_off",    "flash.up_off",
+                          "flash.dt_off",      "flash.model_bytes", "flash.model_hash"};
+    const uint64_t want[] = {SI_FLASH_BLOCK,
+                             (uint64_t)f->n_layer,
+                             (uint64_t)f->n_ff,
+                             (uint64_t)f->n_embd,
+                             f->gu_type,
+                             f->dt_type,
+                             f->rec_bytes,
+                             f->gate_off,
+                             f->up_off,
+                             f->dt_off,
+                             (uint64_t)m->gguf->data_size,
+                             si_flash_model_hash(m, f)};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        uint64_t v;
+        if ((rc = key_u64(g, path, keys[k], &v, err, err_size)) != SI_OK)
+            return rc;
+        if (v != want[k])
+            return si__errf(err, err_size, SI_E_FORMAT,
+                            "%s: the flash store was written for another model (%s is %llu, "
+                            "this model needs %llu): convert it again",
+                            path, keys[k], (unsigned long long)v, (unsigned long long)want[k]);
+    }
+    bool has_bias;
+    if (si_gguf_get_bool(g, "flash.has_bias", &has_bias) != SI_OK || has_bias != f->has_bias)
+        return si__errf(err, err_size, SI_E_FORMAT,
+                        "%s: the flash store was written for another model (flash.has_bias is "
+                        "not %s): convert it again",
+                        path, f->has_bias ? "true" : "false");
+    return SI_OK;
+}
+
+/* Layer l's part of s's tables: its rows' order (a permutation of its
+ * neurons) and row_of, its tensors' file offsets (aligned), its up biases
+ * by neuron id; SI_E_FORMAT naming what is wrong. */
+static int read_layer(const struct si_gguf *g, const char *path, struct si_flash_store *s, size_t l,
+                      char *err, size_t err_size)
+{
+    const struct si_flash_format *f = &s->f;
+    const size_t ff = (size_t)f->n_ff;
+    int rc;
+    char name[64];
+    uint64_t off;
+    const void *data;
+    snprintf(name, sizeof name, "blk.%zu.flash_order", l);
+    if ((rc = tensor_at(g, path, name, SI_TYPE_I32, ff * 4, &off, &data, err, err_size)))
+        return rc;
+    memcpy(s->order + l * ff, data, ff * sizeof(int32_t));
+    for (size_t i = 0; i < ff; i++)
+        s->row_of[l * ff + i] = -1;
+    for (size_t r = 0; r < ff; r++) {
+        const int32_t i = s->order[l * ff + r];
+        if (i < 0 || (size_t)i >= ff || s->row_of[l * ff + (size_t)i] >= 0)
+            return si__errf(err, err_size, SI_E_FORMAT,
+                            "%s: %s is not a permutation of the layer's neurons", path, name);
+        s->row_of[l * ff + (size_t)i] = (int32_t)r;
+    }
+    if (s->layout == SI_FLASH_BUNDLED) {
+        snprintf(name, sizeof name, "blk.%zu.flash_rec", l);
+        if ((rc = tensor_at(g, path, name, SI_TYPE_I8, ff * f->rec_bytes, &s->base[l * 4], NULL,
+                            err, err_size)))
+            return rc;
+    } else {
+        static const char *const parts[] = {"flash_gate", "flash_up", "flash_down_t"};
+        const size_t bytes[] = {f->gate_part, f->up_part, f->dt_part};
+        for (int p = f->has_gate ? 0 : 1; p < 3; p++) {
+            snprintf(name, sizeof name, "blk.%zu.%s", l, parts[p]);
+            if ((rc = tensor_at(g, path, name, SI_TYPE_I8, ff * bytes[p], &s->base[l * 4 + p], NULL,
+                                err, err_size)))
+                return rc;
+        }
+    }
+    if (f->has_bias) {
+        snprintf(name, sizeof name, "blk.%zu.flash_bias", l);
+        if ((rc = tensor_at(g, path, name, SI_TYPE_F32, ff * 4, &off, &data, err, err_size)))
+            return rc;
+        /* kept by neuron id: the tier takes a loaded neuron's bias by id */
+        for (size_t r = 0; r < ff; r++)
+            s->bias[l * ff + (size_t)s->order[l * ff + r]] = ((const float *)data)[r];
+    }
+    if (s->base[l * 4] % SI_FLASH_BLOCK || s->base[l * 4 + 1] % SI_FLASH_BLOCK ||
+        s->base[l * 4 + 2] % SI_FLASH_BLOCK)
+        return si__errf(err, err_size, SI_E_FORMAT, "%s: layer %zu's records are not aligned", path,
+                        l);
+    return SI_OK;
+}
+
+/* The store's file at path opened for reading into s->fd: with O_DIRECT
+ * when a test read of one record passes (s->direct; else s->why says why
+ * not), else buffered; still the size it had when mapped.  SI_E_IO or
+ * SI_OK (s->fd left for si_flash_store_free either way). */
+static int open_file(struct si_flash_store *s, const char *path, char *err, size_t err_size)
+{
+    const struct si_flash_format *f = &s->f;
+    /* Direct I/O when the file system takes it: a test read of one record. */
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (s->fd >= 0) {
+        void *buf = aligned_alloc(4096, (f->rec_bytes + 4095) / 4096 * 4096);
+        struct si_flash_req r = {.off = s->base[0],
+                                 .len = s->layout == SI_FLASH_BUNDLED ? f->rec_bytes : f->up_part,
+                                 .dst = buf};
+        if (s->layout == SI_FLASH_SPLIT)
+            r.off = s->base[1];
+        int e = buf != NULL ? si_flash_io_pread(s->fd, &r) : ENOMEM;
+        free(buf);
+        if (e == 0) {
+            s->direct = true;
+        } else {
+            snprintf(s->why, sizeof s->why, "O_DIRECT read failed: %s", strerror(e));
+            close(s->fd);
+            s->fd = -1;
+        }
+    } else {
+        snprintf(s->why, sizeof s->why, "O_DIRECT open failed: %s", strerror(errno));
+    }
+    if (s->fd < 0 && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return si__errf(err, err_size, SI_E_IO, "%s: %s", path, strerror(errno));
+    if (fstat(s->fd, &s->st) != 0 || (uint64_t)s->st.st_size != s->file_bytes)
+        return si__errf(err, err_size, SI_E_IO, "%s: the file changed while it was opened", path);
+    return SI_OK;
+}
+
 int si_flash_store_open(struct si_flash_store **out, const char *path, const struct si_model *m,
                         int n_io, char *err, size_t err_size)
 {
@@ -401,71 +561,9 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
     s->fd = -1;
     s->f = f;
     s->file_bytes = g->size;
-    struct si_gguf_str arch = {0, ""}, lay = {0, ""};
-    si_gguf_get_str(g, "general.architecture", &arch);
-    if (!si_gguf_str_eq(arch, SI_FLASH_ARCH)) {
-        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: not a flash store (architecture '%.*s')",
-                      path, (int)arch.len, arch.data);
+    if ((rc = check_kind(g, path, s, err, err_size)) != SI_OK ||
+        (rc = check_model_keys(g, path, m, &f, err, err_size)) != SI_OK)
         goto fail;
-    }
-    /* Version 1 (no key) kept each up bias inside the record. */
-    uint32_t version = 1;
-    si_gguf_get_u32(g, "flash.version", &version);
-    if (version != SI_FLASH_VERSION) {
-        rc = si__errf(err, err_size, SI_E_FORMAT,
-                      "%s: flash store format %u, this starinfer reads format %d: write it "
-                      "again with `starinfer convert --bundle`",
-                      path, version, SI_FLASH_VERSION);
-        goto fail;
-    }
-    si_gguf_get_str(g, "flash.layout", &lay);
-    s->layout = si_gguf_str_eq(lay, "bundled") ? SI_FLASH_BUNDLED
-                : si_gguf_str_eq(lay, "split") ? SI_FLASH_SPLIT
-                                               : SI_FLASH_LAYOUT_COUNT;
-    if (s->layout == SI_FLASH_LAYOUT_COUNT) {
-        rc = si__errf(err, err_size, SI_E_FORMAT, "%s: unknown flash.layout '%.*s'", path,
-                      (int)lay.len, lay.data);
-        goto fail;
-    }
-    /* Every key that fixes the record must match what this model makes. */
-    {
-        const char *keys[] = {"flash.block_align", "flash.n_layer",     "flash.n_ff",
-                              "flash.n_embd",      "flash.gu_type",     "flash.dt_type",
-                              "flash.rec_bytes",   "flash.gate_off",    "flash.up_off",
-                              "flash.dt_off",      "flash.model_bytes", "flash.model_hash"};
-        const uint64_t want[] = {SI_FLASH_BLOCK,
-                                 (uint64_t)f.n_layer,
-                                 (uint64_t)f.n_ff,
-                                 (uint64_t)f.n_embd,
-                                 f.gu_type,
-                                 f.dt_type,
-                                 f.rec_bytes,
-                                 f.gate_off,
-                                 f.up_off,
-                                 f.dt_off,
-                                 (uint64_t)m->gguf->data_size,
-                                 si_flash_model_hash(m, &f)};
-        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-            uint64_t v;
-            if ((rc = key_u64(g, path, keys[k], &v, err, err_size)) != SI_OK)
-                goto fail;
-            if (v != want[k]) {
-                rc = si__errf(err, err_size, SI_E_FORMAT,
-                              "%s: the flash store was written for another model (%s is %llu, "
-                              "this model needs %llu): convert it again",
-                              path, keys[k], (unsigned long long)v, (unsigned long long)want[k]);
-                goto fail;
-            }
-        }
-    }
-    bool has_bias;
-    if (si_gguf_get_bool(g, "flash.has_bias", &has_bias) != SI_OK || has_bias != f.has_bias) {
-        rc = si__errf(err, err_size, SI_E_FORMAT,
-                      "%s: the flash store was written for another model (flash.has_bias is not "
-                      "%s): convert it again",
-                      path, f.has_bias ? "true" : "false");
-        goto fail;
-    }
     const size_t L = (size_t)f.n_layer, ff = (size_t)f.n_ff;
     s->order = malloc(L * ff * sizeof *s->order);
     s->row_of = malloc(L * ff * sizeof *s->row_of);
@@ -476,87 +574,14 @@ int si_flash_store_open(struct si_flash_store **out, const char *path, const str
         rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory for the flash store");
         goto fail;
     }
-    for (size_t l = 0; l < L; l++) {
-        char name[64];
-        uint64_t off;
-        const void *data;
-        snprintf(name, sizeof name, "blk.%zu.flash_order", l);
-        if ((rc = tensor_at(g, path, name, SI_TYPE_I32, ff * 4, &off, &data, err, err_size)))
+    for (size_t l = 0; l < L; l++)
+        if ((rc = read_layer(g, path, s, l, err, err_size)) != SI_OK)
             goto fail;
-        memcpy(s->order + l * ff, data, ff * sizeof(int32_t));
-        for (size_t i = 0; i < ff; i++)
-            s->row_of[l * ff + i] = -1;
-        for (size_t r = 0; r < ff; r++) {
-            const int32_t i = s->order[l * ff + r];
-            if (i < 0 || (size_t)i >= ff || s->row_of[l * ff + (size_t)i] >= 0) {
-                rc = si__errf(err, err_size, SI_E_FORMAT,
-                              "%s: %s is not a permutation of the layer's neurons", path, name);
-                goto fail;
-            }
-            s->row_of[l * ff + (size_t)i] = (int32_t)r;
-        }
-        if (s->layout == SI_FLASH_BUNDLED) {
-            snprintf(name, sizeof name, "blk.%zu.flash_rec", l);
-            if ((rc = tensor_at(g, path, name, SI_TYPE_I8, ff * f.rec_bytes, &s->base[l * 4],
-                                NULL, err, err_size)))
-                goto fail;
-        } else {
-            static const char *const parts[] = {"flash_gate", "flash_up", "flash_down_t"};
-            const size_t bytes[] = {f.gate_part, f.up_part, f.dt_part};
-            for (int p = f.has_gate ? 0 : 1; p < 3; p++) {
-                snprintf(name, sizeof name, "blk.%zu.%s", l, parts[p]);
-                if ((rc = tensor_at(g, path, name, SI_TYPE_I8, ff * bytes[p], &s->base[l * 4 + p],
-                                    NULL, err, err_size)))
-                    goto fail;
-            }
-        }
-        if (f.has_bias) {
-            snprintf(name, sizeof name, "blk.%zu.flash_bias", l);
-            if ((rc = tensor_at(g, path, name, SI_TYPE_F32, ff * 4, &off, &data, err, err_size)))
-                goto fail;
-            /* kept by neuron id: the tier takes a loaded neuron's bias by id */
-            for (size_t r = 0; r < ff; r++)
-                s->bias[l * ff + (size_t)s->order[l * ff + r]] = ((const float *)data)[r];
-        }
-        if (s->base[l * 4] % SI_FLASH_BLOCK || s->base[l * 4 + 1] % SI_FLASH_BLOCK ||
-            s->base[l * 4 + 2] % SI_FLASH_BLOCK) {
-            rc = si__errf(err, err_size, SI_E_FORMAT, "%s: layer %zu's records are not aligned",
-                          path, l);
-            goto fail;
-        }
-    }
     si_gguf_free(g); /* the mapping is done with: records are read with pread */
     g = NULL;
 
-    /* Direct I/O when the file system takes it: a test read of one record. */
-    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (s->fd >= 0) {
-        void *buf = aligned_alloc(4096, (f.rec_bytes + 4095) / 4096 * 4096);
-        struct si_flash_req r = {.off = s->base[0], .len = s->layout == SI_FLASH_BUNDLED
-                                                            ? f.rec_bytes : f.up_part,
-                                 .dst = buf};
-        if (s->layout == SI_FLASH_SPLIT)
-            r.off = s->base[1];
-        int e = buf != NULL ? si_flash_io_pread(s->fd, &r) : ENOMEM;
-        free(buf);
-        if (e == 0) {
-            s->direct = true;
-        } else {
-            snprintf(s->why, sizeof s->why, "O_DIRECT read failed: %s", strerror(e));
-            close(s->fd);
-            s->fd = -1;
-        }
-    } else {
-        snprintf(s->why, sizeof s->why, "O_DIRECT open failed: %s", strerror(errno));
-    }
-    if (s->fd < 0 && (s->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        rc = si__errf(err, err_size, SI_E_IO, "%s: %s", path, strerror(errno));
+    if ((rc = open_file(s, path, err, err_size)) != SI_OK)
         goto fail;
-    }
-    if (fstat(s->fd, &s->st) != 0 || (uint64_t)s->st.st_size != s->file_bytes) {
-        rc = si__errf(err, err_size, SI_E_IO, "%s: the file changed while it was opened", path);
-        goto fail;
-    }
     if ((s->path = strdup(path)) == NULL) {
         rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
         goto fail;
