@@ -38,20 +38,20 @@ struct attn_io {
 static void attn_bufs(struct si__bufs *b, struct si_engine *e, int l, struct attn_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    io->x = si__vec(b, e->h_x, STARPU_RW);
+    io->x = si__vec(b, e->dec.h_x, STARPU_RW);
     si__carried_bufs(b, e, l, &io->c);
-    io->xb = si__vec(b, e->h_xb, STARPU_W);
-    io->xb3 = e->h_xb3 != NULL ? si__vec(b, e->h_xb3, STARPU_W) : NULL;
-    for (int32_t g = 0; g < e->ng; g++) { /* the caches, in the batches' groups */
-        io->k[g] = si__buf(b, e->ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
-        io->v[g] = si__buf(b, e->ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
+    io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_W);
+    io->xb3 = e->dec.h_xb3 != NULL ? si__vec(b, e->dec.h_xb3, STARPU_W) : NULL;
+    for (int32_t g = 0; g < e->dec.ng; g++) { /* the caches, in the batches' groups */
+        io->k[g] = si__buf(b, e->dec.ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_RW);
+        io->v[g] = si__buf(b, e->dec.ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
     }
     for (int i = 0; i < 4; i++)
         io->w[i] = si__vec(b, L->h_w[i], STARPU_R);
     io->aux = io->scratch = NULL;
     if (L->attn_gpu) {
         io->aux = si__vec(b, L->h_aux, STARPU_R);
-        io->scratch = si__vec(b, e->h_ascratch, STARPU_SCRATCH);
+        io->scratch = si__vec(b, e->gpu.h_ascratch, STARPU_SCRATCH);
     }
 }
 
@@ -82,7 +82,7 @@ int si__submit_attn(struct si_engine *e, int l, int32_t token)
     struct si__args a;
     struct si__bufs b = si__bufs_collect(&a);
     attn_bufs(&b, e, l, &(struct attn_io){0});
-    const uint32_t where = e->L[l].attn_gpu && e->cuda_hot ? STARPU_CUDA : STARPU_CPU;
+    const uint32_t where = e->L[l].attn_gpu && e->gpu.cuda_hot ? STARPU_CUDA : STARPU_CPU;
     return si__submit(e, &si__cl_attn, e->L[l].name_attn, l, -1, token, &a, where);
 }
 
@@ -145,13 +145,14 @@ static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l,
 #define AUX(i) (L->aux_off[i] >= 0 ? aux + L->aux_off[i] : NULL)
     const bool rms = hp->norm_kind == SI_NORM_RMS;
     int rc = 0;
-    if (nc > 0 && e->sparse) { /* the slices' partial outputs, in order */
+    if (nc > 0 && e->lay.sparse) { /* the slices' partial outputs, in order */
         rc = op->residual(c, x, parts, nc, AUX(SI__AUX_PREV_DOWN_B), d);
     } else if (nc > 0) { /* dense: the down projection's blocks side by side */
         const float *bias = AUX(SI__AUX_PREV_DOWN_B);
-        for (int32_t j = 0; j < e->nd && rc == 0; j++)
-            rc = op->residual(c, x + e->dn[j], &parts[j], 1, bias ? bias + e->dn[j] : NULL,
-                              e->dn[j + 1] - e->dn[j]);
+        for (int32_t j = 0; j < e->down.nd && rc == 0; j++)
+            rc =
+                op->residual(c, x + e->down.dn[j], &parts[j], 1, bias ? bias + e->down.dn[j] : NULL,
+                             e->down.dn[j + 1] - e->down.dn[j]);
     }
     if (rc == 0)
         rc = op->norm(c, rms, xn, x, AUX(SI__AUX_ATTN_NORM), AUX(SI__AUX_ATTN_NORM_B), d,
@@ -173,12 +174,12 @@ static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l,
             rc = op->rope(c, k, hp->n_head_kv, hp, pos, base, scale);
     }
     const int first = local && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
-    for (int32_t g = 0; g < e->ng && rc == 0; g++) {
-        const int64_t g0 = e->ng > 1 ? e->a_g[g] : 0,
-                      g1 = e->ng > 1 ? e->a_g[g + 1] : hp->n_head_kv;
+    for (int32_t g = 0; g < e->dec.ng && rc == 0; g++) {
+        const int64_t g0 = e->dec.ng > 1 ? e->dec.a_g[g] : 0,
+                      g1 = e->dec.ng > 1 ? e->dec.a_g[g + 1] : hp->n_head_kv;
         uint16_t *kc, *vc;
         int64_t ld;      /* halves from a position to the next */
-        if (e->ng > 1) { /* the group's columns: a matrix of bytes, a row per position */
+        if (e->dec.ng > 1) { /* the group's columns: a matrix of bytes, a row per position */
             kc = (uint16_t *)STARPU_MATRIX_GET_PTR(io->k[g]);
             vc = (uint16_t *)STARPU_MATRIX_GET_PTR(io->v[g]);
             ld = (int64_t)STARPU_MATRIX_GET_LD(io->k[g]) / 2;
@@ -390,14 +391,14 @@ struct agrp_io {
 static void agrp_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct agrp_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    io->x = si__vec(b, e->h_x, STARPU_R);
+    io->x = si__vec(b, e->dec.h_x, STARPU_R);
     si__carried_bufs(b, e, l, &io->c);
     for (int i = 0; i < 3; i++)
         si__buf(b, L->h_w[i], STARPU_R);
-    si__buf(b, e->ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
-    si__buf(b, e->ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
-    io->att = si__vec(b, e->ng > 1 ? e->h_att_c[j] : e->h_att, STARPU_W);
-    io->x2 = j == 0 ? si__vec(b, e->h_x2, STARPU_W) : NULL;
+    si__buf(b, e->dec.ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
+    si__buf(b, e->dec.ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
+    io->att = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[j] : e->dec.h_att, STARPU_W);
+    io->x2 = j == 0 ? si__vec(b, e->dec.h_x2, STARPU_W) : NULL;
 }
 
 /*
@@ -423,7 +424,7 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     float *xl = io.x2 != NULL ? io.x2 : sc->xl;
     const double tm = si__residual_in(e, a->l, &io.c, io.x, xl, sc);
     si_ref_attn_input(e->ref, a->l, xl, sc->xn, sc->tmp);
-    const int64_t g0 = e->a_g[j], g1 = e->a_g[j + 1];
+    const int64_t g0 = e->dec.a_g[j], g1 = e->dec.a_g[j + 1];
     const int64_t q0 = g0 * group * hd, q1 = g1 * group * hd, k0 = g0 * hd, k1 = g1 * hd;
     struct si_tensor wq = si__rows_of(&W->wq, q0, q1), wk = si__rows_of(&W->wk, k0, k1),
                      wv = si__rows_of(&W->wv, k0, k1);
@@ -453,13 +454,13 @@ struct ao_io {
 
 static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct ao_io *io)
 {
-    for (int32_t g = 0; g < e->ng; g++) {
-        const float *p = si__vec(b, e->ng > 1 ? e->h_att_c[g] : e->h_att, STARPU_R);
+    for (int32_t g = 0; g < e->dec.ng; g++) {
+        const float *p = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[g] : e->dec.h_att, STARPU_R);
         if (g == 0)
             io->att = p;
     }
     si__buf(b, e->L[l].h_w[3], STARPU_R);
-    io->y = si__vec(b, e->h_o[j], STARPU_W);
+    io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
 }
 
 /* Rows [a_o[j], a_o[j+1]) of Wo's product with the attention output. */
@@ -474,7 +475,7 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     const float *att = io.att;
     const struct si_layer *W = &e->w->layers[a->l];
-    const int64_t o0 = e->a_o[a->j], o1 = e->a_o[a->j + 1];
+    const int64_t o0 = e->dec.a_o[a->j], o1 = e->dec.a_o[a->j + 1];
     if (e->p.ref.input_thresholds != NULL) {
         /* input sparsity zeroes entries: this task's own copy */
         const int64_t qd = (int64_t)e->m->hp.n_head * e->m->hp.head_dim;
@@ -502,12 +503,12 @@ struct aout_io {
 
 static void aout_bufs(struct si__bufs *b, struct si_engine *e, struct aout_io *io)
 {
-    io->x2 = si__vec(b, e->h_x2, STARPU_R);
-    for (int32_t j = 0; j < e->na; j++)
-        io->o[j] = si__vec(b, e->h_o[j], STARPU_R);
-    io->x = si__vec(b, e->h_x, STARPU_W);
-    io->xb = si__vec(b, e->h_xb, STARPU_W);
-    io->xb3 = e->h_xb3 != NULL ? si__vec(b, e->h_xb3, STARPU_W) : NULL;
+    io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
+    for (int32_t j = 0; j < e->dec.na; j++)
+        io->o[j] = si__vec(b, e->dec.h_o[j], STARPU_R);
+    io->x = si__vec(b, e->dec.h_x, STARPU_W);
+    io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_W);
+    io->xb3 = e->dec.h_xb3 != NULL ? si__vec(b, e->dec.h_xb3, STARPU_W) : NULL;
 }
 
 /* The projection's slices gathered, then the residual and the FFN's input. */
@@ -520,8 +521,9 @@ static void aout_cpu(void *buffers[], void *cl_arg)
     struct si__bufs b = si__bufs_read(buffers);
     aout_bufs(&b, e, &io);
     double t0 = si__now();
-    for (int32_t j = 0; j < e->na; j++)
-        memcpy(sc->xf + e->a_o[j], io.o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float));
+    for (int32_t j = 0; j < e->dec.na; j++)
+        memcpy(sc->xf + e->dec.a_o[j], io.o[j],
+               (size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float));
     si_ref_attn_finish_into(e->ref, a->l, io.x2, sc->xf, io.x, io.xb, io.xb3, sc->tmp);
     si__account(e, SI_TASK_ATTN, t0);
 }
@@ -535,17 +537,17 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
     struct si__args a;
     struct si__bufs b;
     int rc = 0;
-    for (int32_t j = 0; j < e->ng && rc == 0; j++) {
+    for (int32_t j = 0; j < e->dec.ng && rc == 0; j++) {
         b = si__bufs_collect(&a);
         agrp_bufs(&b, e, l, j, &(struct agrp_io){0});
         rc = si__submit(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
     }
-    for (int32_t j = 0; j < e->na && rc == 0; j++) {
+    for (int32_t j = 0; j < e->dec.na && rc == 0; j++) {
         b = si__bufs_collect(&a);
         ao_bufs(&b, e, l, j, &(struct ao_io){0});
         rc = si__submit(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
     }
-    if (rc == 0 && !e->fuse_out) {
+    if (rc == 0 && !e->lay.fuse_out) {
         b = si__bufs_collect(&a);
         aout_bufs(&b, e, &(struct aout_io){0});
         rc = si__submit(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);

@@ -68,7 +68,7 @@ struct si__pack_job {
  * when they do not make the FFN's input themselves (fuse_out). */
 static inline bool si__ffn_reads_residual(const struct si_engine *e)
 {
-    return e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred && !e->fuse_out &&
+    return e->p.mode == SI_SPARSITY_PREDICTOR && e->lay.fuse_pred && !e->lay.fuse_out &&
            e->m->pred_input == SI_PRED_RESIDUAL;
 }
 

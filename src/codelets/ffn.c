@@ -179,7 +179,7 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
     /* fc2's outputs after the partial rows of redux mode, which may be
      * this slice's output (engine.c sizes sc->y for both) */
     const struct si_hparams *hp = &e->m->hp;
-    float *y2 = sc->y + ((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd;
+    float *y2 = sc->y + ((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd;
     si_ref_predict(&w1, &v, e->m->predictor_threshold, e->p.ref.act_quant, sc->xq, xb, sc->h, y2,
                    sel);
     int64_t k = 0;
@@ -220,17 +220,17 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
 {
     struct si__layer_state *L = &e->L[l];
     memset(io, 0, sizeof *io);
-    if (e->fuse_out) {
-        io->x2 = si__vec(b, e->h_x2, STARPU_R);
-        for (int32_t k = 0; k < e->na; k++)
-            io->o[k] = si__vec(b, e->h_o[k], STARPU_R);
+    if (e->lay.fuse_out) {
+        io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
+        for (int32_t k = 0; k < e->dec.na; k++)
+            io->o[k] = si__vec(b, e->dec.h_o[k], STARPU_R);
     } else {
-        io->xb = si__vec(b, e->h_xb, STARPU_R);
+        io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
         if (si__ffn_reads_residual(e))
-            io->xr = si__vec(b, e->h_x, STARPU_R);
+            io->xr = si__vec(b, e->dec.h_x, STARPU_R);
     }
     si__ffn_slice_bufs(b, e, l, j, &io->w);
-    if (e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred) {
+    if (e->p.mode == SI_SPARSITY_PREDICTOR && e->lay.fuse_pred) {
         io->fc1 = si__vec(b, L->h_fc1, STARPU_R);
         io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
     } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
@@ -241,13 +241,13 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
     else
         io->out = si__vec(b, L->h_part_c[j], STARPU_W);
     if (gpu) {
-        io->iota = si__vec(b, e->h_iota, STARPU_R);
-        io->h = si__vec(b, e->h_hscratch, STARPU_SCRATCH);
+        io->iota = si__vec(b, e->dec.h_iota, STARPU_R);
+        io->h = si__vec(b, e->dec.h_hscratch, STARPU_SCRATCH);
     }
-    if (e->fuse_out && j == 0) { /* the residual for the next layer */
-        io->x_out = si__vec(b, e->h_x, STARPU_W);
-        if (e->h_xb3 != NULL)
-            io->xb3 = si__vec(b, e->h_xb3, STARPU_W);
+    if (e->lay.fuse_out && j == 0) { /* the residual for the next layer */
+        io->x_out = si__vec(b, e->dec.h_x, STARPU_W);
+        if (e->dec.h_xb3 != NULL)
+            io->xb3 = si__vec(b, e->dec.h_xb3, STARPU_W);
     }
 }
 
@@ -262,10 +262,11 @@ static const float *ffn_input(struct si_engine *e, int l, const struct ffn_io *i
                               struct si__scratch *sc, const float **xr)
 {
     *xr = io->xr;
-    if (!e->fuse_out)
+    if (!e->lay.fuse_out)
         return io->xb;
-    for (int32_t k = 0; k < e->na; k++)
-        memcpy(sc->xf + e->a_o[k], io->o[k], (size_t)(e->a_o[k + 1] - e->a_o[k]) * sizeof(float));
+    for (int32_t k = 0; k < e->dec.na; k++)
+        memcpy(sc->xf + e->dec.a_o[k], io->o[k],
+               (size_t)(e->dec.a_o[k + 1] - e->dec.a_o[k]) * sizeof(float));
     float *x_out = io->x_out != NULL ? io->x_out : sc->xl;
     float *xb3 = io->x_out != NULL && io->xb3 != NULL ? io->xb3 : sc->xo;
     si_ref_attn_finish_into(e->ref, l, io->x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);
@@ -284,8 +285,8 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     struct ffn_io io;
     struct si__bufs bw = si__bufs_read(buffers);
     ffn_bufs(&bw, e, a->l, a->j, false, &io);
-    if (e->p.gpu_twin && si__is_hot(e, a->l, a->j) && !e->p.redux && !e->fuse_out &&
-        !(e->p.mode == SI_SPARSITY_PREDICTOR && e->fuse_pred)) {
+    if (e->p.gpu_twin && si__is_hot(e, a->l, a->j) && !e->p.redux && !e->lay.fuse_out &&
+        !(e->p.mode == SI_SPARSITY_PREDICTOR && e->lay.fuse_pred)) {
         ffn_twin(e, a->l, a->j, &io); /* the GPU's steps, on this CPU worker */
         return;
     }
@@ -299,7 +300,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     float *out = io.out;
     float *y;
     int64_t computed, rd = 0;
-    if (!e->sparse) {
+    if (!e->lay.sparse) {
         y = out;
         computed = ffn_dense_slice(e, a->l, L->s0[a->j], xb, io.w.gate, io.w.up, io.w.b, n, sc, y);
         rd = n * (int64_t)L->f.gu_row * (io.w.gate != NULL ? 2 : 1);
@@ -316,7 +317,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
         y = e->p.redux ? sc->y : out;
         int64_t rd_ffn = 0;
         computed = ffn_sparse_slice(e, &L->f, xb, io.w.pre, L->pre_pk[a->j], io.w.rec, io.w.b, idx,
-                                    n, e->gthr[a->l], sc, y, &rd_ffn);
+                                    n, e->lay.gthr[a->l], sc, y, &rd_ffn);
         rd += rd_ffn;
     }
     if (e->p.redux) /* add the rows into this worker's share of the output */
@@ -330,7 +331,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
 
 int si__submit_ffn(struct si_engine *e, int l, int j, int32_t token)
 {
-    const bool hot = si__is_hot(e, l, j), gpu = hot && e->cuda_hot;
+    const bool hot = si__is_hot(e, l, j), gpu = hot && e->gpu.cuda_hot;
     struct si__args a;
     struct si__bufs b = si__bufs_collect(&a);
     struct ffn_io io;
@@ -362,7 +363,7 @@ int si__ffn_gpu_token(const struct si__ffn_ops *op, const struct si_engine *e, i
     const int kind = (int)hp->ffn_kind, act = (int)hp->act;
     void *c = op->c;
     int rc;
-    if (e->pre_sep) {
+    if (e->lay.pre_sep) {
         /* gating rows and up rows have different strides: two products */
         float *g = h + hp->n_ff;
         if (hp->ffn_kind == SI_FFN_PLAIN) {
@@ -377,10 +378,11 @@ int si__ffn_gpu_token(const struct si__ffn_ops *op, const struct si_engine *e, i
                 rc = op->combine(c, g, h, w->b, n, kind, act, h);
         }
     } else {
-        rc = op->gate_up(c, f->gu_type, w->gate, w->up, e->sparse ? f->rec_bytes : f->gu_row, n, d,
-                         w->b, xb, idx != NULL ? idx : iota, n, kind, act, e->sparse ? h : out);
+        rc = op->gate_up(c, f->gu_type, w->gate, w->up, e->lay.sparse ? f->rec_bytes : f->gu_row, n,
+                         d, w->b, xb, idx != NULL ? idx : iota, n, kind, act,
+                         e->lay.sparse ? h : out);
     }
-    if (rc == 0 && e->sparse)
+    if (rc == 0 && e->lay.sparse)
         rc = op->down(c, f->dt_type, w->rec + f->dt_off, f->rec_bytes, n, d, h,
                       idx != NULL ? idx : iota, n, out);
     return rc;
@@ -453,12 +455,12 @@ void si__ffn_slice_bufs(struct si__bufs *b, const struct si_engine *e, int l, in
     const struct si__layer_state *L = &e->L[l];
     const struct si__ffn_fmt *f = &L->f;
     memset(w, 0, sizeof *w);
-    if (!e->sparse) {
-        if (e->has_gate)
+    if (!e->lay.sparse) {
+        if (e->lay.has_gate)
             w->gate = si__vec(b, L->h_gate_c[j], STARPU_R);
         w->up = si__vec(b, L->h_up_c[j], STARPU_R);
     } else {
-        if (e->pre_sep)
+        if (e->lay.pre_sep)
             w->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
         w->rec = si__vec(b, L->h_rec_c[j], STARPU_R);
         if (w->rec != NULL) {
@@ -477,8 +479,8 @@ static int64_t gpu_slice_bytes(const struct si_engine *e, int l, int j)
 {
     const struct si__layer_state *L = &e->L[l];
     const int64_t n = L->s0[j + 1] - L->s0[j];
-    return !e->sparse ? n * (int64_t)L->f.gu_row * (e->has_gate ? 2 : 1)
-                      : n * (int64_t)(L->f.rec_bytes + (e->pre_sep ? L->f.gu_row : 0));
+    return !e->lay.sparse ? n * (int64_t)L->f.gu_row * (e->lay.has_gate ? 2 : 1)
+                          : n * (int64_t)(L->f.rec_bytes + (e->lay.pre_sep ? L->f.gu_row : 0));
 }
 
 /* The hot slice's task in its GPU form: iota and h, the GPU's (ffn_bufs'),
@@ -487,7 +489,7 @@ static int hot_gpu_form(const struct si__ffn_ops *op, struct si_engine *e, int l
                         const struct ffn_io *io, const int32_t *iota, float *h)
 {
     struct si__layer_state *L = &e->L[l];
-    const int32_t *idx = e->sparse ? io->idx : NULL;
+    const int32_t *idx = e->lay.sparse ? io->idx : NULL;
     const int rc = si__ffn_gpu_token(op, e, l, j, &io->w, io->xb, idx, iota, io->out, h);
     L->active[j] = -1; /* not counted on the GPU (the mask stays there) */
     L->rd[j] = gpu_slice_bytes(e, l, j);
@@ -501,7 +503,7 @@ static void ffn_twin(struct si_engine *e, int l, int j, const struct ffn_io *io)
     float *h = malloc(2 * (size_t)e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
     if (h == NULL)
         STARPU_ABORT_MSG("ffn_hot_L%d: the GPU form's CPU twin is out of memory", l);
-    hot_gpu_form(&si__ffn_twin_ops, e, l, j, io, e->iota, h);
+    hot_gpu_form(&si__ffn_twin_ops, e, l, j, io, e->lay.iota, h);
     free(h);
     si__account(e, SI_TASK_FFN_HOT, t0);
 }
@@ -584,7 +586,7 @@ static void down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, str
         io->act[j] = si__vec(b, L->h_part_c[j], STARPU_R);
     void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
     io->rows = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
-    io->y = si__vec(b, e->h_dout[k], STARPU_W);
+    io->y = si__vec(b, e->down.h_dout[k], STARPU_W);
 }
 
 /*
@@ -607,12 +609,13 @@ static void down_cpu(void *buffers[], void *cl_arg)
     if (e->p.ref.input_thresholds != NULL &&
         si__input_in(e, sc, a->l, SI_INPUT_DOWN, sc->h, e->m->hp.n_ff, &nz)) {
         const struct si_layer *W = &e->w->layers[a->l];
-        si__matvec_t(e, &W->ffn_down, si_ref_down_copy(e->m, W), e->dn[a->j], e->dn[a->j + 1], sc,
-                     nz, sc->h, io.y);
+        si__matvec_t(e, &W->ffn_down, si_ref_down_copy(e->m, W), e->down.dn[a->j],
+                     e->down.dn[a->j + 1], sc, nz, sc->h, io.y);
         si__account(e, SI_TASK_FFN_DOWN, t0);
         return;
     }
-    struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
+    struct si_tensor rows =
+        si__rows_of(&e->w->layers[a->l].ffn_down, e->down.dn[a->j], e->down.dn[a->j + 1]);
     rows.data = io.rows;
     si_ref_matvec(e->p.ref.act_quant, sc->hq, io.y, &rows, sc->h);
     si__account(e, SI_TASK_FFN_DOWN, t0);

@@ -8,7 +8,7 @@
 /* embed: x (W), the token's embedding. */
 static float *embed_bufs(struct si__bufs *b, struct si_engine *e)
 {
-    return si__vec(b, e->h_x, STARPU_W);
+    return si__vec(b, e->dec.h_x, STARPU_W);
 }
 
 static void embed_cpu(void *buffers[], void *cl_arg)
@@ -39,11 +39,11 @@ struct head_io {
 
 static void head_bufs(struct si__bufs *b, struct si_engine *e, struct head_io *io)
 {
-    io->x = si__vec(b, e->h_x, STARPU_RW);
+    io->x = si__vec(b, e->dec.h_x, STARPU_RW);
     si__carried_bufs(b, e, e->m->hp.n_layer, &io->c);
-    io->xn = si__vec(b, e->h_xb, STARPU_RW);
-    io->logits = si__vec(b, e->h_logits, STARPU_W);
-    si__buf(b, e->h_out, STARPU_R);
+    io->xn = si__vec(b, e->dec.h_ffn_in, STARPU_RW);
+    io->logits = si__vec(b, e->dec.h_logits, STARPU_W);
+    si__buf(b, e->dec.h_out, STARPU_R);
 }
 
 /* The last layer's FFN added into x, then the reference's head. */
@@ -71,10 +71,10 @@ struct head_rows_io {
 
 static void head_rows_bufs(struct si__bufs *b, struct si_engine *e, int j, struct head_rows_io *io)
 {
-    io->x = si__vec(b, e->h_x, STARPU_R);
+    io->x = si__vec(b, e->dec.h_x, STARPU_R);
     si__carried_bufs(b, e, e->m->hp.n_layer, &io->c);
-    io->out = si__vec(b, e->h_out, STARPU_R);
-    io->y = si__vec(b, e->h_logits_c[j], STARPU_W);
+    io->out = si__vec(b, e->dec.h_out, STARPU_R);
+    io->y = si__vec(b, e->dec.h_logits_c[j], STARPU_W);
 }
 
 /* The last layer's FFN added into x (every slice alike), the output norm,
@@ -90,7 +90,7 @@ static void head_rows_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     const double tm = si__residual_in(e, e->m->hp.n_layer, &io.c, io.x, sc->xl, sc);
     si_ref_head_input(e->ref, sc->xl, sc->xn, sc->tmp);
-    struct si_tensor w = si__rows_of(&e->w->output, e->a_h[a->j], e->a_h[a->j + 1]);
+    struct si_tensor w = si__rows_of(&e->w->output, e->dec.a_h[a->j], e->dec.a_h[a->j + 1]);
     si_ref_matvec(e->p.ref.act_quant, sc->xq, io.y, &w, sc->xn);
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_HEAD, si__now() - t0 - tm);
@@ -100,18 +100,19 @@ int si__submit_head(struct si_engine *e, int32_t token)
 {
     struct si__args a;
     struct si__bufs b = si__bufs_collect(&a);
-    if (e->na <= 1) {
+    if (e->dec.na <= 1) {
         head_bufs(&b, e, &(struct head_io){0});
         return si__submit(e, &si__cl_head, "norm+lm_head", -1, -1, token, &a, 0);
     }
     int rc = 0;
-    starpu_data_partition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c);
-    for (int32_t j = 0; j < e->na && rc == 0; j++) {
+    starpu_data_partition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c);
+    for (int32_t j = 0; j < e->dec.na && rc == 0; j++) {
         b = si__bufs_collect(&a);
         head_rows_bufs(&b, e, j, &(struct head_rows_io){0});
-        rc = si__submit(e, &si__cl_head_rows, e->name_head[j], -1, j, token, &a, 0);
+        rc = si__submit(e, &si__cl_head_rows, e->dec.name_head[j], -1, j, token, &a, 0);
     }
-    starpu_data_unpartition_submit(e->h_logits, (unsigned)e->na, e->h_logits_c, STARPU_MAIN_RAM);
+    starpu_data_unpartition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c,
+                                   STARPU_MAIN_RAM);
     return rc;
 }
 

@@ -16,8 +16,8 @@
 
 static void flash_fail(struct si_engine *e, int rc, const char *msg)
 {
-    if (e->flash_err == SI_OK) {
-        e->flash_err = rc;
+    if (e->fl.err == SI_OK) {
+        e->fl.err = rc;
         snprintf(e->err_msg, sizeof e->err_msg, "%s", msg);
     }
 }
@@ -39,7 +39,7 @@ static void load_bufs(struct si__bufs *b, struct si_engine *e, int l, struct loa
     for (int32_t j = L->hot ? 1 : 0; j < L->nsl; j++)
         io->idx[j] = si__vec(b, L->h_idx_c[j], STARPU_R);
     si__buf(b, L->h_cache, STARPU_RW);
-    si__buf(b, e->h_spill, STARPU_RW);
+    si__buf(b, e->fl.h_spill, STARPU_RW);
 }
 
 static void load_cpu(void *buffers[], void *cl_arg)
@@ -47,7 +47,7 @@ static void load_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__layer_state *L = &e->L[a->l];
-    int32_t *act = e->ft.L[a->l].act;
+    int32_t *act = e->fl.ft->L[a->l].act;
     struct load_io io;
     struct si__bufs bw = si__bufs_read(buffers);
     load_bufs(&bw, e, a->l, &io);
@@ -61,7 +61,7 @@ static void load_cpu(void *buffers[], void *cl_arg)
             act[na++] = (int32_t)(L->s0[j] + idx[q]);
     }
     const char *msg;
-    const int rc = si_flash_tier_load(&e->ft, a->l, L->perm, na, &msg);
+    const int rc = si_flash_tier_load(e->fl.ft, a->l, L->perm, na, &msg);
     if (rc != SI_OK)
         flash_fail(e, rc, msg);
     si__account(e, SI_TASK_LOAD, t0);
@@ -72,7 +72,7 @@ static void wait_reads(struct si_engine *e, int l, double *t0)
 {
     const double w0 = si__now();
     const char *msg;
-    const int rc = si_flash_tier_wait(&e->ft, l, &msg);
+    const int rc = si_flash_tier_wait(e->fl.ft, l, &msg);
     if (rc != SI_OK)
         flash_fail(e, rc, msg);
     const double waited = si__now() - w0;
@@ -100,10 +100,10 @@ struct flash_io {
 static void flash_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct flash_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    io->xb = si__vec(b, e->h_xb, STARPU_R);
+    io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
     si__buf(b, L->h_cache, STARPU_R);
     io->idx = si__vec(b, L->h_idx_c[j], STARPU_R);
-    si__buf(b, e->h_spill, STARPU_R);
+    si__buf(b, e->fl.h_spill, STARPU_R);
     io->y = si__vec(b, L->h_part_c[j], STARPU_W);
 }
 
@@ -125,15 +125,15 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const float *xb = io.xb;
     /* Records by their index in the region (the cache's and the spill
      * area's buffers are parts of it, on the CPU: the same addresses). */
-    const char *mat = e->ft.region;
+    const char *mat = e->fl.ft->region;
     const int32_t *idx = io.idx;
     float *y = io.y;
     const bool bias = e->w->layers[a->l].ffn_up_b.data != NULL;
-    const float *b = bias ? e->ft.region_bias : NULL;
+    const float *b = bias ? e->fl.ft->region_bias : NULL;
     const void *xa = si__ffn_convert_input(e, t, xb, sc->xq);
     const char *gate = f->gate_off >= 0 ? mat + f->gate_off : NULL;
     const char *up = f->up_off >= 0 ? mat + f->up_off : NULL;
-    const struct si_flash_tier *ft = &e->ft;
+    const struct si_flash_tier *ft = e->fl.ft;
     int64_t k = 0;
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         /* ix: the records in order; sx: the cached ones (kc), then the

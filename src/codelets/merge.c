@@ -22,9 +22,10 @@ static void merge_into(struct si_engine *e, int l, const struct si__carried *c, 
     const struct si_layer *W = &e->w->layers[l];
     const int64_t d = e->m->hp.n_embd;
     bool first = true;
-    for (int32_t k = 0; !e->sparse && k < e->nd; k++)
-        memcpy(xb2 + e->dn[k], c->part[k], (size_t)(e->dn[k + 1] - e->dn[k]) * sizeof(float));
-    for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
+    for (int32_t k = 0; !e->lay.sparse && k < e->down.nd; k++)
+        memcpy(xb2 + e->down.dn[k], c->part[k],
+               (size_t)(e->down.dn[k + 1] - e->down.dn[k]) * sizeof(float));
+    for (int32_t j = 0; e->lay.sparse && j < L->nsl; j++) {
         const float *p = c->part[j];
         for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
             for (int64_t i = 0; i < d; i++)
@@ -43,7 +44,7 @@ static void merge_into(struct si_engine *e, int l, const struct si__carried *c, 
  * rank before), or in redux mode, where a merge task adds it into x. */
 static bool carries(const struct si_engine *e, int l)
 {
-    return !(l == 0 || l == e->l0 || e->p.redux);
+    return !(l == 0 || l == e->pipe.l0 || e->p.redux);
 }
 
 /* See task.h: layer l - 1's slices' partial outputs (dense mode: the down
@@ -56,12 +57,12 @@ void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, stru
     if (!carries(e, l))
         return;
     const struct si__layer_state *P = &e->L[l - 1];
-    c->n = e->sparse ? P->nsl : e->nd;
+    c->n = e->lay.sparse ? P->nsl : e->down.nd;
     STARPU_ASSERT(c->n <= SI__MAX_SLICES + 1);
     for (int32_t j = 0; j < c->n; j++)
-        c->part[j] = si__vec(b, e->sparse ? P->h_part_c[j] : e->h_dout[j], STARPU_R);
+        c->part[j] = si__vec(b, e->lay.sparse ? P->h_part_c[j] : e->down.h_dout[j], STARPU_R);
     if (e->m->hp.parallel_residual)
-        c->xb3 = si__vec(b, e->h_xb3, STARPU_R);
+        c->xb3 = si__vec(b, e->dec.h_xb3, STARPU_R);
 }
 
 /* x_out = layer l's input residual: x, plus layer l - 1's FFN carried in c.
@@ -89,9 +90,9 @@ struct merge_io {
 
 static void merge_bufs(struct si__bufs *b, struct si_engine *e, int l, struct merge_io *io)
 {
-    io->x = si__vec(b, e->h_x, STARPU_RW);
+    io->x = si__vec(b, e->dec.h_x, STARPU_RW);
     io->y = si__vec(b, e->L[l].h_y, STARPU_RW);
-    io->xb3 = e->m->hp.parallel_residual ? si__vec(b, e->h_xb3, STARPU_R) : NULL;
+    io->xb3 = e->m->hp.parallel_residual ? si__vec(b, e->dec.h_xb3, STARPU_R) : NULL;
 }
 
 /* x += the layer's FFN output, the sum StarPU reduced into y, which is left
@@ -135,7 +136,7 @@ struct residual_io {
 
 static void residual_bufs(struct si__bufs *b, struct si_engine *e, int l, struct residual_io *io)
 {
-    io->x = si__vec(b, e->h_x, STARPU_RW);
+    io->x = si__vec(b, e->dec.h_x, STARPU_RW);
     si__carried_bufs(b, e, l, &io->c);
 }
 

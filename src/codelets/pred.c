@@ -25,10 +25,11 @@ static void pred_bufs(struct si__bufs *b, struct si_engine *e, int l, struct pre
     struct si__layer_state *L = &e->L[l];
     io->c.n = 0;
     if (e->m->pred_input == SI_PRED_LAYER) {
-        io->in = si__vec(b, e->h_x, STARPU_R);
+        io->in = si__vec(b, e->dec.h_x, STARPU_R);
         si__carried_bufs(b, e, l, &io->c);
     } else {
-        io->in = si__vec(b, e->m->pred_input == SI_PRED_RESIDUAL ? e->h_x : e->h_xb, STARPU_R);
+        io->in = si__vec(b, e->m->pred_input == SI_PRED_RESIDUAL ? e->dec.h_x : e->dec.h_ffn_in,
+                         STARPU_R);
     }
     si__buf(b, L->h_fc1, STARPU_R);
     io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
@@ -104,7 +105,7 @@ struct gmask_io {
 static void gmask_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct gmask_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    io->xb = si__vec(b, e->h_xb, STARPU_R);
+    io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
     io->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
     const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
     io->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
@@ -120,7 +121,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t d = hp->n_embd, p0 = L->s0[a->j], n = L->s0[a->j + 1] - p0;
     const uint32_t t = L->f.gu_type;
-    const float thr = e->gthr[a->l];
+    const float thr = e->lay.gthr[a->l];
     const bool relu = hp->act == SI_ACT_RELU;
     struct gmask_io io;
     struct si__bufs bw = si__bufs_read(buffers);

@@ -26,11 +26,11 @@ enum si__arith si__arith_of(const struct si_engine *e, uint32_t t)
     /* step_int8's steps: the batched kernel's per-token sums, or the
      * reference's; never sgemm's, whose sums of a row depend on the rows
      * beside it */
-    if (e->bstep && e->p.step_int8)
+    if (e->bat.bstep && e->p.step_int8)
         return si_gemm8_available(t) ? SI__ARITH_INT8 : SI__ARITH_REF;
     /* (a step's prompt tokens are those of prompts of SI__BLAS_MIN_BATCH
      * tokens or more, whatever the step's size) */
-    if (e->p.prefill == SI_PREFILL_EXACT || (!e->bstep && e->bn < SI__BLAS_MIN_BATCH))
+    if (e->p.prefill == SI_PREFILL_EXACT || (!e->bat.bstep && e->bat.bn < SI__BLAS_MIN_BATCH))
         return SI__ARITH_REF;
     const bool kernel = si_gemm8_available(t);
     switch (e->p.prefill) {
@@ -48,7 +48,7 @@ enum si__arith si__arith_of(const struct si_engine *e, uint32_t t)
  * act_quant, as the reference's). */
 enum si__arith si__arith_at(const struct si_engine *e, uint32_t type, int64_t t)
 {
-    return t >= e->bsplit && e->p.ref.act_quant ? SI__ARITH_REF : si__arith_of(e, type);
+    return t >= e->bat.bsplit && e->p.ref.act_quant ? SI__ARITH_REF : si__arith_of(e, type);
 }
 
 /*
@@ -171,7 +171,7 @@ void si__batch_products(const struct si_engine *e, const struct si_tensor *w, in
                         const float *x, int64_t n_cols, int64_t tok0, int64_t n_tok, float *y,
                         int64_t ldy, void *scratch, void *tile)
 {
-    int64_t s = e->bsplit - tok0; /* the tokens before the split */
+    int64_t s = e->bat.bsplit - tok0; /* the tokens before the split */
     s = s < 0 ? 0 : s > n_tok ? n_tok : s;
     si__products(si__arith_at(e, w->type, tok0), w, n_rows, x, n_cols, s, y, ldy, scratch, tile);
     si__products(si__arith_at(e, w->type, tok0 + s), w, n_rows, x + s * n_cols, n_cols, n_tok - s,
@@ -181,7 +181,7 @@ void si__batch_products(const struct si_engine *e, const struct si_tensor *w, in
 /* embed_batch: x_batch (W). */
 static float *bembed_bufs(struct si__bufs *b, struct si_engine *e)
 {
-    return si__vec(b, e->h_bx, STARPU_W);
+    return si__vec(b, e->bat.h_bx, STARPU_W);
 }
 
 /* Each token's embedding into its row of x_batch. */
@@ -193,10 +193,10 @@ static void bembed_cpu(void *buffers[], void *cl_arg)
     float *bx = bembed_bufs(&b, e);
     const size_t d = (size_t)e->m->hp.n_embd;
     double t0 = si__now();
-    for (int32_t t = 0; t < e->bn; t++)
+    for (int32_t t = 0; t < e->bat.bn; t++)
         /* (checked before submission; the position is the token's own:
          * ref's n_past is its sequence's, which a step may not hold) */
-        si_ref_begin_into(e->ref, e->btok[t], e->bpos[t], bx + (size_t)t * d);
+        si_ref_begin_into(e->ref, e->bat.btok[t], e->bat.bpos[t], bx + (size_t)t * d);
     si__account(e, SI_TASK_PREFILL_EMBED, t0);
 }
 
@@ -217,10 +217,10 @@ struct bhead_io {
 
 static void bhead_bufs(struct si__bufs *b, struct si_engine *e, struct bhead_io *io)
 {
-    io->bx = si__vec(b, e->h_bx, STARPU_R);
-    io->xn = si__vec(b, e->h_xb, STARPU_RW);
-    io->logits = si__vec(b, e->h_logits, STARPU_W);
-    si__buf(b, e->h_out, STARPU_R);
+    io->bx = si__vec(b, e->bat.h_bx, STARPU_R);
+    io->xn = si__vec(b, e->dec.h_ffn_in, STARPU_RW);
+    io->logits = si__vec(b, e->dec.h_logits, STARPU_W);
+    si__buf(b, e->dec.h_out, STARPU_R);
 }
 
 /* The batch's last token's logits, as si_ref_end gives them. */
@@ -232,8 +232,8 @@ static void bhead_cpu(void *buffers[], void *cl_arg)
     struct si__bufs b = si__bufs_read(buffers);
     bhead_bufs(&b, e, &io);
     double t0 = si__now();
-    e->ref->n_past = e->bpos[e->bn - 1];
-    si_ref_end_into(e->ref, io.bx + (size_t)(e->bn - 1) * (size_t)e->m->hp.n_embd, io.xn,
+    e->ref->n_past = e->bat.bpos[e->bat.bn - 1];
+    si_ref_end_into(e->ref, io.bx + (size_t)(e->bat.bn - 1) * (size_t)e->m->hp.n_embd, io.xn,
                     io.logits);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
@@ -258,9 +258,9 @@ struct bhead_rows_io {
 static void bhead_rows_bufs(struct si__bufs *b, struct si_engine *e, int j,
                             struct bhead_rows_io *io)
 {
-    io->bx = si__vec(b, e->h_bx, STARPU_R);
-    io->w = si__vec(b, e->h_out, STARPU_R);
-    void *y = si__buf(b, e->h_blog_c[j], STARPU_W);
+    io->bx = si__vec(b, e->bat.h_bx, STARPU_R);
+    io->w = si__vec(b, e->dec.h_out, STARPU_R);
+    void *y = si__buf(b, e->bat.h_blog_c[j], STARPU_W);
     io->y = y != NULL ? (float *)STARPU_MATRIX_GET_PTR(y) : NULL;
     io->ldy = y != NULL ? (int64_t)STARPU_MATRIX_GET_LD(y) : 0;
 }
@@ -277,22 +277,22 @@ static void bhead_rows_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_model *m = e->m;
-    const int64_t d = m->hp.n_embd, nt = e->bn - e->bout0;
+    const int64_t d = m->hp.n_embd, nt = e->bat.bn - e->bat.bout0;
     struct bhead_rows_io io;
     struct si__bufs b = si__bufs_read(buffers);
     bhead_rows_bufs(&b, e, a->j, &io);
     double t0 = si__now();
-    const int64_t r0 = (int64_t)e->lh[a->j], nr = (int64_t)e->lh[a->j + 1] - r0;
+    const int64_t r0 = (int64_t)e->bat.lh[a->j], nr = (int64_t)e->bat.lh[a->j + 1] - r0;
     struct si_tensor rows = si__rows_of(&e->w->output, r0, r0 + nr);
     rows.data = io.w + (size_t)r0 * rows.row_bytes; /* the handle's copy */
     for (int64_t t = 0; t < nt; t++) {
-        const int64_t row = e->bstep ? e->bhrow[t] : e->bout0 + t;
+        const int64_t row = e->bat.bstep ? e->bat.bhrow[t] : e->bat.bout0 + t;
         si_ref_head_input(e->ref, io.bx + (size_t)row * (size_t)d, sc->hx + t * d, sc->tmp);
     }
     /* a step's logits as each sequence's alone: the reference's (the
      * prompt's last token's head, si_ref_end, or decoding's), or step_int8's */
-    si__products(e->bstep && e->p.ref.act_quant && !e->p.step_int8 ? SI__ARITH_REF
-                                                                   : si__arith_of(e, rows.type),
+    si__products(e->bat.bstep && e->p.ref.act_quant && !e->p.step_int8 ? SI__ARITH_REF
+                                                                       : si__arith_of(e, rows.type),
                  &rows, nr, sc->hx, d, nt, io.y, io.ldy, sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_HEAD, t0);
 }
@@ -302,7 +302,7 @@ int si__submit_bhead_rows(struct si_engine *e, int j)
     struct si__args a;
     struct si__bufs b = si__bufs_collect(&a);
     bhead_rows_bufs(&b, e, j, &(struct bhead_rows_io){0});
-    return si__submit(e, &si__cl_bhead_rows, e->name_lhb[j], -1, j, 0, &a, STARPU_CPU);
+    return si__submit(e, &si__cl_bhead_rows, e->bat.name_lhb[j], -1, j, 0, &a, STARPU_CPU);
 }
 
 static struct starpu_perfmodel bembed_model = {.type = STARPU_HISTORY_BASED,

@@ -1,6 +1,6 @@
 /*
  * prefill.h - what the batch tasks share (codelets/prefill*.c): the rule that
- * picks a batch's arithmetic and the products in it.  A batch is e->bn tokens
+ * picks a batch's arithmetic and the products in it.  A batch is e->bat.bn tokens
  * (state.h: btok, bseq, bpos; a step of several sequences, bstep).
  */
 #ifndef SI_CODELETS_PREFILL_H

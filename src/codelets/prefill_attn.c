@@ -21,10 +21,10 @@ static const float *qkv_row(const struct si_engine *e, const float *const *bqkv,
     const struct si_hparams *hp = &e->m->hp;
     const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
     int r = 0;
-    if (e->bheads)
+    if (e->bat.bheads)
         r = g;
     else
-        while (t >= e->btp[r + 1])
+        while (t >= e->bat.btp[r + 1])
             r++;
     return bqkv[r] + (size_t)t * row;
 }
@@ -39,9 +39,10 @@ static void battn_heads(struct si_engine *e, int l, int r, const float *bx, floa
 {
     const struct si_hparams *hp = &e->m->hp;
     const struct si_layer *W = &e->w->layers[l];
-    const int64_t d = hp->n_embd, hd = hp->head_dim, n = e->bn, group = hp->n_head / hp->n_head_kv;
+    const int64_t d = hp->n_embd, hd = hp->head_dim, n = e->bat.bn,
+                  group = hp->n_head / hp->n_head_kv;
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
-    const int64_t g0 = e->a_g[r], g1 = e->a_g[r + 1];
+    const int64_t g0 = e->dec.a_g[r], g1 = e->dec.a_g[r + 1];
     float *y = sc->hx;
     for (int64_t t = 0; t < n; t++)
         si_ref_attn_input(e->ref, l, bx + t * d, y + t * d, sc->tmp);
@@ -54,7 +55,7 @@ static void battn_heads(struct si_engine *e, int l, int r, const float *bx, floa
                        sc->dt);
     for (int64_t t = 0; t < n; t++) {
         float *q = out + t * row;
-        si_ref_attn_group_prepare_at(e->ref, l, (int)e->bpos[t], (int)g0, (int)g1, q, q + qd,
+        si_ref_attn_group_prepare_at(e->ref, l, (int)e->bat.bpos[t], (int)g0, (int)g1, q, q + qd,
                                      q + qd + kvd, sc->ascr);
     }
 }
@@ -74,10 +75,10 @@ struct battn_io {
 
 static void battn_bufs(struct si__bufs *b, struct si_engine *e, int l, int r, struct battn_io *io)
 {
-    io->bx = si__vec(b, e->h_bx, STARPU_R);
+    io->bx = si__vec(b, e->bat.h_bx, STARPU_R);
     for (int i = 0; i < 3; i++)
         si__buf(b, e->L[l].h_w[i], STARPU_R);
-    io->out = si__vec(b, e->h_bqkv[r], STARPU_W);
+    io->out = si__vec(b, e->bat.h_bqkv[r], STARPU_W);
 }
 
 static void battn_cpu(void *buffers[], void *cl_arg)
@@ -90,13 +91,14 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     struct battn_io io;
     struct si__bufs b = si__bufs_read(buffers);
     battn_bufs(&b, e, a->l, a->j, &io);
-    if (e->bheads) {
+    if (e->bat.bheads) {
         const double t0 = si__now();
         battn_heads(e, a->l, a->j, io.bx, io.out, sc);
         si__account(e, SI_TASK_PREFILL_ATTN, t0);
         return;
     }
-    const int64_t d = hp->n_embd, hd = hp->head_dim, t0 = e->btp[a->j], nt = e->btp[a->j + 1] - t0;
+    const int64_t d = hp->n_embd, hd = hp->head_dim, t0 = e->bat.btp[a->j],
+                  nt = e->bat.btp[a->j + 1] - t0;
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, row = qd + 2 * kvd;
     double start = si__now();
     const float *bx = io.bx;
@@ -104,8 +106,8 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     float *y = sc->hx;
     for (int64_t t = 0; t < nt; t++)
         si_ref_attn_input(e->ref, a->l, bx + (t0 + t) * d, y + t * d, sc->tmp);
-    if (e->obs_fn != NULL) /* si_ffn_view's xa: rows of the batch's tokens, this layer's */
-        memcpy(e->obs_a + ((size_t)a->l * (size_t)e->obs_nb + (size_t)t0) * (size_t)d, y,
+    if (e->obs.fn != NULL) /* si_ffn_view's xa: rows of the batch's tokens, this layer's */
+        memcpy(e->obs.a + ((size_t)a->l * (size_t)e->obs.nb + (size_t)t0) * (size_t)d, y,
                (size_t)(nt * d) * sizeof(float));
     if (nt > 0) {
         si__batch_products(e, &W->wq, qd, y, d, t0, nt, out, row, sc->gemm, sc->dt);
@@ -114,7 +116,7 @@ static void battn_cpu(void *buffers[], void *cl_arg)
     }
     for (int64_t t = 0; t < nt; t++) {
         float *q = out + t * row;
-        si_ref_attn_group_prepare_at(e->ref, a->l, (int)e->bpos[t0 + t], 0, hp->n_head_kv, q,
+        si_ref_attn_group_prepare_at(e->ref, a->l, (int)e->bat.bpos[t0 + t], 0, hp->n_head_kv, q,
                                      q + qd, q + qd + kvd, sc->ascr);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, start);
@@ -137,10 +139,10 @@ static void bkv_bufs(struct si__bufs *b, struct si_engine *e, int l, int g,
                      enum starpu_data_access_mode m, struct bkv_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    for (int32_t r = 0; r < e->nr; r++)
-        io->bqkv[r] = si__vec(b, e->h_bqkv[r], STARPU_R);
-    si__buf(b, e->ng > 1 ? L->h_k_c[g] : L->h_k, m);
-    si__buf(b, e->ng > 1 ? L->h_v_c[g] : L->h_v, m);
+    for (int32_t r = 0; r < e->bat.nr; r++)
+        io->bqkv[r] = si__vec(b, e->bat.h_bqkv[r], STARPU_R);
+    si__buf(b, e->dec.ng > 1 ? L->h_k_c[g] : L->h_k, m);
+    si__buf(b, e->dec.ng > 1 ? L->h_v_c[g] : L->h_v, m);
 }
 
 static void bakv_cpu(void *buffers[], void *cl_arg)
@@ -153,10 +155,10 @@ static void bakv_cpu(void *buffers[], void *cl_arg)
     struct si__bufs b = si__bufs_read(buffers);
     bkv_bufs(&b, e, a->l, a->j, STARPU_RW, &io);
     double t0 = si__now();
-    for (int64_t t = 0; t < e->bn; t++) {
+    for (int64_t t = 0; t < e->bat.bn; t++) {
         const float *q = qkv_row(e, io.bqkv, t, a->j);
-        si_ref_attn_group_cache_at(e->bseq[t], a->l, (int)e->bpos[t], (int)e->a_g[a->j],
-                                   (int)e->a_g[a->j + 1], q + qd, q + qd + kvd);
+        si_ref_attn_group_cache_at(e->bat.bseq[t], a->l, (int)e->bat.bpos[t], (int)e->dec.a_g[a->j],
+                                   (int)e->dec.a_g[a->j + 1], q + qd, q + qd + kvd);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
@@ -170,8 +172,8 @@ static void bakv_cpu(void *buffers[], void *cl_arg)
  */
 static float *bacore_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct bkv_io *io)
 {
-    bkv_bufs(b, e, l, j / e->nr, STARPU_R, io);
-    return si__vec(b, e->h_batt[j], STARPU_W);
+    bkv_bufs(b, e, l, j / e->bat.nr, STARPU_R, io);
+    return si__vec(b, e->bat.h_batt[j], STARPU_W);
 }
 
 static void bacore_cpu(void *buffers[], void *cl_arg)
@@ -180,16 +182,16 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
-    const int g = a->j / e->nr, r = a->j % e->nr;
+    const int g = a->j / e->bat.nr, r = a->j % e->bat.nr;
     const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t g0 = e->a_g[g], g1 = e->a_g[g + 1], q0 = g0 * group * hd,
+    const int64_t g0 = e->dec.a_g[g], g1 = e->dec.a_g[g + 1], q0 = g0 * group * hd,
                   nq = (g1 - g0) * group * hd;
     struct bkv_io io;
     struct si__bufs b = si__bufs_read(buffers);
     float *att = bacore_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
-    for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++) {
-        si_ref_attn_group_attend_at(e->bseq[t], a->l, (int)e->bpos[t], (int)g0, (int)g1,
+    for (int64_t t = e->bat.btr[r]; t < e->bat.btr[r + 1]; t++) {
+        si_ref_attn_group_attend_at(e->bat.bseq[t], a->l, (int)e->bat.bpos[t], (int)g0, (int)g1,
                                     qkv_row(e, io.bqkv, t, g), sc->aatt, sc->ascr);
         memcpy(att + t * nq, sc->aatt + q0, (size_t)nq * sizeof(float));
     }
@@ -209,10 +211,10 @@ struct bao_io {
 
 static void bao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct bao_io *io)
 {
-    for (int32_t k = 0; k < e->ng * e->nr; k++)
-        io->att[k] = si__vec(b, e->h_batt[k], STARPU_R);
+    for (int32_t k = 0; k < e->dec.ng * e->bat.nr; k++)
+        io->att[k] = si__vec(b, e->bat.h_batt[k], STARPU_R);
     si__buf(b, e->L[l].h_w[3], STARPU_R);
-    io->o = si__vec(b, e->h_bo[j], STARPU_W);
+    io->o = si__vec(b, e->bat.h_bo[j], STARPU_W);
 }
 
 static void bao_cpu(void *buffers[], void *cl_arg)
@@ -221,20 +223,20 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
-    const int64_t bn = e->bn, qd = (int64_t)hp->n_head * hp->head_dim;
-    const int nb = e->ng * e->nr;
-    const int64_t c0 = e->bo_c[a->j], w = e->bo_c[a->j + 1] - c0;
+    const int64_t bn = e->bat.bn, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int nb = e->dec.ng * e->bat.nr;
+    const int64_t c0 = e->bat.bo_c[a->j], w = e->bat.bo_c[a->j + 1] - c0;
     struct bao_io io;
     struct si__bufs b = si__bufs_read(buffers);
     bao_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
     float *att = sc->bqkv;
     for (int j = 0; j < nb; j++) {
-        const int g = j / e->nr, r = j % e->nr;
+        const int g = j / e->bat.nr, r = j % e->bat.nr;
         const float *ag = io.att[j];
-        const int64_t gw = e->att_len[g],
-                      off = e->a_g[g] * (hp->n_head / hp->n_head_kv) * hp->head_dim;
-        for (int64_t t = e->btr[r]; t < e->btr[r + 1]; t++)
+        const int64_t gw = e->dec.att_len[g],
+                      off = e->dec.a_g[g] * (hp->n_head / hp->n_head_kv) * hp->head_dim;
+        for (int64_t t = e->bat.btr[r]; t < e->bat.btr[r + 1]; t++)
             memcpy(att + t * qd + off, ag + t * gw, (size_t)gw * sizeof(float));
     }
     float *o = io.o;
@@ -257,11 +259,11 @@ struct baout_io {
 
 static void baout_bufs(struct si__bufs *b, struct si_engine *e, struct baout_io *io)
 {
-    for (int32_t j = 0; j < e->nr; j++)
-        io->bo[j] = si__vec(b, e->h_bo[j], STARPU_R);
-    io->bx = si__vec(b, e->h_bx, STARPU_RW);
-    io->bxb = si__vec(b, e->h_bxb, STARPU_W);
-    io->bxb3 = si__vec(b, e->h_bxb3, STARPU_W);
+    for (int32_t j = 0; j < e->bat.nr; j++)
+        io->bo[j] = si__vec(b, e->bat.h_bo[j], STARPU_R);
+    io->bx = si__vec(b, e->bat.h_bx, STARPU_RW);
+    io->bxb = si__vec(b, e->bat.h_bffn_in, STARPU_W);
+    io->bxb3 = si__vec(b, e->bat.h_bxb3, STARPU_W);
 }
 
 static void baout_cpu(void *buffers[], void *cl_arg)
@@ -269,8 +271,8 @@ static void baout_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
-    const int64_t d = e->m->hp.n_embd, bn = e->bn;
-    const int nr = e->nr;
+    const int64_t d = e->m->hp.n_embd, bn = e->bat.bn;
+    const int nr = e->bat.nr;
     struct baout_io io;
     struct si__bufs b = si__bufs_read(buffers);
     baout_bufs(&b, e, &io);
@@ -278,7 +280,7 @@ static void baout_cpu(void *buffers[], void *cl_arg)
     float *o = sc->hx;
     for (int j = 0; j < nr; j++) {
         const float *bo = io.bo[j];
-        const int64_t c0 = e->bo_c[j], w = e->bo_c[j + 1] - c0;
+        const int64_t c0 = e->bat.bo_c[j], w = e->bat.bo_c[j + 1] - c0;
         for (int64_t t = 0; t < bn && w > 0; t++)
             memcpy(o + t * d + c0, bo + t * w, (size_t)w * sizeof(float));
     }
@@ -286,8 +288,8 @@ static void baout_cpu(void *buffers[], void *cl_arg)
     for (int64_t t = 0; t < bn; t++)
         si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bxb + t * d,
                                 bxb3 + t * d, sc->tmp);
-    if (e->obs_fn != NULL) /* si_ffn_view's xr: the residual the FFN's norm read */
-        memcpy(e->obs_r + (size_t)a->l * (size_t)e->obs_nb * (size_t)d, bx,
+    if (e->obs.fn != NULL) /* si_ffn_view's xr: the residual the FFN's norm read */
+        memcpy(e->obs.r + (size_t)a->l * (size_t)e->obs.nb * (size_t)d, bx,
                (size_t)(bn * d) * sizeof(float));
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
@@ -301,24 +303,24 @@ int si__submit_battn(struct si_engine *e, int l)
     struct si__args a;
     struct si__bufs b;
     int rc = 0;
-    for (int32_t r = 0; r < e->nr && rc == 0; r++) {
+    for (int32_t r = 0; r < e->bat.nr && rc == 0; r++) {
         b = si__bufs_collect(&a);
         battn_bufs(&b, e, l, r, &(struct battn_io){0});
         rc = si__submit(e, &si__cl_battn, L->name_bagrp[r], l, r, 0, &a, STARPU_CPU);
     }
     struct bkv_io kv;
-    for (int32_t g = 0; g < e->ng && rc == 0; g++) {
+    for (int32_t g = 0; g < e->dec.ng && rc == 0; g++) {
         b = si__bufs_collect(&a);
         bkv_bufs(&b, e, l, g, STARPU_RW, &kv);
         rc = si__submit(e, &si__cl_bakv, L->name_bakv[g], l, g, 0, &a, STARPU_CPU);
-        for (int32_t r = 0; r < e->nr && rc == 0; r++) {
-            const int j = g * e->nr + r;
+        for (int32_t r = 0; r < e->bat.nr && rc == 0; r++) {
+            const int j = g * e->bat.nr + r;
             b = si__bufs_collect(&a);
             bacore_bufs(&b, e, l, j, &kv);
             rc = si__submit(e, &si__cl_bacore, L->name_bacore[j], l, j, 0, &a, STARPU_CPU);
         }
     }
-    for (int32_t j = 0; j < e->nr && rc == 0; j++) {
+    for (int32_t j = 0; j < e->bat.nr && rc == 0; j++) {
         b = si__bufs_collect(&a);
         bao_bufs(&b, e, l, j, &(struct bao_io){0});
         rc = si__submit(e, &si__cl_bao, L->name_bao[j], l, j, 0, &a, STARPU_CPU);

@@ -27,7 +27,7 @@
 static void batch_act(const struct si_engine *e, int l, float *g, float *u, int64_t count)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const float t = e->gthr[l];
+    const float t = e->lay.gthr[l];
     const bool thr = e->p.mode == SI_SPARSITY_GATE && hp->act != SI_ACT_RELU &&
                      hp->ffn_kind != SI_FFN_PLAIN && t > 0.0f;
     for (int64_t k = 0; k < count; k++) {
@@ -45,7 +45,7 @@ static void batch_act(const struct si_engine *e, int l, float *g, float *u, int6
 static bool sparse_gate(const struct si_engine *e, int l)
 {
     const struct si_hparams *hp = &e->m->hp;
-    return hp->ffn_kind != SI_FFN_PLAIN && (hp->act == SI_ACT_RELU || e->gthr[l] > 0.0f);
+    return hp->ffn_kind != SI_FFN_PLAIN && (hp->act == SI_ACT_RELU || e->lay.gthr[l] > 0.0f);
 }
 
 /*
@@ -70,8 +70,8 @@ static int64_t gate_first(const struct si_engine *e, int l, const struct si__ffn
     si_type_row_size(si_act_type(f->gu_type), d, &xr);
     int64_t computed = 0;
     for (int64_t t = 0; t < nt; t++) {
-        const int64_t m = si__ffn_gate_pass(e, f->gu_type, up, rb, b, sc->bg + t * n, n, e->gthr[l],
-                                            xa + (size_t)t * xr, NULL, sc);
+        const int64_t m = si__ffn_gate_pass(e, f->gu_type, up, rb, b, sc->bg + t * n, n,
+                                            e->lay.gthr[l], xa + (size_t)t * xr, NULL, sc);
         si_k_ffn_down_sparse(f->dt_type, rec + f->dt_off, rb, d, sc->h, sc->ix, m, y + t * d);
         for (int64_t q = 0; q < m; q++)
             computed += sc->h[q] != 0.0f;
@@ -88,17 +88,17 @@ static void keep_observed(const struct si_engine *e, int l, const float *xb, con
 {
     const struct si_hparams *hp = &e->m->hp;
     const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
-    const size_t row0 = (size_t)l * (size_t)e->obs_nb;
-    const int32_t *perm = e->sparse ? e->L[l].perm : NULL; /* position -> neuron */
-    for (int64_t t = 0; t < e->bn; t++) {
+    const size_t row0 = (size_t)l * (size_t)e->obs.nb;
+    const int32_t *perm = e->lay.sparse ? e->L[l].perm : NULL; /* position -> neuron */
+    for (int64_t t = 0; t < e->bat.bn; t++) {
         const size_t row = row0 + (size_t)t;
         if (n0 == 0 && n > 0)
-            memcpy(e->obs_x + row * d, xb + (size_t)t * d, d * sizeof(float));
+            memcpy(e->obs.x + row * d, xb + (size_t)t * d, d * sizeof(float));
         for (int64_t k = 0; k < n; k++) {
             const size_t c = perm != NULL ? (size_t)perm[n0 + k] : (size_t)(n0 + k);
             if (hp->ffn_kind != SI_FFN_PLAIN)
-                e->obs_g[row * ff + c] = g[t * n + k];
-            e->obs_h[row * ff + c] = h[t * n + k];
+                e->obs.g[row * ff + c] = g[t * n + k];
+            e->obs.h[row * ff + c] = h[t * n + k];
         }
     }
 }
@@ -132,14 +132,14 @@ struct bffn_io {
 static void bffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool gpu,
                       struct bffn_io *io)
 {
-    io->xb = si__vec(b, e->h_bxb, STARPU_R);
+    io->xb = si__vec(b, e->bat.h_bffn_in, STARPU_R);
     si__ffn_slice_bufs(b, e, l, j, &io->w);
-    io->y = si__vec(b, e->h_bpart[j], STARPU_W);
+    io->y = si__vec(b, e->bat.h_bpart[j], STARPU_W);
     io->iota = NULL;
     io->h = NULL;
     if (gpu) {
-        io->iota = si__vec(b, e->h_iota, STARPU_R);
-        io->h = si__vec(b, e->h_hscratch, STARPU_SCRATCH);
+        io->iota = si__vec(b, e->dec.h_iota, STARPU_R);
+        io->h = si__vec(b, e->dec.h_hscratch, STARPU_SCRATCH);
     }
 }
 
@@ -168,8 +168,8 @@ static int64_t ffn_rows(struct si_engine *e, int l, int j, const struct bslice *
     const float *b = w->b;
     if (nt <= 0)
         return 0;
-    const bool gated = gate != NULL && e->sparse && sparse_gate(e, l) &&
-                       (e->pre_sep || hp->act == SI_ACT_RELU) && e->obs_fn == NULL;
+    const bool gated = gate != NULL && e->lay.sparse && sparse_gate(e, l) &&
+                       (e->lay.pre_sep || hp->act == SI_ACT_RELU) && e->obs.fn == NULL;
     const bool q = ar == SI__ARITH_REF;
     if (q) {
         size_t xa_row = 0;
@@ -228,12 +228,12 @@ static int64_t ffn_rows(struct si_engine *e, int l, int j, const struct bslice *
             for (int64_t k = 0; k < n; k++)
                 sc->bu[t * n + k] += b[k];
     batch_act(e, l, sc->bg, sc->bu, nt * n);
-    if (e->obs_fn != NULL) /* (observed batches: the whole batch at once) */
+    if (e->obs.fn != NULL) /* (observed batches: the whole batch at once) */
         keep_observed(e, l, xb, sc->bg, sc->bu, L->s0[j], n);
     int64_t computed = nt * n;
-    if (!e->sparse) {
+    if (!e->lay.sparse) {
         memcpy(y, sc->bu, (size_t)(nt * n) * sizeof(float));
-    } else if (q || (e->bstep && e->p.step_int8)) { /* (each token's own sums, not sgemm's) */
+    } else if (q || (e->bat.bstep && e->p.step_int8)) { /* (each token's own sums, not sgemm's) */
         computed = 0;
         for (int64_t t = 0; t < nt; t++) {
             const float *h = sc->bu + t * n;
@@ -270,7 +270,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     struct bffn_io io;
     struct si__bufs bw = si__bufs_read(buffers);
     bffn_bufs(&bw, e, a->l, a->j, false, &io);
-    if (e->p.gpu_twin && e->sparse && si__is_hot(e, a->l, a->j)) {
+    if (e->p.gpu_twin && e->lay.sparse && si__is_hot(e, a->l, a->j)) {
         bffn_twin(e, a->l, a->j, &io); /* the GPU's steps, on this CPU worker */
         return;
     }
@@ -281,10 +281,10 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     const float *xb = io.xb;
     const struct si__ffn_fmt *f = &L->f;
     struct bslice w = {.gs = f->gu_row, .us = f->gu_row, .n = n, .b = io.w.b};
-    if (!e->sparse) {
+    if (!e->lay.sparse) {
         const struct si_layer *W = &e->w->layers[a->l];
         const int64_t n0 = L->s0[a->j];
-        if (e->has_gate) {
+        if (e->lay.has_gate) {
             w.gate = io.w.gate;
             w.gpk = si__rows_of(&W->ffn_gate, n0, n0 + n).pk;
         }
@@ -294,7 +294,7 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
         const char *pre = io.w.pre;
         w.rec = io.w.rec;
         const int64_t ppk = pre != NULL ? L->pre_pk[a->j] : 0;
-        if (e->has_gate) {
+        if (e->lay.has_gate) {
             w.gate = pre != NULL ? pre : w.rec + f->gate_off;
             w.gs = pre != NULL ? f->gu_row : f->rec_bytes;
             w.gpk = pre != NULL ? ppk : 0;
@@ -306,12 +306,12 @@ static void bffn_cpu(void *buffers[], void *cl_arg)
     float *y = io.y;
     /* the tokens before the split in the batch's arithmetic, the others
      * (a step's decoding tokens) in theirs (arith_at) */
-    const int64_t s = e->bsplit, out_row = e->sparse ? d : n;
+    const int64_t s = e->bat.bsplit, out_row = e->lay.sparse ? d : n;
     ffn_rows(e, a->l, a->j, &w, xb, s, y, si__arith_at(e, f->gu_type, 0), sc);
-    const int64_t c = ffn_rows(e, a->l, a->j, &w, xb + s * d, e->bn - s, y + s * out_row,
+    const int64_t c = ffn_rows(e, a->l, a->j, &w, xb + s * d, e->bat.bn - s, y + s * out_row,
                                si__arith_at(e, f->gu_type, s), sc);
-    if (e->bstep) /* a step's decoding tokens: counted as decoding counts them */
-        __atomic_fetch_add(si__is_hot(e, a->l, a->j) ? &e->step_hot : &e->step_cold, c,
+    if (e->bat.bstep) /* a step's decoding tokens: counted as decoding counts them */
+        __atomic_fetch_add(si__is_hot(e, a->l, a->j) ? &e->bat.step_hot : &e->bat.step_cold, c,
                            __ATOMIC_RELAXED);
     si__account(e, SI_TASK_PREFILL_FFN, t0);
 }
@@ -330,10 +330,10 @@ static int bffn_gpu(const struct si__ffn_ops *op, struct si_engine *e, int l, in
 {
     const int64_t d = e->m->hp.n_embd;
     int rc = 0;
-    for (int64_t t = 0; t < e->bn && rc == 0; t++)
+    for (int64_t t = 0; t < e->bat.bn && rc == 0; t++)
         rc = si__ffn_gpu_token(op, e, l, j, &io->w, io->xb + t * d, NULL, iota, io->y + t * d, h);
-    if (e->bstep) /* every hot neuron of a step's decoding tokens */
-        __atomic_fetch_add(&e->step_hot, (e->bn - e->bsplit) * (int64_t)e->L[l].n_hot,
+    if (e->bat.bstep) /* every hot neuron of a step's decoding tokens */
+        __atomic_fetch_add(&e->bat.step_hot, (e->bat.bn - e->bat.bsplit) * (int64_t)e->L[l].n_hot,
                            __ATOMIC_RELAXED);
     return rc;
 }
@@ -342,7 +342,7 @@ static void bffn_twin(struct si_engine *e, int l, int j, const struct bffn_io *i
 {
     const double t0 = si__now();
     float *h = malloc(2 * (size_t)e->m->hp.n_ff * sizeof *h); /* the GPU's scratch */
-    if (h == NULL || bffn_gpu(&si__ffn_twin_ops, e, l, j, io, e->iota, h) != 0)
+    if (h == NULL || bffn_gpu(&si__ffn_twin_ops, e, l, j, io, e->lay.iota, h) != 0)
         STARPU_ABORT_MSG("ffn_batch_hot_L%d: the GPU form's CPU twin is out of memory", l);
     free(h);
     si__account(e, SI_TASK_PREFILL_FFN, t0);
@@ -377,10 +377,10 @@ static void bdown_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, st
 {
     struct si__layer_state *L = &e->L[l];
     for (int32_t j = 0; j < L->nsl; j++)
-        io->act[j] = si__vec(b, e->h_bpart[j], STARPU_R);
+        io->act[j] = si__vec(b, e->bat.h_bpart[j], STARPU_R);
     void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
     io->rows = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
-    io->y = si__vec(b, e->h_bdout[k], STARPU_W);
+    io->y = si__vec(b, e->down.h_bdout[k], STARPU_W);
 }
 
 /*
@@ -395,12 +395,13 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     const struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
-    const int64_t ff = e->m->hp.n_ff, bn = e->bn, no = e->dn[a->j + 1] - e->dn[a->j];
+    const int64_t ff = e->m->hp.n_ff, bn = e->bat.bn, no = e->down.dn[a->j + 1] - e->down.dn[a->j];
     struct bdown_io io;
     struct si__bufs b = si__bufs_read(buffers);
     bdown_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
-    struct si_tensor rows = si__rows_of(&e->w->layers[a->l].ffn_down, e->dn[a->j], e->dn[a->j + 1]);
+    struct si_tensor rows =
+        si__rows_of(&e->w->layers[a->l].ffn_down, e->down.dn[a->j], e->down.dn[a->j + 1]);
     rows.data = io.rows;
     float *y = io.y;
     for (int64_t t = 0; t < bn; t++)
@@ -409,8 +410,8 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
         if (si__arith_at(e, rows.type, t) == SI__ARITH_REF)
             si_ref_matvec(true, sc->hq, y + t * no, &rows, sc->bu + t * ff);
     if (si__arith_at(e, rows.type, 0) != SI__ARITH_REF) /* the others' (before the split) */
-        si__products(si__arith_of(e, rows.type), &rows, no, sc->bu, ff, e->bsplit, y, no, sc->gemm,
-                     sc->dt);
+        si__products(si__arith_of(e, rows.type), &rows, no, sc->bu, ff, e->bat.bsplit, y, no,
+                     sc->gemm, sc->dt);
     si__account(e, SI_TASK_PREFILL_FFN_DOWN, t0);
 }
 
@@ -425,14 +426,14 @@ struct bmerge_io {
 static void bmerge_bufs(struct si__bufs *b, struct si_engine *e, int l, struct bmerge_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    io->bx = si__vec(b, e->h_bx, STARPU_RW);
-    if (!e->sparse)
-        for (int32_t k = 0; k < e->nd; k++)
-            io->part[k] = si__vec(b, e->h_bdout[k], STARPU_R);
+    io->bx = si__vec(b, e->bat.h_bx, STARPU_RW);
+    if (!e->lay.sparse)
+        for (int32_t k = 0; k < e->down.nd; k++)
+            io->part[k] = si__vec(b, e->down.h_bdout[k], STARPU_R);
     else
         for (int32_t j = 0; j < L->nsl; j++)
-            io->part[j] = si__vec(b, e->h_bpart[j], STARPU_R);
-    io->bxb3 = si__vec(b, e->h_bxb3, STARPU_R);
+            io->part[j] = si__vec(b, e->bat.h_bpart[j], STARPU_R);
+    io->bxb3 = si__vec(b, e->bat.h_bxb3, STARPU_R);
 }
 
 /* x_b += FFN_l for each token: the slices' outputs (dense: the down
@@ -450,13 +451,14 @@ static void bmerge_cpu(void *buffers[], void *cl_arg)
     bmerge_bufs(&b, e, a->l, &io);
     double t0 = si__now();
     float *xb2 = sc->xf;
-    for (int32_t t = 0; t < e->bn; t++) {
-        for (int32_t k = 0; !e->sparse && k < e->nd; k++) {
-            const int64_t no = e->dn[k + 1] - e->dn[k];
-            memcpy(xb2 + e->dn[k], io.part[k] + (size_t)t * (size_t)no, (size_t)no * sizeof(float));
+    for (int32_t t = 0; t < e->bat.bn; t++) {
+        for (int32_t k = 0; !e->lay.sparse && k < e->down.nd; k++) {
+            const int64_t no = e->down.dn[k + 1] - e->down.dn[k];
+            memcpy(xb2 + e->down.dn[k], io.part[k] + (size_t)t * (size_t)no,
+                   (size_t)no * sizeof(float));
         }
         bool first = true;
-        for (int32_t j = 0; e->sparse && j < L->nsl; j++) {
+        for (int32_t j = 0; e->lay.sparse && j < L->nsl; j++) {
             const float *p = io.part[j] + (size_t)t * (size_t)L->rows[j] * (size_t)d;
             for (int32_t r = 0; r < L->rows[j]; r++, p += d, first = false)
                 for (int64_t o = 0; o < d; o++)
@@ -484,13 +486,14 @@ int si__submit_bffn(struct si_engine *e, int l)
     struct bffn_io io;
     int rc = 0;
     for (int32_t j = 0; j < L->nsl && rc == 0; j++) {
-        const bool gpu = si__is_hot(e, l, j) && e->cuda_hot && e->sparse && e->obs_fn == NULL;
+        const bool gpu =
+            si__is_hot(e, l, j) && e->gpu.cuda_hot && e->lay.sparse && e->obs.fn == NULL;
         b = si__bufs_collect(&a);
         bffn_bufs(&b, e, l, j, gpu, &io);
         rc = si__submit(e, &si__cl_bffn, L->name_bffn[j], l, j, 0, &a,
                         gpu ? STARPU_CUDA : STARPU_CPU);
     }
-    for (int32_t k = 0; k < e->nd && !e->sparse && rc == 0; k++) {
+    for (int32_t k = 0; k < e->down.nd && !e->lay.sparse && rc == 0; k++) {
         b = si__bufs_collect(&a);
         bdown_bufs(&b, e, l, k, &(struct bdown_io){0});
         rc = si__submit(e, &si__cl_bdown, L->name_bdown[k], l, k, 0, &a, STARPU_CPU);

@@ -12,17 +12,17 @@
 #define SI_CODELETS_STATE_H
 
 #include "codelets/engine_types.h"
-#include "config.h" /* SI_USE_CUDA: the codelets' CUDA functions */
-#include "flash/tier.h"
+#include "config.h"   /* SI_USE_CUDA: the codelets' CUDA functions */
 #include "internal.h" /* si__now */
 #include "model/forward.h"
 #include "model/model.h"
-#include "placement/plan.h"
 
 #include <starpu.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct si_flash_tier; /* flash/tier.h */
 
 #define SI__MAX_SLICES 256
 #define SI__DT_TILE 64 /* down_t rows dequantized at a time in prefill */
@@ -153,21 +153,18 @@ struct si__layer_state {
     char (*name_down)[32], (*name_bdown)[40]; /* (nd) dense */
 };
 
-struct si_engine {
-    const struct si_model *m;
-    /* The weights the tasks read: the model's, or own_w, a copy whose
-     * matrices read whole are packed 8 rows at a time (graph/weights.c)
-     * into the n_packed buffers of packed. */
-    const struct si_weights *w;
-    struct si_weights *own_w;
-    void **packed;
-    int32_t n_packed;
-    struct si_engine_params p;
-    struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
+/*
+ * The engine's state, grouped by concern.  The codelets read the layout
+ * (lay, dec, down, bat) and write their outputs through their buffers;
+ * graph/ builds it all at init (engine.c's stages) and owns the groups the
+ * tasks never touch (own, pipe, most of gpu).
+ */
+
+/* How the model's layers are cut for the tasks (graph/layout.c). */
+struct si__layout {
     bool sparse;        /* neuron records (gate, predictor) vs file tensors (dense) */
     bool dense_records; /* dense mode on a file without ffn_down: p.mode is gate,
                          * without thresholds (si_engine_init) */
-    bool cuda_hot;      /* hot slices run on CUDA workers */
     int32_t n_slices;   /* cold slices per layer */
     int64_t chunk;      /* dense: slices are whole units of this many neurons */
     bool pre_sep;       /* gate mode: the rows that gate a neuron (gate, or
@@ -177,59 +174,58 @@ struct si_engine {
     int64_t t_unit;     /* input sparsity: the block of the transposed copies
                          * the products read (1: none); the tasks' column
                          * ranges fall on it */
-    int32_t l0, l1;     /* this process's layers [l0, l1): all, or its share of a
-                         * pipeline across MPI ranks (p.pipe) */
-    int rank, nranks;   /* the pipeline's ranks: this one, how many (0 and 1) */
-    int64_t in_saved;   /* input sparsity: bytes of the weights a token's
-                         * products left unread (atomic; si__matvec_t) */
     float *gthr;        /* (n_layer) gate mode's threshold of each layer */
-    int64_t hot_bytes;
-    struct si_gpu_reserve reserve; /* what the GPU holds besides hot neurons */
-    int64_t gpu_base;   /* StarPU's bytes on the CUDA node before init, or -1 */
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
-    struct si__layer_state *L;
-    struct si__scratch *scratch; /* one per worker */
-    unsigned n_workers;
-    int cuda_node;           /* memory node of the first CUDA worker, or -1 */
+    bool fuse_out;      /* attn_out's work done by each FFN slice task */
+    bool fuse_pred;     /* predictor mode: each CPU slice task predicts its own
+                         * neurons (no predictor task) */
+};
 
-    starpu_data_handle_t h_x, h_xb, h_logits, h_out, h_iota, h_hscratch;
-    /* Attention on the GPU (graph/attn_gpu.c): the layers that have it (the
-     * first n_attn_gpu), and their task's scratch on the GPU: xn, q, k, v,
-     * att, o (si__attn_gpu_scratch_floats). */
-    int32_t n_attn_gpu;
-    int64_t attn_gpu_bytes; /* their weights, read on the GPU each token (0 with hot_on_cpu) */
-    starpu_data_handle_t h_ascratch;
+/* The weights the engine holds itself: own_w, a copy of the model's whose
+ * matrices read whole are packed 8 rows at a time (graph/weights.c) into
+ * the n_packed buffers of packed (graph/ only). */
+struct si__own_weights {
+    struct si_weights *own_w;
+    void **packed;
+    int32_t n_packed;
+};
 
+/* One token's graph (graph/decode.c): its activations and the splits of
+ * attention and the LM head. */
+struct si__decode_state {
+    starpu_data_handle_t h_x, h_ffn_in, h_logits, h_out, h_iota, h_hscratch;
     /* Attention split over the workers (na > 1): ng tasks attn_L.j, each
      * for the kv heads [a_g[j], a_g[j+1]) (ng <= n_head_kv), then na row
      * slices of Wo's output [a_o[j], a_o[j+1]) and of the LM head's
      * [a_h[j], a_h[j+1]). */
     int32_t na, ng;
-    bool fuse_out;                   /* attn_out's work done by each FFN slice task */
-    bool fuse_pred;                  /* predictor mode: each CPU slice task predicts its own
-                                      * neurons (no predictor task) */
-    int64_t *a_g;                    /* (ng + 1) kv-head boundaries */
-    int64_t *a_o, *a_h;              /* (na + 1) row boundaries */
-    char (*name_head)[24];           /* (na) */
-    uint32_t *head_len;              /* (na) rows of each head slice */
-    uint32_t *att_len;               /* (ng) floats of each group's attention output */
+    int64_t *a_g;                     /* (ng + 1) kv-head boundaries */
+    int64_t *a_o, *a_h;               /* (na + 1) row boundaries */
+    char (*name_head)[24];            /* (na) */
+    uint32_t *head_len;               /* (na) rows of each head slice */
+    uint32_t *att_len;                /* (ng) floats of each group's attention output */
     starpu_data_handle_t *h_logits_c; /* (na) children of h_logits */
-    float **o;                       /* (na) slot outputs */
-    float *x2;                       /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
+    float **o;                        /* (na) slot outputs */
+    float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
+};
 
-    /* Dense mode's down projection in nd blocks of output rows, block k
-     * [dn[k], dn[k+1]) into dout[k] (one token) or bdout[k] (n_batch tokens,
-     * token-major), shared by the layers. */
+/* Dense mode's down projection in nd blocks of output rows, block k
+ * [dn[k], dn[k+1]) into dout[k] (one token) or bdout[k] (n_batch tokens,
+ * token-major), shared by the layers. */
+struct si__down_state {
     int32_t nd;
     int64_t *dn;
     float **dout, **bdout;
     starpu_data_handle_t *h_dout, *h_bdout;
+};
 
-    /* A batch of bn tokens (btok), token t at position bpos[t] of the
-     * sequence bseq[t]: the reference state whose KV cache it writes and
-     * reads (ref, or a sequence of si_engine_seq_new).  A prompt's batch
+/* A batch of bn tokens (graph/prefill.c, codelets/prefill*.c). */
+struct si__batch_state {
+    /* Token t (btok) at position bpos[t] of the sequence bseq[t]: the
+     * reference state whose KV cache it writes and reads (ref, or a
+     * sequence of si_engine_seq_new).  A prompt's batch
      * (si_engine_eval_batch) is ref's at bp0 .. bp0 + bn - 1; a step of
      * several sequences (si_engine_eval_multi) has bp0 0.  The two arrays
      * and mtok (btok of a step) have n_batch entries. */
@@ -256,9 +252,9 @@ struct si_engine {
     /* A step's decoding tokens' FFN neurons computed, in hot slices and in
      * the others (atomic; si_engine_eval_multi adds them to the stats). */
     int64_t step_hot, step_cold;
-    float *mlogits;  /* (mlogits_rows, n_vocab) a step's logits rows */
+    float *mlogits; /* (mlogits_rows, n_vocab) a step's logits rows */
     int32_t mlogits_rows;
-    float *bx, *bxb, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
+    float *bx, *bffn_in, *bxb3; /* (n_batch, n_embd) residual, FFN input, falcon's attention */
     /* A batch's attention, its tokens in nr ranges twice over: of equal
      * length (btp: attn_batch_L.r, its products and RoPE into bqkv[r],
      * a row of q | k | v per token), and of equal attention work (btr:
@@ -267,50 +263,98 @@ struct si_engine {
      * token), with attn_kv_batch_L.g caching group g's k and v between;
      * attn_out_batch_L gathers them. */
     int32_t nr;
-    int32_t *btp, *btr;     /* (nr + 1) token ranges of the batch being run */
+    int32_t *btp, *btr; /* (nr + 1) token ranges of the batch being run */
     float **bqkv, **batt;
     starpu_data_handle_t *h_bqkv, *h_batt;
     /* ... attn_o_batch_L.j: Wo's rows [bo_c[j], bo_c[j+1]) for every token
      * into bo[j] (n_batch, that many), which attn_out_batch_L gathers. */
-    int64_t *bo_c;          /* (nr + 1) */
+    int64_t *bo_c; /* (nr + 1) */
     float **bo;
     starpu_data_handle_t *h_bo;
-    float **bpart;          /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
-                             * (dense: (n_batch, bwidth[j]) activations) */
-    int32_t *brows;         /* (n_slices + 1) rows per token of each slot's output */
-    int64_t *bwidth;        /* (n_slices + 1) dense: the widest slice of each slot */
-    starpu_data_handle_t h_bx, h_bxb, h_bxb3, *h_bpart;
+    float **bpart;   /* (n_slices + 1) each (n_batch, brows[j], n_embd): slot outputs
+                      * (dense: (n_batch, bwidth[j]) activations) */
+    int32_t *brows;  /* (n_slices + 1) rows per token of each slot's output */
+    int64_t *bwidth; /* (n_slices + 1) dense: the widest slice of each slot */
+    starpu_data_handle_t h_bx, h_bffn_in, h_bxb3, *h_bpart;
     /* The batch's logits (si_engine_eval_batch_logits): tokens bout0 ..
      * bn - 1 of the batch, a row each, in nlh tasks of vocabulary rows
      * [lh[j], lh[j+1]), each writing its columns of the rows (h_blog_c[j]). */
     int32_t bout0;
     int32_t nlh;
-    size_t *lh;                      /* (nlh + 1) */
+    size_t *lh; /* (nlh + 1) */
     starpu_data_handle_t *h_blog_c;
-    char (*name_lhb)[32];            /* (nlh) */
+    char (*name_lhb)[32]; /* (nlh) */
+};
 
-    /* FFN observation (si_engine_observe, graph/observe.c): the dense
-     * batch FFN tasks keep, per layer and batch token, the FFN's input
-     * (slice 0's task), gate products and activations (each task its
-     * columns) for obs_fn, called after the batch; batches of at most obs_nb
-     * tokens while it is set.  The batch attention tasks keep the
-     * attention's normalised inputs (obs_a: si_ffn_view's xa) and the
-     * residual after them (obs_r: its xr). */
-    si_ffn_hook obs_fn;
-    void *obs_user;
-    int32_t obs_nb;
-    float *obs_x, *obs_g, *obs_h, *obs_a, *obs_r; /* (n_layer, obs_nb, n_embd | n_ff | n_ff |
-                                                   * n_embd | n_embd) */
+/* The GPU's share (graph/layout.c's plan, graph/attn_gpu.c). */
+struct si__gpu_state {
+    bool cuda_hot; /* hot slices run on CUDA workers */
+    int64_t hot_bytes;
+    int64_t gpu_base; /* StarPU's bytes on the CUDA node before init, or -1 */
+    int cuda_node;    /* memory node of the first CUDA worker, or -1 */
+    /* Attention on the GPU: the layers that have it (the first
+     * n_attn_gpu), and their task's scratch on the GPU: xn, q, k, v, att,
+     * o (si__attn_gpu_scratch_floats). */
+    int32_t n_attn_gpu;
+    int64_t attn_gpu_bytes; /* their weights, read on the GPU each token (0 with hot_on_cpu) */
+    starpu_data_handle_t h_ascratch;
+};
 
-    bool flash;        /* cold neurons from p.flash */
-    struct si_flash_tier ft; /* their region, caches and loads */
+/* FFN observation (si_engine_observe, graph/observe.c): the dense batch
+ * FFN tasks keep, per layer and batch token, the FFN's input (slice 0's
+ * task), gate products and activations (each task its columns) for fn,
+ * called after the batch; batches of at most nb tokens while it is set.
+ * The batch attention tasks keep the attention's normalised inputs (a:
+ * si_ffn_view's xa) and the residual after them (r: its xr). */
+struct si__obs_state {
+    si_ffn_hook fn;
+    void *user;
+    int32_t nb;
+    float *x, *g, *h, *a, *r; /* (n_layer, nb, n_embd | n_ff | n_ff | n_embd | n_embd) */
+};
+
+/* The flash tier: cold neurons from p.flash (its region, caches and loads
+ * in ft, flash/tier.h). */
+struct si__flash_state {
+    bool on;
+    struct si_flash_tier *ft;
     starpu_data_handle_t h_spill; /* the tier's spill area */
-    int flash_err;     /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
-    char err_msg[256]; /* the last evaluation's failure (si_engine_error) */
+    int err;                      /* a load task's failure (SI_E_IO, SI_E_BUDGET), for eval */
+};
+
+/* This process's layers [l0, l1): all, or its share of a pipeline across
+ * MPI ranks (p.pipe, graph/pipe.c); the pipeline's ranks: this one, how
+ * many (0 and 1 without one). */
+struct si__pipe_state {
+    int32_t l0, l1;
+    int rank, nranks;
+};
+
+struct si_engine {
+    const struct si_model *m;
+    const struct si_weights *w; /* the weights the tasks read: the model's, or own.own_w */
+    struct si_engine_params p;
+    struct si_ref *ref; /* attention, KV cache, embedding and head run on it */
+    struct si__layer_state *L;
+    struct si__scratch *scratch; /* one per worker */
+    unsigned n_workers;
+
+    struct si__layout lay;
+    struct si__own_weights own;
+    struct si__decode_state dec;
+    struct si__down_state down;
+    struct si__batch_state bat;
+    struct si__gpu_state gpu;
+    struct si__obs_state obs;
+    struct si__flash_state fl;
+    struct si__pipe_state pipe;
 
     struct si_engine_stats stats;
     int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices'
                                 * (dense mode: the down projection's tasks too) */
+    int64_t in_saved;          /* input sparsity: bytes of the weights a token's
+                                * products left unread (atomic; si__matvec_t) */
+    char err_msg[256];         /* the last evaluation's failure (si_engine_error) */
 };
 
 /* One task's arguments (freed by StarPU with the task). */

@@ -51,7 +51,7 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
         starpu_task_destroy(t);
         return rc;
     }
-    if (e->bn > 0)
+    if (e->bat.bn > 0)
         e->stats.batch_tasks++;
     else
         e->stats.tasks++;

@@ -14,9 +14,9 @@
  *     static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j,
  *                         struct ao_io *io)
  *     {
- *         io->att = si__vec(b, e->h_att, STARPU_R);
+ *         io->att = si__vec(b, e->dec.h_att, STARPU_R);
  *         io->wo = si__vec(b, e->L[l].h_w[3], STARPU_R);
- *         io->y = si__vec(b, e->h_o[j], STARPU_W);
+ *         io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
  *     }
  *
  * Running a description over the buffers evaluates its handle expressions

@@ -131,14 +131,14 @@ void si__attn_gpu_layer_bytes(const struct si_engine *e, int l, int32_t n_parts,
     si__gpu_bytes_add(g, (int64_t)W->wv.nbytes);
     si__gpu_bytes_add(g, (int64_t)W->wo.nbytes);
     const int64_t n_ctx = si__n_ctx_of(e), hd = hp->head_dim;
-    const int32_t ng = e->ng > 1 && e->a_g != NULL ? e->ng : 1;
+    const int32_t ng = e->dec.ng > 1 && e->dec.a_g != NULL ? e->dec.ng : 1;
     for (int32_t j = 0; j < ng; j++) {
-        const int64_t heads = ng > 1 ? e->a_g[j + 1] - e->a_g[j] : hp->n_head_kv;
+        const int64_t heads = ng > 1 ? e->dec.a_g[j + 1] - e->dec.a_g[j] : hp->n_head_kv;
         si__gpu_bytes_add(g, n_ctx * heads * hd * 2); /* K */
         si__gpu_bytes_add(g, n_ctx * heads * hd * 2); /* V */
     }
     si__gpu_bytes_add(g, aux_floats(e->m, l, NULL) * (int64_t)sizeof(float));
-    for (int32_t j = 0; l > 0 && e->sparse && j < n_parts; j++)
+    for (int32_t j = 0; l > 0 && e->lay.sparse && j < n_parts; j++)
         si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd);
 }
 
@@ -150,15 +150,15 @@ void si__attn_gpu_shared(const struct si_engine *e, struct si__gpu_bytes *g)
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd); /* x */
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd); /* ffn_in */
     si__gpu_bytes_add(g, si__attn_gpu_scratch_floats(e->m) * (int64_t)sizeof(float));
-    for (int32_t k = 0; !e->sparse && k < e->nd; k++)
-        si__gpu_bytes_add(g, (int64_t)sizeof(float) * (e->dn[k + 1] - e->dn[k]));
+    for (int32_t k = 0; !e->lay.sparse && k < e->down.nd; k++)
+        si__gpu_bytes_add(g, (int64_t)sizeof(float) * (e->down.dn[k + 1] - e->down.dn[k]));
 }
 
 /* The GPU bytes of layer l's attention alone, as StarPU allocates it. */
 static int64_t layer_cost(const struct si_engine *e, int l)
 {
     struct si__gpu_bytes g = {0, 0};
-    si__attn_gpu_layer_bytes(e, l, e->n_slices + 1, &g);
+    si__attn_gpu_layer_bytes(e, l, e->lay.n_slices + 1, &g);
     return g.alone + g.blocks * ((int64_t)16 << 10);
 }
 
@@ -183,7 +183,7 @@ int32_t si__attn_gpu_choose(const struct si_engine *e, const struct si_gpu_reser
         return 0;
     if (e->p.attn_gpu > 0)
         return e->p.attn_gpu < nl ? e->p.attn_gpu : nl;
-    if (budget <= 0 || e->p.placement != NULL || !e->sparse)
+    if (budget <= 0 || e->p.placement != NULL || !e->lay.sparse)
         return 0;
     struct si__gpu_bytes sh = {0, 0};
     si__attn_gpu_shared(e, &sh);
@@ -204,7 +204,7 @@ int32_t si__attn_gpu_choose(const struct si_engine *e, const struct si_gpu_reser
     si__ffn_fmt_of(e, 0, &f);
     for (int64_t i = 0; i < n; i++) {
         const double pr = (double)pf->counts[i] / (double)pf->n_tokens;
-        v[i] = (e->pre_sep ? (double)f.gu_row : 0.0) + pr * (double)f.rec_bytes;
+        v[i] = (e->lay.pre_sep ? (double)f.gu_row : 0.0) + pr * (double)f.rec_bytes;
     }
     qsort(v, (size_t)n, sizeof *v, cmp_desc);
     for (int64_t i = 1; i < n; i++) /* prefix sums: v[i] = worth of the i + 1 hottest */

@@ -98,9 +98,9 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
             memcpy(r + f->gate_off, row_of(&W->ffn_gate, i), f->gu_row);
         if (f->up_off >= 0)
             memcpy(r + f->up_off, row_of(&W->ffn_up, i), f->gu_row);
-        if (e->pre_sep)
+        if (e->lay.pre_sep)
             memcpy((char *)L->pre + (size_t)p * f->gu_row,
-                   row_of(e->has_gate ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
+                   row_of(e->lay.has_gate ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
         if (W->ffn_down_t.data != NULL)
             memcpy(rec + (size_t)p * rb + f->dt_off, row_of(&W->ffn_down_t, i), f->dt_row);
@@ -145,18 +145,18 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     const struct si_layer *W = &e->m->w.layers[l];
     struct si__layer_state *L = &e->L[l];
     const int64_t ff = hp->n_ff;
-    const struct si_tensor *g = e->has_gate ? &W->ffn_gate : &W->ffn_up;
+    const struct si_tensor *g = e->lay.has_gate ? &W->ffn_gate : &W->ffn_up;
     for (int64_t p = 0; p < ff; p++) {
         const int32_t i = L->perm[p];
-        if (e->pre_sep)
+        if (e->lay.pre_sep)
             memcpy((char *)L->pre + (size_t)p * L->f.gu_row, row_of(g, i), L->f.gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
     }
-    if (e->pre_sep)
+    if (e->lay.pre_sep)
         drop_copied(e, g);
-    if (si_flash_tier_read(&e->ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
+    if (si_flash_tier_read(e->fl.ft, l, L->perm, L->n_hot, L->rec) != SI_OK)
         return si__errf(err, err_size, SI_E_IO, "%s (layer %d's resident neurons)",
-                        e->ft.store->read_err, l);
+                        e->fl.ft->store->read_err, l);
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         const struct si_tensor *fc2 = &W->fc2;
         for (int64_t p = 0; p < ff; p++)
@@ -212,15 +212,16 @@ static void register_layer(struct si_engine *e, int l)
     const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
     for (int i = 0; i < 4; i++)
         vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
-    if (e->ng > 1) {
+    if (e->dec.ng > 1) {
         /* Each attention task writes its kv heads' columns of the cache: the
          * layer's cache as a matrix (a row per position, in bytes), a child
          * per group of columns. */
         const size_t row = kvd * esz;
-        for (int32_t g = 0; g <= e->ng; g++)
-            L->kv_cols[g] = (size_t)e->a_g[g] * (size_t)hp->head_dim * esz;
-        struct starpu_data_filter f = {
-            .filter_func = filter_cols, .nchildren = (unsigned)e->ng, .filter_arg_ptr = L->kv_cols};
+        for (int32_t g = 0; g <= e->dec.ng; g++)
+            L->kv_cols[g] = (size_t)e->dec.a_g[g] * (size_t)hp->head_dim * esz;
+        struct starpu_data_filter f = {.filter_func = filter_cols,
+                                       .nchildren = (unsigned)e->dec.ng,
+                                       .filter_arg_ptr = L->kv_cols};
         starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};
         const char *base[2] = {s->kcache, s->vcache};
         for (int i = 0; i < 2; i++) {
@@ -228,7 +229,7 @@ static void register_layer(struct si_engine *e, int l)
                                         (uintptr_t)(base[i] + (size_t)l * kv_bytes), (uint32_t)row,
                                         (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
             starpu_data_partition_plan(*hc[i], &f, cc[i]);
-            starpu_data_partition_submit(*hc[i], (unsigned)e->ng, cc[i]);
+            starpu_data_partition_submit(*hc[i], (unsigned)e->dec.ng, cc[i]);
         }
     } else {
         vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
@@ -236,8 +237,8 @@ static void register_layer(struct si_engine *e, int l)
     }
 
     const int64_t ff = hp->n_ff;
-    if (!e->sparse) {
-        if (e->has_gate) {
+    if (!e->lay.sparse) {
+        if (e->lay.has_gate) {
             vec(&L->h_gate, W->ffn_gate.data, (size_t)ff, L->f.gu_row);
             split(L->h_gate, L, L->len_n, L->h_gate_c);
         }
@@ -247,22 +248,23 @@ static void register_layer(struct si_engine *e, int l)
         starpu_matrix_data_register(&L->h_down, STARPU_MAIN_RAM, (uintptr_t)dn->data,
                                     (uint32_t)dn->row_bytes, (uint32_t)dn->row_bytes,
                                     (uint32_t)hp->n_embd, 1);
-        struct starpu_data_filter f = {
-            .filter_func = filter_rows, .nchildren = (unsigned)e->nd, .filter_arg_ptr = e->dn};
+        struct starpu_data_filter f = {.filter_func = filter_rows,
+                                       .nchildren = (unsigned)e->down.nd,
+                                       .filter_arg_ptr = e->down.dn};
         starpu_data_partition_plan(L->h_down, &f, L->h_down_c);
-        starpu_data_partition_submit(L->h_down, (unsigned)e->nd, L->h_down_c);
-        vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->zeros, (size_t)ff,
+        starpu_data_partition_submit(L->h_down, (unsigned)e->down.nd, L->h_down_c);
+        vec(&L->h_upb, W->ffn_up_b.data != NULL ? W->ffn_up_b.data : e->lay.zeros, (size_t)ff,
             sizeof(float));
     } else {
-        if (e->pre_sep) {
+        if (e->lay.pre_sep) {
             vec(&L->h_gate, L->pre, (size_t)ff, L->f.gu_row);
             split(L->h_gate, L, L->len_n, L->h_gate_c);
         }
-        if (e->flash) {
+        if (e->fl.on) {
             /* the hot records alone (slot 0), the cold ones in the cache */
             if (L->hot)
                 vec(&L->h_rec_c[0], L->rec, (size_t)L->n_hot, L->f.rec_bytes);
-            const struct si_flash_cache *fc = &e->ft.L[l].fc;
+            const struct si_flash_cache *fc = &e->fl.ft->L[l].fc;
             vec(&L->h_cache, fc->mat, fc->cap > 0 ? (size_t)fc->cap : 1, L->f.rec_bytes);
         } else {
             vec(&L->h_rec, L->rec, (size_t)ff, L->f.rec_bytes);
@@ -293,20 +295,20 @@ static void register_layer(struct si_engine *e, int l)
      * weights and those go there once and stay. */
     if (L->attn_gpu) {
         vec(&L->h_aux, L->aux, (size_t)L->aux_n, sizeof(float));
-        if (e->cuda_hot && e->cuda_node >= 0) {
+        if (e->gpu.cuda_hot && e->gpu.cuda_node >= 0) {
             for (int i = 0; i < 4; i++)
-                starpu_data_prefetch_on_node(L->h_w[i], (unsigned)e->cuda_node, 1);
-            starpu_data_prefetch_on_node(L->h_aux, (unsigned)e->cuda_node, 1);
+                starpu_data_prefetch_on_node(L->h_w[i], (unsigned)e->gpu.cuda_node, 1);
+            starpu_data_prefetch_on_node(L->h_aux, (unsigned)e->gpu.cuda_node, 1);
         }
     }
 
     /* The hot slice's weights go to the GPU once and stay there. */
-    if (L->hot && e->cuda_hot && e->cuda_node >= 0) {
-        starpu_data_handle_t hot[3] = {e->sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
+    if (L->hot && e->gpu.cuda_hot && e->gpu.cuda_node >= 0) {
+        starpu_data_handle_t hot[3] = {e->lay.sparse ? L->h_rec_c[0] : L->h_up_c[0], L->h_upb_c[0],
                                        L->h_gate != NULL ? L->h_gate_c[0] : NULL};
         for (int i = 0; i < 3; i++)
             if (hot[i] != NULL)
-                starpu_data_prefetch_on_node(hot[i], (unsigned)e->cuda_node, 1);
+                starpu_data_prefetch_on_node(hot[i], (unsigned)e->gpu.cuda_node, 1);
     }
 }
 
@@ -329,8 +331,8 @@ int64_t si__gpu_accounted(const struct si_engine *e)
         any = true;
         const starpu_data_handle_t h[] = {
             L->h_gate_c[0] != NULL && L->h_gate != NULL ? L->h_gate_c[0] : NULL,
-            !e->sparse ? L->h_up_c[0] : NULL,
-            e->sparse ? L->h_rec_c[0] : NULL,
+            !e->lay.sparse ? L->h_up_c[0] : NULL,
+            e->lay.sparse ? L->h_rec_c[0] : NULL,
             L->h_upb_c[0],
             e->p.mode == SI_SPARSITY_PREDICTOR ? L->h_idx_c[0] : NULL,
             L->h_part_c[0]};
@@ -339,37 +341,39 @@ int64_t si__gpu_accounted(const struct si_engine *e)
                 si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(h[i]));
     }
     if (any) {
-        const starpu_data_handle_t s[] = {e->h_xb, e->h_iota, e->h_hscratch};
+        const starpu_data_handle_t s[] = {e->dec.h_ffn_in, e->dec.h_iota, e->dec.h_hscratch};
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(s[i]));
-        if (e->sparse && e->n_batch > 1) { /* a batch's, for bffn_cuda (prefill.c) */
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_bxb));
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_bpart[0]));
+        if (e->lay.sparse && e->bat.n_batch > 1) { /* a batch's, for bffn_cuda (prefill.c) */
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->bat.h_bffn_in));
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->bat.h_bpart[0]));
         }
     }
     /* The GPU layers' attention task (decode.c's submit_attention): x, the
      * carried partial outputs, ffn_in, the caches, the weights, aux, the
      * scratch. */
-    for (int l = 0; l < e->n_attn_gpu; l++) {
+    for (int l = 0; l < e->gpu.n_attn_gpu; l++) {
         const struct si__layer_state *L = &e->L[l];
         for (int i = 0; i < 4; i++)
             si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(L->h_w[i]));
-        for (int32_t j = 0; j < (e->ng > 1 ? e->ng : 1); j++) {
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->ng > 1 ? L->h_k_c[j] : L->h_k));
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->ng > 1 ? L->h_v_c[j] : L->h_v));
+        for (int32_t j = 0; j < (e->dec.ng > 1 ? e->dec.ng : 1); j++) {
+            si__gpu_bytes_add(&g,
+                              (int64_t)starpu_data_get_size(e->dec.ng > 1 ? L->h_k_c[j] : L->h_k));
+            si__gpu_bytes_add(&g,
+                              (int64_t)starpu_data_get_size(e->dec.ng > 1 ? L->h_v_c[j] : L->h_v));
         }
         si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(L->h_aux));
-        for (int32_t j = 0; l > 0 && e->sparse && !e->p.redux && j < e->L[l - 1].nsl; j++)
+        for (int32_t j = 0; l > 0 && e->lay.sparse && !e->p.redux && j < e->L[l - 1].nsl; j++)
             if (!(j == 0 && e->L[l - 1].hot)) /* the hot one is counted above */
                 si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->L[l - 1].h_part_c[j]));
     }
-    if (e->n_attn_gpu > 0) {
-        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_x));
-        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_ascratch));
+    if (e->gpu.n_attn_gpu > 0) {
+        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->dec.h_x));
+        si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->gpu.h_ascratch));
         if (!any)
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_xb));
-        for (int32_t k = 0; !e->sparse && k < e->nd; k++)
-            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->h_dout[k]));
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->dec.h_ffn_in));
+        for (int32_t k = 0; !e->lay.sparse && k < e->down.nd; k++)
+            si__gpu_bytes_add(&g, (int64_t)starpu_data_get_size(e->down.h_dout[k]));
     }
     return si__gpu_bytes_total(&g);
 }
@@ -387,15 +391,15 @@ static void unregister_layer(struct si_engine *e, int l)
         if (*kv[i] == NULL)
             continue;
         if (kv_c[i] != NULL && kv_c[i][0] != NULL) {
-            starpu_data_unpartition_submit(*kv[i], (unsigned)e->ng, kv_c[i], STARPU_MAIN_RAM);
-            starpu_data_partition_clean(*kv[i], (unsigned)e->ng, kv_c[i]);
+            starpu_data_unpartition_submit(*kv[i], (unsigned)e->dec.ng, kv_c[i], STARPU_MAIN_RAM);
+            starpu_data_partition_clean(*kv[i], (unsigned)e->dec.ng, kv_c[i]);
         }
         starpu_data_unregister(*kv[i]);
     }
     unsplit(L->h_gate, L, L->h_gate_c);
     unsplit(L->h_up, L, L->h_up_c);
-    unsplit_n(L->h_down, (unsigned)e->nd, L->h_down_c);
-    if (e->flash && L->h_rec_c != NULL && L->h_rec_c[0] != NULL) {
+    unsplit_n(L->h_down, (unsigned)e->down.nd, L->h_down_c);
+    if (e->fl.on && L->h_rec_c != NULL && L->h_rec_c[0] != NULL) {
         starpu_data_unregister(L->h_rec_c[0]); /* registered alone, not a child */
         L->h_rec_c[0] = NULL;
     }
@@ -425,7 +429,7 @@ static int layer_kv_handles(const struct si_engine *e, int l, starpu_data_handle
     int n = 0;
     for (int i = 0; i < 2; i++) {
         const bool parts = kv_c[i] != NULL && kv_c[i][0] != NULL;
-        for (int32_t g = 0; g < (parts ? e->ng : 1); g++)
+        for (int32_t g = 0; g < (parts ? e->dec.ng : 1); g++)
             h[n++] = parts ? kv_c[i][g] : *kv[i];
     }
     return n;
@@ -433,7 +437,7 @@ static int layer_kv_handles(const struct si_engine *e, int l, starpu_data_handle
 
 int si_engine_sync_kv(struct si_engine *e)
 {
-    for (int l = e->l0; l < e->l1; l++) {
+    for (int l = e->pipe.l0; l < e->pipe.l1; l++) {
         starpu_data_handle_t h[2 * SI__MAX_SLICES];
         const int n = layer_kv_handles(e, l, h);
         for (int k = 0; k < n; k++) {
@@ -448,7 +452,7 @@ int si_engine_sync_kv(struct si_engine *e)
 int si_engine_kv_shift(struct si_engine *e, struct si_ref *seq, int32_t n_keep,
                        int32_t n_discard)
 {
-    if (e->nranks > 1)
+    if (e->pipe.nranks > 1)
         return SI_E_UNSUPPORTED; /* each rank holds its layers' caches */
     if (seq != e->ref) /* a sequence's cache is reached through ref's handles by
                         * the steps, which are over (the caller's group lock) */
@@ -485,23 +489,23 @@ int si_engine_kv_shift(struct si_engine *e, struct si_ref *seq, int32_t n_keep,
 void si__register_batch_logits(struct si_engine *e, float *p, int32_t rows)
 {
     const uint32_t nv = (uint32_t)e->m->hp.n_vocab;
-    for (int32_t j = 0; j < e->nlh; j++)
-        starpu_matrix_data_register(&e->h_blog_c[j], STARPU_MAIN_RAM, (uintptr_t)(p + e->lh[j]),
-                                    nv, (uint32_t)(e->lh[j + 1] - e->lh[j]), (uint32_t)rows,
-                                    sizeof(float));
+    for (int32_t j = 0; j < e->bat.nlh; j++)
+        starpu_matrix_data_register(
+            &e->bat.h_blog_c[j], STARPU_MAIN_RAM, (uintptr_t)(p + e->bat.lh[j]), nv,
+            (uint32_t)(e->bat.lh[j + 1] - e->bat.lh[j]), (uint32_t)rows, sizeof(float));
 }
 
 /* Wait for the tasks writing the handles of si__register_batch_logits (the
  * calling thread running tasks if it is worker 0), then unregister them. */
 void si__unregister_batch_logits(struct si_engine *e)
 {
-    for (int32_t j = 0; j < e->nlh; j++) {
-        if (e->h_blog_c[j] == NULL)
+    for (int32_t j = 0; j < e->bat.nlh; j++) {
+        if (e->bat.h_blog_c[j] == NULL)
             continue;
-        si_runtime_acquire(e->h_blog_c[j], STARPU_R);
-        starpu_data_release(e->h_blog_c[j]);
-        starpu_data_unregister(e->h_blog_c[j]);
-        e->h_blog_c[j] = NULL;
+        si_runtime_acquire(e->bat.h_blog_c[j], STARPU_R);
+        starpu_data_release(e->bat.h_blog_c[j]);
+        starpu_data_unregister(e->bat.h_blog_c[j]);
+        e->bat.h_blog_c[j] = NULL;
     }
 }
 
@@ -542,17 +546,17 @@ static void read_only_weights(struct si_engine *e)
             read_only(L->h_w[i]);
         read_only_n(L->h_gate, L->h_gate_c, L->nsl);
         read_only_n(L->h_up, L->h_up_c, L->nsl);
-        read_only_n(L->h_down, L->h_down_c, e->nd);
+        read_only_n(L->h_down, L->h_down_c, e->down.nd);
         read_only_n(L->h_upb, L->h_upb_c, L->nsl);
-        if (!e->flash)
+        if (!e->fl.on)
             read_only_n(L->h_rec, L->h_rec_c, L->nsl);
         else if (L->h_rec_c != NULL)
             read_only(L->h_rec_c[0]); /* the resident hot records, registered alone */
         read_only(L->h_fc1);
         read_only(L->h_fc2);
     }
-    read_only(e->h_out);
-    read_only(e->h_iota);
+    read_only(e->dec.h_out);
+    read_only(e->dec.h_iota);
 }
 
 /* Register the engine-wide handles (activations, logits, the LM head, the
@@ -562,79 +566,81 @@ void si__register_engine(struct si_engine *e)
     const struct si_model *m = e->m;
     const struct si_hparams *hp = &m->hp;
     const size_t d = (size_t)hp->n_embd;
-    const int32_t ns = e->n_slices;
+    const int32_t ns = e->lay.n_slices;
     struct si_ref *s = e->ref;
-    vec(&e->h_x, s->x, d, sizeof(float));
-    vec(&e->h_xb, s->xb, d, sizeof(float));
+    vec(&e->dec.h_x, s->x, d, sizeof(float));
+    vec(&e->dec.h_ffn_in, s->xb, d, sizeof(float));
     if (hp->parallel_residual) { /* the attention output beside the FFN's */
-        vec(&e->h_xb3, s->xb3, d, sizeof(float));
-        starpu_data_set_name(e->h_xb3, "attn_out");
+        vec(&e->dec.h_xb3, s->xb3, d, sizeof(float));
+        starpu_data_set_name(e->dec.h_xb3, "attn_out");
     }
-    vec(&e->h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
-    vec(&e->h_out, e->w->output.data, e->w->output.nbytes, 1);
-    vec(&e->h_iota, e->iota, (size_t)hp->n_ff, sizeof(int32_t));
-    starpu_vector_data_register(&e->h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
-    if (e->n_attn_gpu > 0)
-        starpu_vector_data_register(&e->h_ascratch, -1, 0, (uint32_t)si__attn_gpu_scratch_floats(m),
-                                    sizeof(float));
-    starpu_data_set_name(e->h_x, "x");
-    starpu_data_set_name(e->h_xb, "ffn_in");
-    starpu_data_set_name(e->h_logits, "logits");
+    vec(&e->dec.h_logits, s->logits, (size_t)hp->n_vocab, sizeof(float));
+    vec(&e->dec.h_out, e->w->output.data, e->w->output.nbytes, 1);
+    vec(&e->dec.h_iota, e->lay.iota, (size_t)hp->n_ff, sizeof(int32_t));
+    starpu_vector_data_register(&e->dec.h_hscratch, -1, 0, 2 * (uint32_t)hp->n_ff, sizeof(float));
+    if (e->gpu.n_attn_gpu > 0)
+        starpu_vector_data_register(&e->gpu.h_ascratch, -1, 0,
+                                    (uint32_t)si__attn_gpu_scratch_floats(m), sizeof(float));
+    starpu_data_set_name(e->dec.h_x, "x");
+    starpu_data_set_name(e->dec.h_ffn_in, "ffn_in");
+    starpu_data_set_name(e->dec.h_logits, "logits");
     for (int l = 0; l < hp->n_layer; l++)
         register_layer(e, l);
-    if (e->flash)
-        vec(&e->h_spill, e->ft.region, (size_t)e->ft.spill_cap, e->ft.rec_bytes);
-    if (e->na > 1) {
-        for (int32_t j = 0; j < e->na; j++)
-            vec(&e->h_o[j], e->o[j], (size_t)(e->a_o[j + 1] - e->a_o[j]), sizeof(float));
-        vec(&e->h_x2, e->x2, d, sizeof(float));
-        vec(&e->h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
-        if (e->ng > 1) {
+    if (e->fl.on)
+        vec(&e->fl.h_spill, e->fl.ft->region, (size_t)e->fl.ft->spill_cap, e->fl.ft->rec_bytes);
+    if (e->dec.na > 1) {
+        for (int32_t j = 0; j < e->dec.na; j++)
+            vec(&e->dec.h_o[j], e->dec.o[j], (size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]),
+                sizeof(float));
+        vec(&e->dec.h_x2, e->dec.x2, d, sizeof(float));
+        vec(&e->dec.h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
+        if (e->dec.ng > 1) {
             struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
-                                           .nchildren = (unsigned)e->ng,
-                                           .filter_arg_ptr = e->att_len};
-            starpu_data_partition_plan(e->h_att, &f, e->h_att_c);
-            starpu_data_partition_submit(e->h_att, (unsigned)e->ng, e->h_att_c);
+                                           .nchildren = (unsigned)e->dec.ng,
+                                           .filter_arg_ptr = e->dec.att_len};
+            starpu_data_partition_plan(e->dec.h_att, &f, e->dec.h_att_c);
+            starpu_data_partition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c);
         }
         /* The LM head's row slices write children of the logits; the
          * partition is undone before anyone reads them (see eval). */
-        for (int32_t j = 0; j < e->na; j++)
-            e->head_len[j] = (uint32_t)(e->a_h[j + 1] - e->a_h[j]);
+        for (int32_t j = 0; j < e->dec.na; j++)
+            e->dec.head_len[j] = (uint32_t)(e->dec.a_h[j + 1] - e->dec.a_h[j]);
         struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
-                                       .nchildren = (unsigned)e->na,
-                                       .filter_arg_ptr = e->head_len};
-        starpu_data_partition_plan(e->h_logits, &f, e->h_logits_c);
+                                       .nchildren = (unsigned)e->dec.na,
+                                       .filter_arg_ptr = e->dec.head_len};
+        starpu_data_partition_plan(e->dec.h_logits, &f, e->dec.h_logits_c);
     }
-    for (int32_t k = 0; k < e->nd; k++) {
-        const size_t no = (size_t)(e->dn[k + 1] - e->dn[k]);
-        vec(&e->h_dout[k], e->dout[k], no, sizeof(float));
-        if (e->n_batch > 1)
-            vec(&e->h_bdout[k], e->bdout[k], (size_t)e->n_batch * no, sizeof(float));
+    for (int32_t k = 0; k < e->down.nd; k++) {
+        const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
+        vec(&e->down.h_dout[k], e->down.dout[k], no, sizeof(float));
+        if (e->bat.n_batch > 1)
+            vec(&e->down.h_bdout[k], e->down.bdout[k], (size_t)e->bat.n_batch * no, sizeof(float));
     }
     const size_t qkv = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
-    for (int32_t j = 0; j < e->nr && e->n_batch > 1; j++)
-        vec(&e->h_bqkv[j], e->bqkv[j], (size_t)e->n_batch * qkv, sizeof(float));
-    for (int32_t j = 0; j < e->ng * e->nr && e->n_batch > 1; j++)
-        vec(&e->h_batt[j], e->batt[j], (size_t)e->n_batch * e->att_len[j / e->nr],
+    for (int32_t j = 0; j < e->bat.nr && e->bat.n_batch > 1; j++)
+        vec(&e->bat.h_bqkv[j], e->bat.bqkv[j], (size_t)e->bat.n_batch * qkv, sizeof(float));
+    for (int32_t j = 0; j < e->dec.ng * e->bat.nr && e->bat.n_batch > 1; j++)
+        vec(&e->bat.h_batt[j], e->bat.batt[j],
+            (size_t)e->bat.n_batch * e->dec.att_len[j / e->bat.nr], sizeof(float));
+    for (int32_t j = 0; j < e->bat.nr && e->bat.n_batch > 1; j++)
+        vec(&e->bat.h_bo[j], e->bat.bo[j],
+            (size_t)e->bat.n_batch * (size_t)(e->bat.bo_c[j + 1] - e->bat.bo_c[j] > 0
+                                                  ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
+                                                  : 1),
             sizeof(float));
-    for (int32_t j = 0; j < e->nr && e->n_batch > 1; j++)
-        vec(&e->h_bo[j], e->bo[j],
-            (size_t)e->n_batch * (size_t)(e->bo_c[j + 1] - e->bo_c[j] > 0
-                                              ? e->bo_c[j + 1] - e->bo_c[j]
-                                              : 1),
-            sizeof(float));
-    if (e->n_batch > 1) {
-        const size_t bd = (size_t)e->n_batch * d;
-        vec(&e->h_bx, e->bx, bd, sizeof(float));
-        vec(&e->h_bxb, e->bxb, bd, sizeof(float));
-        vec(&e->h_bxb3, e->bxb3, bd, sizeof(float));
+    if (e->bat.n_batch > 1) {
+        const size_t bd = (size_t)e->bat.n_batch * d;
+        vec(&e->bat.h_bx, e->bat.bx, bd, sizeof(float));
+        vec(&e->bat.h_bffn_in, e->bat.bffn_in, bd, sizeof(float));
+        vec(&e->bat.h_bxb3, e->bat.bxb3, bd, sizeof(float));
         for (int32_t j = 0; j <= ns; j++)
-            vec(&e->h_bpart[j], e->bpart[j],
-                e->sparse ? bd * (size_t)e->brows[j]
-                          : (size_t)e->n_batch * (size_t)(e->bwidth[j] > 0 ? e->bwidth[j] : 1),
+            vec(&e->bat.h_bpart[j], e->bat.bpart[j],
+                e->lay.sparse ? bd * (size_t)e->bat.brows[j]
+                              : (size_t)e->bat.n_batch *
+                                    (size_t)(e->bat.bwidth[j] > 0 ? e->bat.bwidth[j] : 1),
                 sizeof(float));
-        starpu_data_set_name(e->h_bx, "x_batch");
-        starpu_data_set_name(e->h_bxb, "ffn_in_batch");
+        starpu_data_set_name(e->bat.h_bx, "x_batch");
+        starpu_data_set_name(e->bat.h_bffn_in, "ffn_in_batch");
     }
     read_only_weights(e);
 }
@@ -644,50 +650,51 @@ void si__unregister_engine(struct si_engine *e)
 {
     for (int l = 0; l < e->m->hp.n_layer; l++)
         unregister_layer(e, l);
-    starpu_data_unregister(e->h_x);
-    starpu_data_unregister(e->h_xb);
-    if (e->head_len != NULL) /* the plan exists from init on */
-        starpu_data_partition_clean(e->h_logits, (unsigned)e->na, e->h_logits_c);
-    starpu_data_unregister(e->h_logits);
-    starpu_data_unregister(e->h_out);
-    starpu_data_unregister(e->h_iota);
-    starpu_data_unregister(e->h_hscratch);
-    if (e->h_ascratch != NULL)
-        starpu_data_unregister(e->h_ascratch);
-    if (e->h_spill != NULL)
-        starpu_data_unregister(e->h_spill);
-    if (e->h_xb3 != NULL)
-        starpu_data_unregister(e->h_xb3);
-    if (e->h_att != NULL) {
-        for (int32_t j = 0; j < e->na; j++)
-            starpu_data_unregister(e->h_o[j]);
-        if (e->ng > 1) {
-            starpu_data_unpartition_submit(e->h_att, (unsigned)e->ng, e->h_att_c, STARPU_MAIN_RAM);
-            starpu_data_partition_clean(e->h_att, (unsigned)e->ng, e->h_att_c);
+    starpu_data_unregister(e->dec.h_x);
+    starpu_data_unregister(e->dec.h_ffn_in);
+    if (e->dec.head_len != NULL) /* the plan exists from init on */
+        starpu_data_partition_clean(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c);
+    starpu_data_unregister(e->dec.h_logits);
+    starpu_data_unregister(e->dec.h_out);
+    starpu_data_unregister(e->dec.h_iota);
+    starpu_data_unregister(e->dec.h_hscratch);
+    if (e->gpu.h_ascratch != NULL)
+        starpu_data_unregister(e->gpu.h_ascratch);
+    if (e->fl.h_spill != NULL)
+        starpu_data_unregister(e->fl.h_spill);
+    if (e->dec.h_xb3 != NULL)
+        starpu_data_unregister(e->dec.h_xb3);
+    if (e->dec.h_att != NULL) {
+        for (int32_t j = 0; j < e->dec.na; j++)
+            starpu_data_unregister(e->dec.h_o[j]);
+        if (e->dec.ng > 1) {
+            starpu_data_unpartition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c,
+                                           STARPU_MAIN_RAM);
+            starpu_data_partition_clean(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c);
         }
-        starpu_data_unregister(e->h_att);
-        starpu_data_unregister(e->h_x2);
+        starpu_data_unregister(e->dec.h_att);
+        starpu_data_unregister(e->dec.h_x2);
     }
-    for (int32_t j = 0; e->h_batt != NULL && j < e->ng * e->nr; j++)
-        if (e->h_batt[j] != NULL)
-            starpu_data_unregister(e->h_batt[j]);
-    for (int32_t j = 0; e->h_bqkv != NULL && j < e->nr; j++)
-        if (e->h_bqkv[j] != NULL)
-            starpu_data_unregister(e->h_bqkv[j]);
-    for (int32_t j = 0; e->h_bo != NULL && j < e->nr; j++)
-        if (e->h_bo[j] != NULL)
-            starpu_data_unregister(e->h_bo[j]);
-    if (e->h_bx != NULL) {
-        starpu_data_unregister(e->h_bx);
-        starpu_data_unregister(e->h_bxb);
-        starpu_data_unregister(e->h_bxb3);
-        for (int32_t j = 0; j <= e->n_slices; j++)
-            starpu_data_unregister(e->h_bpart[j]);
+    for (int32_t j = 0; e->bat.h_batt != NULL && j < e->dec.ng * e->bat.nr; j++)
+        if (e->bat.h_batt[j] != NULL)
+            starpu_data_unregister(e->bat.h_batt[j]);
+    for (int32_t j = 0; e->bat.h_bqkv != NULL && j < e->bat.nr; j++)
+        if (e->bat.h_bqkv[j] != NULL)
+            starpu_data_unregister(e->bat.h_bqkv[j]);
+    for (int32_t j = 0; e->bat.h_bo != NULL && j < e->bat.nr; j++)
+        if (e->bat.h_bo[j] != NULL)
+            starpu_data_unregister(e->bat.h_bo[j]);
+    if (e->bat.h_bx != NULL) {
+        starpu_data_unregister(e->bat.h_bx);
+        starpu_data_unregister(e->bat.h_bffn_in);
+        starpu_data_unregister(e->bat.h_bxb3);
+        for (int32_t j = 0; j <= e->lay.n_slices; j++)
+            starpu_data_unregister(e->bat.h_bpart[j]);
     }
-    for (int32_t k = 0; k < e->nd; k++) {
-        if (e->h_dout[k] != NULL)
-            starpu_data_unregister(e->h_dout[k]);
-        if (e->h_bdout[k] != NULL)
-            starpu_data_unregister(e->h_bdout[k]);
+    for (int32_t k = 0; k < e->down.nd; k++) {
+        if (e->down.h_dout[k] != NULL)
+            starpu_data_unregister(e->down.h_dout[k]);
+        if (e->down.h_bdout[k] != NULL)
+            starpu_data_unregister(e->down.h_bdout[k]);
     }
 }

@@ -17,7 +17,7 @@
  * and the residual (attn_out_L, unless each FFN slice does it: fuse_out). */
 static int submit_attention(struct si_engine *e, int l, int32_t token)
 {
-    if (e->na <= 1 || e->L[l].attn_gpu)
+    if (e->dec.na <= 1 || e->L[l].attn_gpu)
         return si__submit_attn(e, l, token);
     return si__submit_attn_split(e, l, token);
 }
@@ -42,9 +42,9 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
     const struct si__layer_state *L = &e->L[l];
     int rc = 0;
     for (int32_t j = 0; j < L->nsl && rc == 0; j++)
-        rc = e->flash && !si__is_hot(e, l, j) ? si__submit_flash(e, l, j, token)
+        rc = e->fl.on && !si__is_hot(e, l, j) ? si__submit_flash(e, l, j, token)
                                               : si__submit_ffn(e, l, j, token);
-    for (int32_t k = 0; k < e->nd && !e->sparse && rc == 0; k++)
+    for (int32_t k = 0; k < e->down.nd && !e->lay.sparse && rc == 0; k++)
         rc = si__submit_down(e, l, k, token);
     return rc;
 }
@@ -56,9 +56,9 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
 static int submit_layer(struct si_engine *e, int l, int32_t token)
 {
     const struct si__layer_state *L = &e->L[l];
-    const bool pred = e->p.mode == SI_SPARSITY_PREDICTOR && !e->fuse_pred,
+    const bool pred = e->p.mode == SI_SPARSITY_PREDICTOR && !e->lay.fuse_pred,
                ahead = pred && e->m->pred_input == SI_PRED_LAYER,
-               loads = e->flash && L->nsl > (L->hot ? 1 : 0);
+               loads = e->fl.on && L->nsl > (L->hot ? 1 : 0);
     int rc = 0;
     if (ahead) { /* the predictor and the flash tier's reads beside the attention */
         rc = si__submit_pred(e, l, token);
@@ -91,18 +91,18 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     e->err_msg[0] = '\0';
 
     int rc;
-    if (e->l0 == 0) {
+    if (e->pipe.l0 == 0) {
         rc = si__submit_embed(e, token);
     } else { /* a pipeline's later rank: x from the rank before (graph/pipe.c) */
         rc = si__pipe_recv_x(e) == SI_OK ? 0 : -1;
     }
-    for (int l = e->l0; l < e->l1 && rc == 0; l++)
+    for (int l = e->pipe.l0; l < e->pipe.l1 && rc == 0; l++)
         rc = submit_layer(e, l, token);
-    const bool last = e->l1 == hp->n_layer;
+    const bool last = e->pipe.l1 == hp->n_layer;
     if (rc == 0 && last) {
         rc = si__submit_head(e, token); /* logits = lm_head(norm(x + FFN_last)) */
     } else if (rc == 0) {               /* x whole for the next rank */
-        rc = si__submit_residual(e, e->l1, token);
+        rc = si__submit_residual(e, e->pipe.l1, token);
         if (rc == 0)
             rc = si__pipe_send_x(e) == SI_OK ? 0 : -1;
     }
@@ -111,18 +111,18 @@ int si_engine_eval(struct si_engine *e, int32_t token)
     /* Wait for this token's tasks: the logits are ready when readable (the
      * caller's worker, if it has one, runs tasks meanwhile); on a middle
      * rank of a pipeline, x once its last layer is added in. */
-    starpu_data_handle_t done = last || e->rank == 0 ? e->h_logits : e->h_x;
+    starpu_data_handle_t done = last || e->pipe.rank == 0 ? e->dec.h_logits : e->dec.h_x;
     si_runtime_acquire(done, STARPU_R);
     starpu_data_release(done);
-    if (rc == 0 && (e->na > 1 || !last)) /* else the head's si_ref_end moved it */
+    if (rc == 0 && (e->dec.na > 1 || !last)) /* else the head's si_ref_end moved it */
         e->ref->n_past++;
     if (rc != 0) {
         si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
-    if (e->flash_err != SI_OK) { /* a load failed: this token's output is wrong */
-        rc = e->flash_err;
-        e->flash_err = SI_OK;
+    if (e->fl.err != SI_OK) { /* a load failed: this token's output is wrong */
+        rc = e->fl.err;
+        e->fl.err = SI_OK;
         return rc;
     }
     /* Activation counts are read after the merge, which read the slices'
@@ -139,20 +139,22 @@ int si_engine_eval(struct si_engine *e, int32_t token)
                 e->stats.neurons_hot += a;
             else
                 e->stats.neurons_cold += a;
-            if (si__is_hot(e, l, j) && e->cuda_hot)
+            if (si__is_hot(e, l, j) && e->gpu.cuda_hot)
                 e->stats.weight_bytes_gpu += L->rd[j];
             else
                 e->stats.weight_bytes_cpu += L->rd[j];
         }
     }
-    e->stats.neurons_total += (int64_t)(e->l1 - e->l0) * hp->n_ff; /* this rank's layers */
-    e->stats.weight_bytes_cpu += e->token_bytes_fixed - e->attn_gpu_bytes -
+    e->stats.neurons_total +=
+        (int64_t)(e->pipe.l1 - e->pipe.l0) * hp->n_ff; /* this rank's layers */
+    e->stats.weight_bytes_cpu += e->token_bytes_fixed - e->gpu.attn_gpu_bytes -
                                  __atomic_exchange_n(&e->in_saved, 0, __ATOMIC_RELAXED);
-    e->stats.weight_bytes_gpu += e->attn_gpu_bytes;
-    if (e->cuda_hot && e->cuda_node >= 0) {
+    e->stats.weight_bytes_gpu += e->gpu.attn_gpu_bytes;
+    if (e->gpu.cuda_hot && e->gpu.cuda_node >= 0) {
         /* What StarPU really allocated on the GPU (its hot slices stay; the
          * activations it moved may stay cached): never above the budget. */
-        const int64_t used = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node) - e->gpu_base;
+        const int64_t used =
+            (int64_t)starpu_memory_get_used((unsigned)e->gpu.cuda_node) - e->gpu.gpu_base;
         if (used > e->stats.gpu_allocated_peak)
             e->stats.gpu_allocated_peak = used;
         if (used > e->stats.gpu_budget) {

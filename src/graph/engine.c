@@ -65,7 +65,7 @@ static double mib(int64_t b)
 static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const size_t ff = (size_t)hp->n_ff, slots = (size_t)e->n_slices + 2;
+    const size_t ff = (size_t)hp->n_ff, slots = (size_t)e->lay.n_slices + 2;
     si__ffn_fmt_of(e, l, &L->f);
     L->s0 = calloc(slots, sizeof *L->s0);
     L->pre_pk = calloc(slots, sizeof *L->pre_pk);
@@ -84,25 +84,25 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
     L->h_upb_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_idx_c = calloc(slots, sizeof(starpu_data_handle_t));
     L->h_part_c = calloc(slots, sizeof(starpu_data_handle_t));
-    L->part = calloc(e->sparse ? slots * (size_t)hp->n_embd : ff, sizeof(float));
+    L->part = calloc(e->lay.sparse ? slots * (size_t)hp->n_embd : ff, sizeof(float));
     L->y = calloc((size_t)hp->n_embd, sizeof(float));
     if (!L->s0 || !L->pre_pk || !L->rows || !L->perm || !L->active || !L->rd || !L->len_n || !L->len_p ||
         !L->name_ffn || !L->name_bffn || !L->h_gate_c || !L->h_up_c || !L->h_down_c ||
         !L->h_rec_c || !L->h_upb_c || !L->h_idx_c || !L->h_part_c || !L->part || !L->y)
         return SI_E_NOMEM;
-    if (!e->sparse) {
-        L->name_down = calloc((size_t)e->nd, sizeof *L->name_down);
-        L->name_bdown = calloc((size_t)e->nd, sizeof *L->name_bdown);
+    if (!e->lay.sparse) {
+        L->name_down = calloc((size_t)e->down.nd, sizeof *L->name_down);
+        L->name_bdown = calloc((size_t)e->down.nd, sizeof *L->name_bdown);
         if (!L->name_down || !L->name_bdown)
             return SI_E_NOMEM;
     }
-    if (e->sparse) {
+    if (e->lay.sparse) {
         /* flash: only the hot records, allocated once the plan is known */
-        L->rec = e->flash ? NULL : si__weights_alloc(ff * L->f.rec_bytes);
+        L->rec = e->fl.on ? NULL : si__weights_alloc(ff * L->f.rec_bytes);
         L->up_b = malloc(ff * sizeof(float));
-        if ((!e->flash && !L->rec) || !L->up_b)
+        if ((!e->fl.on && !L->rec) || !L->up_b)
             return SI_E_NOMEM;
-        if (e->pre_sep && (L->pre = si__weights_alloc(ff * L->f.gu_row)) == NULL)
+        if (e->lay.pre_sep && (L->pre = si__weights_alloc(ff * L->f.gu_row)) == NULL)
             return SI_E_NOMEM;
     }
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
@@ -111,7 +111,7 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
         if (!L->fc2p || !L->idx)
             return SI_E_NOMEM;
     }
-    if (e->flash) {
+    if (e->fl.on) {
         if (e->p.mode == SI_SPARSITY_GATE) {
             L->idx = malloc(ff * sizeof(int32_t));
             L->gact = malloc(ff * sizeof(float));
@@ -131,7 +131,7 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
     int64_t b = L->n_hot * (int64_t)L->f.rec_bytes; /* hot records */
     b += si_flash_tier_layer_bytes(ff);           /* the tier's load arrays and cache bookkeeping */
     b += ff * (int64_t)(sizeof(float) + sizeof(int32_t)); /* up_b, perm */
-    if (e->pre_sep)
+    if (e->lay.pre_sep)
         b += ff * (int64_t)L->f.gu_row; /* gating rows */
     if (e->p.mode == SI_SPARSITY_PREDICTOR)
         b += (int64_t)e->m->w.layers[l].fc2.nbytes; /* fc2 by position */
@@ -139,7 +139,7 @@ static int64_t flash_layer_bytes(const struct si_engine *e, int l)
         b += ff * (int64_t)sizeof(int32_t);
     if (L->gact != NULL)
         b += ff * (int64_t)sizeof(float);
-    b += (e->n_slices + 2) * d * (int64_t)sizeof(float); /* partial outputs */
+    b += (e->lay.n_slices + 2) * d * (int64_t)sizeof(float); /* partial outputs */
     return b;
 }
 
@@ -252,18 +252,18 @@ static void attn_split(struct si_engine *e, unsigned ncpu)
     int32_t na = e->p.attn_split > 0             ? e->p.attn_split
                  : bytes >= ATTN_SPLIT_MIN_BYTES ? (int32_t)ncpu
                                                  : 1;
-    if (na > hp->n_embd / e->t_unit) /* Wo's column ranges on the copies' blocks */
-        na = (int32_t)(hp->n_embd / e->t_unit);
+    if (na > hp->n_embd / e->lay.t_unit) /* Wo's column ranges on the copies' blocks */
+        na = (int32_t)(hp->n_embd / e->lay.t_unit);
     if (na > SI__MAX_SLICES)
         na = SI__MAX_SLICES;
-    e->na = na > 1 ? na : 1;
+    e->dec.na = na > 1 ? na : 1;
     /* attn_L.j tasks: whole kv heads each (their query heads with them);
      * a batch's attention goes by kv-head groups too (attn_batch_L.j),
      * one per CPU worker when decoding does not split it */
-    const int32_t gw = e->na > 1 ? e->na : e->n_batch > 1 ? (int32_t)ncpu : 1;
-    e->ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
-    if (hp->head_dim % e->t_unit != 0) /* kv heads' columns off the copies' blocks */
-        e->ng = 1;
+    const int32_t gw = e->dec.na > 1 ? e->dec.na : e->bat.n_batch > 1 ? (int32_t)ncpu : 1;
+    e->dec.ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
+    if (hp->head_dim % e->lay.t_unit != 0) /* kv heads' columns off the copies' blocks */
+        e->dec.ng = 1;
 }
 
 /*
@@ -285,58 +285,58 @@ static int init_layout(struct si_engine *e, const struct si_model *m,
     e->m = m;
     e->w = &m->w;
     e->p = *p;
-    e->dense_records = c->dense_records;
-    e->l0 = c->l0;
-    e->l1 = c->l1;
-    e->rank = c->rank;
-    e->nranks = c->nranks;
-    e->flash = p->flash != NULL;
+    e->lay.dense_records = c->dense_records;
+    e->pipe.l0 = c->l0;
+    e->pipe.l1 = c->l1;
+    e->pipe.rank = c->rank;
+    e->pipe.nranks = c->nranks;
+    e->fl.on = p->flash != NULL;
     si__layout_of(m, p->mode, e);
     int64_t ffn_bytes;
     /* this rank's layers (all in one process) */
-    e->token_bytes_fixed =
-        si_model_range_bytes(m, e->l0, e->l1, e->rank == 0, e->rank == e->nranks - 1, &ffn_bytes) -
-        ffn_bytes;
-    for (int32_t l = e->l0; l < e->l1; l++) {
+    e->token_bytes_fixed = si_model_range_bytes(m, e->pipe.l0, e->pipe.l1, e->pipe.rank == 0,
+                                                e->pipe.rank == e->pipe.nranks - 1, &ffn_bytes) -
+                           ffn_bytes;
+    for (int32_t l = e->pipe.l0; l < e->pipe.l1; l++) {
         const struct si_layer *W = &m->w.layers[l];
         if (p->mode == SI_SPARSITY_PREDICTOR)
             e->token_bytes_fixed += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
         else if (p->mode == SI_SPARSITY_DENSE) /* the ffn_down_L.k tasks read all of it */
             e->token_bytes_fixed += (int64_t)W->ffn_down.nbytes;
     }
-    e->cuda_node = -1;
-    e->gpu_base = -1;
+    e->gpu.cuda_node = -1;
+    e->gpu.gpu_base = -1;
 #ifdef SI_USE_CUDA
-    e->cuda_hot = c->ncuda > 0 && !p->hot_on_cpu;
-    if (e->cuda_hot) {
+    e->gpu.cuda_hot = c->ncuda > 0 && !p->hot_on_cpu;
+    if (e->gpu.cuda_hot) {
         int wid = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
-        e->cuda_node = (int)starpu_worker_get_memory_node((unsigned)wid);
-        e->gpu_base = (int64_t)starpu_memory_get_used((unsigned)e->cuda_node);
+        e->gpu.cuda_node = (int)starpu_worker_get_memory_node((unsigned)wid);
+        e->gpu.gpu_base = (int64_t)starpu_memory_get_used((unsigned)e->gpu.cuda_node);
     }
 #endif
     int32_t ns = p->n_slices > 0 ? p->n_slices : (int32_t)c->ncpu; /* see docs/measurements.md */
-    e->n_slices = ns;
-    if (!e->sparse) {
+    e->lay.n_slices = ns;
+    if (!e->lay.sparse) {
         /* The down projection in as many blocks of output rows as there
          * are cold slices; nothing for redux to add. */
         e->p.redux = false;
-        const int64_t nd_max = hp->n_embd / e->t_unit > 0 ? hp->n_embd / e->t_unit : 1;
-        e->nd = ns < nd_max ? ns : (int32_t)nd_max;
-        e->dn = malloc(((size_t)e->nd + 1) * sizeof *e->dn);
-        e->dout = calloc((size_t)e->nd, sizeof *e->dout);
-        e->bdout = calloc((size_t)e->nd, sizeof *e->bdout);
-        e->h_dout = calloc((size_t)e->nd, sizeof *e->h_dout);
-        e->h_bdout = calloc((size_t)e->nd, sizeof *e->h_bdout);
-        if (!e->dn || !e->dout || !e->bdout || !e->h_dout || !e->h_bdout)
+        const int64_t nd_max = hp->n_embd / e->lay.t_unit > 0 ? hp->n_embd / e->lay.t_unit : 1;
+        e->down.nd = ns < nd_max ? ns : (int32_t)nd_max;
+        e->down.dn = malloc(((size_t)e->down.nd + 1) * sizeof *e->down.dn);
+        e->down.dout = calloc((size_t)e->down.nd, sizeof *e->down.dout);
+        e->down.bdout = calloc((size_t)e->down.nd, sizeof *e->down.bdout);
+        e->down.h_dout = calloc((size_t)e->down.nd, sizeof *e->down.h_dout);
+        e->down.h_bdout = calloc((size_t)e->down.nd, sizeof *e->down.h_bdout);
+        if (!e->down.dn || !e->down.dout || !e->down.bdout || !e->down.h_dout || !e->down.h_bdout)
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
-        for (int32_t k = 0; k <= e->nd; k++)
-            e->dn[k] = si__split_u(hp->n_embd, k, e->nd, e->t_unit);
+        for (int32_t k = 0; k <= e->down.nd; k++)
+            e->down.dn[k] = si__split_u(hp->n_embd, k, e->down.nd, e->lay.t_unit);
     }
-    e->n_batch = p->n_batch > 0 ? p->n_batch : 128;
-    if (e->flash)
-        e->n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
-    if (e->nranks > 1)
-        e->n_batch = 1; /* a pipeline passes one token's residual at a time */
+    e->bat.n_batch = p->n_batch > 0 ? p->n_batch : 128;
+    if (e->fl.on)
+        e->bat.n_batch = 1; /* prefill token by token: a dense batch reads every neuron */
+    if (e->pipe.nranks > 1)
+        e->bat.n_batch = 1; /* a pipeline passes one token's residual at a time */
     attn_split(e, c->ncpu);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Every CPU worker runs its own sgemm: OpenBLAS's threads would only
@@ -364,7 +364,7 @@ static size_t batch_gemm_bytes(const struct si_engine *e)
         si_type_row_size(si_act_type(W->ffn_down.type), hp->n_ff, &xd);
         /* converted inputs, and their block sums for the batched
          * kernel of packed rows (codelets/prefill.c, qgemm) */
-        const size_t nbt = (size_t)e->n_batch;
+        const size_t nbt = (size_t)e->bat.n_batch;
         const size_t s[4] = {si_k_gemm_scratch_size(W->ffn_up.type, hp->n_embd),
                              si_k_gemm_scratch_size(W->ffn_down.type, hp->n_ff),
                              (xa + (size_t)hp->n_embd / 8) * nbt + 64,
@@ -376,7 +376,7 @@ static size_t batch_gemm_bytes(const struct si_engine *e)
         const uint32_t ot = m->w.output.type;
         size_t xa = 0, g = si_k_gemm_scratch_size(ot, hp->n_embd);
         si_type_row_size(si_act_type(ot), hp->n_embd, &xa);
-        xa = (xa + (size_t)hp->n_embd / 8) * (size_t)e->n_batch + 64;
+        xa = (xa + (size_t)hp->n_embd / 8) * (size_t)e->bat.n_batch + 64;
         gs = g > gs ? g : gs;
         gs = xa > gs ? xa : gs;
         for (int l = 0; l < hp->n_layer; l++) {
@@ -385,7 +385,7 @@ static size_t batch_gemm_bytes(const struct si_engine *e)
             for (int i = 0; i < 4; i++) {
                 g = si_k_gemm_scratch_size(aw[i]->type, aw[i]->ne[0]);
                 si_type_row_size(si_act_type(aw[i]->type), aw[i]->ne[0], &xa);
-                xa = (xa + (size_t)aw[i]->ne[0] / 8) * (size_t)e->n_batch + 64;
+                xa = (xa + (size_t)aw[i]->ne[0] / 8) * (size_t)e->bat.n_batch + 64;
                 gs = g > gs ? g : gs;
                 gs = xa > gs ? xa : gs;
             }
@@ -448,20 +448,20 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
         sc->sx = malloc(wi * sizeof(int32_t));
         sc->sv = malloc(wi * sizeof(float));
     }
-    sc->y = malloc(((size_t)(hp->n_ff / e->chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
+    sc->y = malloc(((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
                    (size_t)hp->n_ff * sizeof(float));
     sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
     sc->hq = malloc(4 * widest + 512);
     if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
         return SI_E_NOMEM;
-    if (e->n_batch > 1) {
-        const size_t bff = (size_t)e->n_batch * (size_t)hp->n_ff;
+    if (e->bat.n_batch > 1) {
+        const size_t bff = (size_t)e->bat.n_batch * (size_t)hp->n_ff;
         sc->bg = malloc(bff * sizeof(float));
         sc->bu = malloc(bff * sizeof(float));
         sc->gemm = malloc(batch_gemm_bytes(e) + 64);
         sc->dt = malloc(batch_dt_bytes(e));
-        sc->hx = malloc((size_t)e->n_batch * (size_t)hp->n_embd * sizeof(float));
-        sc->bqkv = malloc((size_t)e->n_batch * qd * sizeof(float));
+        sc->hx = malloc((size_t)e->bat.n_batch * (size_t)hp->n_embd * sizeof(float));
+        sc->bqkv = malloc((size_t)e->bat.n_batch * qd * sizeof(float));
         if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
             return SI_E_NOMEM;
     }
@@ -472,21 +472,22 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
 static int alloc_batch(struct si_engine *e, unsigned ncpu)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const int32_t ns = e->n_slices;
-    const size_t bd = (size_t)e->n_batch * (size_t)hp->n_embd;
-    e->bx = calloc(bd, sizeof(float));
-    e->bxb = calloc(bd, sizeof(float));
-    e->bxb3 = calloc(bd, sizeof(float));
-    e->bseq = calloc((size_t)e->n_batch, sizeof *e->bseq);
-    e->bpos = calloc((size_t)e->n_batch, sizeof *e->bpos);
-    e->mtok = calloc((size_t)e->n_batch, sizeof *e->mtok);
-    e->bhrow = calloc((size_t)e->n_batch, sizeof *e->bhrow);
-    e->bpart = calloc((size_t)ns + 1, sizeof *e->bpart);
-    e->h_bpart = calloc((size_t)ns + 1, sizeof *e->h_bpart);
-    e->brows = calloc((size_t)ns + 1, sizeof *e->brows);
-    e->bwidth = calloc((size_t)ns + 1, sizeof *e->bwidth);
-    if (!e->bx || !e->bxb || !e->bxb3 || !e->bseq || !e->bpos || !e->mtok || !e->bhrow ||
-        !e->bpart || !e->h_bpart || !e->brows || !e->bwidth)
+    const int32_t ns = e->lay.n_slices;
+    const size_t bd = (size_t)e->bat.n_batch * (size_t)hp->n_embd;
+    e->bat.bx = calloc(bd, sizeof(float));
+    e->bat.bffn_in = calloc(bd, sizeof(float));
+    e->bat.bxb3 = calloc(bd, sizeof(float));
+    e->bat.bseq = calloc((size_t)e->bat.n_batch, sizeof *e->bat.bseq);
+    e->bat.bpos = calloc((size_t)e->bat.n_batch, sizeof *e->bat.bpos);
+    e->bat.mtok = calloc((size_t)e->bat.n_batch, sizeof *e->bat.mtok);
+    e->bat.bhrow = calloc((size_t)e->bat.n_batch, sizeof *e->bat.bhrow);
+    e->bat.bpart = calloc((size_t)ns + 1, sizeof *e->bat.bpart);
+    e->bat.h_bpart = calloc((size_t)ns + 1, sizeof *e->bat.h_bpart);
+    e->bat.brows = calloc((size_t)ns + 1, sizeof *e->bat.brows);
+    e->bat.bwidth = calloc((size_t)ns + 1, sizeof *e->bat.bwidth);
+    if (!e->bat.bx || !e->bat.bffn_in || !e->bat.bxb3 || !e->bat.bseq || !e->bat.bpos ||
+        !e->bat.mtok || !e->bat.bhrow || !e->bat.bpart || !e->bat.h_bpart || !e->bat.brows ||
+        !e->bat.bwidth)
         return SI_E_NOMEM;
     /* The batch LM head: a task per CPU worker, rows of the vocabulary */
     int32_t nlh = (int32_t)ncpu;
@@ -494,16 +495,16 @@ static int alloc_batch(struct si_engine *e, unsigned ncpu)
         nlh = hp->n_vocab;
     if (nlh > SI__MAX_SLICES)
         nlh = SI__MAX_SLICES;
-    e->nlh = nlh;
-    e->lh = calloc((size_t)nlh + 1, sizeof *e->lh);
-    e->h_blog_c = calloc((size_t)nlh, sizeof *e->h_blog_c);
-    e->name_lhb = calloc((size_t)nlh, sizeof *e->name_lhb);
-    if (!e->lh || !e->h_blog_c || !e->name_lhb)
+    e->bat.nlh = nlh;
+    e->bat.lh = calloc((size_t)nlh + 1, sizeof *e->bat.lh);
+    e->bat.h_blog_c = calloc((size_t)nlh, sizeof *e->bat.h_blog_c);
+    e->bat.name_lhb = calloc((size_t)nlh, sizeof *e->bat.name_lhb);
+    if (!e->bat.lh || !e->bat.h_blog_c || !e->bat.name_lhb)
         return SI_E_NOMEM;
     for (int32_t j = 0; j <= nlh; j++)
-        e->lh[j] = (size_t)si__split8(hp->n_vocab, j, nlh);
+        e->bat.lh[j] = (size_t)si__split8(hp->n_vocab, j, nlh);
     for (int32_t j = 0; j < nlh; j++)
-        snprintf(e->name_lhb[j], sizeof e->name_lhb[j], "norm+lm_head_batch.%d", j);
+        snprintf(e->bat.name_lhb[j], sizeof e->bat.name_lhb[j], "norm+lm_head_batch.%d", j);
     return SI_OK;
 }
 
@@ -515,40 +516,43 @@ static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
     const struct si_hparams *hp = &e->m->hp;
     /* The kv-head groups; with several, the caches' columns by group
      * (data.c) and, for batches, each group's attention output. */
-    const int64_t ng = e->ng, group = hp->n_head / hp->n_head_kv;
-    e->a_g = calloc((size_t)ng + 1, sizeof *e->a_g);
-    e->att_len = calloc((size_t)ng, sizeof *e->att_len);
-    const int64_t nr = e->nr = (int32_t)ncpu;
+    const int64_t ng = e->dec.ng, group = hp->n_head / hp->n_head_kv;
+    e->dec.a_g = calloc((size_t)ng + 1, sizeof *e->dec.a_g);
+    e->dec.att_len = calloc((size_t)ng, sizeof *e->dec.att_len);
+    const int64_t nr = e->bat.nr = (int32_t)ncpu;
     const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
-    e->btp = calloc((size_t)nr + 1, sizeof *e->btp);
-    e->btr = calloc((size_t)nr + 1, sizeof *e->btr);
-    e->bqkv = calloc((size_t)nr, sizeof *e->bqkv);
-    e->h_bqkv = calloc((size_t)nr, sizeof *e->h_bqkv);
-    e->batt = calloc((size_t)(ng * nr), sizeof *e->batt);
-    e->h_batt = calloc((size_t)(ng * nr), sizeof *e->h_batt);
-    e->bo_c = calloc((size_t)nr + 1, sizeof *e->bo_c);
-    e->bo = calloc((size_t)nr, sizeof *e->bo);
-    e->h_bo = calloc((size_t)nr, sizeof *e->h_bo);
-    if (!e->a_g || !e->att_len || !e->btp || !e->btr || !e->bqkv || !e->h_bqkv || !e->batt ||
-        !e->h_batt || !e->bo_c || !e->bo || !e->h_bo)
+    e->bat.btp = calloc((size_t)nr + 1, sizeof *e->bat.btp);
+    e->bat.btr = calloc((size_t)nr + 1, sizeof *e->bat.btr);
+    e->bat.bqkv = calloc((size_t)nr, sizeof *e->bat.bqkv);
+    e->bat.h_bqkv = calloc((size_t)nr, sizeof *e->bat.h_bqkv);
+    e->bat.batt = calloc((size_t)(ng * nr), sizeof *e->bat.batt);
+    e->bat.h_batt = calloc((size_t)(ng * nr), sizeof *e->bat.h_batt);
+    e->bat.bo_c = calloc((size_t)nr + 1, sizeof *e->bat.bo_c);
+    e->bat.bo = calloc((size_t)nr, sizeof *e->bat.bo);
+    e->bat.h_bo = calloc((size_t)nr, sizeof *e->bat.h_bo);
+    if (!e->dec.a_g || !e->dec.att_len || !e->bat.btp || !e->bat.btr || !e->bat.bqkv ||
+        !e->bat.h_bqkv || !e->bat.batt || !e->bat.h_batt || !e->bat.bo_c || !e->bat.bo ||
+        !e->bat.h_bo)
         return SI_E_NOMEM;
     for (int64_t j = 0; j <= nr; j++)
-        e->bo_c[j] = si__split8(hp->n_embd, j, nr);
-    for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
-        if ((e->bo[j] =
-                 malloc((size_t)e->n_batch *
-                        (size_t)(e->bo_c[j + 1] > e->bo_c[j] ? e->bo_c[j + 1] - e->bo_c[j] : 1) *
-                        sizeof(float))) == NULL)
+        e->bat.bo_c[j] = si__split8(hp->n_embd, j, nr);
+    for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
+        if ((e->bat.bo[j] = malloc((size_t)e->bat.n_batch *
+                                   (size_t)(e->bat.bo_c[j + 1] > e->bat.bo_c[j]
+                                                ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
+                                                : 1) *
+                                   sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int64_t j = 0; j <= ng; j++)
-        e->a_g[j] = j * hp->n_head_kv / ng;
+        e->dec.a_g[j] = j * hp->n_head_kv / ng;
     for (int64_t j = 0; j < ng; j++)
-        e->att_len[j] = (uint32_t)((e->a_g[j + 1] - e->a_g[j]) * group * hp->head_dim);
-    for (int64_t j = 0; j < nr && e->n_batch > 1; j++)
-        if ((e->bqkv[j] = malloc((size_t)e->n_batch * row * sizeof(float))) == NULL)
+        e->dec.att_len[j] = (uint32_t)((e->dec.a_g[j + 1] - e->dec.a_g[j]) * group * hp->head_dim);
+    for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
+        if ((e->bat.bqkv[j] = malloc((size_t)e->bat.n_batch * row * sizeof(float))) == NULL)
             return SI_E_NOMEM;
-    for (int64_t j = 0; j < ng * nr && e->n_batch > 1; j++)
-        if ((e->batt[j] = malloc((size_t)e->n_batch * e->att_len[j / nr] * sizeof(float))) == NULL)
+    for (int64_t j = 0; j < ng * nr && e->bat.n_batch > 1; j++)
+        if ((e->bat.batt[j] =
+                 malloc((size_t)e->bat.n_batch * e->dec.att_len[j / nr] * sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
@@ -572,27 +576,28 @@ static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
 static int alloc_attn_split(struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const int64_t na = e->na, ng = e->ng;
-    e->a_o = calloc((size_t)na + 1, sizeof *e->a_o);
-    e->a_h = calloc((size_t)na + 1, sizeof *e->a_h);
-    e->name_head = calloc((size_t)na, sizeof *e->name_head);
-    e->h_logits_c = calloc((size_t)na, sizeof *e->h_logits_c);
-    e->o = calloc((size_t)na, sizeof *e->o);
-    e->h_o = calloc((size_t)na, sizeof *e->h_o);
-    e->h_att_c = calloc((size_t)ng, sizeof *e->h_att_c);
-    e->x2 = calloc((size_t)hp->n_embd, sizeof(float));
-    e->head_len = calloc((size_t)na, sizeof *e->head_len);
-    if (!e->a_o || !e->a_h || !e->name_head || !e->h_logits_c || !e->o || !e->h_o || !e->h_att_c ||
-        !e->x2 || !e->head_len)
+    const int64_t na = e->dec.na, ng = e->dec.ng;
+    e->dec.a_o = calloc((size_t)na + 1, sizeof *e->dec.a_o);
+    e->dec.a_h = calloc((size_t)na + 1, sizeof *e->dec.a_h);
+    e->dec.name_head = calloc((size_t)na, sizeof *e->dec.name_head);
+    e->dec.h_logits_c = calloc((size_t)na, sizeof *e->dec.h_logits_c);
+    e->dec.o = calloc((size_t)na, sizeof *e->dec.o);
+    e->dec.h_o = calloc((size_t)na, sizeof *e->dec.h_o);
+    e->dec.h_att_c = calloc((size_t)ng, sizeof *e->dec.h_att_c);
+    e->dec.x2 = calloc((size_t)hp->n_embd, sizeof(float));
+    e->dec.head_len = calloc((size_t)na, sizeof *e->dec.head_len);
+    if (!e->dec.a_o || !e->dec.a_h || !e->dec.name_head || !e->dec.h_logits_c || !e->dec.o ||
+        !e->dec.h_o || !e->dec.h_att_c || !e->dec.x2 || !e->dec.head_len)
         return SI_E_NOMEM;
     for (int64_t j = 0; j <= na; j++) {
-        e->a_o[j] = si__split_u(hp->n_embd, j, na, e->t_unit);
-        e->a_h[j] = si__split8(hp->n_vocab, j, na);
+        e->dec.a_o[j] = si__split_u(hp->n_embd, j, na, e->lay.t_unit);
+        e->dec.a_h[j] = si__split8(hp->n_vocab, j, na);
     }
     for (int64_t j = 0; j < na; j++)
-        snprintf(e->name_head[j], sizeof e->name_head[j], "lm_head.%d", (int)j);
+        snprintf(e->dec.name_head[j], sizeof e->dec.name_head[j], "lm_head.%d", (int)j);
     for (int64_t j = 0; j < na; j++)
-        if ((e->o[j] = malloc((size_t)(e->a_o[j + 1] - e->a_o[j]) * sizeof(float))) == NULL)
+        if ((e->dec.o[j] = malloc((size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float))) ==
+            NULL)
             return SI_E_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
@@ -622,30 +627,30 @@ static int init_buffers(struct si_engine *e, unsigned ncpu, char *err, size_t er
     e->n_workers = starpu_worker_get_count();
     e->scratch = calloc(e->n_workers, sizeof *e->scratch);
     e->L = calloc((size_t)hp->n_layer, sizeof *e->L);
-    e->zeros = calloc((size_t)hp->n_ff, sizeof(float));
-    e->gthr = calloc((size_t)hp->n_layer, sizeof(float));
-    e->iota = malloc((size_t)hp->n_ff * sizeof(int32_t));
-    if (!e->scratch || !e->L || !e->zeros || !e->gthr || !e->iota)
+    e->lay.zeros = calloc((size_t)hp->n_ff, sizeof(float));
+    e->lay.gthr = calloc((size_t)hp->n_layer, sizeof(float));
+    e->lay.iota = malloc((size_t)hp->n_ff * sizeof(int32_t));
+    if (!e->scratch || !e->L || !e->lay.zeros || !e->lay.gthr || !e->lay.iota)
         goto oom;
     /* Gate mode's thresholds: the one given, else the profile's per-layer
      * CATS thresholds (SiLU/GELU models), else 0 (only exact zeros). */
     for (int l = 0; l < hp->n_layer; l++)
-        e->gthr[l] = p->gate_threshold > 0.0f ? p->gate_threshold
-                     : p->profile != NULL && p->profile->thresholds != NULL &&
-                             hp->act != SI_ACT_RELU && !e->dense_records
-                         ? p->profile->thresholds[l]
-                         : 0.0f;
+        e->lay.gthr[l] = p->gate_threshold > 0.0f ? p->gate_threshold
+                         : p->profile != NULL && p->profile->thresholds != NULL &&
+                                 hp->act != SI_ACT_RELU && !e->lay.dense_records
+                             ? p->profile->thresholds[l]
+                             : 0.0f;
     for (int64_t i = 0; i < hp->n_ff; i++)
-        e->iota[i] = (int32_t)i;
+        e->lay.iota[i] = (int32_t)i;
     for (int l = 0; l < hp->n_layer; l++)
         if (alloc_layer(e, &e->L[l], l) != SI_OK)
             goto oom;
     for (unsigned w = 0; w < e->n_workers; w++)
         if (alloc_scratch(e, w) != SI_OK)
             goto oom;
-    if (e->n_batch > 1 && alloc_batch(e, ncpu) != SI_OK)
+    if (e->bat.n_batch > 1 && alloc_batch(e, ncpu) != SI_OK)
         goto oom;
-    if (alloc_attn_groups(e, ncpu) != SI_OK || (e->na > 1 && alloc_attn_split(e) != SI_OK))
+    if (alloc_attn_groups(e, ncpu) != SI_OK || (e->dec.na > 1 && alloc_attn_split(e) != SI_OK))
         goto oom;
     return SI_OK;
 oom:
@@ -667,22 +672,22 @@ static int plan_neurons(struct si_engine *e, char *err, size_t err_size)
     struct si_gpu_reserve rs;
     /* Attention on the GPU first (graph/attn_gpu.c): its layers join the
      * reserve, the hot neurons get what they leave. */
-    e->n_attn_gpu = 0;
-    if ((e->cuda_hot || e->p.hot_on_cpu) && (e->p.vram_budget > 0 || e->p.placement != NULL)) {
+    e->gpu.n_attn_gpu = 0;
+    if ((e->gpu.cuda_hot || e->p.hot_on_cpu) && (e->p.vram_budget > 0 || e->p.placement != NULL)) {
         const char *why = si__attn_gpu_unable(e->m, &e->p);
         if (e->p.attn_gpu > 0 && why != NULL)
             return si__errf(err, err_size, SI_E_UNSUPPORTED,
                             "attention on the GPU: %s (run without --gpu-attention)", why);
         si__reserve_of(e, &rs);
-        e->n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
+        e->gpu.n_attn_gpu = si__attn_gpu_choose(e, &rs, e->p.vram_budget);
     }
-    e->stats.attn_gpu_layers = e->n_attn_gpu;
+    e->stats.attn_gpu_layers = e->gpu.n_attn_gpu;
     si__reserve_of(e, &rs);
     struct si_plan_params pp = {.n_layer = hp->n_layer,
                                 .n_ff = hp->n_ff,
-                                .n_slices = e->n_slices,
+                                .n_slices = e->lay.n_slices,
                                 .reserve = rs,
-                                .gpu = e->cuda_hot || e->p.hot_on_cpu,
+                                .gpu = e->gpu.cuda_hot || e->p.hot_on_cpu,
                                 .vram_budget = e->p.vram_budget,
                                 .profile = e->p.profile,
                                 .placement = e->p.placement};
@@ -699,7 +704,7 @@ static int plan_neurons(struct si_engine *e, char *err, size_t err_size)
     int rc;
     for (int round = 0;; round++) {
         pp.reserve = rs;
-        rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->hot_bytes, err, err_size);
+        rc = si_plan_neurons(&pp, pl, &e->stats.gpu_budget, &e->gpu.hot_bytes, err, err_size);
         if (rc != SI_OK || e->stats.gpu_budget <= 0)
             break;
         for (int l = 0; l < hp->n_layer; l++)
@@ -719,17 +724,16 @@ static int plan_neurons(struct si_engine *e, char *err, size_t err_size)
         rs.total += over;
     }
     free(n_hot);
-    e->reserve = rs;
     for (int l = 0; rc == SI_OK && l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->n_hot = pl[l].n_hot;
         L->hot = L->n_hot > 0;
-        L->attn_gpu = l < e->n_attn_gpu;
+        L->attn_gpu = l < e->gpu.n_attn_gpu;
         L->nsl = pl[l].nsl;
         for (int32_t j = 0; j < L->nsl; j++) {
             L->rows[j] = 1;
             L->len_n[j] = (uint32_t)(L->s0[j + 1] - L->s0[j]);
-            L->len_p[j] = e->sparse ? (uint32_t)hp->n_embd : L->len_n[j];
+            L->len_p[j] = e->lay.sparse ? (uint32_t)hp->n_embd : L->len_n[j];
         }
     }
     free(pl);
@@ -750,41 +754,44 @@ static int init_plan(struct si_engine *e, bool redux, char *err, size_t err_size
 {
     const struct si_model *m = e->m;
     const struct si_hparams *hp = &m->hp;
-    const int32_t ns = e->n_slices;
+    const int32_t ns = e->lay.n_slices;
     int rc = plan_neurons(e, err, err_size);
     if (rc == SI_OK) /* with the GPU's attention layers chosen */
         si__fuse_of(e, redux);
-    for (int l = 0; rc == SI_OK && l < e->n_attn_gpu; l++) {
+    for (int l = 0; rc == SI_OK && l < e->gpu.n_attn_gpu; l++) {
         const struct si_layer *W = &m->w.layers[l];
         if (si__attn_gpu_aux(e, l) != SI_OK)
             rc = si__errf(err, err_size, SI_E_NOMEM, "out of memory");
-        if (e->cuda_hot)
-            e->attn_gpu_bytes +=
+        if (e->gpu.cuda_hot)
+            e->gpu.attn_gpu_bytes +=
                 (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
     }
     if (rc != SI_OK)
         return rc;
-    if (e->n_batch > 1) {
+    if (e->bat.n_batch > 1) {
         /* Each slot's batch output: a row per token (dense: the activations
          * of the widest slice the slot has in any layer). */
         for (int l = 0; l < hp->n_layer; l++)
             for (int32_t j = 0; j < e->L[l].nsl; j++) {
-                e->brows[j] = e->L[l].rows[j] > e->brows[j] ? e->L[l].rows[j] : e->brows[j];
-                e->bwidth[j] = e->L[l].len_n[j] > e->bwidth[j] ? e->L[l].len_n[j] : e->bwidth[j];
+                e->bat.brows[j] =
+                    e->L[l].rows[j] > e->bat.brows[j] ? e->L[l].rows[j] : e->bat.brows[j];
+                e->bat.bwidth[j] =
+                    e->L[l].len_n[j] > e->bat.bwidth[j] ? e->L[l].len_n[j] : e->bat.bwidth[j];
             }
         for (int32_t j = 0; j <= ns; j++) {
-            e->brows[j] = e->brows[j] > 0 ? e->brows[j] : 1;
-            const size_t per = e->sparse ? (size_t)e->brows[j] * (size_t)hp->n_embd
-                                         : (size_t)(e->bwidth[j] > 0 ? e->bwidth[j] : 1);
-            if ((e->bpart[j] = calloc((size_t)e->n_batch * per, sizeof(float))) == NULL)
+            e->bat.brows[j] = e->bat.brows[j] > 0 ? e->bat.brows[j] : 1;
+            const size_t per = e->lay.sparse
+                                   ? (size_t)e->bat.brows[j] * (size_t)hp->n_embd
+                                   : (size_t)(e->bat.bwidth[j] > 0 ? e->bat.bwidth[j] : 1);
+            if ((e->bat.bpart[j] = calloc((size_t)e->bat.n_batch * per, sizeof(float))) == NULL)
                 goto oom;
         }
     }
-    for (int32_t k = 0; k < e->nd; k++) {
-        const size_t no = (size_t)(e->dn[k + 1] - e->dn[k]);
-        if ((e->dout[k] = calloc(no, sizeof(float))) == NULL ||
-            (e->n_batch > 1 &&
-             (e->bdout[k] = calloc((size_t)e->n_batch * no, sizeof(float))) == NULL))
+    for (int32_t k = 0; k < e->down.nd; k++) {
+        const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
+        if ((e->down.dout[k] = calloc(no, sizeof(float))) == NULL ||
+            (e->bat.n_batch > 1 &&
+             (e->down.bdout[k] = calloc((size_t)e->bat.n_batch * no, sizeof(float))) == NULL))
             goto oom;
     }
     return SI_OK;
@@ -802,7 +809,7 @@ oom:
  */
 static int init_flash(struct si_engine *e, char *err, size_t err_size)
 {
-    if (!e->flash)
+    if (!e->fl.on)
         return SI_OK;
     const struct si_hparams *hp = &e->m->hp;
     const int64_t ff = hp->n_ff, nl = hp->n_layer;
@@ -854,16 +861,16 @@ static int init_flash(struct si_engine *e, char *err, size_t err_size)
     }
     e->stats.dram_resident = resident;
     if (rc == SI_OK)
-        rc = si_flash_tier_init(&e->ft, e->p.flash, (int32_t)nl, ff, rb, e->p.flash_window, cap,
+        rc = si_flash_tier_init(e->fl.ft, e->p.flash, (int32_t)nl, ff, rb, e->p.flash_window, cap,
                                 e->p.flash_pin, n_hot, perm, err, err_size);
     free(n_hot);
     free(perm);
     if (rc != SI_OK)
         return rc;
-    e->stats.flash_cache_bytes = e->ft.cache_bytes;
-    e->stats.flash_cache_records = e->ft.cache_records;
-    e->stats.flash_pinned = e->ft.pinned;
-    e->stats.flash_overlap = e->ft.overlap;
+    e->stats.flash_cache_bytes = e->fl.ft->cache_bytes;
+    e->stats.flash_cache_records = e->fl.ft->cache_records;
+    e->stats.flash_pinned = e->fl.ft->pinned;
+    e->stats.flash_overlap = e->fl.ft->overlap;
     /* the hot records, read from the store by si__build_flash */
     for (int l = 0; l < nl; l++) {
         struct si__layer_state *L = &e->L[l];
@@ -886,12 +893,12 @@ static int init_records(struct si_engine *e, char *err, size_t err_size)
     const struct si_model *m = e->m;
     const struct si_hparams *hp = &m->hp;
     int rc = SI_OK;
-    if (e->flash) {
+    if (e->fl.on) {
         for (int l = 0; l < hp->n_layer && rc == SI_OK; l++)
             rc = si__build_flash(e, l, err, err_size);
         return rc;
     }
-    if (!e->sparse)
+    if (!e->lay.sparse)
         return SI_OK;
     float *col = NULL; /* for the layers without ffn_down_t in the file */
     bool transpose = false;
@@ -899,7 +906,7 @@ static int init_records(struct si_engine *e, char *err, size_t err_size)
         transpose |= m->w.layers[l].ffn_down_t.data == NULL;
     if (transpose && (col = malloc((size_t)hp->n_ff * (size_t)hp->n_embd * sizeof(float))) == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory for the engine");
-    for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) /* this rank's layers */
+    for (int l = e->pipe.l0; l < e->pipe.l1 && rc == SI_OK; l++) /* this rank's layers */
         rc = si__build_records(e, l, col, err, err_size);
     free(col);
     return rc;
@@ -920,21 +927,21 @@ static void name_tasks(struct si_engine *e)
                      j - (L->hot ? 1 : 0));
         snprintf(L->name_battn, sizeof L->name_battn, "attn_out_batch_L%d", l);
         snprintf(L->name_aout, sizeof L->name_aout, "attn_out_L%d", l);
-        for (int32_t j = 0; j < e->ng && e->na > 1; j++)
+        for (int32_t j = 0; j < e->dec.ng && e->dec.na > 1; j++)
             snprintf(L->name_agrp[j], sizeof L->name_agrp[j], "attn_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->nr; j++)
+        for (int32_t j = 0; j < e->bat.nr; j++)
             snprintf(L->name_bagrp[j], sizeof L->name_bagrp[j], "attn_batch_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->ng; j++)
+        for (int32_t j = 0; j < e->dec.ng; j++)
             snprintf(L->name_bakv[j], sizeof L->name_bakv[j], "attn_kv_batch_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->ng * e->nr; j++)
+        for (int32_t j = 0; j < e->dec.ng * e->bat.nr; j++)
             snprintf(L->name_bacore[j], sizeof L->name_bacore[j], "attn_core_batch_L%d.%d.%d", l,
-                     j / e->nr, j % e->nr);
-        for (int32_t j = 0; j < e->nr; j++)
+                     j / e->bat.nr, j % e->bat.nr);
+        for (int32_t j = 0; j < e->bat.nr; j++)
             snprintf(L->name_bao[j], sizeof L->name_bao[j], "attn_o_batch_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->na && e->na > 1; j++)
+        for (int32_t j = 0; j < e->dec.na && e->dec.na > 1; j++)
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
-        for (int32_t k = 0; L->name_down != NULL && k < e->nd; k++) {
+        for (int32_t k = 0; L->name_down != NULL && k < e->down.nd; k++) {
             snprintf(L->name_down[k], sizeof L->name_down[k], "ffn_down_L%d.%d", l, k);
             snprintf(L->name_bdown[k], sizeof L->name_bdown[k], "ffn_down_batch_L%d.%d", l, k);
         }
@@ -966,7 +973,7 @@ static int init_handles(struct si_engine *e, char *err, size_t err_size)
     name_tasks(e);
     si__register_engine(e);
     e->stats.gpu_accounted = si__gpu_accounted(e);
-    e->stats.gpu_allocated_peak = e->cuda_hot ? 0 : -1;
+    e->stats.gpu_allocated_peak = e->gpu.cuda_hot ? 0 : -1;
     if (e->stats.gpu_accounted > e->stats.gpu_budget)
         /* the reserve missed something the engine lets onto the GPU */
         return si__errf(err, err_size, SI_E_BUDGET,
@@ -992,6 +999,10 @@ int si_engine_init(struct si_engine **out, const struct si_model *m, struct si_e
     if (rc != SI_OK)
         return rc;
     struct si_engine *e = calloc(1, sizeof *e);
+    if (e != NULL && (e->fl.ft = calloc(1, sizeof *e->fl.ft)) == NULL) {
+        free(e);
+        e = NULL;
+    }
     if (e == NULL)
         return si__errf(err, err_size, SI_E_NOMEM, "out of memory");
     if ((rc = init_layout(e, m, &p, &c, err, err_size)) != SI_OK ||
@@ -1012,69 +1023,69 @@ void si_engine_free(struct si_engine *e)
 {
     if (e == NULL)
         return;
-    if (e->h_x != NULL) {
+    if (e->dec.h_x != NULL) {
         si_runtime_wait_all();
         si__unregister_engine(e);
     }
     si__weights_free(e);
     si_engine_observe(e, NULL, NULL);
-    for (int32_t k = 0; k < e->nd; k++) {
-        if (e->dout != NULL)
-            free(e->dout[k]);
-        if (e->bdout != NULL)
-            free(e->bdout[k]);
+    for (int32_t k = 0; k < e->down.nd; k++) {
+        if (e->down.dout != NULL)
+            free(e->down.dout[k]);
+        if (e->down.bdout != NULL)
+            free(e->down.bdout[k]);
     }
-    free(e->dn);
-    free(e->dout);
-    free(e->bdout);
-    free(e->h_dout);
-    free(e->h_bdout);
-    for (int32_t j = 0; e->o != NULL && j < e->na; j++)
-        free(e->o[j]);
-    free(e->o);
-    free(e->h_o);
-    free(e->h_att_c);
-    free(e->x2);
-    free(e->a_g);
-    free(e->att_len);
-    for (int32_t j = 0; e->batt != NULL && j < e->ng * e->nr; j++)
-        free(e->batt[j]);
-    for (int32_t j = 0; e->bqkv != NULL && j < e->nr; j++)
-        free(e->bqkv[j]);
-    free(e->batt);
-    free(e->h_batt);
-    free(e->bqkv);
-    free(e->h_bqkv);
-    free(e->btp);
-    free(e->btr);
-    for (int32_t j = 0; e->bo != NULL && j < e->nr; j++)
-        free(e->bo[j]);
-    free(e->bo);
-    free(e->h_bo);
-    free(e->bo_c);
-    free(e->a_o);
-    free(e->a_h);
-    free(e->name_head);
-    free(e->h_logits_c);
-    free(e->head_len);
-    if (e->bpart != NULL)
-        for (int32_t j = 0; j <= e->n_slices; j++)
-            free(e->bpart[j]);
-    free(e->bpart);
-    free(e->h_bpart);
-    free(e->brows);
-    free(e->bwidth);
-    free(e->bx);
-    free(e->bxb);
-    free(e->bxb3);
-    free(e->bseq);
-    free(e->bpos);
-    free(e->mtok);
-    free(e->bhrow);
-    free(e->mlogits);
-    free(e->lh);
-    free(e->h_blog_c);
-    free(e->name_lhb);
+    free(e->down.dn);
+    free(e->down.dout);
+    free(e->down.bdout);
+    free(e->down.h_dout);
+    free(e->down.h_bdout);
+    for (int32_t j = 0; e->dec.o != NULL && j < e->dec.na; j++)
+        free(e->dec.o[j]);
+    free(e->dec.o);
+    free(e->dec.h_o);
+    free(e->dec.h_att_c);
+    free(e->dec.x2);
+    free(e->dec.a_g);
+    free(e->dec.att_len);
+    for (int32_t j = 0; e->bat.batt != NULL && j < e->dec.ng * e->bat.nr; j++)
+        free(e->bat.batt[j]);
+    for (int32_t j = 0; e->bat.bqkv != NULL && j < e->bat.nr; j++)
+        free(e->bat.bqkv[j]);
+    free(e->bat.batt);
+    free(e->bat.h_batt);
+    free(e->bat.bqkv);
+    free(e->bat.h_bqkv);
+    free(e->bat.btp);
+    free(e->bat.btr);
+    for (int32_t j = 0; e->bat.bo != NULL && j < e->bat.nr; j++)
+        free(e->bat.bo[j]);
+    free(e->bat.bo);
+    free(e->bat.h_bo);
+    free(e->bat.bo_c);
+    free(e->dec.a_o);
+    free(e->dec.a_h);
+    free(e->dec.name_head);
+    free(e->dec.h_logits_c);
+    free(e->dec.head_len);
+    if (e->bat.bpart != NULL)
+        for (int32_t j = 0; j <= e->lay.n_slices; j++)
+            free(e->bat.bpart[j]);
+    free(e->bat.bpart);
+    free(e->bat.h_bpart);
+    free(e->bat.brows);
+    free(e->bat.bwidth);
+    free(e->bat.bx);
+    free(e->bat.bffn_in);
+    free(e->bat.bxb3);
+    free(e->bat.bseq);
+    free(e->bat.bpos);
+    free(e->bat.mtok);
+    free(e->bat.bhrow);
+    free(e->bat.mlogits);
+    free(e->bat.lh);
+    free(e->bat.h_blog_c);
+    free(e->bat.name_lhb);
     if (e->scratch != NULL)
         for (unsigned w = 0; w < e->n_workers; w++) {
             free(e->scratch[w].aq); /* one allocation for the attention buffers */
@@ -1098,10 +1109,11 @@ void si_engine_free(struct si_engine *e)
             free_layer(&e->L[l]);
     free(e->L);
     free(e->scratch);
-    free(e->zeros);
-    free(e->gthr);
-    free(e->iota);
-    si_flash_tier_free(&e->ft);
+    free(e->lay.zeros);
+    free(e->lay.gthr);
+    free(e->lay.iota);
+    si_flash_tier_free(e->fl.ft);
+    free(e->fl.ft);
     si_ref_free(e->ref);
     free(e);
 }
@@ -1118,7 +1130,7 @@ void si_engine_reset(struct si_engine *e)
 
 struct si_ref *si_engine_seq_new(struct si_engine *e)
 {
-    if (e->n_batch <= 1 || e->obs_fn != NULL)
+    if (e->bat.n_batch <= 1 || e->obs.fn != NULL)
         return NULL;
     const struct si_hparams *hp = &e->m->hp;
     struct si_ref *s = calloc(1, sizeof *s);
@@ -1153,7 +1165,7 @@ void si_engine_seq_free(struct si_engine *e, struct si_ref *s)
 
 int32_t si_engine_n_batch(const struct si_engine *e)
 {
-    return e->n_batch;
+    return e->bat.n_batch;
 }
 
 bool si_engine_steps_int8(const struct si_engine *e)
@@ -1198,8 +1210,8 @@ const char *si_engine_error(const struct si_engine *e)
 struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 {
     struct si_engine_stats st = e->stats;
-    for (int l = 0; e->flash && l < e->m->hp.n_layer; l++) {
-        const struct si_flash_layer *F = &e->ft.L[l];
+    for (int l = 0; e->fl.on && l < e->m->hp.n_layer; l++) {
+        const struct si_flash_layer *F = &e->fl.ft->L[l];
         st.flash_loads += F->loads;
         st.flash_hits += F->hits;
         st.flash_bytes += F->bytes;
@@ -1217,7 +1229,7 @@ struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 
 int32_t si_engine_n_slices(const struct si_engine *e)
 {
-    return e->n_slices;
+    return e->lay.n_slices;
 }
 
 int64_t si_engine_n_hot(const struct si_engine *e, int l)
@@ -1250,10 +1262,10 @@ void si_engine_slice_range(const struct si_engine *e, int l, int32_t j, int64_t 
 
 float si_engine_gate_threshold(const struct si_engine *e, int l)
 {
-    return e->gthr[l];
+    return e->lay.gthr[l];
 }
 
 int64_t si_engine_hot_bytes(const struct si_engine *e)
 {
-    return e->hot_bytes;
+    return e->gpu.hot_bytes;
 }

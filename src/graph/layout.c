@@ -45,11 +45,11 @@ static int64_t dense_unit(const struct si_model *m, int64_t t_unit)
 /* The FFN layout of mode on m (graph.h). */
 void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_engine *e)
 {
-    e->sparse = mode != SI_SPARSITY_DENSE;
-    e->has_gate = m->hp.ffn_kind != SI_FFN_PLAIN;
+    e->lay.sparse = mode != SI_SPARSITY_DENSE;
+    e->lay.has_gate = m->hp.ffn_kind != SI_FFN_PLAIN;
     /* Input sparsity: the tasks' column ranges of the transposed copies
      * fall on their blocks (si_k_matvec_t). */
-    e->t_unit = 1;
+    e->lay.t_unit = 1;
     if (e->p.ref.input_t && e->p.ref.input_thresholds != NULL)
         for (int l = 0; l < m->hp.n_layer; l++) {
             const struct si_layer *L = &m->w.layers[l];
@@ -64,13 +64,13 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
                 const int64_t u = t[i]->data == NULL       ? 1
                                   : t[i]->cb_scale != NULL ? SI_CB_GROUP
                                                            : si_type_get(t[i]->type)->block;
-                e->t_unit = u > e->t_unit ? u : e->t_unit;
+                e->lay.t_unit = u > e->lay.t_unit ? u : e->lay.t_unit;
             }
         }
-    e->chunk = dense_unit(m, e->t_unit);
+    e->lay.chunk = dense_unit(m, e->lay.t_unit);
     /* Predictor mode reads a chosen neuron's rows together: all in its
      * record.  Gate mode reads every gating row: those apart, dense. */
-    e->pre_sep = mode == SI_SPARSITY_GATE;
+    e->lay.pre_sep = mode == SI_SPARSITY_GATE;
 }
 
 /*
@@ -94,10 +94,12 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
 void si__fuse_of(struct si_engine *e, bool redux)
 {
     const struct si_engine_params *p = &e->p;
-    e->fuse_pred = p->mode == SI_SPARSITY_PREDICTOR && !e->cuda_hot && !p->gpu_twin && !e->flash &&
-                   e->m->pred_input != SI_PRED_LAYER && getenv("SI_NO_FUSE_PRED") == NULL;
-    e->fuse_out = e->na > 1 && !e->cuda_hot && !p->gpu_twin && !e->flash && !redux &&
-                  (p->mode != SI_SPARSITY_PREDICTOR || e->fuse_pred) && e->n_attn_gpu == 0;
+    e->lay.fuse_pred = p->mode == SI_SPARSITY_PREDICTOR && !e->gpu.cuda_hot && !p->gpu_twin &&
+                       !e->fl.on && e->m->pred_input != SI_PRED_LAYER &&
+                       getenv("SI_NO_FUSE_PRED") == NULL;
+    e->lay.fuse_out = e->dec.na > 1 && !e->gpu.cuda_hot && !p->gpu_twin && !e->fl.on && !redux &&
+                      (p->mode != SI_SPARSITY_PREDICTOR || e->lay.fuse_pred) &&
+                      e->gpu.n_attn_gpu == 0;
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */
@@ -108,7 +110,7 @@ void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f)
     f->gu_type = W->ffn_up.type;
     f->gu_row = W->ffn_up.row_bytes;
     f->gate_off = f->up_off = -1;
-    if (!e->sparse)
+    if (!e->lay.sparse)
         return;
     /* down_t rows: the file's, or ffn_down transposed (F32, F16 exact;
      * other types rounded to F16) */
@@ -121,11 +123,11 @@ void si__ffn_fmt_of(const struct si_engine *e, int l, struct si__ffn_fmt *f)
         si_type_row_size(f->dt_type, e->m->hp.n_embd, &f->dt_row);
     }
     size_t off = 0;
-    if (e->has_gate && !e->pre_sep) {
+    if (e->lay.has_gate && !e->lay.pre_sep) {
         f->gate_off = (ptrdiff_t)off;
         off += f->gu_row;
     }
-    if (e->has_gate || !e->pre_sep) {
+    if (e->lay.has_gate || !e->lay.pre_sep) {
         f->up_off = (ptrdiff_t)off;
         off += f->gu_row;
     }
@@ -155,11 +157,11 @@ static int64_t hot_unit_bytes(const struct si_engine *e)
         struct si__ffn_fmt f;
         si__ffn_fmt_of(e, l, &f);
         const int64_t b =
-            e->sparse ? (int64_t)f.rec_bytes + (e->pre_sep ? (int64_t)f.gu_row : 0) +
-                            (int64_t)sizeof(float) + /* record, gating row, bias, */
-                            (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0)
-                      : e->chunk * ((e->has_gate ? 2 : 1) * (int64_t)f.gu_row +
-                                    2 * (int64_t)sizeof(float));
+            e->lay.sparse ? (int64_t)f.rec_bytes + (e->lay.pre_sep ? (int64_t)f.gu_row : 0) +
+                                (int64_t)sizeof(float) + /* record, gating row, bias, */
+                                (e->p.mode == SI_SPARSITY_PREDICTOR ? (int64_t)sizeof(int32_t) : 0)
+                          : e->lay.chunk * ((e->lay.has_gate ? 2 : 1) * (int64_t)f.gu_row +
+                                            2 * (int64_t)sizeof(float));
         most = b > most ? b : most;
     }
     return most;
@@ -174,8 +176,8 @@ int64_t si__n_ctx_of(const struct si_engine *e)
 /* Tokens per prefill batch (engine.c's rule in init_layout, before it has run). */
 static int64_t batch_of(const struct si_engine *e)
 {
-    if (e->n_batch > 0)
-        return e->n_batch;
+    if (e->bat.n_batch > 0)
+        return e->bat.n_batch;
     return e->p.flash != NULL || e->p.pipe ? 1 : e->p.n_batch > 0 ? e->p.n_batch : 128;
 }
 
@@ -201,7 +203,7 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     for (int l = 0; l < L; l++) {
         const struct si_layer *W = &m->w.layers[l];
         const int64_t b = (int64_t)(W->wq.nbytes + W->wk.nbytes + W->wv.nbytes + W->wo.nbytes);
-        *(l < e->n_attn_gpu ? &att_gpu : &att) += b;
+        *(l < e->gpu.n_attn_gpu ? &att_gpu : &att) += b;
         if (e->p.mode == SI_SPARSITY_PREDICTOR)
             pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
     }
@@ -210,16 +212,16 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     r->cpu_bytes[SI_GPU_ATTENTION] = att;
     r->bytes[SI_GPU_ATTENTION] = att_gpu;
     r->cpu_bytes[SI_GPU_PREDICTOR] = pred;
-    r->cpu_bytes[SI_GPU_KV_CACHE] = (L - e->n_attn_gpu) * kv_layer;
-    r->bytes[SI_GPU_KV_CACHE] = e->n_attn_gpu * kv_layer;
+    r->cpu_bytes[SI_GPU_KV_CACHE] = (L - e->gpu.n_attn_gpu) * kv_layer;
+    r->bytes[SI_GPU_KV_CACHE] = e->gpu.n_attn_gpu * kv_layer;
     r->cpu_bytes[SI_GPU_LM_HEAD] = (int64_t)m->w.output.nbytes;
-    const int64_t rows = e->sparse ? 1 : 0;
+    const int64_t rows = e->lay.sparse ? 1 : 0;
     r->bytes[SI_GPU_BUFFERS] =
         (int64_t)sizeof(float) * (d + L * rows * d) + (int64_t)sizeof(int32_t) * ff;
-    if (e->sparse && batch_of(e) > 1) /* a batch's FFN input and the hot slice's output */
+    if (e->lay.sparse && batch_of(e) > 1) /* a batch's FFN input and the hot slice's output */
         r->bytes[SI_GPU_BUFFERS] += 2 * (int64_t)sizeof(float) * batch_of(e) * d;
     r->bytes[SI_GPU_WORKSPACE] = (int64_t)sizeof(float) * 2 * ff;
-    if (e->n_attn_gpu > 0) /* x, and the attention task's scratch */
+    if (e->gpu.n_attn_gpu > 0) /* x, and the attention task's scratch */
         r->bytes[SI_GPU_WORKSPACE] += (int64_t)sizeof(float) * (d + si__attn_gpu_scratch_floats(m));
     /* The buffers above and each hot layer's small ones (bias, index list,
      * partial output) are carved from one chunk of StarPU's allocator; the
@@ -228,8 +230,8 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
     for (int i = 0; i < SI_GPU_ITEM_COUNT; i++)
         r->total += r->bytes[i];
     r->unit_bytes = hot_unit_bytes(e);
-    r->unit_neurons = e->sparse ? 1 : e->chunk;
-    r->any_neurons = e->sparse;
+    r->unit_neurons = e->lay.sparse ? 1 : e->lay.chunk;
+    r->any_neurons = e->lay.sparse;
 }
 
 /*
@@ -268,7 +270,7 @@ static void gpu_shared(const struct si_engine *e, struct si__gpu_bytes *g)
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * hp->n_embd);     /* ffn_in */
     si__gpu_bytes_add(g, (int64_t)sizeof(int32_t) * hp->n_ff);     /* iota */
     si__gpu_bytes_add(g, (int64_t)sizeof(float) * 2 * hp->n_ff);   /* scratch */
-    if (e->sparse && batch_of(e) > 1) { /* a batch's FFN input, the hot slice's output */
+    if (e->lay.sparse && batch_of(e) > 1) { /* a batch's FFN input, the hot slice's output */
         si__gpu_bytes_add(g, (int64_t)sizeof(float) * batch_of(e) * hp->n_embd);
         si__gpu_bytes_add(g, (int64_t)sizeof(float) * batch_of(e) * hp->n_embd);
     }
@@ -286,15 +288,15 @@ int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)
         any = true;
         struct si__ffn_fmt f;
         si__ffn_fmt_of(e, l, &f);
-        if (e->sparse) {
-            if (e->pre_sep)
+        if (e->lay.sparse) {
+            if (e->lay.pre_sep)
                 si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
             si__gpu_bytes_add(&g, n * (int64_t)f.rec_bytes);
             if (e->p.mode == SI_SPARSITY_PREDICTOR)
                 si__gpu_bytes_add(&g, n * (int64_t)sizeof(int32_t));
             si__gpu_bytes_add(&g, (int64_t)sizeof(float) * hp->n_embd); /* its output */
         } else {
-            if (e->has_gate)
+            if (e->lay.has_gate)
                 si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
             si__gpu_bytes_add(&g, n * (int64_t)f.gu_row);
             si__gpu_bytes_add(&g, n * (int64_t)sizeof(float)); /* its activations */
@@ -306,9 +308,9 @@ int64_t si__gpu_planned(const struct si_engine *e, const int64_t *n_hot)
     /* The GPU layers' attention (attn_gpu.c), each adding in the partial
      * outputs of the layer before: at most a slice per worker and the hot
      * one (data.c counts the real ones). */
-    for (int l = 0; l < e->n_attn_gpu; l++)
-        si__attn_gpu_layer_bytes(e, l, e->n_slices + 1, &g);
-    if (e->n_attn_gpu > 0)
+    for (int l = 0; l < e->gpu.n_attn_gpu; l++)
+        si__attn_gpu_layer_bytes(e, l, e->lay.n_slices + 1, &g);
+    if (e->gpu.n_attn_gpu > 0)
         si__attn_gpu_shared(e, &g);
     return si__gpu_bytes_total(&g);
 }
@@ -447,7 +449,7 @@ int si_engine_gpu_reserve(const struct si_model *m, const struct si_engine_param
     if (why != NULL)
         return si__errf(err, err_size, SI_E_UNSUPPORTED, "attention on the GPU: %s", why);
     if (p->attn_gpu > 0)
-        e.n_attn_gpu = p->attn_gpu < m->hp.n_layer ? p->attn_gpu : m->hp.n_layer;
+        e.gpu.n_attn_gpu = p->attn_gpu < m->hp.n_layer ? p->attn_gpu : m->hp.n_layer;
     si__reserve_of(&e, r);
     return SI_OK;
 }

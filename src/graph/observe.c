@@ -14,53 +14,55 @@
 
 int si_engine_observe(struct si_engine *e, si_ffn_hook fn, void *user)
 {
-    free(e->obs_x);
-    free(e->obs_g);
-    free(e->obs_h);
-    free(e->obs_a);
-    free(e->obs_r);
-    e->obs_x = e->obs_g = e->obs_h = e->obs_a = e->obs_r = NULL;
-    e->obs_fn = NULL;
-    e->obs_user = NULL;
-    e->obs_nb = 0;
+    free(e->obs.x);
+    free(e->obs.g);
+    free(e->obs.h);
+    free(e->obs.a);
+    free(e->obs.r);
+    e->obs.x = e->obs.g = e->obs.h = e->obs.a = e->obs.r = NULL;
+    e->obs.fn = NULL;
+    e->obs.user = NULL;
+    e->obs.nb = 0;
     if (fn == NULL)
         return SI_OK;
-    if ((e->sparse && !e->dense_records) || e->n_batch <= 1)
+    if ((e->lay.sparse && !e->lay.dense_records) || e->bat.n_batch <= 1)
         return SI_E_INVALID;
     const struct si_hparams *hp = &e->m->hp;
     const size_t per_tok =
         (size_t)hp->n_layer * (3 * (size_t)hp->n_embd + 2 * (size_t)hp->n_ff) * sizeof(float);
     size_t nb = OBS_BYTES / per_tok;
-    nb = nb < 1 ? 1 : nb > (size_t)e->n_batch ? (size_t)e->n_batch : nb;
+    nb = nb < 1 ? 1 : nb > (size_t)e->bat.n_batch ? (size_t)e->bat.n_batch : nb;
     const size_t rows = (size_t)hp->n_layer * nb;
-    e->obs_x = malloc(rows * (size_t)hp->n_embd * sizeof(float));
-    e->obs_g = malloc(rows * (size_t)hp->n_ff * sizeof(float));
-    e->obs_h = malloc(rows * (size_t)hp->n_ff * sizeof(float));
-    e->obs_a = malloc(rows * (size_t)hp->n_embd * sizeof(float));
-    e->obs_r = malloc(rows * (size_t)hp->n_embd * sizeof(float));
-    if (e->obs_x == NULL || e->obs_g == NULL || e->obs_h == NULL || e->obs_a == NULL ||
-        e->obs_r == NULL) {
+    e->obs.x = malloc(rows * (size_t)hp->n_embd * sizeof(float));
+    e->obs.g = malloc(rows * (size_t)hp->n_ff * sizeof(float));
+    e->obs.h = malloc(rows * (size_t)hp->n_ff * sizeof(float));
+    e->obs.a = malloc(rows * (size_t)hp->n_embd * sizeof(float));
+    e->obs.r = malloc(rows * (size_t)hp->n_embd * sizeof(float));
+    if (e->obs.x == NULL || e->obs.g == NULL || e->obs.h == NULL || e->obs.a == NULL ||
+        e->obs.r == NULL) {
         si_engine_observe(e, NULL, NULL);
         return SI_E_NOMEM;
     }
-    e->obs_fn = fn;
-    e->obs_user = user;
-    e->obs_nb = (int32_t)nb;
+    e->obs.fn = fn;
+    e->obs.user = user;
+    e->obs.nb = (int32_t)nb;
     return SI_OK;
 }
 
 void si__observe_batch(struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
-    const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, nb = (size_t)e->obs_nb;
-    for (int32_t t = 0; t < e->bn; t++)
+    const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff, nb = (size_t)e->obs.nb;
+    for (int32_t t = 0; t < e->bat.bn; t++)
         for (int32_t l = 0; l < hp->n_layer; l++) {
             const size_t row = (size_t)l * nb + (size_t)t;
-            const struct si_ffn_view v = {e->m, e->obs_x + row * d,
-                                          hp->ffn_kind == SI_FFN_PLAIN ? NULL : e->obs_g + row * ff,
-                                          e->obs_h + row * ff, e->obs_a + row * d,
-                                          e->obs_r + row * d};
-            e->obs_fn(e->obs_user, &v, l);
+            const struct si_ffn_view v = {e->m,
+                                          e->obs.x + row * d,
+                                          hp->ffn_kind == SI_FFN_PLAIN ? NULL : e->obs.g + row * ff,
+                                          e->obs.h + row * ff,
+                                          e->obs.a + row * d,
+                                          e->obs.r + row * d};
+            e->obs.fn(e->obs.user, &v, l);
         }
 }
 
@@ -73,7 +75,7 @@ static int engine_run(const struct si_ffn_runner *r, const struct si_model *m,
     struct si_engine *e = r->self;
     if (e == NULL || m != e->m)
         return si__errf(err, err_size, SI_E_INVALID, "engine runner: another model's engine");
-    if (e->sparse && !e->dense_records)
+    if (e->lay.sparse && !e->lay.dense_records)
         return si__errf(err, err_size, SI_E_INVALID,
                         "watching every FFN neuron needs the engine in dense mode");
     int rc = si_engine_observe(e, hook, user);

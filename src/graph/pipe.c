@@ -72,28 +72,31 @@ int si_engine_pipe_range(const struct si_model *m, int rank, int nranks, int32_t
 #ifdef SI_USE_MPI
 int si__pipe_recv_x(struct si_engine *e)
 {
-    return starpu_mpi_irecv_detached(e->h_x, e->rank - 1, TAG_X, MPI_COMM_WORLD, NULL, NULL) == 0
+    return starpu_mpi_irecv_detached(e->dec.h_x, e->pipe.rank - 1, TAG_X, MPI_COMM_WORLD, NULL,
+                                     NULL) == 0
                ? SI_OK
                : SI_E_RUNTIME;
 }
 
 int si__pipe_send_x(struct si_engine *e)
 {
-    return starpu_mpi_isend_detached(e->h_x, e->rank + 1, TAG_X, MPI_COMM_WORLD, NULL, NULL) == 0
+    return starpu_mpi_isend_detached(e->dec.h_x, e->pipe.rank + 1, TAG_X, MPI_COMM_WORLD, NULL,
+                                     NULL) == 0
                ? SI_OK
                : SI_E_RUNTIME;
 }
 
 int si__pipe_logits(struct si_engine *e)
 {
-    const int last = e->nranks - 1;
+    const int last = e->pipe.nranks - 1;
     if (last == 0)
         return SI_OK;
     int rc = 0;
-    if (e->rank == last)
-        rc = starpu_mpi_isend_detached(e->h_logits, 0, TAG_LOGITS, MPI_COMM_WORLD, NULL, NULL);
-    else if (e->rank == 0)
-        rc = starpu_mpi_irecv_detached(e->h_logits, last, TAG_LOGITS, MPI_COMM_WORLD, NULL, NULL);
+    if (e->pipe.rank == last)
+        rc = starpu_mpi_isend_detached(e->dec.h_logits, 0, TAG_LOGITS, MPI_COMM_WORLD, NULL, NULL);
+    else if (e->pipe.rank == 0)
+        rc = starpu_mpi_irecv_detached(e->dec.h_logits, last, TAG_LOGITS, MPI_COMM_WORLD, NULL,
+                                       NULL);
     return rc == 0 ? SI_OK : SI_E_RUNTIME;
 }
 #else
@@ -112,6 +115,6 @@ int si__pipe_send_x(struct si_engine *e)
 int si__pipe_logits(struct si_engine *e)
 {
     (void)e;
-    return e->nranks > 1 ? SI_E_UNSUPPORTED : SI_OK;
+    return e->pipe.nranks > 1 ? SI_E_UNSUPPORTED : SI_OK;
 }
 #endif

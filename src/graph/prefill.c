@@ -13,21 +13,21 @@
  * attention work (btr: token t attends to bpos[t] + 1 positions). */
 static void token_ranges(struct si_engine *e)
 {
-    const int64_t n = e->bn, nr = e->nr;
+    const int64_t n = e->bat.bn, nr = e->bat.nr;
     double total = 0;
     for (int64_t t = 0; t < n; t++)
-        total += (double)e->bpos[t] + 1;
+        total += (double)e->bat.bpos[t] + 1;
     int64_t t = 0;
     double done = 0;
-    e->btp[0] = e->btr[0] = 0;
+    e->bat.btp[0] = e->bat.btr[0] = 0;
     for (int64_t r = 1; r < nr; r++) {
         const double want = total * (double)r / (double)nr;
-        while (t < n && done + (double)(e->bpos[t] + 1) <= want)
-            done += (double)(e->bpos[t++] + 1);
-        e->btr[r] = (int32_t)t;
-        e->btp[r] = (int32_t)(r * n / nr);
+        while (t < n && done + (double)(e->bat.bpos[t] + 1) <= want)
+            done += (double)(e->bat.bpos[t++] + 1);
+        e->bat.btr[r] = (int32_t)t;
+        e->bat.btp[r] = (int32_t)(r * n / nr);
     }
-    e->btp[nr] = e->btr[nr] = (int32_t)n;
+    e->bat.btp[nr] = e->bat.btr[nr] = (int32_t)n;
 }
 
 /* Layer l of a batch. */
@@ -42,7 +42,7 @@ static int submit_batch_layer(struct si_engine *e, int l)
 static int submit_batch_logits(struct si_engine *e)
 {
     int rc = 0;
-    for (int32_t j = 0; j < e->nlh && rc == 0; j++)
+    for (int32_t j = 0; j < e->bat.nlh && rc == 0; j++)
         rc = si__submit_bhead_rows(e, j);
     return rc;
 }
@@ -63,14 +63,14 @@ static int submit_batch_body(struct si_engine *e)
 static int run_batch_rows(struct si_engine *e, float *out)
 {
     int rc = submit_batch_body(e);
-    if (e->bout0 < e->bn) {
-        si__register_batch_logits(e, out, e->bn - e->bout0);
+    if (e->bat.bout0 < e->bat.bn) {
+        si__register_batch_logits(e, out, e->bat.bn - e->bat.bout0);
         if (rc == 0)
             rc = submit_batch_logits(e);
         si__unregister_batch_logits(e); /* waits for the head's tasks */
     }
-    si_runtime_acquire(e->h_bx, STARPU_R); /* and for the layers' */
-    starpu_data_release(e->h_bx);
+    si_runtime_acquire(e->bat.h_bx, STARPU_R); /* and for the layers' */
+    starpu_data_release(e->bat.h_bx);
     return rc;
 }
 
@@ -83,21 +83,21 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
                       float *out)
 {
     const struct si_hparams *hp = &e->m->hp;
-    e->btok = tokens;
-    e->bn = n;
-    e->bp0 = e->ref->n_past;
-    e->bout0 = out_first;
-    e->bstep = false;
-    e->bsplit = n;
+    e->bat.btok = tokens;
+    e->bat.bn = n;
+    e->bat.bp0 = e->ref->n_past;
+    e->bat.bout0 = out_first;
+    e->bat.bstep = false;
+    e->bat.bsplit = n;
     for (int32_t t = 0; t < n; t++) {
-        e->bseq[t] = e->ref;
-        e->bpos[t] = e->bp0 + t;
+        e->bat.bseq[t] = e->ref;
+        e->bat.bpos[t] = e->bat.bp0 + t;
     }
     int rc;
     if (out != NULL) {
         rc = run_batch_rows(e, out);
         if (rc == 0) {
-            e->ref->n_past = e->bp0 + n;
+            e->ref->n_past = e->bat.bp0 + n;
             if (out_first < n) /* si_engine_logits: the last token's */
                 memcpy(e->ref->logits, out + (size_t)(n - 1 - out_first) * (size_t)hp->n_vocab,
                        (size_t)hp->n_vocab * sizeof(float));
@@ -106,14 +106,14 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
         rc = submit_batch_body(e);
         if (rc == 0)
             rc = si__submit_bhead(e); /* the last token's logits */
-        si_runtime_acquire(e->h_logits, STARPU_R);
-        starpu_data_release(e->h_logits);
+        si_runtime_acquire(e->dec.h_logits, STARPU_R);
+        starpu_data_release(e->dec.h_logits);
     }
     if (rc != 0) {
         si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
-    if (e->obs_fn != NULL)
+    if (e->obs.fn != NULL)
         si__observe_batch(e);
     return SI_OK;
 }
@@ -132,7 +132,7 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
         return SI_E_RUNTIME;
     if ((int64_t)e->ref->n_past + n > e->ref->p.n_ctx)
         return SI_E_BUDGET;
-    if (e->n_batch <= 1 || (n == 1 && out == NULL && e->obs_fn == NULL)) {
+    if (e->bat.n_batch <= 1 || (n == 1 && out == NULL && e->obs.fn == NULL)) {
         for (int32_t i = 0; i < n; i++) {
             int rc = si_engine_eval(e, tokens[i]);
             if (rc != SI_OK)
@@ -144,7 +144,7 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
         return SI_OK;
     }
     const double t0 = si__now();
-    const int32_t bmax = e->obs_fn != NULL ? e->obs_nb : e->n_batch;
+    const int32_t bmax = e->obs.fn != NULL ? e->obs.nb : e->bat.n_batch;
     for (int32_t i = 0; i < n; i += bmax) {
         const int32_t nb = n - i < bmax ? n - i : bmax;
         /* this batch's tokens from `first` on, and where their rows go */
@@ -153,11 +153,11 @@ static int eval_tokens(struct si_engine *e, const int32_t *tokens, int32_t n, in
             out == NULL || f == nb ? out : out + (size_t)(i + f - first) * (size_t)hp->n_vocab;
         int rc = eval_batch(e, tokens + i, nb, f, o);
         if (rc != SI_OK) {
-            e->bn = 0;
+            e->bat.bn = 0;
             return rc;
         }
     }
-    e->bn = 0; /* tasks submitted from now on are single-token ones */
+    e->bat.bn = 0; /* tasks submitted from now on are single-token ones */
     e->stats.batch_tokens += n;
     e->stats.batch_seconds += si__now() - t0;
     return SI_OK;
@@ -181,7 +181,7 @@ static int check_multi(const struct si_engine *e, const struct si_engine_req *r,
                        int32_t *total)
 {
     const struct si_hparams *hp = &e->m->hp;
-    if (r == NULL || n_req < 1 || e->n_batch <= 1 || e->obs_fn != NULL)
+    if (r == NULL || n_req < 1 || e->bat.n_batch <= 1 || e->obs.fn != NULL)
         return SI_E_INVALID;
     int64_t n = 0;
     for (int32_t i = 0; i < n_req; i++) {
@@ -195,7 +195,7 @@ static int check_multi(const struct si_engine *e, const struct si_engine_req *r,
                 return SI_E_INVALID;
         n += r[i].n;
     }
-    if (n > e->n_batch)
+    if (n > e->bat.n_batch)
         return SI_E_INVALID;
     for (int32_t i = 0; i < n_req; i++)
         if ((int64_t)r[i].seq->n_past + r[i].n > r[i].seq->p.n_ctx)
@@ -223,23 +223,23 @@ static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int
             if ((e->p.step_int8 || r[i].n >= SI__BLAS_MIN_BATCH) != (pass == 0))
                 continue;
             for (int32_t k = 0; k < r[i].n; k++, t++) {
-                e->mtok[t] = r[i].tokens[k];
-                e->bseq[t] = r[i].seq;
-                e->bpos[t] = r[i].seq->n_past + k;
+                e->bat.mtok[t] = r[i].tokens[k];
+                e->bat.bseq[t] = r[i].seq;
+                e->bat.bpos[t] = r[i].seq->n_past + k;
             }
-            e->bhrow[i] = t - 1;
+            e->bat.bhrow[i] = t - 1;
         }
         if (pass == 0)
-            e->bsplit = t;
+            e->bat.bsplit = t;
     }
-    e->btok = e->mtok;
-    e->bn = total;
-    e->bp0 = 0;
-    e->bout0 = total - n_req; /* the head's rows: n_req of them */
-    e->bstep = true;
+    e->bat.btok = e->bat.mtok;
+    e->bat.bn = total;
+    e->bat.bp0 = 0;
+    e->bat.bout0 = total - n_req; /* the head's rows: n_req of them */
+    e->bat.bstep = true;
     /* q, k, v split by heads where each token's sums are its own anyway
      * (not an exact step's prompt, which would meet sgemm) */
-    e->bheads = e->ng == e->nr && (e->p.step_int8 || e->bsplit == 0);
+    e->bat.bheads = e->dec.ng == e->bat.nr && (e->p.step_int8 || e->bat.bsplit == 0);
 }
 
 int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int32_t n_req)
@@ -251,33 +251,34 @@ int si_engine_eval_multi(struct si_engine *e, const struct si_engine_req *r, int
         return rc;
     if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
         return SI_E_RUNTIME;
-    if (n_req > e->mlogits_rows) {
-        float *p = realloc(e->mlogits, (size_t)n_req * (size_t)hp->n_vocab * sizeof(float));
+    if (n_req > e->bat.mlogits_rows) {
+        float *p = realloc(e->bat.mlogits, (size_t)n_req * (size_t)hp->n_vocab * sizeof(float));
         if (p == NULL)
             return SI_E_NOMEM;
-        e->mlogits = p;
-        e->mlogits_rows = n_req;
+        e->bat.mlogits = p;
+        e->bat.mlogits_rows = n_req;
     }
     const double t0 = si__now();
     lay_out_step(e, r, n_req, total);
-    e->step_hot = e->step_cold = 0;
-    rc = run_batch_rows(e, e->mlogits);
-    e->bn = 0; /* tasks submitted from now on are single-token ones */
-    e->bstep = false;
-    e->bheads = false;
+    e->bat.step_hot = e->bat.step_cold = 0;
+    rc = run_batch_rows(e, e->bat.mlogits);
+    e->bat.bn = 0; /* tasks submitted from now on are single-token ones */
+    e->bat.bstep = false;
+    e->bat.bheads = false;
     if (rc != 0) {
         si_runtime_wait_all();
         return SI_E_RUNTIME;
     }
     for (int32_t i = 0; i < n_req; i++) {
         r[i].seq->n_past += r[i].n;
-        memcpy(r[i].seq->logits, e->mlogits + (size_t)i * (size_t)hp->n_vocab,
+        memcpy(r[i].seq->logits, e->bat.mlogits + (size_t)i * (size_t)hp->n_vocab,
                (size_t)hp->n_vocab * sizeof(float));
     }
     /* the decoding tokens' neurons, as decoding counts them */
-    e->stats.neurons_total += (int64_t)(total - e->bsplit) * (e->l1 - e->l0) * hp->n_ff;
-    e->stats.neurons_hot += __atomic_exchange_n(&e->step_hot, 0, __ATOMIC_RELAXED);
-    e->stats.neurons_cold += __atomic_exchange_n(&e->step_cold, 0, __ATOMIC_RELAXED);
+    e->stats.neurons_total +=
+        (int64_t)(total - e->bat.bsplit) * (e->pipe.l1 - e->pipe.l0) * hp->n_ff;
+    e->stats.neurons_hot += __atomic_exchange_n(&e->bat.step_hot, 0, __ATOMIC_RELAXED);
+    e->stats.neurons_cold += __atomic_exchange_n(&e->bat.step_cold, 0, __ATOMIC_RELAXED);
     e->stats.steps++;
     e->stats.step_tokens += total;
     e->stats.step_seqs += n_req;

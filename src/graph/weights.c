@@ -37,7 +37,7 @@
 static int64_t most_parts(const struct si_engine *e)
 {
     int64_t n = 1;
-    const int64_t k[4] = {e->na, e->nd, e->nr, e->nlh};
+    const int64_t k[4] = {e->dec.na, e->down.nd, e->bat.nr, e->bat.nlh};
     for (int i = 0; i < 4; i++)
         n = k[i] > n ? k[i] : n;
     return n;
@@ -90,7 +90,7 @@ void *si__weights_alloc(size_t bytes)
     return dst;
 }
 
-/* Plans t's copy: memory of its own (kept in e->packed) and its jobs;
+/* Plans t's copy: memory of its own (kept in e->own.packed) and its jobs;
  * SI_OK, or SI_E_NOMEM.  Tensors that are not packable stay as they are. */
 static int plan_copy(struct si_engine *e, struct plan *p, struct si_tensor *t, bool release)
 {
@@ -100,15 +100,15 @@ static int plan_copy(struct si_engine *e, struct plan *p, struct si_tensor *t, b
     void *dst = si__weights_alloc(t->nbytes);
     if (dst == NULL)
         return SI_E_NOMEM;
-    if (e->n_packed % 64 == 0) {
-        void **grown = realloc(e->packed, ((size_t)e->n_packed + 64) * sizeof *grown);
+    if (e->own.n_packed % 64 == 0) {
+        void **grown = realloc(e->own.packed, ((size_t)e->own.n_packed + 64) * sizeof *grown);
         if (grown == NULL) {
             free(dst);
             return SI_E_NOMEM;
         }
-        e->packed = grown;
+        e->own.packed = grown;
     }
-    e->packed[e->n_packed++] = dst;
+    e->own.packed[e->own.n_packed++] = dst;
     struct todo *grown = realloc(p->todo, ((size_t)p->n_todo + 1) * sizeof *grown);
     if (grown == NULL)
         return SI_E_NOMEM;
@@ -172,13 +172,13 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     *w = m->w;
     memcpy(layers, m->w.layers, (size_t)hp->n_layer * sizeof *layers);
     w->layers = layers;
-    e->own_w = w;
+    e->own.own_w = w;
     e->w = w;
     const bool mapped = m->gguf != NULL && m->gguf->map != NULL;
     struct plan p = {0};
     int rc = SI_OK;
     /* a pipeline's rank reads only its own layers (and the last, the head) */
-    for (int l = e->l0; l < e->l1 && rc == SI_OK; l++) {
+    for (int l = e->pipe.l0; l < e->pipe.l1 && rc == SI_OK; l++) {
         struct si_layer *L = &layers[l];
         if (hp->head_dim % 8 == 0 && !e->L[l].attn_gpu) { /* the GPU reads the row layout */
             struct si_tensor *aw[4] = {&L->wq, &L->wk, &L->wv, &L->wo};
@@ -187,22 +187,22 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
         }
         if (e->p.mode == SI_SPARSITY_PREDICTOR) /* the predictor's first product */
             rc = rc == SI_OK ? plan_copy(e, &p, &L->fc1, mapped) : rc;
-        if (!e->sparse && e->L[l].n_hot == 0) {
+        if (!e->lay.sparse && e->L[l].n_hot == 0) {
             struct si_tensor *fw[3] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down};
             for (int i = 0; i < 3 && rc == SI_OK; i++)
-                if (fw[i]->data != NULL && (i < 2 ? e->chunk % 8 == 0 || e->chunk == hp->n_ff
-                                                  : true))
+                if (fw[i]->data != NULL &&
+                    (i < 2 ? e->lay.chunk % 8 == 0 || e->lay.chunk == hp->n_ff : true))
                     rc = plan_copy(e, &p, fw[i], mapped);
         }
     }
     /* The LM head; when tied, the embedding keeps reading the model's rows,
      * a few per token, which come back from the file as they are read. */
-    if (rc == SI_OK && e->l1 == hp->n_layer)
+    if (rc == SI_OK && e->pipe.l1 == hp->n_layer)
         rc = plan_copy(e, &p, &w->output, mapped);
     /* Gate mode's gating rows (the engine's copy, in position order): each
      * cold slice's packed in place from its start, the rows after its last
      * group as they are; the hot slice (the GPU's) keeps the row layout. */
-    for (int l = e->l0; l < e->l1 && rc == SI_OK && e->pre_sep; l++) {
+    for (int l = e->pipe.l0; l < e->pipe.l1 && rc == SI_OK && e->lay.pre_sep; l++) {
         struct si__layer_state *S = &e->L[l];
         if (S->pre == NULL || !si_pack8_type(S->f.gu_type))
             continue;
@@ -223,7 +223,8 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
     /* The predictor's fc2 (the engine's copy, in position order), packed in
      * place: its rows are short (the predictor's width), where the row
      * kernel spends more on each row than on its bytes. */
-    for (int l = e->l0; l < e->l1 && rc == SI_OK && e->p.mode == SI_SPARSITY_PREDICTOR; l++) {
+    for (int l = e->pipe.l0; l < e->pipe.l1 && rc == SI_OK && e->p.mode == SI_SPARSITY_PREDICTOR;
+         l++) {
         struct si__layer_state *S = &e->L[l];
         const struct si_tensor *fc2 = &m->w.layers[l].fc2;
         if (S->fc2p == NULL || !si_pack8_type(fc2->type))
@@ -270,13 +271,13 @@ int si__weights_pack(struct si_engine *e, char *err, size_t err_size)
 
 void si__weights_free(struct si_engine *e)
 {
-    for (int32_t i = 0; i < e->n_packed; i++)
-        free(e->packed[i]);
-    free(e->packed);
-    if (e->own_w != NULL)
-        free(e->own_w->layers);
-    free(e->own_w);
-    e->packed = NULL;
-    e->own_w = NULL;
-    e->n_packed = 0;
+    for (int32_t i = 0; i < e->own.n_packed; i++)
+        free(e->own.packed[i]);
+    free(e->own.packed);
+    if (e->own.own_w != NULL)
+        free(e->own.own_w->layers);
+    free(e->own.own_w);
+    e->own.packed = NULL;
+    e->own.own_w = NULL;
+    e->own.n_packed = 0;
 }
