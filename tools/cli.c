@@ -233,6 +233,14 @@ char *si_cli_read_file(const char *path, size_t *len)
     return buf;
 }
 
+char *si_cli_read_text(const char *path, size_t *len)
+{
+    char *text = si_cli_read_file(path, len);
+    if (text != NULL && *len > 0 && text[*len - 1] == '\n')
+        text[--*len] = '\0';
+    return text;
+}
+
 int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, size_t len,
                               const char *path, int64_t *n)
 {

@@ -98,6 +98,10 @@ int si_cli_runtime_start(struct si_runtime *rt, bool mpi);
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);
 
+/* si_cli_read_file with one trailing newline dropped, as llama.cpp's tools
+ * read -f files. */
+char *si_cli_read_text(const char *path, size_t *len);
+
 /* The executable `prog` in a directory of PATH, as execvp looks it up (an
  * empty entry is the current folder): its path into buf, or false. */
 bool si_cli_find_in_path(const char *prog, char *buf, size_t size);
