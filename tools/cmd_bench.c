@@ -356,7 +356,7 @@ static int engine_option(struct bench_opts *o, int argc, char **argv, int *i)
         return si_cli_gpu_attention(a, v, &ep->attn_gpu) ? 1 : -1;
     if (!strcmp(a, "--prefill"))
         return si_cli_prefill(v, &ep->prefill) ? 1 : -1;
-    enum si_sparsity_mode sm;
+    enum si_sparsity_mode sm; /* --sparsity */
     if (!si_cli_sparsity(v, &sm, &o->input_s))
         return -1;
     ep->mode = sm == SI_SPARSE_GATE        ? SI_SPARSITY_GATE

@@ -229,6 +229,7 @@ static int sample_option(struct train_opts *o, int argc, char **argv, int *i)
             return si_cli_error("%s: '%s' is not ffn, layer or residual", a, v), -1;
         return 1;
     }
+    /* -a, --active */
     if (si_active_rule_parse(v, &o->rule) != SI_OK)
         return si_cli_error("%s: '%s' is neither gate nor output", a, v), -1;
     return 1;
@@ -301,7 +302,7 @@ static int write_option(struct train_opts *o, int argc, char **argv, int *i)
         return 0;
     if ((v = si_cli_value(argc, argv, i)) == NULL)
         return -1;
-    if (strcmp(a, "--predict-sparsity")) {
+    if (strcmp(a, "--predict-sparsity")) { /* -t, --predictor-type */
         if (!parse_type(v, &o->type, &o->auto_type))
             return si_cli_error("%s: unknown type '%s' (f32, f16, q8_0, q4_0 or auto)", a, v), -1;
         return 1;

@@ -149,7 +149,7 @@ static int engine_mode_option(struct si_run_opts *o, int argc, char **argv, int 
         ok = si_cli_gpu_attention(a, v, &cp->gpu_attention);
     } else if (!strcmp(a, "--prefill")) {
         ok = si_cli_prefill(v, &cp->prefill);
-    } else if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) {
+    } else if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) { /* --merge */
         ok = si_cli_error("--merge: '%s' is neither task nor redux", v) == 0;
     } else {
         cp->redux = !strcmp(v, "redux");
