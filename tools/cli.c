@@ -78,6 +78,60 @@ bool si_cli_float(const char *flag, const char *s, double min, double max, doubl
     return true;
 }
 
+int si_cli_opt_str(int argc, char **argv, int *i, const char **out)
+{
+    return (*out = si_cli_value(argc, argv, i)) != NULL ? 1 : -1;
+}
+
+int si_cli_opt_int(int argc, char **argv, int *i, long long min, long long max, long long *out)
+{
+    const char *flag = argv[*i], *v = si_cli_value(argc, argv, i);
+    return v != NULL && si_cli_int(flag, v, min, max, out) ? 1 : -1;
+}
+
+int si_cli_opt_float(int argc, char **argv, int *i, double min, double max, double *out)
+{
+    const char *flag = argv[*i], *v = si_cli_value(argc, argv, i);
+    return v != NULL && si_cli_float(flag, v, min, max, out) ? 1 : -1;
+}
+
+int si_cli_opt_size(int argc, char **argv, int *i, int64_t *out)
+{
+    const char *flag = argv[*i], *v = si_cli_value(argc, argv, i);
+    return v != NULL && si_cli_size(flag, v, out) ? 1 : -1;
+}
+
+int si_cli_opt_i32(int argc, char **argv, int *i, long long min, long long max, int32_t *out)
+{
+    long long n;
+    if (si_cli_opt_int(argc, argv, i, min, max, &n) < 0)
+        return -1;
+    *out = (int32_t)n;
+    return 1;
+}
+
+int si_cli_opt_f32(int argc, char **argv, int *i, double min, double max, float *out)
+{
+    double d;
+    if (si_cli_opt_float(argc, argv, i, min, max, &d) < 0)
+        return -1;
+    *out = (float)d;
+    return 1;
+}
+
+int si_cli_opt_range(int argc, char **argv, int *i, double lo, bool lo_in, double hi, bool hi_in,
+                     double *out)
+{
+    const char *flag = argv[*i];
+    if (si_cli_opt_float(argc, argv, i, -HUGE_VAL, HUGE_VAL, out) < 0)
+        return -1;
+    if (!((lo_in ? *out >= lo : *out > lo) && (hi_in ? *out <= hi : *out < hi)))
+        return si_cli_error("%s: %g is out of range %c%g, %g%c", flag, *out, lo_in ? '[' : '(', lo,
+                            hi, hi_in ? ']' : ')'),
+               -1;
+    return 1;
+}
+
 bool si_cli_size(const char *flag, const char *s, int64_t *out)
 {
     char *end;
@@ -90,11 +144,21 @@ bool si_cli_size(const char *flag, const char *s, int64_t *out)
     double scale = 1;
     const char *u = end;
     switch (*u == '\0' ? 'B' : (*u >= 'a' && *u <= 'z' ? *u - 32 : *u)) {
-    case 'B': scale = 1; break;
-    case 'K': scale = 1024.0; break;
-    case 'M': scale = 1024.0 * 1024; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
+    case 'B':
+        scale = 1;
+        break;
+    case 'K':
+        scale = 1024.0;
+        break;
+    case 'M':
+        scale = 1024.0 * 1024;
+        break;
+    case 'G':
+        scale = 1024.0 * 1024 * 1024;
+        break;
+    case 'T':
+        scale = 1024.0 * 1024 * 1024 * 1024;
+        break;
     default:
         si_cli_error("%s: '%s' has an unknown unit (use K, M, G or T)", flag, s);
         return false;
@@ -167,6 +231,14 @@ char *si_cli_read_file(const char *path, size_t *len)
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+char *si_cli_read_text(const char *path, size_t *len)
+{
+    char *text = si_cli_read_file(path, len);
+    if (text != NULL && *len > 0 && text[*len - 1] == '\n')
+        text[--*len] = '\0';
+    return text;
 }
 
 int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, size_t len,
@@ -335,6 +407,22 @@ bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input)
     if (in[5] == '=' && !si_cli_float("--sparsity input=S", in + 6, 0.0, 0.9, &S))
         return false;
     *input = (float)S;
+    return true;
+}
+
+bool si_cli_gpu_attention(const char *flag, const char *v, int32_t *out)
+{
+    long long n;
+    if (!strcmp(v, "auto"))
+        *out = 0;
+    else if (!strcmp(v, "none"))
+        *out = -1;
+    else if (!strcmp(v, "all"))
+        *out = INT32_MAX;
+    else if (si_cli_int(flag, v, 1, 100000, &n))
+        *out = (int32_t)n;
+    else
+        return false;
     return true;
 }
 

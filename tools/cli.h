@@ -32,6 +32,22 @@ int si_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * message when it is missing. */
 const char *si_cli_value(int argc, char **argv, int *i);
 
+/* Option argv[*i]'s value (advancing *i) into *out: as given, a whole
+ * number in [min, max], a number in [min, max] or a byte size (si_cli_size),
+ * each named argv[*i] in messages.  1, or -1 after an error message: the
+ * answers of an option parser such as si_run_option (consumed, or an error). */
+int si_cli_opt_str(int argc, char **argv, int *i, const char **out);
+int si_cli_opt_int(int argc, char **argv, int *i, long long min, long long max, long long *out);
+int si_cli_opt_float(int argc, char **argv, int *i, double min, double max, double *out);
+int si_cli_opt_size(int argc, char **argv, int *i, int64_t *out);
+/* The same into an int32_t (min and max within its range) or a float. */
+int si_cli_opt_i32(int argc, char **argv, int *i, long long min, long long max, int32_t *out);
+int si_cli_opt_f32(int argc, char **argv, int *i, double min, double max, float *out);
+/* The same for a number in the interval from lo to hi, each end in it or
+ * not (lo_in, hi_in), which the message writes as [lo, hi), (lo, hi] ... */
+int si_cli_opt_range(int argc, char **argv, int *i, double lo, bool lo_in, double hi, bool hi_in,
+                     double *out);
+
 /* Ctrl-C (SIGINT) in generate and chat: after si_cli_sigint_catch() the
  * first one only sets si_cli_interrupted() (the token callback then stops
  * the generation: the answer so far stays printed, the command ends with
@@ -55,6 +71,11 @@ int si_cli_mpi_size(void);
  * *input (0: none).  false after printing the error. */
 bool si_cli_sparsity(const char *v, enum si_sparsity_mode *mode, float *input);
 
+/* A --gpu-attention value for `flag`: auto (0), none (-1), all (INT32_MAX:
+ * the engine takes the model's layers) or N in [1, 100000] into *out; false
+ * after printing the error. */
+bool si_cli_gpu_attention(const char *flag, const char *v, int32_t *out);
+
 /* A --prefill value (auto, exact, int8, blas) into *mode; false after
  * printing the error. */
 bool si_cli_prefill(const char *v, enum si_prefill_mode *mode);
@@ -76,6 +97,10 @@ int si_cli_runtime_start(struct si_runtime *rt, bool mpi);
 /* Read a whole file into a NUL-terminated buffer (free() it); NULL after an
  * error message. */
 char *si_cli_read_file(const char *path, size_t *len);
+
+/* si_cli_read_file with one trailing newline dropped, as llama.cpp's tools
+ * read -f files. */
+char *si_cli_read_text(const char *path, size_t *len);
 
 /* The executable `prog` in a directory of PATH, as execvp looks it up (an
  * empty entry is the current folder): its path into buf, or false. */

@@ -117,14 +117,14 @@ static double quantile(double *v, int n, double q)
 struct run {
     double prefill_tps, decode_tps, p50_ms, p95_ms, tasks_per_tok, busy, init_s;
     double prefill_s, decode_s;
-    double bytes_per_tok;      /* weights read per decoded token, host + GPU */
-    double gpu_bytes_per_tok;  /* ... of which from GPU memory */
-    double neurons_computed;   /* share of FFN neurons computed */
-    int64_t vram_peak;         /* -1 without a CUDA worker */
-    int32_t attn_gpu_layers;   /* layers whose attention ran on the GPU */
+    double bytes_per_tok;     /* weights read per decoded token, host + GPU */
+    double gpu_bytes_per_tok; /* ... of which from GPU memory */
+    double neurons_computed;  /* share of FFN neurons computed */
+    int64_t vram_peak;        /* -1 without a CUDA worker */
+    int32_t attn_gpu_layers;  /* layers whose attention ran on the GPU */
     uint64_t tokens_hash;
     unsigned ncpu, ncuda;
-    double *lat;               /* (n_predict) ms per decoded token */
+    double *lat; /* (n_predict) ms per decoded token */
 };
 
 static int print_policies(void)
@@ -206,15 +206,13 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
     memcpy(out->lat, lat, (size_t)n_predict * sizeof *lat);
     out->p50_ms = quantile(lat, n_predict, 0.50);
     out->p95_ms = quantile(lat, n_predict, 0.95);
-    out->bytes_per_tok = st.tokens > 0 ? (double)(st.weight_bytes_cpu + st.weight_bytes_gpu) /
-                                             (double)st.tokens
-                                       : 0.0;
-    out->gpu_bytes_per_tok =
-        st.tokens > 0 ? (double)st.weight_bytes_gpu / (double)st.tokens : 0.0;
+    out->bytes_per_tok =
+        st.tokens > 0 ? (double)(st.weight_bytes_cpu + st.weight_bytes_gpu) / (double)st.tokens
+                      : 0.0;
+    out->gpu_bytes_per_tok = st.tokens > 0 ? (double)st.weight_bytes_gpu / (double)st.tokens : 0.0;
     out->neurons_computed =
-        st.neurons_total > 0
-            ? (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total
-            : 0.0;
+        st.neurons_total > 0 ? (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total
+                             : 0.0;
     out->vram_peak = st.gpu_allocated_peak;
     out->attn_gpu_layers = st.attn_gpu_layers;
     out->tasks_per_tok = st.tokens > 0 ? (double)st.tasks / (double)st.tokens : 0.0;
@@ -253,10 +251,9 @@ static void json_str(const char *str)
 }
 
 /* --json: one object with every run (grouped by policy). */
-static void print_json(const char *model, const struct si_engine_params *ep,
-                       const struct run *runs, int n_rows, int repeat, const char **scheds,
-                       int n_prompt, int n_predict, long rss_kib, int64_t dense_bytes,
-                       double membw)
+static void print_json(const char *model, const struct si_engine_params *ep, const struct run *runs,
+                       int n_rows, int repeat, const char *const *scheds, int n_prompt,
+                       int n_predict, long rss_kib, int64_t dense_bytes, double membw)
 {
     printf("{\"model\": ");
     json_str(model);
@@ -291,363 +288,433 @@ static void print_json(const char *model, const struct si_engine_params *ep,
     printf("]}\n");
 }
 
-int si_cmd_bench(int argc, char **argv)
+/* bench's options. */
+struct bench_opts {
+    const char *model, *prompt, *file, *profile_path, *sched_list, *trace_dir;
+    long long n_predict, repeat, n_ctx, prompt_tokens;
+    bool json, roofline;
+    float input_s; /* --sparsity ...input=S */
+    struct si_engine_params ep;
+};
+
+/* The options of the workload and of the table (the model, the prompt,
+ * the policies, the runs): 1 consumed, 0 not one of them, -1 after an
+ * error message. */
+static int workload_option(struct bench_opts *o, int argc, char **argv, int *i)
 {
-    const char *model = NULL, *prompt = NULL, *file = NULL, *profile_path = NULL, *v;
-    const char *sched_list = NULL, *trace_dir = NULL;
-    long long n_predict = 64, repeat = 3, n_ctx = 0, prompt_tokens = 0, ll;
-    bool json = false, roofline = false;
-    double d;
-    float input_s = 0.0f; /* --sparsity ...input=S */
-    struct si_engine_params ep = si_engine_default_params();
+    const char *a = argv[*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        return si_cli_opt_str(argc, argv, i, &o->model);
+    if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+        return si_cli_opt_str(argc, argv, i, &o->prompt);
+    if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+        return si_cli_opt_str(argc, argv, i, &o->file);
+    if (!strcmp(a, "--sched"))
+        return si_cli_opt_str(argc, argv, i, &o->sched_list);
+    if (!strcmp(a, "--trace"))
+        return si_cli_opt_str(argc, argv, i, &o->trace_dir);
+    if (!strcmp(a, "--prompt-tokens"))
+        return si_cli_opt_int(argc, argv, i, 1, 1 << 20, &o->prompt_tokens);
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+        return si_cli_opt_int(argc, argv, i, 1, 1 << 20, &o->n_predict);
+    if (!strcmp(a, "-r") || !strcmp(a, "--repeat"))
+        return si_cli_opt_int(argc, argv, i, 1, 64, &o->repeat);
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        return si_cli_opt_int(argc, argv, i, 0, 1 << 20, &o->n_ctx);
+    if (!strcmp(a, "--json"))
+        o->json = true;
+    else if (!strcmp(a, "--roofline"))
+        o->roofline = true;
+    else
+        return 0;
+    return 1;
+}
+
+/* The options of the engine (its mode, GPU and task sizes) into o->ep:
+ * 1 consumed, 0 not one of them, -1 after an error message. */
+static int engine_option(struct bench_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    struct si_engine_params *ep = &o->ep;
+    if (!strcmp(a, "--profile"))
+        return si_cli_opt_str(argc, argv, i, &o->profile_path);
+    if (!strcmp(a, "--gate-threshold"))
+        return si_cli_opt_f32(argc, argv, i, 0, 1e6, &ep->gate_threshold);
+    if (!strcmp(a, "--vram-budget"))
+        return si_cli_opt_size(argc, argv, i, &ep->vram_budget);
+    if (!strcmp(a, "--slices"))
+        return si_cli_opt_i32(argc, argv, i, 1, 256, &ep->n_slices);
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
+        return si_cli_opt_i32(argc, argv, i, 1, 4096, &ep->n_batch);
+    if (!strcmp(a, "--attn-split"))
+        return si_cli_opt_i32(argc, argv, i, 0, 256, &ep->attn_split);
+    if (strcmp(a, "--sparsity") && strcmp(a, "--gpu-attention") && strcmp(a, "--prefill"))
+        return 0;
+    if ((v = si_cli_value(argc, argv, i)) == NULL)
+        return -1;
+    if (!strcmp(a, "--gpu-attention"))
+        return si_cli_gpu_attention(a, v, &ep->attn_gpu) ? 1 : -1;
+    if (!strcmp(a, "--prefill"))
+        return si_cli_prefill(v, &ep->prefill) ? 1 : -1;
+    enum si_sparsity_mode sm; /* --sparsity */
+    if (!si_cli_sparsity(v, &sm, &o->input_s))
+        return -1;
+    ep->mode = sm == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
+               : sm == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
+                                           : SI_SPARSITY_DENSE;
+    return 1;
+}
+
+/* The options into o, checked together: 0 to go on, else the exit status
+ * (help or --sched list: 0 printed, -1 for "exit 0"). */
+static int bench_options(struct bench_opts *o, int argc, char **argv)
+{
+    *o = (struct bench_opts){.n_predict = 64, .repeat = 3, .ep = si_engine_default_params()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if ((model = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--roofline")) {
-            roofline = true;
-        } else if (!strcmp(a, "--prompt-tokens")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 1, 1 << 20, &prompt_tokens))
-                return 1;
-        } else if (!strcmp(a, "--trace")) {
-            if ((trace_dir = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "--sched")) {
-            if ((sched_list = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if ((prompt = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if ((file = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &n_predict))
-                return 1;
-        } else if (!strcmp(a, "-r") || !strcmp(a, "--repeat")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 64, &repeat))
-                return 1;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &n_ctx))
-                return 1;
-        } else if (!strcmp(a, "--sparsity")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-            enum si_sparsity_mode sm;
-            if (!si_cli_sparsity(v, &sm, &input_s))
-                return 1;
-            ep.mode = sm == SI_SPARSE_GATE        ? SI_SPARSITY_GATE
-                      : sm == SI_SPARSE_PREDICTOR ? SI_SPARSITY_PREDICTOR
-                                                  : SI_SPARSITY_DENSE;
-        } else if (!strcmp(a, "--gate-threshold")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_float(a, v, 0, 1e6, &d))
-                return 1;
-            ep.gate_threshold = (float)d;
-        } else if (!strcmp(a, "--profile")) {
-            if ((profile_path = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "--vram-budget")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_size(a, v, &ep.vram_budget))
-                return 1;
-        } else if (!strcmp(a, "--gpu-attention")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-            if (!strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "all"))
-                ep.attn_gpu = v[1] == 'u' ? 0 : v[1] == 'o' ? -1 : INT32_MAX;
-            else if (si_cli_int(a, v, 1, 100000, &ll))
-                ep.attn_gpu = (int32_t)ll;
-            else
-                return 1;
-        } else if (!strcmp(a, "--slices")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 256, &ll))
-                return 1;
-            ep.n_slices = (int32_t)ll;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 4096, &ll))
-                return 1;
-            ep.n_batch = (int32_t)ll;
-        } else if (!strcmp(a, "--attn-split")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 256, &ll))
-                return 1;
-            ep.attn_split = (int32_t)ll;
-        } else if (!strcmp(a, "--prefill")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_prefill(v, &ep.prefill))
-                return 1;
-        } else {
-            return si_cli_error("bench: unknown option '%s' (see starinfer bench --help)", a);
+            return -1;
         }
+        int r = workload_option(o, argc, argv, &i);
+        if (r == 0)
+            r = engine_option(o, argc, argv, &i);
+        if (r < 0)
+            return 1;
+        if (r == 0)
+            return si_cli_error("bench: unknown option '%s' (see starinfer bench --help)", a);
     }
-    if (sched_list != NULL && !strcmp(sched_list, "list"))
-        return print_policies();
-    if (model == NULL)
+    if (o->sched_list != NULL && !strcmp(o->sched_list, "list"))
+        return print_policies() == 0 ? -1 : 1;
+    if (o->model == NULL)
         return si_cli_error("bench: no model given (-m MODEL.gguf)");
-    if (ep.attn_gpu > 0 && ep.vram_budget == 0)
+    if (o->ep.attn_gpu > 0 && o->ep.vram_budget == 0)
         return si_cli_error("bench: --gpu-attention %s needs --vram-budget (the GPU's layers "
                             "come out of its budget)",
-                            ep.attn_gpu == INT32_MAX ? "all" : "N");
-    if (input_s > 0.0f && profile_path == NULL)
+                            o->ep.attn_gpu == INT32_MAX ? "all" : "N");
+    if (o->input_s > 0.0f && o->profile_path == NULL)
         return si_cli_error("bench: --sparsity input needs --profile FILE (made by " SI_PROG
                             " profile --input-sparsity)");
-    if (prompt != NULL && file != NULL)
+    if (o->prompt != NULL && o->file != NULL)
         return si_cli_error("bench: give either -p or -f, not both");
+    return 0;
+}
 
-    /* The policies, checked against StarPU's list before anything runs. */
-    char *list = strdup(sched_list != NULL             ? sched_list
-                        : getenv("STARPU_SCHED") != NULL ? getenv("STARPU_SCHED")
-                                                         : "");
-    if (list == NULL)
-        return si_cli_error("out of memory");
+/* A bench: its policies, model, prompt and runs (freed by bench_free). */
+struct bench {
+    struct bench_opts *o;
+    char *list; /* --sched's (or STARPU_SCHED's) policies, scheds[0..n_sched) */
     const char *scheds[MAX_SCHEDS];
-    int n_sched = 0;
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL;
+    int n_sched, n_rows; /* n_rows: n_sched, or 1 for StarPU's default policy */
+    bool mpi;
+    char *saved; /* STARPU_SCHED as it was, restored at the end */
+    struct si_model *m;
+    struct si_tokenizer *tok;
+    struct si_profile *prof;
+    float *input_thr;
+    char *text;
+    int32_t *toks;
+    int64_t n_prompt;
+    double *lat, *all_lat;
+    struct run *runs;         /* n_rows x repeat */
+    struct si_runtime rt_mpi; /* under mpirun: StarPU for every run */
+    double membw;             /* --roofline: bytes/s */
+};
+
+/* The policies, checked against StarPU's list before anything runs, and
+ * what mpirun allows of them; 0, or 1 after an error message. */
+static int bench_scheds(struct bench *b)
+{
+    const struct bench_opts *o = b->o;
+    b->list = strdup(o->sched_list != NULL            ? o->sched_list
+                     : getenv("STARPU_SCHED") != NULL ? getenv("STARPU_SCHED")
+                                                      : "");
+    if (b->list == NULL)
+        return si_cli_error("out of memory");
+    for (char *save = NULL, *t = strtok_r(b->list, ",", &save); t != NULL;
          t = strtok_r(NULL, ",", &save)) {
-        if (n_sched == MAX_SCHEDS) {
-            free(list);
+        if (b->n_sched == MAX_SCHEDS)
             return si_cli_error("--sched: more than %d policies", MAX_SCHEDS);
-        }
-        if (!si_runtime_sched_known(t)) {
-            si_cli_error("--sched: StarPU has no scheduling policy '%s' (starinfer bench "
-                         "--sched list shows them)",
-                         t);
-            free(list);
-            return 1;
-        }
-        scheds[n_sched++] = t;
+        if (!si_runtime_sched_known(t))
+            return si_cli_error("--sched: StarPU has no scheduling policy '%s' (starinfer bench "
+                                "--sched list shows them)",
+                                t);
+        b->scheds[b->n_sched++] = t;
     }
+    b->n_rows = b->n_sched > 0 ? b->n_sched : 1;
     /* Under mpirun: the model across the ranks (a pipeline of layers).  MPI
      * starts once a process, so StarPU runs once for every run: one policy. */
-    const bool mpi = si_cli_mpi_size() > 1;
-    ep.pipe = mpi;
-    if (mpi && (n_sched > 1 || trace_dir != NULL)) {
-        free(list);
+    b->mpi = si_cli_mpi_size() > 1;
+    b->o->ep.pipe = b->mpi;
+    if (b->mpi && (b->n_sched > 1 || o->trace_dir != NULL))
         return si_cli_error("bench: across MPI ranks StarPU starts once: %s",
-                            n_sched > 1 ? "one --sched policy" : "no --trace");
-    }
-    const char *saved_sched = getenv("STARPU_SCHED");
-    char *saved = saved_sched != NULL ? strdup(saved_sched) : NULL;
+                            b->n_sched > 1 ? "one --sched policy" : "no --trace");
+    return 0;
+}
 
-    struct si_model *m = NULL;
-    struct si_tokenizer *tok = NULL;
-    struct si_profile *prof = NULL;
-    float *input_thr = NULL;
-    char *text = NULL;
-    int32_t *toks = NULL;
-    double *lat = NULL, *all_lat = NULL;
-    struct run *runs = NULL;
-    struct si_runtime rt_mpi = {0}; /* under mpirun: StarPU for every run */
-    int rc = 1;
+/* The model, --profile and --sparsity input's thresholds into the engine's
+ * parameters; 0, or 1 after an error message. */
+static int bench_load(struct bench *b)
+{
+    const struct bench_opts *o = b->o;
+    struct si_engine_params *ep = &b->o->ep;
     char err[600];
-    if (si_cli_load_model(model, &m, &tok) != 0)
-        goto out;
-    if (profile_path != NULL &&
-        si_profile_read(&prof, profile_path, m, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
-        goto out;
-    }
-    if (input_s > 0.0f) {
-        /* As the library sets it up: the FFN's inputs keep the sparse modes' own. */
-        double S[SI_INPUT_KINDS];
-        si_input_targets(input_s, ep.mode != SI_SPARSITY_DENSE, S);
-        if ((input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *input_thr)) ==
-            NULL) {
-            si_cli_error("out of memory");
-            goto out;
-        }
-        if (si_input_thresholds_by_kind(prof, S, input_thr, err, sizeof err) != SI_OK) {
-            si_cli_error("%s: %s", profile_path, err);
-            goto out;
-        }
-        ep.ref.input_thresholds = input_thr;
-        ep.ref.input_t = true;
-        fprintf(stderr, "bench: input sparsity %.2f (%.1f%% of the layers' weights skipped)%s\n",
-                (double)input_s, 100.0 * si_input_model_sparsity(m, S),
-                m->w.layers[0].wq_t.data != NULL ? ""
-                                                 : "; the model has no transposed copies: every "
-                                                   "weight is still read");
-    }
+    if (si_cli_load_model(o->model, &b->m, &b->tok) != 0)
+        return 1;
+    if (o->profile_path != NULL &&
+        si_profile_read(&b->prof, o->profile_path, b->m, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if (o->input_s <= 0.0f)
+        return 0;
+    /* As the library sets it up: the FFN's inputs keep the sparse modes' own. */
+    double S[SI_INPUT_KINDS];
+    si_input_targets(o->input_s, ep->mode != SI_SPARSITY_DENSE, S);
+    if ((b->input_thr = malloc((size_t)b->m->hp.n_layer * SI_INPUT_KINDS * sizeof *b->input_thr)) ==
+        NULL)
+        return si_cli_error("out of memory");
+    if (si_input_thresholds_by_kind(b->prof, S, b->input_thr, err, sizeof err) != SI_OK)
+        return si_cli_error("%s: %s", o->profile_path, err);
+    ep->ref.input_thresholds = b->input_thr;
+    ep->ref.input_t = true;
+    fprintf(stderr, "bench: input sparsity %.2f (%.1f%% of the layers' weights skipped)%s\n",
+            (double)o->input_s, 100.0 * si_input_model_sparsity(b->m, S),
+            b->m->w.layers[0].wq_t.data != NULL ? ""
+                                                : "; the model has no transposed copies: every "
+                                                  "weight is still read");
+    return 0;
+}
+
+/* The prompt's tokens (--prompt-tokens: its tokens after BOS repeated, cut
+ * at N), the context that holds them and the runs' arrays; 0, or 1 after
+ * an error message. */
+static int bench_prompt(struct bench *b)
+{
+    const struct bench_opts *o = b->o;
     size_t len;
-    if (file != NULL) {
-        if ((text = si_cli_read_file(file, &len)) == NULL)
-            goto out;
+    if (o->file != NULL) {
+        if ((b->text = si_cli_read_file(o->file, &len)) == NULL)
+            return 1;
     } else {
-        text = strdup(prompt != NULL ? prompt : default_prompt);
-        len = text != NULL ? strlen(text) : 0;
+        b->text = strdup(o->prompt != NULL ? o->prompt : default_prompt);
+        len = b->text != NULL ? strlen(b->text) : 0;
     }
-    const bool bos = si_tokenizer_add_bos(tok);
-    const int64_t n_text = text != NULL ? si_tokenize(tok, text, len, bos, true, NULL, 0) : -1;
-    if (n_text <= 0 || (prompt_tokens > 0 && n_text <= (bos ? 1 : 0))) {
-        si_cli_error("bench: the prompt is empty or cannot be tokenized");
-        goto out;
-    }
-    const int64_t n_prompt = prompt_tokens > 0 ? prompt_tokens : n_text;
-    ep.ref.n_ctx = n_ctx > 0 ? (int32_t)n_ctx : (int32_t)(n_prompt + n_predict);
-    if (n_prompt + n_predict > ep.ref.n_ctx) {
-        si_cli_error("bench: prompt (%lld tokens) + n-predict (%lld) exceed the context of %d",
-                     (long long)n_prompt, n_predict, ep.ref.n_ctx);
-        goto out;
-    }
-    if (trace_dir != NULL && si_trace_check(trace_dir) != 0)
-        goto out;
-    const int n_rows = n_sched > 0 ? n_sched : 1;
-    toks = malloc((size_t)(n_prompt > n_text ? n_prompt : n_text) * sizeof *toks);
-    lat = malloc((size_t)(n_predict * repeat * n_rows) * sizeof *lat);
-    runs = calloc((size_t)(n_rows * repeat), sizeof *runs);
-    all_lat = malloc((size_t)(n_predict * repeat * n_rows) * sizeof *all_lat);
-    if (toks == NULL || lat == NULL || runs == NULL || all_lat == NULL) {
-        si_cli_error("out of memory");
-        goto out;
-    }
-    for (int i = 0; i < n_rows * repeat; i++)
-        runs[i].lat = all_lat + (size_t)i * (size_t)n_predict;
-    si_tokenize(tok, text, len, bos, true, toks, (size_t)n_text);
-    /* --prompt-tokens: the text's tokens after BOS repeated, cut at N. */
+    const bool bos = si_tokenizer_add_bos(b->tok);
+    const int64_t n_text =
+        b->text != NULL ? si_tokenize(b->tok, b->text, len, bos, true, NULL, 0) : -1;
+    if (n_text <= 0 || (o->prompt_tokens > 0 && n_text <= (bos ? 1 : 0)))
+        return si_cli_error("bench: the prompt is empty or cannot be tokenized");
+    const int64_t n_prompt = b->n_prompt = o->prompt_tokens > 0 ? o->prompt_tokens : n_text;
+    const long long n_predict = o->n_predict, repeat = o->repeat;
+    struct si_engine_params *ep = &b->o->ep;
+    ep->ref.n_ctx = o->n_ctx > 0 ? (int32_t)o->n_ctx : (int32_t)(n_prompt + n_predict);
+    if (n_prompt + n_predict > ep->ref.n_ctx)
+        return si_cli_error("bench: prompt (%lld tokens) + n-predict (%lld) exceed the context of "
+                            "%d",
+                            (long long)n_prompt, n_predict, ep->ref.n_ctx);
+    if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
+        return 1;
+    b->toks = malloc((size_t)(n_prompt > n_text ? n_prompt : n_text) * sizeof *b->toks);
+    b->lat = malloc((size_t)(n_predict * repeat * b->n_rows) * sizeof *b->lat);
+    b->runs = calloc((size_t)(b->n_rows * repeat), sizeof *b->runs);
+    b->all_lat = malloc((size_t)(n_predict * repeat * b->n_rows) * sizeof *b->all_lat);
+    if (b->toks == NULL || b->lat == NULL || b->runs == NULL || b->all_lat == NULL)
+        return si_cli_error("out of memory");
+    for (int i = 0; i < b->n_rows * repeat; i++)
+        b->runs[i].lat = b->all_lat + (size_t)i * (size_t)n_predict;
+    si_tokenize(b->tok, b->text, len, bos, true, b->toks, (size_t)n_text);
     const int64_t head = bos ? 1 : 0;
     for (int64_t i = n_text; i < n_prompt; i++)
-        toks[i] = toks[head + (i - n_text) % (n_text - head)];
-    double membw = 0.0;
-    if (roofline) {
-        const char *nc = getenv("STARPU_NCPU");
-        long threads = nc != NULL ? strtol(nc, NULL, 10) : 0;
-        if (threads <= 0)
-            threads = sysconf(_SC_NPROCESSORS_ONLN);
-        fprintf(stderr, "bench: measuring the memory bandwidth with %ld threads\n", threads);
-        membw = si_hwmodel_probe_cpu((int32_t)threads, 0, 0.5);
-        if (membw <= 0) {
-            si_cli_error("bench: out of memory for the bandwidth probe");
-            goto out;
-        }
-    }
+        b->toks[i] = b->toks[head + (i - n_text) % (n_text - head)];
+    return 0;
+}
 
-    if (mpi) {
-        if (n_sched > 0)
-            setenv("STARPU_SCHED", scheds[0], 1);
-        if (si_cli_runtime_start(&rt_mpi, true) != 0)
-            goto out;
+/* --roofline: the memory bandwidth of a streaming read with as many
+ * threads as CPU workers into b->membw; 0, or 1 after an error message. */
+static int bench_roofline(struct bench *b)
+{
+    const char *nc = getenv("STARPU_NCPU");
+    long threads = nc != NULL ? strtol(nc, NULL, 10) : 0;
+    if (threads <= 0)
+        threads = sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(stderr, "bench: measuring the memory bandwidth with %ld threads\n", threads);
+    b->membw = si_hwmodel_probe_cpu((int32_t)threads, 0, 0.5);
+    if (b->membw <= 0)
+        return si_cli_error("bench: out of memory for the bandwidth probe");
+    return 0;
+}
+
+/* Every run: repeat r of each policy in turn (the first traced with
+ * --trace), StarPU started once for them all under mpirun; 0, or 1 after
+ * an error message. */
+static int bench_runs(struct bench *b)
+{
+    const struct bench_opts *o = b->o;
+    if (b->mpi) {
+        if (b->n_sched > 0)
+            setenv("STARPU_SCHED", b->scheds[0], 1);
+        if (si_cli_runtime_start(&b->rt_mpi, true) != 0)
+            return 1;
         int32_t l0 = 0, l1 = 0;
-        si_engine_pipe_range(m, 0, si_runtime_mpi_size(), &l0, &l1);
+        si_engine_pipe_range(b->m, 0, si_runtime_mpi_size(), &l0, &l1);
         fprintf(stderr,
                 "bench: across %d MPI ranks (a pipeline of layers, token by token); the "
                 "figures are rank 0's, which computes layers %d-%d of %d (its MB/token too)\n",
-                si_runtime_mpi_size(), l0, l1 - 1, m->hp.n_layer);
+                si_runtime_mpi_size(), l0, l1 - 1, b->m->hp.n_layer);
     }
-    for (int r = 0; r < repeat; r++)
-        for (int s = 0; s < n_rows; s++) {
-            if (n_sched > 0)
-                setenv("STARPU_SCHED", scheds[s], 1);
-            fprintf(stderr, "bench: run %d/%lld, %s\n", r + 1, repeat,
-                    n_sched > 0 ? scheds[s] : "StarPU's default policy");
+    for (int r = 0; r < o->repeat; r++)
+        for (int s = 0; s < b->n_rows; s++) {
+            const char *sched = b->n_sched > 0 ? b->scheds[s] : NULL;
+            if (sched != NULL)
+                setenv("STARPU_SCHED", sched, 1);
+            fprintf(stderr, "bench: run %d/%lld, %s\n", r + 1, o->repeat,
+                    sched != NULL ? sched : "StarPU's default policy");
             char tdir[4200];
-            const bool tracing = trace_dir != NULL && r == 0;
+            const bool tracing = o->trace_dir != NULL && r == 0;
             if (tracing) {
-                snprintf(tdir, sizeof tdir, "%s/%s", trace_dir,
-                         n_sched > 0 ? scheds[s] : "default");
+                snprintf(tdir, sizeof tdir, "%s/%s", o->trace_dir,
+                         sched != NULL ? sched : "default");
                 if (si_trace_begin(tdir) != 0)
-                    goto out;
+                    return 1;
             }
-            int brc = bench_once(m, ep, prof, toks, (int32_t)n_prompt, (int32_t)n_predict, lat,
-                                 &runs[s * repeat + r]);
+            int brc = bench_once(b->m, o->ep, b->prof, b->toks, (int32_t)b->n_prompt,
+                                 (int32_t)o->n_predict, b->lat, &b->runs[s * o->repeat + r]);
             if (tracing) {
                 unsetenv("STARPU_FXT_TRACE");
                 unsetenv("STARPU_FXT_PREFIX");
             }
-            if (brc != 0 || (tracing && si_trace_finish(tdir, s + 1 < n_rows) != 0))
-                goto out;
+            if (brc != 0 || (tracing && si_trace_finish(tdir, s + 1 < b->n_rows) != 0))
+                return 1;
         }
-    si_runtime_stop(&rt_mpi); /* StarPU and MPI */
+    si_runtime_stop(&b->rt_mpi); /* StarPU and MPI */
+    return 0;
+}
 
-    const uint64_t h0 = runs[0].tokens_hash;
-    bool all_same = true;
+/* The table's row of policy `sched` over its runs rs[0..repeat): medians,
+ * and latency quantiles over every decoded token of the runs. */
+static void print_row(const struct bench *b, const char *sched, const struct run *rs, bool same)
+{
+    const struct bench_opts *o = b->o;
+    const int repeat = (int)o->repeat;
+    int nl = 0;
+    for (int r = 0; r < repeat; r++)
+        for (int64_t i = 0; i < o->n_predict; i++)
+            b->lat[nl++] = rs[r].lat[i];
+    const double p50 = quantile(b->lat, nl, 0.50), p95 = quantile(b->lat, nl, 0.95),
+                 p99 = quantile(b->lat, nl, 0.99);
+    const double tps = median_of(rs, repeat, offsetof(struct run, decode_tps));
+    const double bpt = median_of(rs, repeat, offsetof(struct run, bytes_per_tok));
+    char share[32] = "";
+    if (o->roofline)
+        snprintf(share, sizeof share, " (%.0f%%)", 100.0 * bpt * tps / b->membw);
+    printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.2f%s | %.2f | "
+           "%s |\n",
+           sched, median_of(rs, repeat, offsetof(struct run, prefill_tps)), tps, p50, p95, p99,
+           median_of(rs, repeat, offsetof(struct run, tasks_per_tok)),
+           100.0 * median_of(rs, repeat, offsetof(struct run, busy)), bpt / 1e6, bpt * tps / 1e9,
+           share, median_of(rs, repeat, offsetof(struct run, init_s)), same ? "yes" : "NO");
+}
+
+/* The lines after the table: weights read, neurons computed, peak RSS (KiB
+ * rss_kib), the GPU's figures, the roofline's bandwidth. */
+static void print_totals(const struct bench *b, long rss_kib, int64_t dense_bytes)
+{
+    const struct run *r0 = &b->runs[0];
+    printf("\nweights read per decoded token: %.1f MB (a dense pass: %.1f MB); FFN neurons "
+           "computed: %.1f%%; peak RSS %.1f MiB",
+           r0->bytes_per_tok / 1e6, (double)dense_bytes / 1e6, 100.0 * r0->neurons_computed,
+           (double)rss_kib / 1024.0);
+    if (r0->vram_peak >= 0)
+        printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token, the attention of "
+               "%d layers%s",
+               (double)r0->vram_peak / 1048576.0, r0->gpu_bytes_per_tok / 1e6,
+               (int)r0->attn_gpu_layers,
+               b->o->ep.mode != SI_SPARSITY_DENSE && r0->gpu_bytes_per_tok > 0
+                   ? " (the GPU's hot slices counted whole: the GPU does not count its "
+                     "active neurons)"
+                   : "");
+    if (b->o->roofline)
+        printf("; memory bandwidth %.2f GB/s (streaming read)", b->membw / 1e9);
+    printf("\n");
+}
+
+/* The runs' table (or --json), a row per policy; 0, or 1 after the error
+ * that the decoded tokens differ between runs. */
+static int bench_report(const struct bench *b)
+{
+    const struct bench_opts *o = b->o;
+    const int repeat = (int)o->repeat;
+    const struct run *runs = b->runs;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    const int64_t dense_bytes = si_model_token_bytes(m, NULL);
-    if (json)
-        print_json(model, &ep, runs, n_rows, (int)repeat, n_sched > 0 ? scheds : NULL,
-                   (int)n_prompt, (int)n_predict, (long)ru.ru_maxrss, dense_bytes, membw);
+    const int64_t dense_bytes = si_model_token_bytes(b->m, NULL);
+    if (o->json)
+        print_json(o->model, &o->ep, runs, b->n_rows, repeat, b->n_sched > 0 ? b->scheds : NULL,
+                   (int)b->n_prompt, (int)o->n_predict, (long)ru.ru_maxrss, dense_bytes, b->membw);
     else
         printf("model: %s; %s mode; prompt %lld token%s, %lld decoded; %s%lld run%s; "
                "%u CPU + %u CUDA workers\n\n"
                "| scheduler | prefill tok/s | decode tok/s | decode p50 ms | p95 ms | p99 ms | "
                "tasks/token | workers busy | MB/token | GB/s%s | set-up s | same tokens |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-               model, si_sparsity_name(ep.mode), (long long)n_prompt, si_cli_s(n_prompt),
-               n_predict, repeat > 1 ? "median of " : "", repeat, si_cli_s(repeat),
-               runs[0].ncpu, runs[0].ncuda, roofline ? " (of roofline)" : "");
-    for (int s = 0; s < n_rows; s++) {
+               o->model, si_sparsity_name(o->ep.mode), (long long)b->n_prompt,
+               si_cli_s(b->n_prompt), o->n_predict, repeat > 1 ? "median of " : "", o->repeat,
+               si_cli_s(repeat), runs[0].ncpu, runs[0].ncuda, o->roofline ? " (of roofline)" : "");
+    bool all_same = true;
+    for (int s = 0; s < b->n_rows; s++) {
         const struct run *rs = &runs[s * repeat];
         bool same = true;
         for (int r = 0; r < repeat; r++)
-            same = same && rs[r].tokens_hash == h0;
+            same = same && rs[r].tokens_hash == runs[0].tokens_hash;
         all_same = all_same && same;
-        if (json)
-            continue;
-        /* Latency quantiles over every decoded token of the row's runs. */
-        int nl = 0;
-        for (int r = 0; r < repeat; r++)
-            for (int64_t i = 0; i < n_predict; i++)
-                lat[nl++] = rs[r].lat[i];
-        const double p50 = quantile(lat, nl, 0.50), p95 = quantile(lat, nl, 0.95),
-                     p99 = quantile(lat, nl, 0.99);
-        const double tps = median_of(rs, (int)repeat, offsetof(struct run, decode_tps));
-        const double bpt = median_of(rs, (int)repeat, offsetof(struct run, bytes_per_tok));
-        char share[32] = "";
-        if (roofline)
-            snprintf(share, sizeof share, " (%.0f%%)", 100.0 * bpt * tps / membw);
-        printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.2f%s | %.2f | "
-               "%s |\n",
-               n_sched > 0 ? scheds[s] : "(default)",
-               median_of(rs, (int)repeat, offsetof(struct run, prefill_tps)), tps, p50, p95, p99,
-               median_of(rs, (int)repeat, offsetof(struct run, tasks_per_tok)),
-               100.0 * median_of(rs, (int)repeat, offsetof(struct run, busy)), bpt / 1e6,
-               bpt * tps / 1e9, share, median_of(rs, (int)repeat, offsetof(struct run, init_s)),
-               same ? "yes" : "NO");
+        if (!o->json)
+            print_row(b, b->n_sched > 0 ? b->scheds[s] : "(default)", rs, same);
     }
-    if (!json) {
-        printf("\nweights read per decoded token: %.1f MB (a dense pass: %.1f MB); FFN neurons "
-               "computed: %.1f%%; peak RSS %.1f MiB",
-               runs[0].bytes_per_tok / 1e6, (double)dense_bytes / 1e6,
-               100.0 * runs[0].neurons_computed, (double)ru.ru_maxrss / 1024.0);
-        if (runs[0].vram_peak >= 0)
-            printf("; GPU: %.1f MiB allocated at most, %.1f MB read per token, the attention of "
-                   "%d layers%s",
-                   (double)runs[0].vram_peak / 1048576.0, runs[0].gpu_bytes_per_tok / 1e6,
-                   (int)runs[0].attn_gpu_layers,
-                   ep.mode != SI_SPARSITY_DENSE && runs[0].gpu_bytes_per_tok > 0
-                       ? " (the GPU's hot slices counted whole: the GPU does not count its "
-                         "active neurons)"
-                       : "");
-        if (roofline)
-            printf("; memory bandwidth %.2f GB/s (streaming read)", membw / 1e9);
-        printf("\n");
-    }
-    if (!all_same) {
-        si_cli_error("bench: the decoded tokens differ between runs: the engine's result "
-                     "depends on the schedule");
-        goto out;
-    }
-    rc = 0;
-out:
-    si_runtime_stop(&rt_mpi);
-    if (saved != NULL)
-        setenv("STARPU_SCHED", saved, 1);
+    if (!o->json)
+        print_totals(b, (long)ru.ru_maxrss, dense_bytes);
+    if (!all_same)
+        return si_cli_error("bench: the decoded tokens differ between runs: the engine's result "
+                            "depends on the schedule");
+    return 0;
+}
+
+/* Everything the bench holds, StarPU stopped and STARPU_SCHED as it was. */
+static void bench_free(struct bench *b)
+{
+    si_runtime_stop(&b->rt_mpi);
+    if (b->saved != NULL)
+        setenv("STARPU_SCHED", b->saved, 1);
     else
         unsetenv("STARPU_SCHED");
-    free(saved);
-    free(list);
-    free(runs);
-    free(all_lat);
-    free(lat);
-    free(toks);
-    free(text);
-    si_profile_free(prof);
-    free(input_thr);
-    si_tokenizer_free(tok);
-    si_model_free(m);
+    free(b->saved);
+    free(b->list);
+    free(b->runs);
+    free(b->all_lat);
+    free(b->lat);
+    free(b->toks);
+    free(b->text);
+    si_profile_free(b->prof);
+    free(b->input_thr);
+    si_tokenizer_free(b->tok);
+    si_model_free(b->m);
+}
+
+int si_cmd_bench(int argc, char **argv)
+{
+    struct bench_opts o;
+    int rc = bench_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    struct bench b = {.o = &o};
+    if (bench_scheds(&b) != 0) {
+        free(b.list);
+        return 1;
+    }
+    const char *saved_sched = getenv("STARPU_SCHED");
+    b.saved = saved_sched != NULL ? strdup(saved_sched) : NULL;
+    rc = 1;
+    if (bench_load(&b) == 0 && bench_prompt(&b) == 0 && (!o.roofline || bench_roofline(&b) == 0) &&
+        bench_runs(&b) == 0 && bench_report(&b) == 0)
+        rc = 0;
+    bench_free(&b);
     return rc;
 }

@@ -95,8 +95,8 @@ static bool parse_modes(const char *s, bool want[M_COUNT])
             if (strlen(mode_names[i]) == len && !strncmp(s, mode_names[i], len))
                 k = i;
         if (k < 0) {
-            si_cli_error("--modes: unknown mode '%.*s' (dense, gate, oracle, predictor)",
-                         (int)len, s);
+            si_cli_error("--modes: unknown mode '%.*s' (dense, gate, oracle, predictor)", (int)len,
+                         s);
             return false;
         }
         want[k] = true;
@@ -197,279 +197,290 @@ static bool parse_input_list(const char *v, double *list, int max, int *n)
     return true;
 }
 
-int si_cmd_eval(int argc, char **argv)
+/* eval's options. */
+struct eval_opts {
+    const char *model, *file, *profile;
+    long long n_ctx, max_chunks;
+    double threshold;
+    bool threshold_given, use_ref, modes_given;
+    bool want[M_COUNT];    /* --modes */
+    double input_list[16]; /* --input-sparsity, n_input values */
+    int n_input;
+};
+
+/* The options into o: 0 to go on, else the exit status (help: 0 printed,
+ * -1 for "exit 0"). */
+static int eval_options(struct eval_opts *o, int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *profile = NULL, *v;
-    long long n_ctx = 512, max_chunks = -1;
-    double threshold = 0;
-    bool threshold_given = false, use_ref = false;
-    bool want[M_COUNT] = {false}, modes_given = false;
-    double input_list[16];
-    int n_input = 0;
+    *o = (struct eval_opts){.n_ctx = 512, .max_chunks = -1};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             eval_usage(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if ((model = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->model);
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if ((file = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->file);
         } else if (!strcmp(a, "--profile")) {
-            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->profile);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 16, 1 << 20, &n_ctx))
-                return 1;
+            r = si_cli_opt_int(argc, argv, &i, 16, 1 << 20, &o->n_ctx);
         } else if (!strcmp(a, "--chunks")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
-                return 1;
-        } else if (!strcmp(a, "--input-sparsity")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !parse_input_list(v, input_list, 16, &n_input))
-                return 1;
+            r = si_cli_opt_int(argc, argv, &i, 1, 1 << 30, &o->max_chunks);
         } else if (!strcmp(a, "--threshold")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_float(a, v, -1e6, 1e6, &threshold))
-                return 1;
-            threshold_given = true;
+            r = si_cli_opt_float(argc, argv, &i, -1e6, 1e6, &o->threshold);
+            o->threshold_given = true;
+        } else if (!strcmp(a, "--input-sparsity")) {
+            r = (v = si_cli_value(argc, argv, &i)) != NULL &&
+                        parse_input_list(v, o->input_list, 16, &o->n_input)
+                    ? 1
+                    : -1;
         } else if (!strcmp(a, "--engine")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_engine_opt(v, &use_ref))
-                return 1;
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_engine_opt(v, &o->use_ref)
+                    ? 1
+                    : -1;
         } else if (!strcmp(a, "--modes")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !parse_modes(v, want))
-                return 1;
-            modes_given = true;
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && parse_modes(v, o->want) ? 1 : -1;
+            o->modes_given = true;
         } else {
             return si_cli_error("eval: unknown option '%s' (see starinfer eval --help)", a);
         }
+        if (r < 0)
+            return 1;
     }
-    if (model == NULL)
+    if (o->model == NULL)
         return si_cli_error("eval: no model given (-m MODEL.gguf)");
-    if (file == NULL)
+    if (o->file == NULL)
         return si_cli_error("eval: no held-out text given (-f FILE)");
+    return 0;
+}
 
+/* An evaluation: the model, the truth's rule and thresholds, the text's
+ * tokens and each mode's results (freed by eval_free). */
+struct eval {
+    struct eval_opts *o;
+    char *text;
     size_t len;
-    char *text = si_cli_read_file(file, &len);
-    if (text == NULL)
-        return 1;
-    /* As llama.cpp's tools read -f files: one trailing newline is dropped. */
-    if (len > 0 && text[len - 1] == '\n')
-        text[--len] = '\0';
-    struct si_model *m = NULL;
-    struct si_tokenizer *tok = NULL;
-    struct si_profile *prof = NULL;
-    struct si_eval_confusion *conf = NULL;
-    struct si_eval_watch *watch = NULL;
-    int64_t *zero_counts = NULL;
-    float *stored = NULL;
-    int32_t *toks = NULL;
-    int rc = 1;
-    char err[600];
-    if (n_input > 0 && (profile == NULL || modes_given || use_ref || threshold_given)) {
-        si_cli_error("eval: --input-sparsity needs --profile FILE (profile --input-sparsity) "
-                     "and runs alone on the engine (no --modes, --threshold, --engine ref)");
-        goto out;
-    }
-    if (si_cli_load_model(model, &m, &tok) != 0)
-        goto out;
-    const struct si_hparams *hp = &m->hp;
-    if (n_input > 0) {
-        int64_t nt = 0;
-        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        if ((toks = si_cli_tokenize_text(tok, text, len, file, &nt)) == NULL)
-            goto out;
-        if (nt < n_ctx) {
-            si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)", file,
-                         nt, n_ctx);
-            goto out;
-        }
-        tty = si_progress_wanted();
-        rc = eval_input(m, model, file, prof, input_list, n_input, toks, nt, n_ctx, max_chunks,
-                        si_tokenizer_add_bos(tok) ? si_tokenizer_bos(tok) : -1) != 0;
-        goto out;
-    }
-    if (!m->has_predictor) {
-        si_cli_error("%s: the model has no predictors (blk.N.fc1/fc2 tensors; make them with "
-                     "starinfer train-predictor)", model);
-        goto out;
-    }
-    if (threshold_given)
-        m->predictor_threshold = (float)threshold;
-    const bool relu = si_profile_relu_family(m);
-    const float *thresholds = NULL;
-    double target = 0;
-    enum si_active_rule rule = SI_ACTIVE_GATE;
-    if (profile != NULL) {
-        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        if (!relu && prof->thresholds == NULL) {
-            si_cli_error("%s: the profile has no thresholds (make it with starinfer profile "
-                         "--target-sparsity)", profile);
-            goto out;
-        }
-        thresholds = prof->thresholds;
-        target = prof->target_sparsity;
-    } else if (!relu) {
-        int r = si_eval_stored_thresholds(m, &rule, &stored, &target, err, sizeof err);
-        if (r == SI_E_NOT_FOUND) {
-            si_cli_error("%s: a SiLU/GELU model without stored activity thresholds: give "
-                         "--profile (made with --target-sparsity)", model);
-            goto out;
-        }
-        if (r != SI_OK) {
-            si_cli_error("%s: %s", model, err);
-            goto out;
-        }
-        thresholds = stored;
-    }
-    const bool bos = si_tokenizer_add_bos(tok);
-    int64_t n = 0;
-    if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
-        goto out;
-    if (n < n_ctx) {
-        si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)", file, n,
-                     n_ctx);
-        goto out;
-    }
-    conf = calloc((size_t)hp->n_layer, sizeof *conf);
-    if (conf == NULL) {
-        si_cli_error("out of memory");
-        goto out;
-    }
-    tty = si_progress_wanted();
-    const int32_t bos_tok = bos ? si_tokenizer_bos(tok) : -1;
+    struct si_model *m;
+    struct si_tokenizer *tok;
+    struct si_profile *prof;
+    bool relu;
+    enum si_active_rule rule;
+    const float *thresholds; /* the rule's, per layer (NULL: ReLU without --profile) */
+    float *stored;           /* ... when stored in the model */
+    double target;
+    int32_t *toks;
+    int64_t n;
+    int32_t bos_tok;                /* -1: none */
+    struct si_eval_confusion *conf; /* per layer, the predictors against the truth */
+    struct si_eval_watch *watch;
+    int64_t *zero_counts;
+    struct si_eval_ppl res[M_COUNT];
+};
 
-    /* Gate mode needs CATS thresholds (the gate rule's); the oracle is gate
-     * mode for the gate rule and dense for ReLU models. */
-    const bool gate_ok = relu || rule == SI_ACTIVE_GATE;
-    if (!modes_given) {
-        want[M_DENSE] = want[M_PRED] = true;
-        want[M_GATE] = gate_ok;
-        want[M_ORACLE] = !relu && rule == SI_ACTIVE_OUTPUT;
-    } else if (want[M_GATE] && !gate_ok) {
-        si_cli_error("--modes gate: the predictors were trained on the output rule; gate mode "
-                     "needs CATS thresholds (give --profile)");
-        goto out;
+/* The text's tokens into e->toks (e->n of them, at least a chunk); 0, or 1
+ * after an error message. */
+static int eval_tokens(struct eval *e)
+{
+    const struct eval_opts *o = e->o;
+    if ((e->toks = si_cli_tokenize_text(e->tok, e->text, e->len, o->file, &e->n)) == NULL)
+        return 1;
+    if (e->n < o->n_ctx)
+        return si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld (lower -c)",
+                            o->file, e->n, o->n_ctx);
+    return 0;
+}
+
+/* --input-sparsity: eval_input with --profile's thresholds; 0, or 1 after
+ * an error message. */
+static int eval_input_sparsity(struct eval *e)
+{
+    const struct eval_opts *o = e->o;
+    char err[600];
+    if (si_profile_read(&e->prof, o->profile, e->m, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if (eval_tokens(e) != 0)
+        return 1;
+    tty = si_progress_wanted();
+    return eval_input(e->m, o->model, o->file, e->prof, o->input_list, o->n_input, e->toks, e->n,
+                      o->n_ctx, o->max_chunks,
+                      si_tokenizer_add_bos(e->tok) ? si_tokenizer_bos(e->tok) : -1) != 0;
+}
+
+/* The truth: the rule and thresholds of the active neurons (--profile's,
+ * else those stored in the model; none on ReLU models), after --threshold
+ * set the predictors'; 0, or 1 after an error message. */
+static int eval_truth(struct eval *e)
+{
+    const struct eval_opts *o = e->o;
+    char err[600];
+    if (!e->m->has_predictor)
+        return si_cli_error("%s: the model has no predictors (blk.N.fc1/fc2 tensors; make them "
+                            "with starinfer train-predictor)",
+                            o->model);
+    if (o->threshold_given)
+        e->m->predictor_threshold = (float)o->threshold;
+    e->relu = si_profile_relu_family(e->m);
+    e->rule = SI_ACTIVE_GATE;
+    if (o->profile != NULL) {
+        if (si_profile_read(&e->prof, o->profile, e->m, err, sizeof err) != SI_OK)
+            return si_cli_error("%s", err);
+        if (!e->relu && e->prof->thresholds == NULL)
+            return si_cli_error("%s: the profile has no thresholds (make it with starinfer "
+                                "profile --target-sparsity)",
+                                o->profile);
+        e->thresholds = e->prof->thresholds;
+        e->target = e->prof->target_sparsity;
+    } else if (!e->relu) {
+        int r = si_eval_stored_thresholds(e->m, &e->rule, &e->stored, &e->target, err, sizeof err);
+        if (r == SI_E_NOT_FOUND)
+            return si_cli_error("%s: a SiLU/GELU model without stored activity thresholds: give "
+                                "--profile (made with --target-sparsity)",
+                                o->model);
+        if (r != SI_OK)
+            return si_cli_error("%s: %s", o->model, err);
+        e->thresholds = e->stored;
     }
-    struct si_eval_ppl res[M_COUNT] = {0};
-    bool compared = false;
-    /* The engine compares the predictors on a dense pass, run when not asked
-     * for too (its row then left out). */
-    const bool dense_asked = want[M_DENSE];
-    if (!use_ref)
+    return 0;
+}
+
+/* The modes to run: --modes, else those that apply.  Gate mode needs CATS
+ * thresholds (the gate rule's); the oracle is gate mode for the gate rule
+ * and dense for ReLU models.  0, or 1 after an error message. */
+static int eval_modes(struct eval *e)
+{
+    struct eval_opts *o = e->o;
+    const bool gate_ok = e->relu || e->rule == SI_ACTIVE_GATE;
+    if (!o->modes_given) {
+        o->want[M_DENSE] = o->want[M_PRED] = true;
+        o->want[M_GATE] = gate_ok;
+        o->want[M_ORACLE] = !e->relu && e->rule == SI_ACTIVE_OUTPUT;
+    } else if (o->want[M_GATE] && !gate_ok) {
+        return si_cli_error("--modes gate: the predictors were trained on the output rule; gate "
+                            "mode needs CATS thresholds (give --profile)");
+    }
+    return 0;
+}
+
+/* Mode k's perplexity on the StarPU engine (ep: the pass's parameters, rp
+ * the reference's), the dense pass watching the predictors, in n_chunks
+ * chunks; gate mode's thresholds from gate_prof without --profile.  0, or
+ * 1 after an error message. */
+static int engine_pass(struct eval *e, int k, struct si_ref_params rp,
+                       const struct si_eval_params *ep, const struct si_profile *gate_prof,
+                       int64_t n_chunks, double *gate_share)
+{
+    char err[600];
+    struct si_engine_params eng = si_engine_default_params();
+    eng.ref = rp;
+    eng.ref.gate_thresholds = NULL;
+    eng.ref.predictor = false;
+    eng.mode = k == M_DENSE  ? SI_SPARSITY_DENSE
+               : k == M_GATE ? SI_SPARSITY_GATE
+                             : SI_SPARSITY_PREDICTOR;
+    eng.n_batch = k == M_PRED ? 1 : 128; /* predictors pick per token, as decoding */
+    if (k == M_GATE && !e->relu)
+        eng.profile = e->prof != NULL ? e->prof : gate_prof;
+    if (k == M_DENSE &&
+        si_eval_watch_init(&e->watch, e->m, ep, eng.ref.act_quant, err, sizeof err) != SI_OK) {
+        si_progress_end(ep->progress_user);
+        return si_cli_error("%s", err);
+    }
+    const struct si_cli_ppl o = {.observe = k == M_DENSE ? si_eval_watch_hook : NULL,
+                                 .observe_user = e->watch,
+                                 .progress = ep->progress,
+                                 .progress_user = ep->progress_user};
+    if (si_cli_engine_perplexity(e->m, eng, e->toks, n_chunks, e->bos_tok, &o, &e->res[k]) != 0) {
+        si_progress_end(ep->progress_user);
+        return 1;
+    }
+    if (k == M_DENSE)
+        *gate_share = si_eval_watch_active_share(e->watch);
+    if (k == M_GATE) /* counted on the dense pass (the batches do not count) */
+        e->res[k].ffn_computed = *gate_share;
+    return 0;
+}
+
+/* Every mode's perplexity into e->res, the predictors compared with the
+ * truth on the first pass run: the dense one, run on the engine even when
+ * not asked for (its row then left out).  0, or 1 after an error message. */
+static int eval_passes(struct eval *e)
+{
+    const struct eval_opts *o = e->o;
+    const struct si_hparams *hp = &e->m->hp;
+    char err[600];
+    bool want[M_COUNT], compared = false;
+    memcpy(want, o->want, sizeof want);
+    if (!o->use_ref)
         want[M_DENSE] = true;
-    int64_t n_chunks = n / n_ctx;
-    if (max_chunks > 0 && max_chunks < n_chunks)
-        n_chunks = max_chunks;
+    int64_t n_chunks = e->n / o->n_ctx;
+    if (o->max_chunks > 0 && o->max_chunks < n_chunks)
+        n_chunks = o->max_chunks;
     /* Gate mode's per-layer thresholds reach the engine through a profile:
      * --profile's, or one holding the stored thresholds and no counts. */
-    zero_counts = calloc((size_t)hp->n_layer * (size_t)hp->n_ff, sizeof *zero_counts);
-    if (zero_counts == NULL) {
-        si_cli_error("out of memory");
-        goto out;
-    }
+    e->zero_counts = calloc((size_t)hp->n_layer * (size_t)hp->n_ff, sizeof *e->zero_counts);
+    if (e->zero_counts == NULL)
+        return si_cli_error("out of memory");
     const struct si_profile gate_prof = {.n_layer = hp->n_layer,
                                          .n_ff = hp->n_ff,
-                                         .counts = zero_counts,
-                                         .thresholds = (float *)thresholds,
-                                         .target_sparsity = (float)target};
+                                         .counts = e->zero_counts,
+                                         .thresholds = (float *)e->thresholds,
+                                         .target_sparsity = (float)e->target};
     double gate_share = 0;
     for (int k = 0; k < M_COUNT; k++) {
         if (!want[k])
             continue;
         struct si_ref_params rp = si_ref_default_params();
-        rp.n_ctx = (int32_t)n_ctx;
-        if (k == M_GATE && !relu)
-            rp.gate_thresholds = thresholds;
+        rp.n_ctx = (int32_t)o->n_ctx;
+        if (k == M_GATE && !e->relu)
+            rp.gate_thresholds = e->thresholds;
         rp.predictor = k == M_PRED;
-        /* The predictors are compared with the truth on the first pass run
-         * (the dense one unless left out). */
         struct si_progress pg;
         char label[48];
         snprintf(label, sizeof label, "eval %s", mode_names[k]);
         si_progress_begin(&pg, label, 0, "chunks", 1);
-        struct si_eval_params ep = {.max_chunks = max_chunks,
-                                    .bos = bos_tok,
-                                    .rule = rule,
-                                    .thresholds = thresholds,
-                                    .conf = compared ? NULL : conf,
+        struct si_eval_params ep = {.max_chunks = o->max_chunks,
+                                    .bos = e->bos_tok,
+                                    .rule = e->rule,
+                                    .thresholds = e->thresholds,
+                                    .conf = compared ? NULL : e->conf,
                                     .oracle = k == M_ORACLE,
                                     .progress = tty ? on_chunk : NULL,
                                     .progress_user = &pg};
         compared = true;
-        if (use_ref || k == M_ORACLE) {
-            if (si_eval_perplexity(m, rp, toks, n, &ep, &res[k], err, sizeof err) != SI_OK) {
+        if (o->use_ref || k == M_ORACLE) {
+            if (si_eval_perplexity(e->m, rp, e->toks, e->n, &ep, &e->res[k], err, sizeof err) !=
+                SI_OK) {
                 si_progress_end(&pg);
-                si_cli_error("%s: %s", mode_names[k], err);
-                goto out;
+                return si_cli_error("%s: %s", mode_names[k], err);
             }
-        } else {
-            struct si_engine_params eng = si_engine_default_params();
-            eng.ref = rp;
-            eng.ref.gate_thresholds = NULL;
-            eng.ref.predictor = false;
-            eng.mode = k == M_DENSE  ? SI_SPARSITY_DENSE
-                       : k == M_GATE ? SI_SPARSITY_GATE
-                                     : SI_SPARSITY_PREDICTOR;
-            eng.n_batch = k == M_PRED ? 1 : 128; /* predictors pick per token, as decoding */
-            if (k == M_GATE && !relu)
-                eng.profile = prof != NULL ? prof : &gate_prof;
-            if (k == M_DENSE &&
-                si_eval_watch_init(&watch, m, &ep, eng.ref.act_quant, err, sizeof err) != SI_OK) {
-                si_progress_end(&pg);
-                si_cli_error("%s", err);
-                goto out;
-            }
-            const struct si_cli_ppl o = {.observe = k == M_DENSE ? si_eval_watch_hook : NULL,
-                                         .observe_user = watch,
-                                         .progress = ep.progress,
-                                         .progress_user = &pg};
-            if (si_cli_engine_perplexity(m, eng, toks, n_chunks, bos_tok, &o, &res[k]) != 0) {
-                si_progress_end(&pg);
-                goto out;
-            }
-            if (k == M_DENSE)
-                gate_share = si_eval_watch_active_share(watch);
-            if (k == M_GATE) /* counted on the dense pass (the batches do not count) */
-                res[k].ffn_computed = gate_share;
+        } else if (engine_pass(e, k, rp, &ep, &gate_prof, n_chunks, &gate_share) != 0) {
+            return 1;
         }
         if (tty)
             fputs("\r\033[K", stderr);
         /* The pass counts the neurons with a non-zero activation: what the
          * sparse modes compute, but dense computes every neuron. */
         if (k == M_DENSE)
-            res[k].ffn_computed = 1.0;
+            e->res[k].ffn_computed = 1.0;
     }
-    if (!dense_asked)
-        res[M_DENSE] = (struct si_eval_ppl){0};
+    if (!o->want[M_DENSE])
+        e->res[M_DENSE] = (struct si_eval_ppl){0};
+    return 0;
+}
 
+/* The predictors against the truth: a line a layer, all of them, and their
+ * size. */
+static void print_layers(const struct eval *e)
+{
+    const struct si_model *m = e->m;
     const int64_t pp = si_eval_predictor_params(m), mp = si_eval_model_params(m);
-    const struct si_eval_ppl *first = &res[0];
-    for (int k = M_COUNT - 1; k >= 0; k--)
-        first = res[k].n_scored ? &res[k] : first;
-    printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunk%s of %lld (%" PRId64
-           " tokens scored)\n",
-           model, file, n, first->n_chunks, si_cli_s(first->n_chunks), n_ctx, first->n_scored);
-    if (relu)
-        printf("active: activation != 0 (ReLU)\n");
-    else
-        printf("active: %s above the layer's threshold (target sparsity %.3g, %s)\n",
-               rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
-               target, profile ? profile : "stored in the model");
     printf("layer  width  recall  precision  pred.sparsity  true sparsity\n");
     struct si_eval_confusion all = {0};
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        const struct si_eval_confusion *c = &conf[l];
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct si_eval_confusion *c = &e->conf[l];
         all.tp += c->tp;
         all.fp += c->fp;
         all.fn += c->fn;
@@ -484,6 +495,27 @@ int si_cmd_eval(int argc, char **argv)
            "threshold %g)\n",
            pp, 100.0 * (double)pp / (double)mp, mp, (double)si_eval_predictor_bytes(m) / 1048576.0,
            (double)m->predictor_threshold);
+}
+
+/* The report: what was evaluated, the predictors' table and each mode's
+ * perplexity. */
+static void eval_report(const struct eval *e)
+{
+    const struct eval_opts *o = e->o;
+    const struct si_eval_ppl *res = e->res, *first = &res[0];
+    for (int k = M_COUNT - 1; k >= 0; k--)
+        first = res[k].n_scored ? &res[k] : first;
+    printf("eval: %s on %s, %" PRId64 " tokens, %" PRId64 " chunk%s of %lld (%" PRId64
+           " tokens scored)\n",
+           o->model, o->file, e->n, first->n_chunks, si_cli_s(first->n_chunks), o->n_ctx,
+           first->n_scored);
+    if (e->relu)
+        printf("active: activation != 0 (ReLU)\n");
+    else
+        printf("active: %s above the layer's threshold (target sparsity %.3g, %s)\n",
+               e->rule == SI_ACTIVE_GATE ? "|act(gate . x)| (CATS)" : "|act(gate . x) * up . x|",
+               e->target, o->profile ? o->profile : "stored in the model");
+    print_layers(e);
     printf("mode       perplexity            vs dense  FFN neurons computed  seconds\n");
     for (int k = 0; k < M_COUNT; k++) {
         if (res[k].n_scored == 0)
@@ -495,16 +527,56 @@ int si_cmd_eval(int argc, char **argv)
             printf("  %8s", "-");
         printf("  %20.4f  %7.1f\n", res[k].ffn_computed, res[k].seconds);
     }
+}
+
+/* Everything the evaluation holds. */
+static void eval_free(struct eval *e)
+{
+    si_eval_watch_free(e->watch);
+    free(e->zero_counts);
+    free(e->conf);
+    free(e->stored);
+    free(e->toks);
+    si_profile_free(e->prof);
+    si_tokenizer_free(e->tok);
+    si_model_free(e->m);
+    free(e->text);
+}
+
+int si_cmd_eval(int argc, char **argv)
+{
+    struct eval_opts o;
+    int rc = eval_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    struct eval e = {.o = &o};
+    if ((e.text = si_cli_read_text(o.file, &e.len)) == NULL)
+        return 1;
+    rc = 1;
+    if (o.n_input > 0 && (o.profile == NULL || o.modes_given || o.use_ref || o.threshold_given)) {
+        si_cli_error("eval: --input-sparsity needs --profile FILE (profile --input-sparsity) "
+                     "and runs alone on the engine (no --modes, --threshold, --engine ref)");
+        goto out;
+    }
+    if (si_cli_load_model(o.model, &e.m, &e.tok) != 0)
+        goto out;
+    if (o.n_input > 0) {
+        rc = eval_input_sparsity(&e);
+        goto out;
+    }
+    if (eval_truth(&e) != 0 || eval_tokens(&e) != 0)
+        goto out;
+    if ((e.conf = calloc((size_t)e.m->hp.n_layer, sizeof *e.conf)) == NULL) {
+        si_cli_error("out of memory");
+        goto out;
+    }
+    tty = si_progress_wanted();
+    e.bos_tok = si_tokenizer_add_bos(e.tok) ? si_tokenizer_bos(e.tok) : -1;
+    if (eval_modes(&e) != 0 || eval_passes(&e) != 0)
+        goto out;
+    eval_report(&e);
     rc = 0;
 out:
-    si_eval_watch_free(watch);
-    free(zero_counts);
-    free(conf);
-    free(stored);
-    free(toks);
-    si_profile_free(prof);
-    si_tokenizer_free(tok);
-    si_model_free(m);
-    free(text);
+    eval_free(&e);
     return rc;
 }

@@ -143,17 +143,19 @@ static int print_placement(FILE *f, const char *path, struct si_placement *p)
         layers += n[l] > 0;
     }
     qsort(n, (size_t)p->n_layer, sizeof *n, cmp_i64);
-    fprintf(f, "placement    : %s: %" PRId64 " of %" PRId64 " FFN neurons on the GPU (%.2f%%), in %" PRId32
-               " of %" PRId32 " layers\n",
+    fprintf(f,
+            "placement    : %s: %" PRId64 " of %" PRId64
+            " FFN neurons on the GPU (%.2f%%), in %" PRId32 " of %" PRId32 " layers\n",
             path, total, (int64_t)p->n_layer * p->n_ff,
             100.0 * (double)total / ((double)p->n_layer * (double)p->n_ff), layers, p->n_layer);
-    fprintf(f, "  GPU neurons per layer: min %" PRId64 ", median %" PRId64 ", max %" PRId64
-               "; VRAM capacity ",
+    fprintf(f,
+            "  GPU neurons per layer: min %" PRId64 ", median %" PRId64 ", max %" PRId64
+            "; VRAM capacity ",
             n[0], n[p->n_layer / 2], n[p->n_layer - 1]);
     print_size(f, (double)p->vram_capacity);
     if (p->has_meta)
-        fprintf(f, "; %s placement (%s), %s mode, objective %.4g, gap %.3g", p->policy,
-                p->outcome, p->sparsity, p->objective, p->gap);
+        fprintf(f, "; %s placement (%s), %s mode, objective %.4g, gap %.3g", p->policy, p->outcome,
+                p->sparsity, p->objective, p->gap);
     else
         fprintf(f, "; a PowerInfer GPU index (no starinfer keys)");
     fputc('\n', f);
@@ -162,99 +164,106 @@ static int print_placement(FILE *f, const char *path, struct si_placement *p)
     return 0;
 }
 
-int si_cmd_info(int argc, char **argv)
+/* info's options. */
+struct info_opts {
+    const char *model, *placement;
+    bool show_kv, show_tensors, workers;
+};
+
+/* The options into o: 0 to go on, else the exit status (help: 0 printed,
+ * -1 for "exit 0"). */
+static int info_options(struct info_opts *o, int argc, char **argv)
 {
-    const char *model = NULL, *placement = NULL;
-    bool show_kv = false, show_tensors = false, workers = true;
+    *o = (struct info_opts){.workers = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             info_usage(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (++i >= argc)
                 return si_cli_error("%s needs a file name", a);
-            model = argv[i];
+            o->model = argv[i];
         } else if (!strncmp(a, "--model=", 8)) {
-            model = a + 8;
+            o->model = a + 8;
         } else if (!strcmp(a, "--kv")) {
-            show_kv = true;
+            o->show_kv = true;
         } else if (!strcmp(a, "--tensors")) {
-            show_tensors = true;
+            o->show_tensors = true;
         } else if (!strcmp(a, "--placement")) {
-            if ((placement = si_cli_value(argc, argv, &i)) == NULL)
+            if (si_cli_opt_str(argc, argv, &i, &o->placement) < 0)
                 return 1;
         } else if (!strcmp(a, "--no-workers")) {
-            workers = false;
+            o->workers = false;
         } else if (a[0] == '-' && a[1] != '\0') {
             return si_cli_error("info: unknown option '%s' (see starinfer info --help)", a);
-        } else if (model == NULL) {
-            model = a;
+        } else if (o->model == NULL) {
+            o->model = a;
         } else {
             return si_cli_error("info: unexpected argument '%s' (one model file only)", a);
         }
     }
-    if (model == NULL)
+    if (o->model == NULL)
         return si_cli_error("info: no model given (starinfer info -m MODEL.gguf)");
+    return 0;
+}
 
-    char err[600];
-    struct si_gguf *g = NULL;
-    if (si_gguf_open(&g, model, err, sizeof err) != SI_OK)
-        return si_cli_error("%s", err);
-
-    /* The placement is checked before anything is printed. */
-    struct si_placement *pl = NULL;
-    if (placement != NULL && load_placement(model, placement, &pl) != 0) {
-        si_gguf_free(g);
-        return 1;
-    }
-    FILE *f = stdout;
+/* The file, its format and the architecture's keys: name, file type, and
+ * every scalar key under the architecture's prefix (the hyperparameters). */
+static void print_file(FILE *f, const struct si_gguf *g, const char *model)
+{
     fprintf(f, "file         : %s (", model);
     print_size(f, (double)g->size);
     fprintf(f, ")\n");
-    fprintf(f, "format       : %s v%" PRIu32 "%s, alignment %" PRIu64 ", %" PRIu64
-               " metadata keys, %" PRIu64 " tensors\n",
+    fprintf(f,
+            "format       : %s v%" PRIu32 "%s, alignment %" PRIu64 ", %" PRIu64
+            " metadata keys, %" PRIu64 " tensors\n",
             g->magic, g->version, g->powerinfer ? " (PowerInfer)" : "", g->alignment, g->n_kv,
             g->n_tensors);
     print_key_line(f, g, "architecture", "general.architecture");
     print_key_line(f, g, "name", "general.name");
     print_key_line(f, g, "file type", "general.file_type");
-
-    /* Hyperparameters: every scalar key under the architecture's prefix. */
     struct si_gguf_str arch;
-    if (si_gguf_get_str(g, "general.architecture", &arch) == SI_OK) {
-        for (uint64_t i = 0; i < g->n_kv; i++) {
-            const struct si_gguf_kv *kv = &g->kv[i];
-            if (kv->key.len > arch.len + 1 && !memcmp(kv->key.data, arch.data, arch.len) &&
-                kv->key.data[arch.len] == '.') {
-                fprintf(f, "  %-36.*s = ", (int)(kv->key.len - arch.len - 1),
-                        kv->key.data + arch.len + 1);
-                print_value(f, kv, 4);
-                fputc('\n', f);
-            }
+    if (si_gguf_get_str(g, "general.architecture", &arch) != SI_OK)
+        return;
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const struct si_gguf_kv *kv = &g->kv[i];
+        if (kv->key.len > arch.len + 1 && !memcmp(kv->key.data, arch.data, arch.len) &&
+            kv->key.data[arch.len] == '.') {
+            fprintf(f, "  %-36.*s = ", (int)(kv->key.len - arch.len - 1),
+                    kv->key.data + arch.len + 1);
+            print_value(f, kv, 4);
+            fputc('\n', f);
         }
     }
+}
 
-    /* Tokenizer. */
+/* The tokenizer's line: its model, vocabulary, pre-tokenizer, BOS and EOS,
+ * chat template; nothing without one. */
+static void print_tokenizer(FILE *f, const struct si_gguf *g)
+{
     struct si_gguf_str tok;
-    if (si_gguf_get_str(g, "tokenizer.ggml.model", &tok) == SI_OK) {
-        enum si_gguf_type t;
-        uint64_t n_vocab = 0;
-        si_gguf_get_arr(g, "tokenizer.ggml.tokens", &t, &n_vocab);
-        fprintf(f, "tokenizer    : %.*s, %" PRIu64 " tokens", (int)tok.len, tok.data, n_vocab);
-        struct si_gguf_str pre;
-        if (si_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == SI_OK)
-            fprintf(f, ", pre-tokenizer %.*s", (int)pre.len, pre.data);
-        uint32_t id;
-        if (si_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == SI_OK)
-            fprintf(f, ", bos %" PRIu32, id);
-        if (si_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == SI_OK)
-            fprintf(f, ", eos %" PRIu32, id);
-        fprintf(f, "%s\n", si_gguf_find_key(g, "tokenizer.chat_template") >= 0 ? ", chat template"
-                                                                              : "");
-    }
+    if (si_gguf_get_str(g, "tokenizer.ggml.model", &tok) != SI_OK)
+        return;
+    enum si_gguf_type t;
+    uint64_t n_vocab = 0;
+    si_gguf_get_arr(g, "tokenizer.ggml.tokens", &t, &n_vocab);
+    fprintf(f, "tokenizer    : %.*s, %" PRIu64 " tokens", (int)tok.len, tok.data, n_vocab);
+    struct si_gguf_str pre;
+    if (si_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == SI_OK)
+        fprintf(f, ", pre-tokenizer %.*s", (int)pre.len, pre.data);
+    uint32_t id;
+    if (si_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == SI_OK)
+        fprintf(f, ", bos %" PRIu32, id);
+    if (si_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == SI_OK)
+        fprintf(f, ", eos %" PRIu32, id);
+    fprintf(f, "%s\n",
+            si_gguf_find_key(g, "tokenizer.chat_template") >= 0 ? ", chat template" : "");
+}
 
-    /* Tensor types: count and bytes of each. */
+/* The parameters and the tensor types: count and bytes of each. */
+static void print_types(FILE *f, const struct si_gguf *g)
+{
     uint64_t count[SI_TYPE_COUNT] = {0};
     double bytes[SI_TYPE_COUNT] = {0};
     double params = 0;
@@ -276,12 +285,12 @@ int si_cmd_info(int argc, char **argv)
         fputc(')', f);
     }
     fputc('\n', f);
+}
 
-    if (pl != NULL && print_placement(f, placement, pl) != 0) {
-        si_gguf_free(g);
-        return 1;
-    }
-
+/* --kv and --tensors: every metadata key and value; every tensor's name,
+ * type, shape, bytes and offset. */
+static void print_lists(FILE *f, const struct si_gguf *g, bool show_kv, bool show_tensors)
+{
     if (show_kv) {
         fprintf(f, "\nmetadata:\n");
         for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -302,9 +311,35 @@ int si_cmd_info(int argc, char **argv)
             fprintf(f, "] %zu bytes at %" PRIu64 "\n", t->nbytes, t->offset);
         }
     }
-    si_gguf_free(g);
+}
 
-    if (workers) {
+int si_cmd_info(int argc, char **argv)
+{
+    struct info_opts o;
+    int rc = info_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    char err[600];
+    struct si_gguf *g = NULL;
+    if (si_gguf_open(&g, o.model, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    /* The placement is checked before anything is printed. */
+    struct si_placement *pl = NULL;
+    if (o.placement != NULL && load_placement(o.model, o.placement, &pl) != 0) {
+        si_gguf_free(g);
+        return 1;
+    }
+    FILE *f = stdout;
+    print_file(f, g, o.model);
+    print_tokenizer(f, g);
+    print_types(f, g);
+    if (pl != NULL && print_placement(f, o.placement, pl) != 0) {
+        si_gguf_free(g);
+        return 1;
+    }
+    print_lists(f, g, o.show_kv, o.show_tensors);
+    si_gguf_free(g);
+    if (o.workers) {
         struct si_runtime rt;
         if (si_runtime_start(&rt, false, err, sizeof err) != SI_OK)
             return si_cli_error("%s", err);
@@ -313,4 +348,3 @@ int si_cmd_info(int argc, char **argv)
     }
     return 0;
 }
-

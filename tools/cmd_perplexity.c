@@ -140,8 +140,7 @@ int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params e
                 goto out;
             }
             for (int32_t j = f; j < n; j++)
-                si_ppl_add(&sum, lg + (size_t)(j - f) * (size_t)nv, nv,
-                           toks[ch * ctx + p + j + 1]);
+                si_ppl_add(&sum, lg + (size_t)(j - f) * (size_t)nv, nv, toks[ch * ctx + p + j + 1]);
         }
         if (o->progress != NULL)
             o->progress(o->progress_user, ch + 1, n_chunks, si_ppl_value(&sum));
@@ -152,8 +151,7 @@ int si_cli_engine_perplexity(const struct si_model *m, struct si_engine_params e
     const struct si_engine_stats st = si_engine_get_stats(e);
     /* token by token (n_batch 1) the engine counts the neurons computed */
     if (st.neurons_total > 0)
-        res->ffn_computed =
-            (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total;
+        res->ffn_computed = (double)(st.neurons_hot + st.neurons_cold) / (double)st.neurons_total;
     rc = 0;
     if (!o->stats_line)
         goto out;
@@ -179,210 +177,255 @@ out:
     return rc;
 }
 
-int si_cmd_perplexity(int argc, char **argv)
+/* perplexity's options. */
+struct ppl_opts {
+    const char *model, *file, *profile;
+    long long n_ctx, max_chunks, n_batch;
+    bool kv_f32, use_ref, batch_given;
+    enum si_prefill_mode prefill;
+    const char *prefill_flag; /* the option that set it */
+    bool input;               /* --sparsity input[=...] */
+    enum si_sparsity mode;    /* --sparsity gate|predictor: the engine's */
+    double input_s[SI_INPUT_KINDS];
+    bool mpi; /* under mpirun: the engine across the ranks */
+};
+
+/* A --sparsity value into o; false after an error message. */
+static bool parse_sparsity(struct ppl_opts *o, const char *v)
 {
-    const char *model = NULL, *file = NULL, *profile = NULL, *v;
-    long long n_ctx = 512, max_chunks = -1, n_batch = 128;
-    bool kv_f32 = false, use_ref = false, batch_given = false;
-    enum si_prefill_mode prefill = SI_PREFILL_AUTO;
-    const char *prefill_flag = NULL; /* the option that set it */
-    bool input = false; /* --sparsity input[=...] */
-    enum si_sparsity mode = SI_SPARSITY_DENSE; /* --sparsity gate|predictor: the engine's */
-    double input_s[SI_INPUT_KINDS] = {0};
+    char perr[256];
+    if (!strcmp(v, "dense") || !strcmp(v, "gate") || !strcmp(v, "predictor")) {
+        o->input = false;
+        o->mode = !strcmp(v, "gate")        ? SI_SPARSITY_GATE
+                  : !strcmp(v, "predictor") ? SI_SPARSITY_PREDICTOR
+                                            : SI_SPARSITY_DENSE;
+    } else if (!strncmp(v, "input", 5)) {
+        o->mode = SI_SPARSITY_DENSE;
+        if (!si_input_parse(v + 5, o->input_s, perr, sizeof perr))
+            return si_cli_error("perplexity: --sparsity %s", perr) == 0;
+        o->input = true;
+    } else {
+        return si_cli_error(
+                   "perplexity: --sparsity: '%s' is not dense, gate, predictor or input[=S]", v) ==
+               0;
+    }
+    return true;
+}
+
+/* The options into o: 0 to go on, else the exit status (help: 0 printed,
+ * -1 for "exit 0"). */
+static int ppl_options(struct ppl_opts *o, int argc, char **argv)
+{
+    *o = (struct ppl_opts){.n_ctx = 512,
+                           .max_chunks = -1,
+                           .n_batch = 128,
+                           .prefill = SI_PREFILL_AUTO,
+                           .mode = SI_SPARSITY_DENSE};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v;
+        int r = 1;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             perplexity_usage(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if ((model = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->model);
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if ((file = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 0, 1 << 20, &n_ctx))
-                return 1;
-        } else if (!strcmp(a, "--chunks")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 1, 1 << 30, &max_chunks))
-                return 1;
-        } else if (!strcmp(a, "--kv-f32")) {
-            kv_f32 = true;
-        } else if (!strcmp(a, "--engine")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-            if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0)
-                return si_cli_error("--engine: '%s' is neither starpu nor ref", v);
-            use_ref = !strcmp(v, "ref");
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 1, 4096, &n_batch))
-                return 1;
-            batch_given = true;
-        } else if (!strcmp(a, "--prefill")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_prefill(v, &prefill))
-                return 1;
-            prefill_flag = "--prefill";
-        } else if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
-            prefill = SI_PREFILL_EXACT;
-            prefill_flag = "--exact-prefill";
-        } else if (!strcmp(a, "--sparsity")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
-            char perr[256];
-            if (!strcmp(v, "dense") || !strcmp(v, "gate") || !strcmp(v, "predictor")) {
-                input = false;
-                mode = !strcmp(v, "gate")        ? SI_SPARSITY_GATE
-                       : !strcmp(v, "predictor") ? SI_SPARSITY_PREDICTOR
-                                                 : SI_SPARSITY_DENSE;
-            } else if (!strncmp(v, "input", 5)) {
-                mode = SI_SPARSITY_DENSE;
-                if (!si_input_parse(v + 5, input_s, perr, sizeof perr))
-                    return si_cli_error("perplexity: --sparsity %s", perr);
-                input = true;
-            } else {
-                return si_cli_error(
-                    "perplexity: --sparsity: '%s' is not dense, gate, predictor or input[=S]", v);
-            }
+            r = si_cli_opt_str(argc, argv, &i, &o->file);
         } else if (!strcmp(a, "--profile")) {
-            if ((profile = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->profile);
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            r = si_cli_opt_int(argc, argv, &i, 0, 1 << 20, &o->n_ctx);
+        } else if (!strcmp(a, "--chunks")) {
+            r = si_cli_opt_int(argc, argv, &i, 1, 1 << 30, &o->max_chunks);
+        } else if (!strcmp(a, "--kv-f32")) {
+            o->kv_f32 = true;
+        } else if (!strcmp(a, "--engine")) {
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_engine_opt(v, &o->use_ref)
+                    ? 1
+                    : -1;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            r = si_cli_opt_int(argc, argv, &i, 1, 4096, &o->n_batch);
+            o->batch_given = true;
+        } else if (!strcmp(a, "--prefill")) {
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_prefill(v, &o->prefill) ? 1
+                                                                                             : -1;
+            o->prefill_flag = "--prefill";
+        } else if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
+            o->prefill = SI_PREFILL_EXACT;
+            o->prefill_flag = "--exact-prefill";
+        } else if (!strcmp(a, "--sparsity")) {
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && parse_sparsity(o, v) ? 1 : -1;
         } else {
             return si_cli_error("perplexity: unknown option '%s' (see starinfer perplexity --help)",
                                 a);
         }
+        if (r < 0)
+            return 1;
     }
-    if (file == NULL)
+    return 0;
+}
+
+/* The options checked together, the batch settled (token by token: input
+ * sparsity on the engine, the sparse modes, MPI ranks); 0, or 1 after an
+ * error message. */
+static int ppl_check(struct ppl_opts *o)
+{
+    if (o->file == NULL)
         return si_cli_error("perplexity: no text given (-f FILE)");
-    if (n_ctx < 16)
+    if (o->n_ctx < 16)
         return si_cli_error("perplexity: --ctx-size must be at least 16");
-    if (model == NULL)
+    if (o->model == NULL)
         return si_cli_error("no model given (-m MODEL.gguf)");
-    if (use_ref && (batch_given || prefill_flag != NULL))
+    if (o->use_ref && (o->batch_given || o->prefill_flag != NULL))
         return si_cli_error("perplexity: %s is the engine's: it needs --engine starpu",
-                            batch_given ? "--batch-size" : prefill_flag);
-    if (input && profile == NULL)
+                            o->batch_given ? "--batch-size" : o->prefill_flag);
+    if (o->input && o->profile == NULL)
         return si_cli_error("perplexity: --sparsity input needs --profile FILE (made by "
                             "starinfer profile --input-sparsity)");
-    if (input && !use_ref && batch_given && n_batch > 1)
+    const bool batched = o->batch_given && o->n_batch > 1;
+    if (o->input && !o->use_ref && batched)
         return si_cli_error("perplexity: --sparsity input evaluates token by token on the "
                             "engine (prompt batches are dense): -b 1, or --engine ref");
-    if (input && !use_ref)
-        n_batch = 1;
     /* gate and predictor modes: the engine's decoding, token by token (its
      * prompt batches compute every neuron) */
-    const bool sparse = mode != SI_SPARSITY_DENSE;
-    if (sparse && use_ref)
+    const bool sparse = o->mode != SI_SPARSITY_DENSE;
+    const char *mode = o->mode == SI_SPARSITY_GATE ? "gate" : "predictor";
+    if (sparse && o->use_ref)
         return si_cli_error("perplexity: --sparsity %s is the engine's: leave out --engine ref",
-                            mode == SI_SPARSITY_GATE ? "gate" : "predictor");
-    if (sparse && batch_given && n_batch > 1)
+                            mode);
+    if (sparse && batched)
         return si_cli_error("perplexity: --sparsity %s evaluates token by token (prompt batches "
                             "compute every neuron): -b 1, or leave -b out",
-                            mode == SI_SPARSITY_GATE ? "gate" : "predictor");
-    if (sparse)
-        n_batch = 1;
+                            mode);
     /* Under mpirun: the engine across the ranks, a pipeline that passes one
      * token's residual at a time. */
-    const bool mpi = si_cli_mpi_size() > 1;
-    if (mpi && use_ref)
+    o->mpi = si_cli_mpi_size() > 1;
+    if (o->mpi && o->use_ref)
         return si_cli_error("perplexity: --engine ref runs in one process, not across MPI ranks");
-    if (mpi && batch_given && n_batch > 1)
+    if (o->mpi && batched)
         return si_cli_error("perplexity: across MPI ranks the engine evaluates token by token: "
                             "-b 1, or leave -b out");
-    if (mpi)
-        n_batch = 1;
-    if (!input && profile != NULL)
+    if ((o->input && !o->use_ref) || sparse || o->mpi)
+        o->n_batch = 1;
+    if (!o->input && o->profile != NULL)
         return si_cli_error("perplexity: --profile is for --sparsity input");
+    return 0;
+}
 
+/* A perplexity run: the model, the text's tokens and --sparsity input's
+ * thresholds. */
+struct ppl {
+    const struct ppl_opts *o;
+    char *text;
     size_t len;
-    char *text = si_cli_read_file(file, &len);
-    if (text == NULL)
-        return 1;
-    /* As llama.cpp's tools read -f files: one trailing newline is dropped. */
-    if (len > 0 && text[len - 1] == '\n')
-        text[--len] = '\0';
-    struct si_model *m = NULL;
-    struct si_tokenizer *tok = NULL;
-    struct si_profile *prof = NULL;
-    float *input_thr = NULL;
-    int32_t *toks = NULL;
-    int rc = 1;
-    char err[600];
-    if (si_cli_load_model(model, &m, &tok) != 0)
-        goto out;
-    if (input) {
-        if (si_profile_read(&prof, profile, m, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        input_thr = malloc((size_t)m->hp.n_layer * SI_INPUT_KINDS * sizeof *input_thr);
-        if (input_thr == NULL) {
-            si_cli_error("out of memory");
-            goto out;
-        }
-        if (si_input_thresholds_by_kind(prof, input_s, input_thr, err, sizeof err) != SI_OK) {
-            si_cli_error("%s: %s", profile, err);
-            goto out;
-        }
-    }
-    int64_t n = 0;
-    if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
-        goto out;
-    int64_t n_chunks = n / n_ctx;
-    if (n_chunks == 0) {
-        si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld", file, n, n_ctx);
-        goto out;
-    }
-    if (max_chunks > 0 && max_chunks < n_chunks)
-        n_chunks = max_chunks;
-    fprintf(stderr, "%s: %" PRId64 " tokens, %" PRId64 " chunk%s of %lld\n", file, n, n_chunks,
-            si_cli_s(n_chunks), n_ctx);
+    struct si_model *m;
+    struct si_tokenizer *tok;
+    struct si_profile *prof;
+    float *input_thr;
+    int32_t *toks;
+    int64_t n, n_chunks;
+};
 
+/* --sparsity input: each layer's thresholds for the targets S from
+ * --profile; 0, or 1 after an error message. */
+static int ppl_input(struct ppl *p)
+{
+    const struct ppl_opts *o = p->o;
+    char err[600];
+    if (si_profile_read(&p->prof, o->profile, p->m, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    p->input_thr = malloc((size_t)p->m->hp.n_layer * SI_INPUT_KINDS * sizeof *p->input_thr);
+    if (p->input_thr == NULL)
+        return si_cli_error("out of memory");
+    if (si_input_thresholds_by_kind(p->prof, o->input_s, p->input_thr, err, sizeof err) != SI_OK)
+        return si_cli_error("%s: %s", o->profile, err);
+    return 0;
+}
+
+/* The text's tokens and the chunks scored (at most --chunks), said on
+ * stderr; 0, or 1 after an error message. */
+static int ppl_chunks(struct ppl *p)
+{
+    const struct ppl_opts *o = p->o;
+    if ((p->toks = si_cli_tokenize_text(p->tok, p->text, p->len, o->file, &p->n)) == NULL)
+        return 1;
+    p->n_chunks = p->n / o->n_ctx;
+    if (p->n_chunks == 0)
+        return si_cli_error("%s: %" PRId64 " tokens, fewer than one chunk of %lld", o->file, p->n,
+                            o->n_ctx);
+    if (o->max_chunks > 0 && o->max_chunks < p->n_chunks)
+        p->n_chunks = o->max_chunks;
+    fprintf(stderr, "%s: %" PRId64 " tokens, %" PRId64 " chunk%s of %lld\n", o->file, p->n,
+            p->n_chunks, si_cli_s(p->n_chunks), o->n_ctx);
+    return 0;
+}
+
+/* The perplexity into *res, on the engine or the reference (input
+ * sparsity's settings said on stderr); 0, or 1 after an error message. */
+static int ppl_run(const struct ppl *p, struct si_eval_ppl *res)
+{
+    const struct ppl_opts *o = p->o;
+    char err[600];
     struct si_ref_params rp = si_ref_default_params();
-    rp.n_ctx = (int32_t)n_ctx;
-    rp.kv_f16 = !kv_f32;
-    if (input) {
-        rp.input_thresholds = input_thr;
+    rp.n_ctx = (int32_t)o->n_ctx;
+    rp.kv_f16 = !o->kv_f32;
+    if (o->input) {
+        const double *S = o->input_s;
+        rp.input_thresholds = p->input_thr;
         rp.input_t = true; /* the transposed copies, where the model has them */
         fprintf(stderr,
                 "input sparsity: q/k/v %.2f, output projection %.2f, gate/up %.2f, down %.2f "
                 "(%.1f%% of the layers' weights skipped); thresholds from %s; %s\n",
-                input_s[SI_INPUT_QKV], input_s[SI_INPUT_O], input_s[SI_INPUT_FFN],
-                input_s[SI_INPUT_DOWN], 100.0 * si_input_model_sparsity(m, input_s), profile,
-                m->w.layers[0].wq_t.data != NULL
+                S[SI_INPUT_QKV], S[SI_INPUT_O], S[SI_INPUT_FFN], S[SI_INPUT_DOWN],
+                100.0 * si_input_model_sparsity(p->m, S), o->profile,
+                p->m->w.layers[0].wq_t.data != NULL
                     ? "the products read the transposed copies"
                     : "the model has no transposed copies (starinfer convert --transpose)");
     }
     const struct si_eval_params ep = {
-        .max_chunks = n_chunks,
-        .bos = si_tokenizer_add_bos(tok) ? si_tokenizer_bos(tok) : -1,
+        .max_chunks = p->n_chunks,
+        .bos = si_tokenizer_add_bos(p->tok) ? si_tokenizer_bos(p->tok) : -1,
         .progress = on_chunk,
     };
-    struct si_eval_ppl res;
-    if (!use_ref) {
+    if (!o->use_ref) {
         struct si_engine_params eng = si_engine_default_params();
         eng.ref = rp;
-        eng.n_batch = (int32_t)n_batch;
-        eng.prefill = prefill;
-        eng.pipe = mpi;
-        eng.mode = mode;
-        const struct si_cli_ppl o = {.progress = on_chunk, .stats_line = true};
-        if (si_cli_engine_perplexity(m, eng, toks, n_chunks, ep.bos, &o, &res) != 0)
-            goto out;
-    } else if (si_eval_perplexity(m, rp, toks, n, &ep, &res, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
-        goto out;
+        eng.n_batch = (int32_t)o->n_batch;
+        eng.prefill = o->prefill;
+        eng.pipe = o->mpi;
+        eng.mode = o->mode;
+        const struct si_cli_ppl co = {.progress = on_chunk, .stats_line = true};
+        return si_cli_engine_perplexity(p->m, eng, p->toks, p->n_chunks, ep.bos, &co, res) != 0;
     }
-    printf("Final estimate: PPL = %.4f +/- %.5f (%" PRId64 " tokens scored, %.1f s)\n", res.ppl,
-           res.ppl_err, res.n_scored, res.seconds);
-    rc = 0;
-out:
-    si_profile_free(prof);
-    free(input_thr);
-    si_tokenizer_free(tok);
-    si_model_free(m);
-    free(toks);
-    free(text);
+    if (si_eval_perplexity(p->m, rp, p->toks, p->n, &ep, res, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    return 0;
+}
+
+int si_cmd_perplexity(int argc, char **argv)
+{
+    struct ppl_opts o;
+    int rc = ppl_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    if (ppl_check(&o) != 0)
+        return 1;
+    struct ppl p = {.o = &o};
+    if ((p.text = si_cli_read_text(o.file, &p.len)) == NULL)
+        return 1;
+    struct si_eval_ppl res;
+    rc = 1;
+    if (si_cli_load_model(o.model, &p.m, &p.tok) == 0 && (!o.input || ppl_input(&p) == 0) &&
+        ppl_chunks(&p) == 0 && ppl_run(&p, &res) == 0) {
+        printf("Final estimate: PPL = %.4f +/- %.5f (%" PRId64 " tokens scored, %.1f s)\n", res.ppl,
+               res.ppl_err, res.n_scored, res.seconds);
+        rc = 0;
+    }
+    si_profile_free(p.prof);
+    free(p.input_thr);
+    si_tokenizer_free(p.tok);
+    si_model_free(p.m);
+    free(p.toks);
+    free(p.text);
     return rc;
 }

@@ -124,164 +124,179 @@ static int input_pass(void *u, const int32_t *t, int64_t n, char *err, size_t es
     return si_input_calib_collect(p->input, p->c.m, p->rp, t, n, err, es);
 }
 
-int si_cmd_profile(int argc, char **argv)
+/* profile's options. */
+struct profile_opts {
+    const char *model, *file, *output, *plot;
+    long long n_ctx, max_tokens, n_batch;
+    double target;
+    bool target_given, use_ref, batch_given, input;
+};
+
+/* The options into o, checked together: 0 to go on, else the exit status
+ * (help: 0 printed, -1 for "exit 0"). */
+static int profile_options(struct profile_opts *o, int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *output = NULL, *plot = NULL, *v;
-    long long n_ctx = 512, max_tokens = -1, n_batch = 128;
-    double target = 0.5;
-    bool target_given = false, use_ref = false, batch_given = false, input = false;
+    *o = (struct profile_opts){.n_ctx = 512, .max_tokens = -1, .n_batch = 128, .target = 0.5};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v;
+        int r;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             profile_usage(stdout);
-            return 0;
+            return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if ((model = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->model);
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file") || !strcmp(a, "--corpus")) {
-            if ((file = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->file);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if ((output = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->output);
         } else if (!strcmp(a, "-s") || !strcmp(a, "--target-sparsity")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_float(a, v, -HUGE_VAL, HUGE_VAL, &target))
-                return 1;
-            if (!(target >= 0.0 && target < 1.0))
-                return si_cli_error("%s: %g is out of range [0, 1)", a, target);
-            target_given = true;
+            r = si_cli_opt_range(argc, argv, &i, 0, true, 1, false, &o->target);
+            o->target_given = true;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--plot")) {
-            if ((plot = si_cli_value(argc, argv, &i)) == NULL)
-                return 1;
+            r = si_cli_opt_str(argc, argv, &i, &o->plot);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 1, 1 << 20, &n_ctx))
-                return 1;
+            r = si_cli_opt_int(argc, argv, &i, 1, 1 << 20, &o->n_ctx);
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-tokens")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL ||
-                !si_cli_int(a, v, 1, INT64_MAX, &max_tokens))
-                return 1;
+            r = si_cli_opt_int(argc, argv, &i, 1, INT64_MAX, &o->max_tokens);
         } else if (!strcmp(a, "--engine")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_engine_opt(v, &use_ref))
-                return 1;
+            r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_engine_opt(v, &o->use_ref)
+                    ? 1
+                    : -1;
         } else if (!strcmp(a, "--input-sparsity")) {
-            input = true;
+            r = 1;
+            o->input = true;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if ((v = si_cli_value(argc, argv, &i)) == NULL || !si_cli_int(a, v, 2, 4096, &n_batch))
-                return 1;
-            batch_given = true;
+            r = si_cli_opt_int(argc, argv, &i, 2, 4096, &o->n_batch);
+            o->batch_given = true;
         } else {
             return si_cli_error("profile: unknown option '%s' (see starinfer profile --help)", a);
         }
+        if (r < 0)
+            return 1;
     }
-    if (model == NULL)
+    if (o->model == NULL)
         return si_cli_error("profile: no model given (-m MODEL.gguf)");
-    if (file == NULL)
+    if (o->file == NULL)
         return si_cli_error("profile: no text given (-f FILE)");
-    if (output == NULL)
+    if (o->output == NULL)
         return si_cli_error("profile: no output given (-o PROFILE.gguf)");
-    if (use_ref && batch_given)
+    if (o->use_ref && o->batch_given)
         return si_cli_error("profile: --batch-size is the engine's: it needs --engine starpu");
-    if (plot != NULL && !ends_with(plot, ".svg") && !ends_with(plot, ".png"))
-        return si_cli_error("--plot: '%s' names neither an .svg nor a .png file", plot);
+    if (o->plot != NULL && !ends_with(o->plot, ".svg") && !ends_with(o->plot, ".png"))
+        return si_cli_error("--plot: '%s' names neither an .svg nor a .png file", o->plot);
     char rsvg[4096];
-    if (plot != NULL && ends_with(plot, ".png") && !si_cli_find_in_path("rsvg-convert", rsvg, sizeof rsvg))
+    if (o->plot != NULL && ends_with(o->plot, ".png") &&
+        !si_cli_find_in_path("rsvg-convert", rsvg, sizeof rsvg))
         return si_cli_error("--plot: rsvg-convert (librsvg) is not on PATH; it makes the PNG "
                             "(name the plot .svg to write the SVG only)");
+    return 0;
+}
 
+/* A profiling run: the model, the corpus's tokens, the counts and the
+ * calibrations (freed by profiling_free). */
+struct profiling {
+    const struct profile_opts *o;
+    char *text;
     size_t len;
-    char *text = si_cli_read_file(file, &len);
-    if (text == NULL)
-        return 1;
-    struct si_model *m = NULL;
-    struct si_tokenizer *tok = NULL;
-    struct si_profile *prof = NULL;
-    struct si_profile_calib *calib = NULL;
-    struct si_input_calib *icalib = NULL;
-    double *below = NULL;
-    struct si_cli_runner cr = {0};
-    int32_t *toks = NULL;
-    int rc = 1;
+    struct si_model *m;
+    struct si_tokenizer *tok;
+    int32_t *toks;
+    int64_t n; /* the tokens counted */
+    bool relu;
+    struct si_profile *prof;
+    struct si_profile_calib *calib;
+    struct si_input_calib *icalib;
+    double *below; /* --input-sparsity: the share measured below each threshold */
+    struct si_cli_runner cr;
+    double secs, isecs; /* the counting passes; the input sparsity one */
+};
+
+/* The corpus's tokens (at most -n of them), the model and an empty
+ * profile; 0, or 1 after an error message. */
+static int profiling_load(struct profiling *p)
+{
+    const struct profile_opts *o = p->o;
     char err[600];
-    if (si_cli_load_model(model, &m, &tok) != 0)
-        goto out;
-    int64_t n = 0;
-    if ((toks = si_cli_tokenize_text(tok, text, len, file, &n)) == NULL)
-        goto out;
-    if (max_tokens > 0 && max_tokens < n)
-        n = max_tokens;
-    if (si_profile_init(&prof, m->hp.n_layer, m->hp.n_ff, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
-        goto out;
-    }
+    if ((p->text = si_cli_read_file(o->file, &p->len)) == NULL ||
+        si_cli_load_model(o->model, &p->m, &p->tok) != 0 ||
+        (p->toks = si_cli_tokenize_text(p->tok, p->text, p->len, o->file, &p->n)) == NULL)
+        return 1;
+    if (o->max_tokens > 0 && o->max_tokens < p->n)
+        p->n = o->max_tokens;
+    if (si_profile_init(&p->prof, p->m->hp.n_layer, p->m->hp.n_ff, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    return 0;
+}
 
-    /* Window by window (each call starts a fresh window), to show progress:
-     * first the thresholds' pass (SiLU/GELU models), then the counting one. */
-    if (si_cli_runner_start(&cr, m, use_ref, (int32_t)n_ctx, (int32_t)n_batch) != 0)
-        goto out;
-    const int64_t n_windows = (n + n_ctx - 1) / n_ctx;
-    const bool relu = si_profile_relu_family(m);
-    const int passes = relu ? 1 : 2;
-    if (si_profile_calib_init(&calib, m, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
-        goto out;
-    }
+/* The passes over the corpus, window by window (each call starts a fresh
+ * window), to show progress: first the thresholds' pass (SiLU/GELU
+ * models), then the counting one; 0, or 1 after an error message. */
+static int profiling_count(struct profiling *p)
+{
+    const struct profile_opts *o = p->o;
+    char err[600];
+    if (si_cli_runner_start(&p->cr, p->m, o->use_ref, (int32_t)o->n_ctx, (int32_t)o->n_batch) != 0)
+        return 1;
+    p->relu = si_profile_relu_family(p->m);
+    if (si_profile_calib_init(&p->calib, p->m, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
     double t0 = si__now();
-    struct pass ps = {.c = {.calib = calib, .m = m, .run = &cr.r}, .prof = prof};
-    if ((!relu && si_cli_windows("profile 1/2 thresholds", toks, n, n_ctx, si_cli_calib_pass,
-                                 &ps.c, err, sizeof err) != 0) ||
-        si_profile_set_thresholds(prof, calib, target, NULL, err, sizeof err) != SI_OK ||
-        si_cli_windows(passes == 2 ? "profile 2/2 counting" : "profile counting", toks, n, n_ctx,
-                       count_pass, &ps, err, sizeof err) != 0) {
-        si_cli_error("%s", err);
-        goto out;
-    }
-    si_cli_runner_stop(&cr);
-    const double secs = si__now() - t0;
-    double isecs = 0;
-    if (input) {
-        /* input sparsity: the reference's inputs, window by window */
-        struct si_ref_params rp = si_ref_default_params();
-        rp.n_ctx = (int32_t)n_ctx;
-        const size_t cells = (size_t)m->hp.n_layer * SI_INPUT_KINDS * SI_INPUT_GRID_N;
-        if (si_input_calib_init(&icalib, m, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        if ((below = malloc(cells * sizeof *below)) == NULL) {
-            si_cli_error("out of memory");
-            goto out;
-        }
-        const double t1 = si__now();
-        ps.input = icalib;
-        ps.rp = rp;
-        if (si_cli_windows("profile: input sparsity (reference)", toks, n, n_ctx, input_pass, &ps,
-                           err, sizeof err) != 0 ||
-            si_input_calib_apply(icalib, prof, below, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        isecs = si__now() - t1;
-    }
-    if (si_profile_write(prof, output, err, sizeof err) != SI_OK) {
-        si_cli_error("%s", err);
-        goto out;
-    }
+    struct pass ps = {.c = {.calib = p->calib, .m = p->m, .run = &p->cr.r}, .prof = p->prof};
+    if ((!p->relu && si_cli_windows("profile 1/2 thresholds", p->toks, p->n, o->n_ctx,
+                                    si_cli_calib_pass, &ps.c, err, sizeof err) != 0) ||
+        si_profile_set_thresholds(p->prof, p->calib, o->target, NULL, err, sizeof err) != SI_OK ||
+        si_cli_windows(p->relu ? "profile counting" : "profile 2/2 counting", p->toks, p->n,
+                       o->n_ctx, count_pass, &ps, err, sizeof err) != 0)
+        return si_cli_error("%s", err);
+    si_cli_runner_stop(&p->cr);
+    p->secs = si__now() - t0;
+    return 0;
+}
 
+/* --input-sparsity: the reference's inputs, window by window, calibrated
+ * into the profile's input thresholds; 0, or 1 after an error message. */
+static int profiling_input(struct profiling *p)
+{
+    const struct profile_opts *o = p->o;
+    char err[600];
+    struct si_ref_params rp = si_ref_default_params();
+    rp.n_ctx = (int32_t)o->n_ctx;
+    const size_t cells = (size_t)p->m->hp.n_layer * SI_INPUT_KINDS * SI_INPUT_GRID_N;
+    if (si_input_calib_init(&p->icalib, p->m, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if ((p->below = malloc(cells * sizeof *p->below)) == NULL)
+        return si_cli_error("out of memory");
+    const double t1 = si__now();
+    struct pass ps = {.c = {.m = p->m}, .input = p->icalib, .rp = rp};
+    if (si_cli_windows("profile: input sparsity (reference)", p->toks, p->n, o->n_ctx, input_pass,
+                       &ps, err, sizeof err) != 0 ||
+        si_input_calib_apply(p->icalib, p->prof, p->below, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    p->isecs = si__now() - t1;
+    return 0;
+}
+
+/* The counts' summary: the passes, the rule, each layer's activation rate
+ * (and threshold), all layers'; 0, or 1 after an error message. */
+static int print_counts(const struct profiling *p)
+{
+    const struct profile_opts *o = p->o;
+    const struct si_profile *prof = p->prof;
+    const int64_t n_windows = (p->n + o->n_ctx - 1) / o->n_ctx;
+    const int passes = p->relu ? 1 : 2;
     printf("profile: %" PRId64 " token%s in %lld window%s of %lld (%d pass%s on the %s, %.1f s, "
            "%.1f tokens/s a pass), %" PRId32 " layers x %" PRId32 " neurons -> %s\n",
-           prof->n_tokens, si_cli_s(prof->n_tokens), (long long)n_windows,
-           si_cli_s(n_windows), n_ctx, passes, passes > 1 ? "es" : "",
-           use_ref ? "reference" : "engine", secs,
-           secs > 0 ? (double)passes * (double)prof->n_tokens / secs : 0.0, prof->n_layer,
-           prof->n_ff, output);
-    if (relu)
+           prof->n_tokens, si_cli_s(prof->n_tokens), (long long)n_windows, si_cli_s(n_windows),
+           o->n_ctx, passes, passes > 1 ? "es" : "", o->use_ref ? "reference" : "engine", p->secs,
+           p->secs > 0 ? (double)passes * (double)prof->n_tokens / p->secs : 0.0, prof->n_layer,
+           prof->n_ff, o->output);
+    if (p->relu)
         printf("ReLU model: active = activation != 0 (thresholds 0%s)\n",
-               target_given ? "; --target-sparsity does not apply" : "");
+               o->target_given ? "; --target-sparsity does not apply" : "");
     else
         printf("%s model: active = |act(gate . x)| above the layer's threshold, the %.3g "
                "quantile of |act(gate . x)| over the corpus (CATS)\n",
-               m->hp.act == SI_ACT_GELU ? "GELU" : "SiLU", target);
+               p->m->hp.act == SI_ACT_GELU ? "GELU" : "SiLU", o->target);
     double all = 0, tmin = INFINITY, tmax = 0;
     for (int32_t l = 0; l < prof->n_layer; l++) {
         double sum = 0;
@@ -293,88 +308,122 @@ int si_cmd_profile(int argc, char **argv)
         tmax = t > tmax ? t : tmax;
         printf("layer %3" PRId32 ": mean activation rate %.4f", l,
                sum / ((double)prof->n_ff * (double)prof->n_tokens));
-        if (!relu)
+        if (!p->relu)
             printf(" (threshold %.4g)", t);
         putchar('\n');
     }
     const double top = si_profile_top_fraction(prof, 0.8);
-    if (top < 0) {
-        si_cli_error("out of memory");
-        goto out;
-    }
+    if (top < 0)
+        return si_cli_error("out of memory");
     const double rate = all / ((double)prof->n_layer * (double)prof->n_ff * (double)prof->n_tokens);
     printf("all layers: mean activation rate %.4f (sparsity %.4f); %.1f%% of the neurons carry "
            "80%% of the activations\n",
            rate, 1.0 - rate, 100.0 * top);
-    if (!relu)
+    if (!p->relu)
         printf("thresholds: %.4g to %.4g over the layers (target sparsity %.3g)\n", tmin, tmax,
-               target);
+               o->target);
+    return 0;
+}
 
-    if (input) {
-        /* per input kind, over the layers: the thresholds at S = 0.25, 0.40
-         * and 0.50 (grid points 4, 7, 9) and the share measured below them */
-        static const char *kinds[SI_INPUT_KINDS] = {"q/k/v", "output projection", "gate/up",
-                                                    "down"};
-        static const int at[3] = {4, 7, 9};
-        printf("input sparsity: %" PRId64 " tokens on the reference (%.1f s); thresholds of "
-               "S = 0.25 / 0.40 / 0.50, smallest to largest over the layers:\n",
-               prof->n_tokens, isecs);
-        for (int c = 0; c < SI_INPUT_KINDS; c++) {
-            printf("  %-18s", kinds[c]);
-            for (int q = 0; q < 3; q++) {
-                double lo = INFINITY, hi = 0, bmin = 1, bmax = 0;
-                for (int32_t l = 0; l < prof->n_layer; l++) {
-                    const size_t k = ((size_t)l * SI_INPUT_KINDS + (size_t)c) * SI_INPUT_GRID_N +
-                                     (size_t)at[q];
-                    const double t = prof->input_thresholds[k];
-                    lo = t < lo ? t : lo;
-                    hi = t > hi ? t : hi;
-                    bmin = below[k] < bmin ? below[k] : bmin;
-                    bmax = below[k] > bmax ? below[k] : bmax;
-                }
-                printf("%s %.3g-%.3g (%.3f-%.3f below)", q ? " /" : "", lo, hi, bmin, bmax);
+/* --input-sparsity's summary: per input kind, over the layers, the
+ * thresholds at S = 0.25, 0.40 and 0.50 (grid points 4, 7, 9) and the share
+ * measured below them. */
+static void print_input(const struct profiling *p)
+{
+    static const char *kinds[SI_INPUT_KINDS] = {"q/k/v", "output projection", "gate/up", "down"};
+    static const int at[3] = {4, 7, 9};
+    const struct si_profile *prof = p->prof;
+    printf("input sparsity: %" PRId64 " tokens on the reference (%.1f s); thresholds of "
+           "S = 0.25 / 0.40 / 0.50, smallest to largest over the layers:\n",
+           prof->n_tokens, p->isecs);
+    for (int c = 0; c < SI_INPUT_KINDS; c++) {
+        printf("  %-18s", kinds[c]);
+        for (int q = 0; q < 3; q++) {
+            double lo = INFINITY, hi = 0, bmin = 1, bmax = 0;
+            for (int32_t l = 0; l < prof->n_layer; l++) {
+                const size_t k =
+                    ((size_t)l * SI_INPUT_KINDS + (size_t)c) * SI_INPUT_GRID_N + (size_t)at[q];
+                const double t = prof->input_thresholds[k];
+                lo = t < lo ? t : lo;
+                hi = t > hi ? t : hi;
+                bmin = p->below[k] < bmin ? p->below[k] : bmin;
+                bmax = p->below[k] > bmax ? p->below[k] : bmax;
             }
-            putchar('\n');
+            printf("%s %.3g-%.3g (%.3f-%.3f below)", q ? " /" : "", lo, hi, bmin, bmax);
         }
+        putchar('\n');
     }
+}
 
-    if (plot != NULL) {
-        const char *base = strrchr(model, '/') != NULL ? strrchr(model, '/') + 1 : model;
-        char title[512];
-        if (relu)
-            snprintf(title, sizeof title,
-                     "%s\nactivation CDF, %" PRId64 " tokens; active: activation != 0 (ReLU)", base,
-                     prof->n_tokens);
-        else
-            snprintf(title, sizeof title,
-                     "%s\nactivation CDF, %" PRId64
-                     " tokens; active: |act(gate)| > CATS threshold (sparsity %.2g)",
-                     base, prof->n_tokens, target);
-        const bool png = ends_with(plot, ".png");
-        char svg[4096];
-        snprintf(svg, sizeof svg, "%s%s", plot, png ? ".tmp.svg" : "");
-        if (si_profile_write_svg(prof, svg, title, err, sizeof err) != SI_OK) {
-            si_cli_error("%s", err);
-            goto out;
-        }
-        if (png) {
-            const int bad = svg_to_png(svg, plot);
-            unlink(svg);
-            if (bad)
-                goto out;
-        }
-        printf("plot: %s\n", plot);
+/* --plot: the activation CDF as an SVG, converted to PNG when the name
+ * asks for one; 0, or 1 after an error message. */
+static int write_plot(const struct profiling *p)
+{
+    const struct profile_opts *o = p->o;
+    const char *base = strrchr(o->model, '/') != NULL ? strrchr(o->model, '/') + 1 : o->model;
+    char title[512], err[600];
+    if (p->relu)
+        snprintf(title, sizeof title,
+                 "%s\nactivation CDF, %" PRId64 " tokens; active: activation != 0 (ReLU)", base,
+                 p->prof->n_tokens);
+    else
+        snprintf(title, sizeof title,
+                 "%s\nactivation CDF, %" PRId64
+                 " tokens; active: |act(gate)| > CATS threshold (sparsity %.2g)",
+                 base, p->prof->n_tokens, o->target);
+    const bool png = ends_with(o->plot, ".png");
+    char svg[4096];
+    snprintf(svg, sizeof svg, "%s%s", o->plot, png ? ".tmp.svg" : "");
+    if (si_profile_write_svg(p->prof, svg, title, err, sizeof err) != SI_OK)
+        return si_cli_error("%s", err);
+    if (png) {
+        const int bad = svg_to_png(svg, o->plot);
+        unlink(svg);
+        if (bad)
+            return 1;
     }
+    printf("plot: %s\n", o->plot);
+    return 0;
+}
+
+/* Everything the run holds, the runner stopped. */
+static void profiling_free(struct profiling *p)
+{
+    si_cli_runner_stop(&p->cr);
+    si_profile_free(p->prof);
+    si_profile_calib_free(p->calib);
+    si_input_calib_free(p->icalib);
+    free(p->below);
+    si_tokenizer_free(p->tok);
+    si_model_free(p->m);
+    free(p->toks);
+    free(p->text);
+}
+
+int si_cmd_profile(int argc, char **argv)
+{
+    struct profile_opts o;
+    int rc = profile_options(&o, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    struct profiling p = {.o = &o};
+    char err[600];
+    rc = 1;
+    if (profiling_load(&p) != 0 || profiling_count(&p) != 0 ||
+        (o.input && profiling_input(&p) != 0))
+        goto out;
+    if (si_profile_write(p.prof, o.output, err, sizeof err) != SI_OK) {
+        si_cli_error("%s", err);
+        goto out;
+    }
+    if (print_counts(&p) != 0)
+        goto out;
+    if (o.input)
+        print_input(&p);
+    if (o.plot != NULL && write_plot(&p) != 0)
+        goto out;
     rc = 0;
 out:
-    si_cli_runner_stop(&cr);
-    si_profile_free(prof);
-    si_profile_calib_free(calib);
-    si_input_calib_free(icalib);
-    free(below);
-    si_tokenizer_free(tok);
-    si_model_free(m);
-    free(toks);
-    free(text);
+    profiling_free(&p);
     return rc;
 }

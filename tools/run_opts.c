@@ -24,175 +24,149 @@ void si_run_opts_init(struct si_run_opts *o, const char *cmd, long long n_predic
     o->cp.log = si_run_log;
 }
 
-int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
+/* The options of the run itself (the model, the prompt, the context, how
+ * long it generates, --trace): 1 consumed, 0 not one of them, -1 after an
+ * error message. */
+static int run_option(struct si_run_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    struct si_context_params *cp = &o->cp;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        return si_cli_opt_str(argc, argv, i, &o->model);
+    if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+        return si_cli_opt_str(argc, argv, i, &o->prompt);
+    if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+        return si_cli_opt_str(argc, argv, i, &o->file);
+    if (!strcmp(a, "--trace"))
+        return si_cli_opt_str(argc, argv, i, &o->trace_dir);
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        return si_cli_opt_i32(argc, argv, i, 0, 1 << 20, &cp->n_ctx);
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+        return si_cli_opt_int(argc, argv, i, o->n_predict_min, 1 << 20, &o->n_predict);
+    if (!strcmp(a, "--keep"))
+        return si_cli_opt_int(argc, argv, i, 0, 1 << 30, &o->n_keep);
+    if (!strcmp(a, "--kv-f32"))
+        cp->kv_f32 = true;
+    else if (!strcmp(a, "--no-mmap"))
+        o->use_mmap = false;
+    else if (!strcmp(a, "--ignore-eos"))
+        o->ignore_eos = true;
+    else if (!strcmp(a, "--context-shift"))
+        o->context_shift = true;
+    else
+        return 0;
+    return 1;
+}
+
+/* The sampling options into o->cp.sampling: 1 consumed, 0 not one of
+ * them, -1 after an error message. */
+static int sampling_option(struct si_run_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    struct si_sampling_params *sp = &o->cp.sampling;
+    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+        long long seed;
+        if (si_cli_opt_int(argc, argv, i, 0, INT64_MAX, &seed) < 0)
+            return -1;
+        sp->seed = (uint64_t)seed;
+        return 1;
+    }
+    if (!strcmp(a, "--temp"))
+        return si_cli_opt_f32(argc, argv, i, 0, 100, &sp->temp);
+    if (!strcmp(a, "--top-k"))
+        return si_cli_opt_i32(argc, argv, i, 0, INT32_MAX, &sp->top_k);
+    if (!strcmp(a, "--top-p"))
+        return si_cli_opt_f32(argc, argv, i, 0, 1, &sp->top_p);
+    if (!strcmp(a, "--min-p"))
+        return si_cli_opt_f32(argc, argv, i, 0, 1, &sp->min_p);
+    if (!strcmp(a, "--repeat-penalty"))
+        return si_cli_opt_f32(argc, argv, i, 0.01, 100, &sp->repeat_penalty);
+    if (!strcmp(a, "--repeat-last-n"))
+        return si_cli_opt_i32(argc, argv, i, 0, 1 << 20, &sp->repeat_last_n);
+    return 0;
+}
+
+/* The options of the engine and its memory tiers (the GPU, the flash
+ * tier) that take a number or a file: 1 consumed, 0 not one of them, -1
+ * after an error message. */
+static int engine_option(struct si_run_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    struct si_context_params *cp = &o->cp;
+    if (!strcmp(a, "--vram-budget"))
+        return si_cli_opt_size(argc, argv, i, &cp->vram_budget);
+    if (!strcmp(a, "--dram-budget"))
+        return si_cli_opt_size(argc, argv, i, &cp->dram_budget);
+    if (!strcmp(a, "--flash-store"))
+        return si_cli_opt_str(argc, argv, i, &cp->flash_store);
+    if (!strcmp(a, "--flash-pin"))
+        return si_cli_opt_f32(argc, argv, i, 0, 1, &cp->flash_pin);
+    if (!strcmp(a, "--profile"))
+        return si_cli_opt_str(argc, argv, i, &cp->profile_path);
+    if (!strcmp(a, "--placement"))
+        return si_cli_opt_str(argc, argv, i, &cp->placement_path);
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch-size"))
+        return si_cli_opt_i32(argc, argv, i, 1, 4096, &cp->n_batch);
+    if (!strcmp(a, "--attn-split"))
+        return si_cli_opt_i32(argc, argv, i, 0, 256, &cp->attn_split);
+    if (!strcmp(a, "--gate-threshold"))
+        return si_cli_opt_f32(argc, argv, i, 0, 1e6, &cp->gate_threshold);
+    if (!strcmp(a, "--slices"))
+        return si_cli_opt_i32(argc, argv, i, 1, 256, &cp->n_slices);
+    if (!strcmp(a, "--flash-window")) {
+        long long k;
+        if (si_cli_opt_int(argc, argv, i, 0, 1000000, &k) < 0)
+            return -1;
+        cp->flash_window = k == 0 ? -1 : (int32_t)k; /* the API's 0 is "default" */
+        return 1;
+    }
+    return 0;
+}
+
+/* The options of the engine that take a word (which engine, its mode, the
+ * GPU's attention, the arithmetic of batches, the merge): 1 consumed, 0 not
+ * one of them, -1 after an error message. */
+static int engine_mode_option(struct si_run_opts *o, int argc, char **argv, int *i)
 {
     const char *a = argv[*i], *v;
-    long long ll;
-    double d;
     struct si_context_params *cp = &o->cp;
-    struct si_sampling_params *sp = &cp->sampling;
-#define VALUE()                                                                                    \
-    do {                                                                                           \
-        if ((v = si_cli_value(argc, argv, i)) == NULL)                                             \
-            return -1;                                                                             \
-    } while (0)
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-        VALUE();
-        o->model = v;
-    } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-        VALUE();
-        o->prompt = v;
-    } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-        VALUE();
-        o->file = v;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, 1 << 20, &ll))
-            return -1;
-        cp->n_ctx = (int32_t)ll;
-    } else if (!strcmp(a, "--kv-f32")) {
-        cp->kv_f32 = true;
-    } else if (!strcmp(a, "--no-mmap")) {
-        o->use_mmap = false;
-    } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-        VALUE();
-        if (!si_cli_int(a, v, o->n_predict_min, 1 << 20, &o->n_predict))
-            return -1;
-    } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, INT64_MAX, &ll))
-            return -1;
-        sp->seed = (uint64_t)ll;
-    } else if (!strcmp(a, "--temp")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0, 100, &d))
-            return -1;
-        sp->temp = (float)d;
-    } else if (!strcmp(a, "--top-k")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, INT32_MAX, &ll))
-            return -1;
-        sp->top_k = (int32_t)ll;
-    } else if (!strcmp(a, "--top-p")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0, 1, &d))
-            return -1;
-        sp->top_p = (float)d;
-    } else if (!strcmp(a, "--min-p")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0, 1, &d))
-            return -1;
-        sp->min_p = (float)d;
-    } else if (!strcmp(a, "--repeat-penalty")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0.01, 100, &d))
-            return -1;
-        sp->repeat_penalty = (float)d;
-    } else if (!strcmp(a, "--repeat-last-n")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, 1 << 20, &ll))
-            return -1;
-        sp->repeat_last_n = (int32_t)ll;
-    } else if (!strcmp(a, "--ignore-eos")) {
-        o->ignore_eos = true;
-    } else if (!strcmp(a, "--context-shift")) {
-        o->context_shift = true;
-    } else if (!strcmp(a, "--keep")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, 1 << 30, &o->n_keep))
-            return -1;
-    } else if (!strcmp(a, "--engine")) {
-        VALUE();
-        if (strcmp(v, "starpu") != 0 && strcmp(v, "ref") != 0) {
-            si_cli_error("--engine: '%s' is neither starpu nor ref", v);
-            return -1;
-        }
-        cp->engine = !strcmp(v, "starpu") ? SI_ENGINE_STARPU : SI_ENGINE_REF;
-    } else if (!strcmp(a, "--sparsity")) {
-        VALUE();
-        if (!si_cli_sparsity(v, &cp->sparsity, &cp->input_sparsity))
-            return -1;
-    } else if (!strcmp(a, "--vram-budget")) {
-        VALUE();
-        if (!si_cli_size(a, v, &cp->vram_budget))
-            return -1;
-    } else if (!strcmp(a, "--gpu-attention")) {
-        VALUE();
-        if (!strcmp(v, "auto")) {
-            cp->gpu_attention = 0;
-        } else if (!strcmp(v, "none")) {
-            cp->gpu_attention = -1;
-        } else if (!strcmp(v, "all")) {
-            cp->gpu_attention = INT32_MAX; /* the engine takes the model's layers */
-        } else {
-            if (!si_cli_int(a, v, 1, 100000, &ll))
-                return -1;
-            cp->gpu_attention = (int32_t)ll;
-        }
-    } else if (!strcmp(a, "--dram-budget")) {
-        VALUE();
-        if (!si_cli_size(a, v, &cp->dram_budget))
-            return -1;
-    } else if (!strcmp(a, "--flash-store")) {
-        VALUE();
-        cp->flash_store = v;
-    } else if (!strcmp(a, "--flash-window")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, 1000000, &ll))
-            return -1;
-        cp->flash_window = ll == 0 ? -1 : (int32_t)ll; /* the API's 0 is "default" */
-    } else if (!strcmp(a, "--flash-pin")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0, 1, &d))
-            return -1;
-        cp->flash_pin = (float)d;
-    } else if (!strcmp(a, "--profile")) {
-        VALUE();
-        cp->profile_path = v;
-    } else if (!strcmp(a, "--trace")) {
-        VALUE();
-        o->trace_dir = v;
-    } else if (!strcmp(a, "--placement")) {
-        VALUE();
-        cp->placement_path = v;
-    } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-        VALUE();
-        if (!si_cli_int(a, v, 1, 4096, &ll))
-            return -1;
-        cp->n_batch = (int32_t)ll;
-    } else if (!strcmp(a, "--attn-split")) {
-        VALUE();
-        if (!si_cli_int(a, v, 0, 256, &ll))
-            return -1;
-        cp->attn_split = (int32_t)ll;
-    } else if (!strcmp(a, "--prefill")) {
-        VALUE();
-        if (!si_cli_prefill(v, &cp->prefill))
-            return -1;
-    } else if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
+    if (!strcmp(a, "--exact-prefill")) { /* the name it had before --prefill */
         cp->prefill = SI_PREFILL_EXACT;
-    } else if (!strcmp(a, "--merge")) {
-        VALUE();
-        if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) {
-            si_cli_error("--merge: '%s' is neither task nor redux", v);
-            return -1;
-        }
-        cp->redux = !strcmp(v, "redux");
-    } else if (!strcmp(a, "--gate-threshold")) {
-        VALUE();
-        if (!si_cli_float(a, v, 0, 1e6, &d))
-            return -1;
-        cp->gate_threshold = (float)d;
-    } else if (!strcmp(a, "--slices")) {
-        VALUE();
-        if (!si_cli_int(a, v, 1, 256, &ll))
-            return -1;
-        cp->n_slices = (int32_t)ll;
-    } else {
-        return 0;
+        return 1;
     }
-#undef VALUE
-    return 1;
+    if (strcmp(a, "--engine") && strcmp(a, "--sparsity") && strcmp(a, "--gpu-attention") &&
+        strcmp(a, "--prefill") && strcmp(a, "--merge"))
+        return 0;
+    if ((v = si_cli_value(argc, argv, i)) == NULL)
+        return -1;
+    bool ok = true, ref;
+    if (!strcmp(a, "--engine")) {
+        if ((ok = si_cli_engine_opt(v, &ref)))
+            cp->engine = ref ? SI_ENGINE_REF : SI_ENGINE_STARPU;
+    } else if (!strcmp(a, "--sparsity")) {
+        ok = si_cli_sparsity(v, &cp->sparsity, &cp->input_sparsity);
+    } else if (!strcmp(a, "--gpu-attention")) {
+        ok = si_cli_gpu_attention(a, v, &cp->gpu_attention);
+    } else if (!strcmp(a, "--prefill")) {
+        ok = si_cli_prefill(v, &cp->prefill);
+    } else if (strcmp(v, "task") != 0 && strcmp(v, "redux") != 0) { /* --merge */
+        ok = si_cli_error("--merge: '%s' is neither task nor redux", v) == 0;
+    } else {
+        cp->redux = !strcmp(v, "redux");
+    }
+    return ok ? 1 : -1;
+}
+
+int si_run_option(struct si_run_opts *o, int argc, char **argv, int *i)
+{
+    int r = run_option(o, argc, argv, i);
+    if (r == 0)
+        r = sampling_option(o, argc, argv, i);
+    if (r == 0)
+        r = engine_option(o, argc, argv, i);
+    if (r == 0)
+        r = engine_mode_option(o, argc, argv, i);
+    return r;
 }
 
 int si_run_check(const struct si_run_opts *o)
@@ -210,8 +184,7 @@ int si_run_check(const struct si_run_opts *o)
                             " profile --input-sparsity)",
                             o->cmd);
     if (cp->engine == SI_ENGINE_REF && o->trace_dir != NULL)
-        return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu",
-                            o->cmd);
+        return si_cli_error("%s: --trace records StarPU's tasks: it needs --engine starpu", o->cmd);
     /* The trace's prerequisites before anything is loaded. */
     if (o->trace_dir != NULL && si_trace_check(o->trace_dir) != 0)
         return 1;
@@ -310,7 +283,8 @@ void si_run_usage(FILE *f, bool chat)
             "                          by kind, the ready tasks, a per-kind summary\n",
             chat ? "the model's\n                          training context, at most 4096"
                  : "prompt + n-predict",
-            chat ? "; chat: the oldest\n                          turns after the system message go first"
+            chat ? "; chat: the oldest\n                          turns after the system message "
+                   "go first"
                  : "",
             chat ? "the system message's" : "the BOS");
 }
@@ -345,8 +319,9 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
         fprintf(f, "engine: the attention of %d layer%s on the GPU (its weights and KV cache)\n",
                 (int)st->gpu_attention_layers, si_cli_s(st->gpu_attention_layers));
     if (st->gpu_budget > 0)
-        fprintf(f, "engine: GPU bytes: budget %lld, engine handles %lld, allocated by StarPU "
-                   "(peak) %lld\n",
+        fprintf(f,
+                "engine: GPU bytes: budget %lld, engine handles %lld, allocated by StarPU "
+                "(peak) %lld\n",
                 (long long)st->gpu_budget, (long long)st->gpu_accounted,
                 (long long)st->gpu_allocated_peak);
     /* Decoding, then prefill: time in tasks summed over workers, the wall
@@ -404,7 +379,8 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
                 cold > 0 ? 100.0 * (double)st->flash_hits / (double)cold : 0.0,
                 1e3 * st->flash_io_seconds / n,
                 st->flash_io_seconds > 0
-                    ? (double)st->flash_bytes / 1048576.0 / st->flash_io_seconds : 0.0,
+                    ? (double)st->flash_bytes / 1048576.0 / st->flash_io_seconds
+                    : 0.0,
                 1e3 * st->flash_manage_seconds / n, 1e3 * compute / n);
     }
 }
