@@ -5,7 +5,8 @@
  * mode's layout and the GPU reserve (graph/layout.c), its data handles
  * (graph/data.c), one token's submission (graph/decode.c), a batch's
  * (graph/prefill.c); the tasks are the codelets of src/codelets/
- * (codelets.h lists them and their buffers); the neuron plan is
+ * (codelets.h lists them; each codelet file describes its tasks' buffers,
+ * codelets/task.h); the neuron plan is
  * placement/plan.h's, the flash tier's records and loads flash/tier.h's.
  *
  * Per token the engine submits, and StarPU orders through the data handles:
@@ -38,12 +39,11 @@
  *   norm+lm_head           x (RW), part_last.* (R) -> logits (W); or, split,
  *   lm_head.j              x, part_last.* (R) -> rows j of the logits (W)
  *
- * A layer's FFN output is merged by whoever reads it next: the slices'
- * partial outputs added in slice order (dense: the blocks side by side),
- * post-norm, residual, by the next
- * layer's attention tasks (each computes the same bits) or the head.  There
- * is no merge task per layer, which saves a serial step and a dependency per
- * layer; with --merge redux (STARPU_REDUX) a merge_L task remains.
+ * A layer's FFN output is carried to whoever reads it next (the next
+ * layer's first tasks, or the head), which adds it into its own copy of x
+ * (codelets/task.h explains it): there is no merge task per layer, which
+ * saves a serial step and a dependency per layer; with --merge redux
+ * (STARPU_REDUX) a merge_L task remains.
  *
  * The FFN neurons of a layer sit in slices: an optional hot slice (the GPU's,
  * positions [0, n_hot)) then cold slices for the CPU workers.  Each slice is
