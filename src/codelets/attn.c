@@ -30,7 +30,7 @@ _Static_assert(SI_CUDA_MAX_PARTS >= SI__MAX_SLICES + 1, "si_cuda_residual takes 
  */
 struct attn_io {
     float *x, *xb, *xb3, *aux, *scratch;
-    void *k[SI__MAX_SLICES], *v[SI__MAX_SLICES]; /* (ng) the caches' interfaces */
+    void *k[SI__MAX_SLICES + 1], *v[SI__MAX_SLICES + 1]; /* (ng) the caches' interfaces */
     const void *w[4];
     struct si__carried c;
 };
@@ -497,7 +497,7 @@ static void ao_cpu(void *buffers[], void *cl_arg)
  * residual after attention), xb (W: the FFN's input), [xb3 (W)]. */
 struct aout_io {
     const float *x2;
-    const float *o[SI__MAX_SLICES];
+    const float *o[SI__MAX_SLICES + 1];
     float *x, *xb, *xb3;
 };
 

@@ -208,7 +208,7 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  */
 struct ffn_io {
     const float *xb, *xr, *x2;
-    const float *o[SI__MAX_SLICES];
+    const float *o[SI__MAX_SLICES + 1];
     struct si__ffn_slice w;
     const void *fc1, *fc2;
     const int32_t *idx, *iota;
@@ -574,7 +574,7 @@ void si__ffn_gather(const struct si__layer_state *L, const float *const *act, in
 /* ffn_down_L.k (dense): the slices' outputs (R), the block's rows of
  * ffn_down (R), the block's output (W). */
 struct down_io {
-    const float *act[SI__MAX_SLICES];
+    const float *act[SI__MAX_SLICES + 1];
     const void *rows;
     float *y;
 };

@@ -30,7 +30,7 @@ static void flash_fail(struct si_engine *e, int rc, const char *msg)
  * Buffers: idx of each cold slice (R), the cache, the spill area (RW).
  */
 struct load_io {
-    const int32_t *idx[SI__MAX_SLICES]; /* by slot (the hot one's unused) */
+    const int32_t *idx[SI__MAX_SLICES + 1]; /* by slot (the hot one's unused) */
 };
 
 static void load_bufs(struct si__bufs *b, struct si_engine *e, int l, struct load_io *io)

@@ -16,7 +16,7 @@
 struct pred_io {
     const float *in;
     const void *fc2;
-    int32_t *idx[SI__MAX_SLICES];
+    int32_t *idx[SI__MAX_SLICES + 1];
     struct si__carried c;
 };
 

@@ -131,7 +131,7 @@ static void battn_cpu(void *buffers[], void *cl_arg)
  * every batch and token take in the same modes.
  */
 struct bkv_io {
-    const float *bqkv[SI__MAX_SLICES];
+    const float *bqkv[SI__MAX_SLICES + 1];
 };
 
 /* The k and v caches of group g in mode m, after bqkv_* (R). */
@@ -205,7 +205,7 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
  * Buffers: att_* (R), Wo (R), bo_j (W).
  */
 struct bao_io {
-    const float *att[SI__MAX_SLICES];
+    const float *att[SI__MAX_SLICES + 1];
     float *o;
 };
 
@@ -253,7 +253,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
  * Buffers: bo_* (R), x_batch (RW), ffn_in_batch (W), xb3_batch (W).
  */
 struct baout_io {
-    const float *bo[SI__MAX_SLICES];
+    const float *bo[SI__MAX_SLICES + 1];
     float *bx, *bxb, *bxb3;
 };
 

@@ -368,7 +368,7 @@ static void bffn_cuda(void *buffers[], void *cl_arg)
 /* ffn_down_batch_L.k (dense): the slices' outputs (R), the block's rows of
  * ffn_down (R), the block's output for the batch (W). */
 struct bdown_io {
-    const float *act[SI__MAX_SLICES];
+    const float *act[SI__MAX_SLICES + 1];
     const void *rows;
     float *y;
 };
@@ -419,7 +419,7 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
  * outputs (R), xb3_batch (R). */
 struct bmerge_io {
     float *bx;
-    const float *part[SI__MAX_SLICES];
+    const float *part[SI__MAX_SLICES + 1];
     const float *bxb3;
 };
 

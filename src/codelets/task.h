@@ -65,6 +65,8 @@ static inline void *si__buf(struct si__bufs *b, starpu_data_handle_t h,
                             enum starpu_data_access_mode m)
 {
     if (b->args != NULL) {
+        STARPU_ASSERT_MSG(b->args->n < (int)(sizeof b->args->h / sizeof b->args->h[0]),
+                          "a task with more buffers than struct si__args holds");
         b->args->h[b->args->n] = h;
         b->args->md[b->args->n++] = m;
         return NULL;

@@ -262,6 +262,10 @@ static void attn_split(struct si_engine *e, unsigned ncpu)
      * one per CPU worker when decoding does not split it */
     const int32_t gw = e->dec.na > 1 ? e->dec.na : e->bat.n_batch > 1 ? (int32_t)ncpu : 1;
     e->dec.ng = gw < hp->n_head_kv ? gw : hp->n_head_kv;
+    /* a batch's attn_o_batch_L.j tasks take every group's output for
+     * every worker's token range as buffers: ng * ncpu of them at most */
+    if ((int64_t)e->dec.ng * (int64_t)ncpu > SI__MAX_SLICES)
+        e->dec.ng = (int32_t)(SI__MAX_SLICES / ncpu > 1 ? SI__MAX_SLICES / ncpu : 1);
     if (hp->head_dim % e->lay.t_unit != 0) /* kv heads' columns off the copies' blocks */
         e->dec.ng = 1;
 }
