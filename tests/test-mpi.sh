@@ -64,6 +64,18 @@ same "$tmp/s.gguf"
 same "$tmp/r.gguf"
 same "$tmp/r.gguf" --sparsity gate
 same "$tmp/r.gguf" --sparsity predictor
+# Without STARPU_NCPU each rank's workers are the cores of its binding
+# (StarPU-MPI alone keeps one of them for its progress thread: a rank bound
+# to one core, as mpirun -np 2 binds them on two cores, had no worker).
+STARPU_NCPU=1 "$si" generate -m "$tmp/r.gguf" -p "the cat sat on" -n 16 --temp 0 --ids \
+    >"$tmp/one" 2>"$tmp/err" || fail "one process: $(cat "$tmp/err")"
+if timeout 300 mpirun "${flags[@]}" -np 2 -x STARPU_SILENT=1 "$si" generate -m "$tmp/r.gguf" \
+    -p "the cat sat on" -n 16 --temp 0 --ids >"$tmp/many" 2>"$tmp/err"; then
+    cmp -s "$tmp/one" "$tmp/many" && echo "ok: 2 ranks without STARPU_NCPU: $(grep '^ids' "$tmp/many")" ||
+        fail "2 ranks without STARPU_NCPU: '$(cat "$tmp/many")', one process '$(cat "$tmp/one")'"
+else
+    fail "2 ranks without STARPU_NCPU: $(grep -v '^[-[]' "$tmp/err" | head -n 3)"
+fi
 if [ -n "${STARINFER_TEST_MODEL:-}" ] && [ -f "$STARINFER_TEST_MODEL" ]; then
     same "$STARINFER_TEST_MODEL"
     # gate mode on the SiLU model: CATS thresholds from a short profile

@@ -5,6 +5,7 @@
 #include "starinfer.h"
 
 #include <errno.h>
+#include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <starpu.h>
@@ -69,6 +70,32 @@ static int check_env(char *err, size_t err_size)
     return SI_OK;
 }
 
+#ifdef SI_USE_MPI
+/*
+ * The physical cores of this process's CPU binding (mpirun's per-rank
+ * binding), or -1 when hwloc cannot tell.  Under StarPU-MPI without
+ * STARPU_NCPU, StarPU would take those cores minus one that it reserves for
+ * MPI's progress thread: a rank bound to one core (mpirun -np 2 on two
+ * cores) got no worker at all.  starinfer's ranks run one token at a time
+ * and exchange a vector a layer range, so every core of the binding
+ * becomes a worker and the progress thread shares them.
+ */
+static int bound_cores(void)
+{
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0)
+        return -1;
+    int n = -1;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (set != NULL && hwloc_topology_load(topo) == 0 &&
+        hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0)
+        n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+    hwloc_bitmap_free(set);
+    hwloc_topology_destroy(topo);
+    return n;
+}
+#endif
+
 /* StarPU-MPI: asked for (si_runtime_set_mpi), running, this rank, the ranks. */
 #ifdef SI_USE_MPI
 static bool mpi_wanted;
@@ -99,6 +126,11 @@ int si_runtime_start(struct si_runtime *rt, bool caller_worker, char *err, size_
     /* StarPU-MPI's own start: it may then run MPI's progress on the CPU
      * driver between tasks (STARPU_MPI_DRIVER_CALL_FREQUENCY) instead of a
      * thread that competes with the workers for the cores */
+    if (mpi_wanted && getenv("STARPU_NCPU") == NULL && getenv("STARPU_NCPUS") == NULL) {
+        const int n = bound_cores();
+        if (n > 0)
+            conf.ncpus = n;
+    }
     int ret = mpi_wanted ? starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf)
                          : starpu_init(&conf);
 #else
