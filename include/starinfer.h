@@ -679,6 +679,8 @@ struct si_stats {
     int64_t step_tokens;       /* tokens the engine evaluated one by one */
     double step_seconds;       /* their wall time */
     int64_t step_tasks;        /* tasks submitted for them */
+    double step_submit_seconds; /* the part of step_seconds spent creating and
+                                 * submitting those tasks */
     int64_t batch_tokens;      /* tokens it evaluated in prefill batches */
     double batch_seconds;
     int64_t batch_tasks;

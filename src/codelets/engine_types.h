@@ -143,6 +143,9 @@ struct si_engine_stats {
     int64_t neurons_cold;   /* ... in cold slices */
     int64_t neurons_total;  /* FFN neurons that exist, summed over layers and tokens */
     double seconds;         /* wall time inside si_engine_eval */
+    double submit_seconds;  /* ... of it submitting the token's tasks (the graph's
+                             * cost on the calling thread; the workers may run
+                             * tasks meanwhile) */
     /* Time spent inside the tasks' functions, by kind, summed over workers
      * (for CUDA tasks: the time to queue their kernels); the rest of
      * seconds x workers is scheduling, submission and idling. */

@@ -106,6 +106,7 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         if (rc == 0)
             rc = si__pipe_send_x(e) == SI_OK ? 0 : -1;
     }
+    e->stats.submit_seconds += si__now() - t0;
     if (rc == 0)
         rc = si__pipe_logits(e) == SI_OK ? 0 : -1;
     /* Wait for this token's tasks: the logits are ready when readable (the
