@@ -89,10 +89,11 @@ static void wait_reads(struct si_engine *e, int l, double *t0)
  * then the task waits for the reads and does the fresh ones.  Each neuron's
  * activation is the same whenever it is computed, and the down projection
  * runs after the wait, in order.
- * Buffers: ffn_in, the cache, idx j, the spill area (R), partial output j (W).
+ * Buffers: ffn_in, the cache, idx j, the spill area (R), partial output j
+ * (W), [gate mode: gact j (R), the gmask task's act(gate)].
  */
 struct flash_io {
-    const float *xb;
+    const float *xb, *gact;
     const int32_t *idx;
     float *y;
 };
@@ -105,6 +106,7 @@ static void flash_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, st
     io->idx = si__vec(b, L->h_idx_c[j], STARPU_R);
     si__buf(b, e->fl.h_spill, STARPU_R);
     io->y = si__vec(b, L->h_part_c[j], STARPU_W);
+    io->gact = L->gact != NULL ? si__vec(b, L->h_gact_c[j], STARPU_R) : NULL;
 }
 
 static void ffn_flash_cpu(void *buffers[], void *cl_arg)
@@ -179,7 +181,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
                 const int32_t s = rx[q];
                 if (s < 0 || (early && si_flash_tier_fresh(ft, s) != (pass == 1)))
                     continue;
-                float h = L->gact[p0 + idx[q]];
+                float h = io.gact[idx[q]];
                 if (early) {
                     float u = si__ffn_dot(t, up + (size_t)s * rb, xa, xb, d);
                     L->rd[a->j] += (int64_t)f->gu_row; /* after gmask's gating rows */
@@ -235,8 +237,7 @@ struct starpu_codelet si__cl_load = {
 };
 struct starpu_codelet si__cl_flash = {
     .cpu_funcs = {ffn_flash_cpu},
-    .nbuffers = 5,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &flash_model,
     .name = "ffn_flash",
 };

@@ -94,12 +94,13 @@ int si__submit_pred(struct si_engine *e, int l, int32_t token)
  * which records to read.  The neurons that pass go to idx (local positions,
  * then -1) and their act(gate) (the plain kind: the activation itself,
  * dropping zeros as ffn_sparse_slice does) to gact.
- * Buffers: ffn_in, gating rows j, up_b j (R), idx j (W).
+ * Buffers: ffn_in, gating rows j, up_b j (R), idx j, gact j (W).
  */
 struct gmask_io {
     const float *xb, *b;
     const char *pre;
     int32_t *idx;
+    float *gact; /* by the slice's own positions */
 };
 
 static void gmask_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct gmask_io *io)
@@ -110,6 +111,7 @@ static void gmask_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, st
     const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
     io->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
     io->idx = si__vec(b, L->h_idx_c[j], STARPU_W);
+    io->gact = si__vec(b, L->h_gact_c[j], STARPU_W);
 }
 
 static void gmask_cpu(void *buffers[], void *cl_arg)
@@ -152,7 +154,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
             if (relu ? v == 0.0f : !(fabsf(v) > thr))
                 continue;
         }
-        L->gact[p0 + i] = v;
+        io.gact[i] = v;
         idx[k++] = (int32_t)i;
     }
     for (int64_t q = k; q < n; q++)
@@ -180,8 +182,8 @@ struct starpu_codelet si__cl_pred = {
 };
 struct starpu_codelet si__cl_gmask = {
     .cpu_funcs = {gmask_cpu},
-    .nbuffers = 4,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = 5,
+    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W},
     .model = &gmask_model,
     .name = "gmask",
 };

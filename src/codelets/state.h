@@ -138,6 +138,7 @@ struct si__layer_state {
     float *gact;       /* gate mode: (n_ff) act(gate) of each passing neuron
                         * (the plain kind: its activation), by position */
     starpu_data_handle_t h_cache;
+    starpu_data_handle_t h_gact, *h_gact_c; /* gact, and its parts by slice */
 
     char name_attn[24], name_pred[24], name_merge[24], name_load[24];
     char (*name_gmask)[32]; /* (nsl) */

@@ -281,6 +281,10 @@ static void register_layer(struct si_engine *e, int l)
         vec(&L->h_idx, L->idx, (size_t)ff, sizeof(int32_t));
         split(L->h_idx, L, L->len_n, L->h_idx_c);
     }
+    if (L->gact != NULL) { /* gate mode's flash masks: act(gate) of the neurons that pass */
+        vec(&L->h_gact, L->gact, (size_t)ff, sizeof(float));
+        split(L->h_gact, L, L->len_n, L->h_gact_c);
+    }
     size_t part = 0;
     for (int32_t j = 0; j < L->nsl; j++)
         part += L->len_p[j];
@@ -408,6 +412,7 @@ static void unregister_layer(struct si_engine *e, int l)
     unsplit(L->h_rec, L, L->h_rec_c);
     unsplit(L->h_upb, L, L->h_upb_c);
     unsplit(L->h_idx, L, L->h_idx_c);
+    unsplit(L->h_gact, L, L->h_gact_c);
     unsplit(L->h_part, L, L->h_part_c);
     unsplit(L->h_fc1, L, NULL);
     unsplit(L->h_fc2, L, NULL);

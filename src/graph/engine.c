@@ -115,8 +115,9 @@ static int alloc_layer(struct si_engine *e, struct si__layer_state *L, int l)
         if (e->p.mode == SI_SPARSITY_GATE) {
             L->idx = malloc(ff * sizeof(int32_t));
             L->gact = malloc(ff * sizeof(float));
+            L->h_gact_c = calloc(slots, sizeof(starpu_data_handle_t));
             L->name_gmask = calloc(slots, sizeof *L->name_gmask);
-            if (!L->idx || !L->gact || !L->name_gmask)
+            if (!L->idx || !L->gact || !L->h_gact_c || !L->name_gmask)
                 return SI_E_NOMEM;
         }
     }
@@ -182,6 +183,7 @@ static void free_layer(struct si__layer_state *L)
     free(L->aux);
     free(L->idx);
     free(L->gact);
+    free(L->h_gact_c);
     free(L->name_gmask);
 }
 
