@@ -254,7 +254,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
  */
 struct baout_io {
     const float *bo[SI__MAX_SLICES + 1];
-    float *bx, *bxb, *bxb3;
+    float *bx, *bffn_in, *bxb3;
 };
 
 static void baout_bufs(struct si__bufs *b, struct si_engine *e, struct baout_io *io)
@@ -262,7 +262,7 @@ static void baout_bufs(struct si__bufs *b, struct si_engine *e, struct baout_io 
     for (int32_t j = 0; j < e->bat.nr; j++)
         io->bo[j] = si__vec(b, e->bat.h_bo[j], STARPU_R);
     io->bx = si__vec(b, e->bat.h_bx, STARPU_RW);
-    io->bxb = si__vec(b, e->bat.h_bffn_in, STARPU_W);
+    io->bffn_in = si__vec(b, e->bat.h_bffn_in, STARPU_W);
     io->bxb3 = si__vec(b, e->bat.h_bxb3, STARPU_W);
 }
 
@@ -284,9 +284,9 @@ static void baout_cpu(void *buffers[], void *cl_arg)
         for (int64_t t = 0; t < bn && w > 0; t++)
             memcpy(o + t * d + c0, bo + t * w, (size_t)w * sizeof(float));
     }
-    float *bx = io.bx, *bxb = io.bxb, *bxb3 = io.bxb3;
+    float *bx = io.bx, *bffn_in = io.bffn_in, *bxb3 = io.bxb3;
     for (int64_t t = 0; t < bn; t++)
-        si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bxb + t * d,
+        si_ref_attn_finish_into(e->ref, a->l, bx + t * d, o + t * d, bx + t * d, bffn_in + t * d,
                                 bxb3 + t * d, sc->tmp);
     if (e->obs.fn != NULL) /* si_ffn_view's xr: the residual the FFN's norm read */
         memcpy(e->obs.r + (size_t)a->l * (size_t)e->obs.nb * (size_t)d, bx,
