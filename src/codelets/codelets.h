@@ -234,6 +234,17 @@ static inline void si__matvec_t(struct si_engine *e, const struct si_tensor *w,
     __atomic_fetch_add(&e->in_saved, (c1 - c0) * (int64_t)w->row_bytes - read, __ATOMIC_RELAXED);
 }
 
+/* ffn_down_L.k and ffn_down_batch_L.k (dense mode; batch: a batch's
+ * arrays): the slices' outputs (R), the block's rows of ffn_down (R), the
+ * block's output (W).  io->rows: those rows as a tensor on the buffer. */
+struct si__down_io {
+    const float *act[SI__MAX_SLICES + 1];
+    struct si_tensor rows;
+    float *y;
+};
+void si__down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, bool batch,
+                   struct si__down_io *io);
+
 /* Dense mode: layer L's slices' activations of token t, from the slices'
  * outputs act[0 .. nsl), gathered into h (n_ff). */
 void si__ffn_gather(const struct si__layer_state *L, const float *const *act, int64_t t, float *h);

@@ -571,22 +571,17 @@ void si__ffn_gather(const struct si__layer_state *L, const float *const *act, in
     }
 }
 
-/* ffn_down_L.k (dense): the slices' outputs (R), the block's rows of
- * ffn_down (R), the block's output (W). */
-struct down_io {
-    const float *act[SI__MAX_SLICES + 1];
-    const void *rows;
-    float *y;
-};
-
-static void down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, struct down_io *io)
+/* See codelets.h. */
+void si__down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, bool batch,
+                   struct si__down_io *io)
 {
     struct si__layer_state *L = &e->L[l];
     for (int32_t j = 0; j < L->nsl; j++)
-        io->act[j] = si__vec(b, L->h_part_c[j], STARPU_R);
+        io->act[j] = si__vec(b, batch ? e->bat.h_bpart[j] : L->h_part_c[j], STARPU_R);
     void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
-    io->rows = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
-    io->y = si__vec(b, e->down.h_dout[k], STARPU_W);
+    io->rows = si__rows_of(&e->w->layers[l].ffn_down, e->down.dn[k], e->down.dn[k + 1]);
+    io->rows.data = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
+    io->y = si__vec(b, batch ? e->down.h_bdout[k] : e->down.h_dout[k], STARPU_W);
 }
 
 /*
@@ -600,9 +595,9 @@ static void down_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     const struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
-    struct down_io io;
+    struct si__down_io io;
     struct si__bufs b = si__bufs_read(buffers);
-    down_bufs(&b, e, a->l, a->j, &io);
+    si__down_bufs(&b, e, a->l, a->j, false, &io);
     double t0 = si__now();
     si__ffn_gather(L, io.act, 0, sc->h);
     int64_t nz;
@@ -614,10 +609,7 @@ static void down_cpu(void *buffers[], void *cl_arg)
         si__account(e, SI_TASK_FFN_DOWN, t0);
         return;
     }
-    struct si_tensor rows =
-        si__rows_of(&e->w->layers[a->l].ffn_down, e->down.dn[a->j], e->down.dn[a->j + 1]);
-    rows.data = io.rows;
-    si_ref_matvec(e->p.ref.act_quant, sc->hq, io.y, &rows, sc->h);
+    si_ref_matvec(e->p.ref.act_quant, sc->hq, io.y, &io.rows, sc->h);
     si__account(e, SI_TASK_FFN_DOWN, t0);
 }
 
@@ -625,7 +617,7 @@ int si__submit_down(struct si_engine *e, int l, int k, int32_t token)
 {
     struct si__args a;
     struct si__bufs b = si__bufs_collect(&a);
-    down_bufs(&b, e, l, k, &(struct down_io){0});
+    si__down_bufs(&b, e, l, k, false, &(struct si__down_io){0});
     return si__submit(e, &si__cl_down, e->L[l].name_down[k], l, k, token, &a, STARPU_CPU);
 }
 

@@ -365,29 +365,11 @@ static void bffn_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-/* ffn_down_batch_L.k (dense): the slices' outputs (R), the block's rows of
- * ffn_down (R), the block's output for the batch (W). */
-struct bdown_io {
-    const float *act[SI__MAX_SLICES + 1];
-    const void *rows;
-    float *y;
-};
-
-static void bdown_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, struct bdown_io *io)
-{
-    struct si__layer_state *L = &e->L[l];
-    for (int32_t j = 0; j < L->nsl; j++)
-        io->act[j] = si__vec(b, e->bat.h_bpart[j], STARPU_R);
-    void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
-    io->rows = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
-    io->y = si__vec(b, e->down.h_bdout[k], STARPU_W);
-}
-
 /*
  * down_cpu for a batch: each token's activations gathered from the slices'
  * outputs, then in the batch's arithmetic (si__arith_of) the reference's
  * product per token, as in decoding, or si__products on H.  Output:
- * (n_batch, block rows), token-major.
+ * (n_batch, block rows), token-major.  Its buffers: si__down_bufs.
  */
 static void bdown_cpu(void *buffers[], void *cl_arg)
 {
@@ -396,13 +378,11 @@ static void bdown_cpu(void *buffers[], void *cl_arg)
     const struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     const int64_t ff = e->m->hp.n_ff, bn = e->bat.bn, no = e->down.dn[a->j + 1] - e->down.dn[a->j];
-    struct bdown_io io;
+    struct si__down_io io;
     struct si__bufs b = si__bufs_read(buffers);
-    bdown_bufs(&b, e, a->l, a->j, &io);
+    si__down_bufs(&b, e, a->l, a->j, true, &io);
     double t0 = si__now();
-    struct si_tensor rows =
-        si__rows_of(&e->w->layers[a->l].ffn_down, e->down.dn[a->j], e->down.dn[a->j + 1]);
-    rows.data = io.rows;
+    const struct si_tensor rows = io.rows;
     float *y = io.y;
     for (int64_t t = 0; t < bn; t++)
         si__ffn_gather(L, io.act, t, sc->bu + t * ff);
@@ -495,7 +475,7 @@ int si__submit_bffn(struct si_engine *e, int l)
     }
     for (int32_t k = 0; k < e->down.nd && !e->lay.sparse && rc == 0; k++) {
         b = si__bufs_collect(&a);
-        bdown_bufs(&b, e, l, k, &(struct bdown_io){0});
+        si__down_bufs(&b, e, l, k, true, &(struct si__down_io){0});
         rc = si__submit(e, &si__cl_bdown, L->name_bdown[k], l, k, 0, &a, STARPU_CPU);
     }
     if (rc == 0) {
