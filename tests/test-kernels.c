@@ -166,6 +166,81 @@ static void fill_case(enum fill f, float *q, size_t nq, uint16_t *k, uint16_t *v
     (void)head_dim;
 }
 
+/* si_k_attn_f16_tiled's arithmetic as it was first written (a query at a
+ * time, one head after the other): what the tiles must reproduce. */
+static void oracle_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch)
+{
+    const int hd = head_dim, group = n_head / n_head_kv, T = SI_ATTN_TILE;
+    const size_t kvd = (size_t)n_head_kv * hd;
+    float *sc = scratch, *M = sc + T, *S = M + n_head;
+    for (int h = h0; h < h1; h++) {
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    memset(out + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof *out);
+    for (int t0 = 0; t0 < n_kv; t0 += T) {
+        const int lo = first > t0 ? first : t0, hi = n_kv < t0 + T ? n_kv : t0 + T;
+        if (lo >= hi)
+            continue;
+        for (int h = h0; h < h1; h++) {
+            const float *qh = q + (size_t)h * hd;
+            const size_t koff = (size_t)(h / group) * hd;
+            float *acc = out + (size_t)h * hd, m = -INFINITY;
+            for (int j = 0; j < T; j++) {
+                const int t = t0 + j;
+                float s = -INFINITY;
+                if (t >= lo && t < hi) {
+                    const uint16_t *kt = k + (size_t)t * kvd + koff;
+                    float d = 0.0f;
+                    for (int i = 0; i < hd; i++)
+                        d = fmaf(si_fp16_to_fp32(kt[i]), qh[i], d);
+                    s = d * scale;
+                }
+                sc[j] = s;
+                m = m > s ? m : s;
+            }
+            if (m == -INFINITY)
+                continue;
+            const float Mnew = fmaxf(M[h], m);
+            if (Mnew > M[h]) {
+                const float ms = expf(M[h] - Mnew);
+                for (int i = 0; i < hd; i++)
+                    acc[i] *= ms;
+                S[h] *= ms;
+            }
+            M[h] = Mnew;
+            S[h] = (float)((double)S[h] + si_act_exp_sum8(sc, T, Mnew));
+            for (int t = lo; t < hi; t++) {
+                const uint16_t *vt = v + (size_t)t * kvd + koff;
+                const float pt = sc[t - t0];
+                for (int i = 0; i < hd; i++)
+                    acc[i] = fmaf(si_fp16_to_fp32(vt[i]), pt, acc[i]);
+            }
+        }
+    }
+    for (int h = h0; h < h1; h++) {
+        const float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
+        for (int i = 0; i < hd; i++)
+            out[(size_t)h * hd + i] *= inv;
+    }
+}
+
+/* si_k_attn_f16_tiled's steps over an implementation of the tiles. */
+static void tiled_with(si__attn_tiled_fn fn, float *out, const float *q, const uint16_t *k,
+                       const uint16_t *v, int first, int n_kv, int h0, int h1, int n_head,
+                       int n_head_kv, int head_dim, float scale, float *scratch)
+{
+    const size_t o = (size_t)h0 * (size_t)head_dim;
+    float *M = scratch + si_k_attn_tiles_scratch(head_dim), *S = M + n_head;
+    const struct si_attn_query a = {q + o, out + o, M, S, first, n_kv};
+    si_k_attn_query_start(&a, h1 - h0, head_dim);
+    fn(&a, 1, k, v, (int64_t)n_head_kv * head_dim, h0, h1, n_head / n_head_kv, head_dim, scale, 0,
+       n_kv, scratch);
+    si_k_attn_query_finish(out + o, &a, h1 - h0, head_dim);
+}
+
 static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_kv, enum fill f)
 {
     const size_t nq = (size_t)n_head * head_dim, kvd = (size_t)n_head_kv * head_dim;
@@ -215,22 +290,30 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
         }
         free(c);
     }
-    /* The tiled attention: portable code and AVX2 twin. */
+    /* The tiled attention: the arithmetic as it was first written (the
+     * oracle below), the portable tiles and the AVX2 twin. */
     float *t1 = malloc(si_k_attn_tiled_scratch(head_dim, n_head) * sizeof *t1);
     float *t2 = malloc(si_k_attn_tiled_scratch(head_dim, n_head) * sizeof *t2);
+    float *c = malloc(nq * sizeof *c);
     memset(a, 0xa5, nq * sizeof *a);
     memset(b, 0x5a, nq * sizeof *b);
-    si__k_attn_f16_tiled_portable(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv,
-                                  head_dim, scale, t1);
-    si__quants_avx2.attn_tiled(b, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim,
-                               scale, t2);
+    memset(c, 0x3c, nq * sizeof *c);
+    oracle_tiled(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim, scale, t1);
+    tiled_with(si__k_attn_tiles_portable, c, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv,
+               head_dim, scale, t1);
+    tiled_with(si__quants_avx2.attn_tiled, b, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv,
+               head_dim, scale, t2);
     /* NaNs may differ in sign and payload: which operand of a fused
      * multiply-add a NaN comes from depends on the instruction's form. */
     for (size_t i = 0; i < nq; i++) {
-        if (si_act_bits(a[i]) != si_act_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])) && bad++ < 3)
-            fprintf(stderr, "tiled attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs "
-                    "%08x (%.9g)\n", n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i,
-                    si_act_bits(a[i]), a[i], si_act_bits(b[i]), b[i]);
+        if ((si_act_bits(a[i]) != si_act_bits(c[i]) ||
+             (si_act_bits(a[i]) != si_act_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))) &&
+            bad++ < 3)
+            fprintf(stderr,
+                    "tiled attn %d/%d heads hd %d t %d..%d %s: out[%zu] %08x (%.9g) vs "
+                    "portable %08x, AVX2 %08x (%.9g)\n",
+                    n_head, n_head_kv, head_dim, first, n_kv, fill_name[f], i, si_act_bits(a[i]),
+                    a[i], si_act_bits(c[i]), si_act_bits(b[i]), b[i]);
     }
     si_k_attn_f16_tiled(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, head_dim, scale,
                         t1);
@@ -239,12 +322,11 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
     for (int g = 0; g < n_head_kv; g++) {
         const int h0 = g * group, h1 = h0 + group;
         memset(a, 0x3c, nq * sizeof *a);
-        si__k_attn_f16_tiled_portable(a, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv,
-                                      head_dim, scale, t1);
-        float *c = malloc(nq * sizeof *c);
+        tiled_with(si__k_attn_tiles_portable, a, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv,
+                   head_dim, scale, t1);
         memset(c, 0x3c, nq * sizeof *c);
-        si__quants_avx2.attn_tiled(c, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv, head_dim,
-                                   scale, t2);
+        tiled_with(si__quants_avx2.attn_tiled, c, q, k, v, first, n_kv, h0, h1, n_head, n_head_kv,
+                   head_dim, scale, t2);
         for (size_t i = 0; i < nq; i++) {
             const bool in = i >= (size_t)h0 * head_dim && i < (size_t)h1 * head_dim;
             const uint32_t want = in ? si_act_bits(b[i]) : 0x3c3c3c3cu;
@@ -254,8 +336,8 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
                 fprintf(stderr, "tiled attn heads [%d, %d) of %d: out[%zu] %08x / %08x, want "
                         "%08x\n", h0, h1, n_head, i, si_act_bits(a[i]), si_act_bits(c[i]), want);
         }
-        free(c);
     }
+    free(c);
     free(t1);
     free(t2);
     free(q);
@@ -266,6 +348,170 @@ static int attn_case(int n_head, int n_head_kv, int head_dim, int first, int n_k
     free(s1);
     free(s2);
     return bad;
+}
+
+/*
+ * Many queries in one call of the tiles (a prompt's causal rows, windows,
+ * a query that attends nothing), each against the oracle alone, in both
+ * implementations: a query's bits must not depend on the others.
+ */
+static int queries_case(int n_head, int n_head_kv, int head_dim, int n_kv, int n_q, int window)
+{
+    const size_t nq = (size_t)n_head * head_dim, kvd = (size_t)n_head_kv * head_dim;
+    float *q = malloc((size_t)n_q * nq * sizeof *q), *acc = malloc((size_t)n_q * nq * sizeof *acc);
+    float *ms = malloc(2 * (size_t)n_q * (size_t)n_head * sizeof *ms),
+          *want = malloc(nq * sizeof *want);
+    uint16_t *k = malloc((size_t)n_kv * kvd * sizeof *k),
+             *v = malloc((size_t)n_kv * kvd * sizeof *v);
+    float *t1 = malloc(si_k_attn_tiled_scratch(head_dim, n_head) * sizeof *t1);
+    struct si_attn_query *qs = malloc((size_t)n_q * sizeof *qs);
+    fill_case(PLAIN, q, (size_t)n_q * nq, k, v, (size_t)n_kv * kvd, head_dim, kvd);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    int bad = 0;
+    for (int impl = 0; impl < 2; impl++) {
+        for (int r = 0; r < n_q; r++) {
+            const int hi = n_kv - n_q + 1 + r; /* causal: the last n_q positions */
+            const int lo = r == 1 ? hi : window > 0 && hi > window ? hi - window : 0;
+            qs[r] = (struct si_attn_query){q + (size_t)r * nq,
+                                           acc + (size_t)r * nq,
+                                           ms + (size_t)r * n_head,
+                                           ms + (size_t)(n_q + r) * n_head,
+                                           lo,
+                                           hi};
+            si_k_attn_query_start(&qs[r], n_head, head_dim);
+        }
+        (impl ? si__quants_avx2.attn_tiled
+              : si__k_attn_tiles_portable)(qs, n_q, k, v, (int64_t)kvd, 0, n_head,
+                                           n_head / n_head_kv, head_dim, scale, 0, n_kv, t1);
+        for (int r = 0; r < n_q; r++) {
+            si_k_attn_query_finish(acc + (size_t)r * nq, &qs[r], n_head, head_dim);
+            oracle_tiled(want, q + (size_t)r * nq, k, v, qs[r].lo, qs[r].hi, 0, n_head, n_head,
+                         n_head_kv, head_dim, scale, t1);
+            if (memcmp(want, acc + (size_t)r * nq, nq * sizeof *want) != 0 && bad++ < 3)
+                fprintf(stderr,
+                        "%s tiles, %d queries, %d/%d heads hd %d: query %d [%d, %d) differs\n",
+                        impl ? "AVX2" : "portable", n_q, n_head, n_head_kv, head_dim, r, qs[r].lo,
+                        qs[r].hi);
+        }
+    }
+    free(q);
+    free(acc);
+    free(ms);
+    free(want);
+    free(k);
+    free(v);
+    free(t1);
+    free(qs);
+    return bad;
+}
+
+/* Double precision attention of query heads [0, n_head) over [first, n_kv). */
+static void exact_attn(double *out, const float *q, const uint16_t *k, const uint16_t *v, int first,
+                       int n_kv, int n_head, int n_head_kv, int hd, float scale)
+{
+    const size_t kvd = (size_t)n_head_kv * hd;
+    for (int h = 0; h < n_head; h++) {
+        const size_t ko = (size_t)(h / (n_head / n_head_kv)) * hd;
+        double mx = -INFINITY, sum = 0.0;
+        for (int t = first; t < n_kv; t++) {
+            double d = 0.0;
+            for (int i = 0; i < hd; i++)
+                d += (double)si_fp16_to_fp32(k[t * kvd + ko + i]) * q[(size_t)h * hd + i];
+            mx = fmax(mx, d * scale);
+        }
+        for (int i = 0; i < hd; i++)
+            out[(size_t)h * hd + i] = 0.0;
+        for (int t = first; t < n_kv; t++) {
+            double d = 0.0;
+            for (int i = 0; i < hd; i++)
+                d += (double)si_fp16_to_fp32(k[t * kvd + ko + i]) * q[(size_t)h * hd + i];
+            const double p = exp(d * scale - mx);
+            sum += p;
+            for (int i = 0; i < hd; i++)
+                out[(size_t)h * hd + i] += p * si_fp16_to_fp32(v[t * kvd + ko + i]);
+        }
+        for (int i = 0; i < hd; i++) /* nothing attended: 0, as the kernels give */
+            out[(size_t)h * hd + i] = sum > 0.0 ? out[(size_t)h * hd + i] / sum : 0.0;
+    }
+}
+
+/*
+ * Decoding's split: within one chunk it is the tiled attention, bits and
+ * all; over several, chunk by chunk and merged, it is the exact attention
+ * within what its float arithmetic allows.  Each output's error is bounded
+ * by the sums' roundings: a chunk's sums run over at most SI_ATTN_CHUNK
+ * positions and the merge over n chunks, each adding at most a relative
+ * 2^-24 per term (on the numerator and the denominator alike), plus
+ * si_act_exp's 1.5 ulp and a score's rounding over head_dim products
+ * (head_dim 2^-24 times the largest sum of |q_i k_i| scale, through e^s),
+ * all relative to the largest |v|.
+ */
+static int split_case(int n_head, int n_head_kv, int hd, int first, int n_kv)
+{
+    const size_t nq = (size_t)n_head * hd, kvd = (size_t)n_head_kv * hd;
+    float *q = malloc(nq * sizeof *q), *a = malloc(nq * sizeof *a), *b = malloc(nq * sizeof *b);
+    double *x = malloc(nq * sizeof *x);
+    uint16_t *k = malloc((size_t)n_kv * kvd * sizeof *k),
+             *v = malloc((size_t)n_kv * kvd * sizeof *v);
+    float *t = malloc(si_k_attn_split_scratch(hd, n_head, n_kv) * sizeof *t);
+    float *t2 = malloc(si_k_attn_tiled_scratch(hd, n_head) * sizeof *t2);
+    fill_case(PLAIN, q, nq, k, v, (size_t)n_kv * kvd, hd, kvd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    si_k_attn_f16_split(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, hd, scale, t);
+    int bad = 0, c0;
+    const int nc = si_k_attn_chunks(first, n_kv, &c0);
+    if (nc == 1) {
+        si_k_attn_f16_tiled(b, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, hd, scale, t2);
+        if (memcmp(a, b, nq * sizeof *a) != 0 && bad++ < 3)
+            fprintf(stderr, "split over one chunk [%d, %d) is not the tiled attention\n", first,
+                    n_kv);
+    }
+    exact_attn(x, q, k, v, first, n_kv, n_head, n_head_kv, hd, scale);
+    double vmax = 0.0, smax = 0.0;
+    for (size_t i = 0; i < (size_t)n_kv * kvd; i++)
+        vmax = fmax(vmax, fabs(si_fp16_to_fp32(v[i])));
+    for (int h = 0; h < n_head; h++)
+        for (int tt = first; tt < n_kv; tt++) {
+            double s = 0.0;
+            for (int i = 0; i < hd; i++)
+                s += fabs((double)si_fp16_to_fp32(
+                              k[tt * kvd + (size_t)(h / (n_head / n_head_kv)) * hd + i]) *
+                          q[(size_t)h * hd + i]);
+            smax = fmax(smax, s * scale);
+        }
+    const double tol =
+        vmax * 0x1p-24 * (2.0 * (SI_ATTN_CHUNK + nc + 2) + 2 * 1.5 * 2 + 2.0 * hd * smax);
+    for (size_t i = 0; i < nq; i++)
+        if (!(fabs(a[i] - x[i]) <= tol) && bad++ < 3)
+            fprintf(stderr, "split [%d, %d), %d chunks: out[%zu] %.9g, exact %.9g, bound %.3g\n",
+                    first, n_kv, nc, i, a[i], x[i], tol);
+    free(q);
+    free(a);
+    free(b);
+    free(x);
+    free(k);
+    free(v);
+    free(t);
+    free(t2);
+    return bad;
+}
+
+static void test_tiles(void)
+{
+    int bad = 0, cases = 0;
+    static const int qcase[][6] = {{9, 3, 64, 300, 40, 0},   {9, 3, 64, 200, 64, 0},
+                                   {4, 1, 128, 130, 7, 33},  {8, 8, 80, 65, 65, 0},
+                                   {6, 2, 40, 500, 17, 100}, {2, 1, 7, 70, 3, 0}};
+    for (size_t i = 0; i < sizeof qcase / sizeof qcase[0]; i++, cases++)
+        bad += queries_case(qcase[i][0], qcase[i][1], qcase[i][2], qcase[i][3], qcase[i][4],
+                            qcase[i][5]) != 0;
+    static const int scase[][5] = {{9, 3, 64, 0, 512},  {9, 3, 64, 0, 2048}, {9, 3, 64, 700, 2100},
+                                   {4, 1, 128, 0, 777}, {8, 2, 64, 10, 250}, {2, 2, 96, 255, 1025},
+                                   {4, 4, 64, 300, 300}};
+    for (size_t i = 0; i < sizeof scase / sizeof scase[0]; i++, cases++)
+        bad += split_case(scase[i][0], scase[i][1], scase[i][2], scase[i][3], scase[i][4]) != 0;
+    CHECK(bad == 0, "%d of %d tiles and split cases differ", bad, cases);
+    printf("tiles (many queries) and split: %d cases, %d differ\n", cases, bad);
 }
 
 static void test_attn(void)
@@ -314,5 +560,6 @@ int main(void)
     CHECK(si__quants_active()->attn_f16 == si__quants_avx2.attn_f16,
           "the AVX2 attention is not in use");
     test_attn();
+    test_tiles();
     return test_result();
 }

@@ -163,7 +163,13 @@ static int bench_once(const struct si_model *m, struct si_engine_params ep,
         goto out;
     }
     double t1 = si__now();
-    if (si_engine_eval_batch(eng, toks, n_prompt) != SI_OK) {
+    /* The prompt's attention in the arithmetic generate gives it: a batch
+     * of 64 tokens or more takes llama.cpp's tiled f32 attention (as
+     * si_context_eval_batch sets it), decoding the single-query one. */
+    si_engine_ref(eng)->attn_f32 = n_prompt >= 64;
+    const int prc = si_engine_eval_batch(eng, toks, n_prompt);
+    si_engine_ref(eng)->attn_f32 = false;
+    if (prc != SI_OK) {
         if (si_engine_error(eng)[0] != '\0')
             si_cli_error("bench: evaluation of the prompt failed: %s", si_engine_error(eng));
         else

@@ -20,6 +20,12 @@
 _Static_assert(SI_CUDA_MAX_PARTS >= SI__MAX_SLICES + 1, "si_cuda_residual takes too few parts");
 #endif
 
+/* The first position layer l attends to from pos (sliding windows). */
+static int attn_first(const struct si_hparams *hp, int l, int pos)
+{
+    return si_hparams_is_swa(hp, l) && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
+}
+
 /*
  * attn_L (attention in one task, when its products are not split): x (RW),
  * the carried FFN output (R), xb (W: the FFN's input), [xb3 (W)], K, V
@@ -173,7 +179,7 @@ static int attn_chain(const struct attn_ops *op, struct si_engine *e, int l,
         if (rc == 0)
             rc = op->rope(c, k, hp->n_head_kv, hp, pos, base, scale);
     }
-    const int first = local && pos >= hp->sliding_window ? pos - hp->sliding_window + 1 : 0;
+    const int first = attn_first(hp, l, pos);
     for (int32_t g = 0; g < e->dec.ng && rc == 0; g++) {
         const int64_t g0 = e->dec.ng > 1 ? e->dec.a_g[g] : 0,
                       g1 = e->dec.ng > 1 ? e->dec.a_g[g + 1] : hp->n_head_kv;
@@ -378,6 +384,32 @@ static void attn_cuda(void *buffers[], void *cl_arg)
 #endif
 
 /*
+ * Decoding's attention over SI_ATTN_SPLIT_MIN positions or more goes over
+ * positions as well as kv heads (flash-decoding): the attn_L.j tasks then
+ * prepare and cache their heads' q, k and v and leave the attention to np
+ * tasks attn_pos_L.p, each over a run of the chunks of positions of
+ * si_k_attn_f16_split (model/kernels.h), every head, into part_p; the
+ * attn_o_L.j tasks merge the chunks' results before their products.  The
+ * chunks, and so the bits, depend on the positions alone: the reference's
+ * attention computes the same.  np: this token's count at layer l, 0 when
+ * the attention is not split over positions.
+ */
+static int pos_tasks(const struct si_engine *e, int l, int *c0, int *nc)
+{
+    const int pos = e->ref->n_past, first = attn_first(&e->m->hp, l, pos);
+    if (e->dec.na <= 1 || !e->ref->p.kv_f16 || pos + 1 - first < SI_ATTN_SPLIT_MIN)
+        return 0;
+    *nc = si_k_attn_chunks(first, pos + 1, c0);
+    return *nc < e->dec.na ? *nc : e->dec.na;
+}
+
+/* Task p's chunks of np: [c0 + p nc / np, c0 + (p + 1) nc / np). */
+static int pos_chunk(int c0, int nc, int np, int p)
+{
+    return c0 + (int)((int64_t)p * nc / np);
+}
+
+/*
  * attn_L.j (attention split by kv heads): x (R), the carried FFN output
  * (R), Wq, Wk, Wv (R), K_j, V_j (RW), att_j (W: its query heads' outputs),
  * [j = 0: x2 (W: the layer's input residual, for attn_out)].
@@ -438,29 +470,112 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
         si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->ak + k0, &wk, sc->xn);
         si_ref_matvec(e->p.ref.act_quant, sc->xq, sc->av + k0, &wv, sc->xn);
     }
-    si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt, sc->ascr);
-    memcpy(io.att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
+    int c0, nc;
+    if (pos_tasks(e, a->l, &c0, &nc) > 0) { /* q to att_j, for the attn_pos_L tasks */
+        const int pos = e->ref->n_past;
+        si_ref_attn_group_prepare_at(e->ref, a->l, pos, (int)g0, (int)g1, sc->aq, sc->ak, sc->av,
+                                     sc->ascr);
+        si_ref_attn_group_cache_at(e->ref, a->l, pos, (int)g0, (int)g1, sc->ak, sc->av);
+        memcpy(io.att, sc->aq + q0, (size_t)(q1 - q0) * sizeof(float));
+    } else {
+        si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt,
+                          sc->ascr);
+        memcpy(io.att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
+    }
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
 }
 
+/*
+ * attn_pos_L.p: att_* (R: every head's q, the groups' children in order,
+ * consecutive parts of one array in main memory), K_g, V_g (R, every
+ * group), part_p (W: its chunks' partial results, in order).
+ */
+struct apos_io {
+    const float *q;
+    float *part;
+};
+
+static void apos_bufs(struct si__bufs *b, struct si_engine *e, int l, int p, struct apos_io *io)
+{
+    const struct si__layer_state *L = &e->L[l];
+    for (int32_t g = 0; g < e->dec.ng; g++) {
+        const float *q = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[g] : e->dec.h_att, STARPU_R);
+        if (g == 0)
+            io->q = q;
+    }
+    for (int32_t g = 0; g < e->dec.ng; g++) {
+        si__buf(b, e->dec.ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_R);
+        si__buf(b, e->dec.ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_R);
+    }
+    io->part = si__vec(b, e->dec.h_part[p], STARPU_W);
+}
+
+/* The chunks of task p, every head, read through the reference's cache
+ * (the same memory as the handles'). */
+static void apos_cpu(void *buffers[], void *cl_arg)
+{
+    struct si__task_arg *a = cl_arg;
+    struct si_engine *e = a->e;
+    const struct si_hparams *hp = &e->m->hp;
+    struct apos_io io;
+    struct si__bufs b = si__bufs_read(buffers);
+    apos_bufs(&b, e, a->l, a->j, &io);
+    const double t0 = si__now();
+    int c0, nc;
+    const int np = pos_tasks(e, a->l, &c0, &nc), pos = e->ref->n_past;
+    const int first = attn_first(hp, a->l, pos);
+    const size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim,
+                 base = (size_t)a->l * (size_t)e->ref->p.n_ctx * kvd,
+                 pf = si_k_attn_part_floats(hp->n_head, hp->head_dim);
+    const uint16_t *k = (const uint16_t *)e->ref->kcache + base,
+                   *v = (const uint16_t *)e->ref->vcache + base;
+    const int ca = pos_chunk(c0, nc, np, a->j), cb = pos_chunk(c0, nc, np, a->j + 1);
+    for (int c = ca; c < cb; c++)
+        si_k_attn_chunk(io.part + (size_t)(c - ca) * pf, io.q, k, v, (int64_t)kvd, first, pos + 1,
+                        c, 0, hp->n_head, hp->n_head / hp->n_head_kv, hp->head_dim, hp->attn_scale,
+                        si__scratch_of(e)->ascr);
+    si__account(e, SI_TASK_ATTN, t0);
+}
+
 /* attn_o_L.j: att_* (R: the whole attention output, the groups' children
- * in order, consecutive parts of one array in main memory), Wo (R), o_j
+ * in order, consecutive parts of one array in main memory) or, split over
+ * positions, part_* (R: the chunks' results, merged first); Wo (R), o_j
  * (W). */
 struct ao_io {
     const float *att;
+    const float *part[SI__MAX_SLICES + 1];
     float *y;
 };
 
 static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct ao_io *io)
 {
-    for (int32_t g = 0; g < e->dec.ng; g++) {
+    int c0, nc;
+    const int np = pos_tasks(e, l, &c0, &nc);
+    io->att = NULL;
+    for (int p = 0; p < np; p++)
+        io->part[p] = si__vec(b, e->dec.h_part[p], STARPU_R);
+    for (int32_t g = 0; g < e->dec.ng && np == 0; g++) {
         const float *p = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[g] : e->dec.h_att, STARPU_R);
         if (g == 0)
             io->att = p;
     }
     si__buf(b, e->L[l].h_w[3], STARPU_R);
     io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
+}
+
+/* The position tasks' chunks merged into att (every head). */
+static void ao_merge(const struct si_engine *e, int l, const struct ao_io *io, float *att)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    int c0, nc;
+    const int np = pos_tasks(e, l, &c0, &nc);
+    const size_t pf = si_k_attn_part_floats(hp->n_head, hp->head_dim);
+    const float *parts[SI_ATTN_MAX_CHUNKS];
+    for (int p = 0; p < np; p++)
+        for (int c = pos_chunk(c0, nc, np, p); c < pos_chunk(c0, nc, np, p + 1); c++)
+            parts[c - c0] = io->part[p] + (size_t)(c - pos_chunk(c0, nc, np, p)) * pf;
+    si_k_attn_merge(att, parts, nc, hp->n_head, hp->head_dim);
 }
 
 /* Rows [a_o[j], a_o[j+1]) of Wo's product with the attention output. */
@@ -474,12 +589,17 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     ao_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
     const float *att = io.att;
+    if (att == NULL) { /* split over positions */
+        ao_merge(e, a->l, &io, sc->aatt);
+        att = sc->aatt;
+    }
     const struct si_layer *W = &e->w->layers[a->l];
     const int64_t o0 = e->dec.a_o[a->j], o1 = e->dec.a_o[a->j + 1];
     if (e->p.ref.input_thresholds != NULL) {
         /* input sparsity zeroes entries: this task's own copy */
         const int64_t qd = (int64_t)e->m->hp.n_head * e->m->hp.head_dim;
-        memcpy(sc->aatt, att, (size_t)qd * sizeof *att);
+        if (att != sc->aatt)
+            memcpy(sc->aatt, att, (size_t)qd * sizeof *att);
         att = sc->aatt;
         int64_t nz;
         if (si__input_in(e, sc, a->l, SI_INPUT_O, sc->aatt, qd, &nz)) {
@@ -542,6 +662,13 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
         agrp_bufs(&b, e, l, j, &(struct agrp_io){0});
         rc = si__submit(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
     }
+    int c0, nc;
+    const int np = pos_tasks(e, l, &c0, &nc);
+    for (int32_t p = 0; p < np && rc == 0; p++) {
+        b = si__bufs_collect(&a);
+        apos_bufs(&b, e, l, p, &(struct apos_io){0});
+        rc = si__submit(e, &si__cl_apos, L->name_apos[p], l, p, token, &a, 0);
+    }
     for (int32_t j = 0; j < e->dec.na && rc == 0; j++) {
         b = si__bufs_collect(&a);
         ao_bufs(&b, e, l, j, &(struct ao_io){0});
@@ -558,6 +685,7 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
 static struct starpu_perfmodel attn_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_f32"};
 static struct starpu_perfmodel agrp_model = {.type = STARPU_HISTORY_BASED,
                                              .symbol = "si_attn_group"};
+static struct starpu_perfmodel apos_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_pos"};
 static struct starpu_perfmodel ao_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_o"};
 static struct starpu_perfmodel aout_model = {.type = STARPU_HISTORY_BASED, .symbol = "si_attn_out"};
 
@@ -576,6 +704,12 @@ struct starpu_codelet si__cl_agrp = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &agrp_model,
     .name = "attn_grp",
+};
+struct starpu_codelet si__cl_apos = {
+    .cpu_funcs = {apos_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &apos_model,
+    .name = "attn_pos",
 };
 struct starpu_codelet si__cl_ao = {
     .cpu_funcs = {ao_cpu},

@@ -38,7 +38,7 @@
 #include <math.h>
 
 extern struct starpu_codelet si__cl_embed, si__cl_head, si__cl_head_rows;
-extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_ao, si__cl_aout;
+extern struct starpu_codelet si__cl_attn, si__cl_agrp, si__cl_apos, si__cl_ao, si__cl_aout;
 extern struct starpu_codelet si__cl_pred, si__cl_gmask;
 extern struct starpu_codelet si__cl_hot, si__cl_cold, si__cl_down;
 extern struct starpu_codelet si__cl_merge, si__cl_zero, si__cl_sum, si__cl_residual;

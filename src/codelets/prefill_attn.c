@@ -184,16 +184,22 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
     const struct si_hparams *hp = &e->m->hp;
     const int g = a->j / e->bat.nr, r = a->j % e->bat.nr;
     const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t g0 = e->dec.a_g[g], g1 = e->dec.a_g[g + 1], q0 = g0 * group * hd,
-                  nq = (g1 - g0) * group * hd;
+    const int64_t g0 = e->dec.a_g[g], g1 = e->dec.a_g[g + 1], nq = (g1 - g0) * group * hd;
     struct bkv_io io;
     struct si__bufs b = si__bufs_read(buffers);
     float *att = bacore_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
-    for (int64_t t = e->bat.btr[r]; t < e->bat.btr[r + 1]; t++) {
-        si_ref_attn_group_attend_at(e->bat.bseq[t], a->l, (int)e->bat.bpos[t], (int)g0, (int)g1,
-                                    qkv_row(e, io.bqkv, t, g), sc->aatt, sc->ascr);
-        memcpy(att + t * nq, sc->aatt + q0, (size_t)nq * sizeof(float));
+    const size_t row = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hd;
+    /* runs of tokens of one sequence whose q rows follow one another,
+     * attended together (their tiles of the cache read once) */
+    for (int64_t t = e->bat.btr[r], u; t < e->bat.btr[r + 1]; t = u) {
+        const float *q = qkv_row(e, io.bqkv, t, g);
+        for (u = t + 1; u < e->bat.btr[r + 1] && e->bat.bseq[u] == e->bat.bseq[t] &&
+                        qkv_row(e, io.bqkv, u, g) == q + (size_t)(u - t) * row;
+             u++)
+            ;
+        si_ref_attn_group_attend_rows(e->bat.bseq[t], a->l, e->bat.bpos + t, (int)(u - t), (int)g0,
+                                      (int)g1, q, row, att + t * nq, (size_t)nq, sc->ascr);
     }
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }

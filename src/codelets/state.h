@@ -149,6 +149,7 @@ struct si__layer_state {
     char (*name_bacore)[64]; /* (ng * nr) */
     char (*name_bao)[40];    /* (nr) */
     char (*name_ao)[32];   /* (na) */
+    char (*name_apos)[32]; /* (na) */
     char (*name_ffn)[32];  /* (nsl) */
     char (*name_bffn)[48]; /* (nsl) */
     char (*name_down)[32], (*name_bdown)[40]; /* (nd) dense */
@@ -210,6 +211,12 @@ struct si__decode_state {
     float **o;                        /* (na) slot outputs */
     float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
+    /* Attention over SI_ATTN_SPLIT_MIN positions or more, split over
+     * positions too (attn.c): up to na tasks attn_pos_L.p, each writing the
+     * partial results of its chunks into part[p] (part_cap floats). */
+    float **part;
+    size_t part_cap;
+    starpu_data_handle_t *h_part;
 };
 
 /* Dense mode's down projection in nd blocks of output rows, block k

@@ -8,6 +8,7 @@
 #include "graph/runtime.h"
 #include "internal.h"
 #include "model/act.h"
+#include "model/kernels.h"
 #include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
@@ -167,6 +168,7 @@ static void free_layer(struct si__layer_state *L)
     free(L->h_v_c);
     free(L->kv_cols);
     free(L->name_ao);
+    free(L->name_apos);
     free(L->h_gate_c);
     free(L->h_up_c);
     free(L->h_down_c);
@@ -592,9 +594,19 @@ static int alloc_attn_split(struct si_engine *e)
     e->dec.h_att_c = calloc((size_t)ng, sizeof *e->dec.h_att_c);
     e->dec.x2 = calloc((size_t)hp->n_embd, sizeof(float));
     e->dec.head_len = calloc((size_t)na, sizeof *e->dec.head_len);
+    e->dec.part = calloc((size_t)na, sizeof *e->dec.part);
+    e->dec.h_part = calloc((size_t)na, sizeof *e->dec.h_part);
     if (!e->dec.a_o || !e->dec.a_h || !e->dec.name_head || !e->dec.h_logits_c || !e->dec.o ||
-        !e->dec.h_o || !e->dec.h_att_c || !e->dec.x2 || !e->dec.head_len)
+        !e->dec.h_o || !e->dec.h_att_c || !e->dec.x2 || !e->dec.head_len || !e->dec.part ||
+        !e->dec.h_part)
         return SI_E_NOMEM;
+    /* the position tasks' partial results: the most chunks a task takes */
+    const int64_t max_chunks = (int64_t)e->ref->p.n_ctx / SI_ATTN_CHUNK + 1;
+    e->dec.part_cap =
+        (size_t)((max_chunks + na - 1) / na) * si_k_attn_part_floats(hp->n_head, hp->head_dim);
+    for (int64_t j = 0; j < na; j++)
+        if ((e->dec.part[j] = malloc(e->dec.part_cap * sizeof(float))) == NULL)
+            return SI_E_NOMEM;
     for (int64_t j = 0; j <= na; j++) {
         e->dec.a_o[j] = si__split_u(hp->n_embd, j, na, e->lay.t_unit);
         e->dec.a_h[j] = si__split8(hp->n_vocab, j, na);
@@ -608,7 +620,8 @@ static int alloc_attn_split(struct si_engine *e)
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
-        if (!L->name_ao)
+        L->name_apos = calloc((size_t)na, sizeof *L->name_apos);
+        if (!L->name_ao || !L->name_apos)
             return SI_E_NOMEM;
     }
     return SI_OK;
@@ -944,8 +957,10 @@ static void name_tasks(struct si_engine *e)
                      j / e->bat.nr, j % e->bat.nr);
         for (int32_t j = 0; j < e->bat.nr; j++)
             snprintf(L->name_bao[j], sizeof L->name_bao[j], "attn_o_batch_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->dec.na && e->dec.na > 1; j++)
+        for (int32_t j = 0; j < e->dec.na && e->dec.na > 1; j++) {
             snprintf(L->name_ao[j], sizeof L->name_ao[j], "attn_o_L%d.%d", l, j);
+            snprintf(L->name_apos[j], sizeof L->name_apos[j], "attn_pos_L%d.%d", l, j);
+        }
         snprintf(L->name_bmerge, sizeof L->name_bmerge, "merge_batch_L%d", l);
         for (int32_t k = 0; L->name_down != NULL && k < e->down.nd; k++) {
             snprintf(L->name_down[k], sizeof L->name_down[k], "ffn_down_L%d.%d", l, k);
@@ -1050,6 +1065,10 @@ void si_engine_free(struct si_engine *e)
         free(e->dec.o[j]);
     free(e->dec.o);
     free(e->dec.h_o);
+    for (int32_t j = 0; e->dec.part != NULL && j < e->dec.na; j++)
+        free(e->dec.part[j]);
+    free(e->dec.part);
+    free(e->dec.h_part);
     free(e->dec.h_att_c);
     free(e->dec.x2);
     free(e->dec.a_g);

@@ -192,6 +192,14 @@ static const float *vec_f32(const struct si_tensor *t, float *tmp)
 
 /* ------------------------------------------------------------ state */
 
+/* Scratch of the tiled and the split attention (attn_tile). */
+static size_t tile_floats(const struct si_hparams *hp, int n_ctx)
+{
+    const size_t a = si_k_attn_tiled_scratch(hp->head_dim, hp->n_head),
+                 b = si_k_attn_split_scratch(hp->head_dim, hp->n_head, n_ctx);
+    return a > b ? a : b;
+}
+
 int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_params p, char *err,
                 size_t err_size)
 {
@@ -202,6 +210,11 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     if (p.n_ctx > hp->n_ctx_train && hp->rope_kind == SI_ROPE_NONE) {
         snprintf(err, err_size, "context %d is longer than the model's %d learned positions",
                  p.n_ctx, hp->n_ctx_train);
+        return SI_E_INVALID;
+    }
+    if ((int64_t)p.n_ctx > (int64_t)SI_ATTN_MAX_CHUNKS * SI_ATTN_CHUNK) {
+        snprintf(err, err_size, "context %d is longer than the %d positions attention supports",
+                 p.n_ctx, SI_ATTN_MAX_CHUNKS * SI_ATTN_CHUNK);
         return SI_E_INVALID;
     }
     if (p.down_t && m->w.layers[0].ffn_down_t.data == NULL) {
@@ -247,7 +260,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->xb3 = calloc(d, sizeof(float));
     s->xa = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
-    s->attn_tile = malloc(si_k_attn_tiled_scratch(hp->head_dim, hp->n_head) * sizeof(float));
+    s->attn_tile = malloc(tile_floats(hp, p.n_ctx) * sizeof(float));
     const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
     s->kcache = calloc(cache, esz);
@@ -409,6 +422,19 @@ static void attention_tiled(const struct si_ref *s, int l, int pos, int h0, int 
     const struct si_hparams *hp = &s->m->hp;
     const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
     si_k_attn_f16_tiled(att, q, (const uint16_t *)s->kcache + base,
+                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
+                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
+}
+
+/* Decoding's attention over SI_ATTN_SPLIT_MIN positions or more: split in
+ * chunks of positions, merged (si_k_attn_f16_split), as the engine's tasks
+ * compute it. */
+static void attention_split(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
+                            float *att, float *tile)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
+    si_k_attn_f16_split(att, q, (const uint16_t *)s->kcache + base,
                         (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
                         h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
 }
@@ -619,7 +645,8 @@ size_t si_ref_attn_scratch_floats(const struct si_ref *s)
     const struct si_hparams *hp = &s->m->hp;
     const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     return 2 * (d > hd ? d : hd) + (size_t)hp->n_head * (size_t)s->p.n_ctx +
-           (size_t)hp->n_head_kv * hd + hd + si_k_attn_tiled_scratch(hp->head_dim, hp->n_head);
+           (size_t)hp->n_head_kv * hd + hd + tile_floats(hp, s->p.n_ctx) +
+           (2 * SI_REF_ROWS + hd) * (size_t)hp->n_head;
 }
 
 static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
@@ -627,7 +654,7 @@ static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const
 
 /* si_ref_attn_group with its scratch in pieces (tmp: 2 max(n_embd,
  * head_dim) floats; score: n_head n_ctx; krow: n_head_kv head_dim; q16:
- * 2 head_dim; tile: si_k_attn_tiled_scratch); att NULL: only q and k
+ * 2 head_dim; tile: tile_floats); att NULL: only q and k
  * prepared (biases, QK norm, RoPE), neither cached nor attended. */
 static void attn_group(const struct si_ref *s, int l, int pos, int g0, int g1, float *q, float *k,
                        float *v, float *att, float *tmp, float *score, float *krow,
@@ -675,7 +702,10 @@ static void attn_group(const struct si_ref *s, int l, int pos, int g0, int g1, f
 static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
                    float *att, float *score, float *krow, uint16_t *q16, float *tile)
 {
-    if (s->p.kv_f16 && !s->attn_f32)
+    if (s->p.kv_f16 && !s->attn_f32 &&
+        pos + 1 - attention_start(&s->m->hp, l, pos) >= SI_ATTN_SPLIT_MIN)
+        attention_split(s, l, pos, h0, h1, q, att, tile);
+    else if (s->p.kv_f16 && !s->attn_f32)
         attention_f16(s, l, pos, h0, h1, q, att, q16);
     else if (s->p.kv_f16)
         attention_tiled(s, l, pos, h0, h1, q, att, tile);
@@ -688,6 +718,7 @@ static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const
 struct attn_scratch {
     float *tmp, *score, *krow, *tile;
     uint16_t *q16;
+    float *ms; /* si_ref_attn_group_attend_rows: M and S of SI_REF_ROWS queries, then a row */
 };
 
 static struct attn_scratch attn_scratch(const struct si_ref *s, float *scratch)
@@ -700,6 +731,7 @@ static struct attn_scratch attn_scratch(const struct si_ref *s, float *scratch)
     a.krow = a.score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
     a.q16 = (uint16_t *)(a.krow + (size_t)hp->n_head_kv * hd);
     a.tile = a.krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
+    a.ms = a.tile + tile_floats(hp, s->p.n_ctx);
     return a;
 }
 
@@ -724,6 +756,48 @@ void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0,
     const int group = s->m->hp.n_head / s->m->hp.n_head_kv;
     struct attn_scratch a = attn_scratch(s, scratch);
     attend(s, l, pos, g0 * group, g1 * group, q, att, a.score, a.krow, a.q16, a.tile);
+}
+
+void si_ref_attn_group_attend_rows(const struct si_ref *s, int l, const int32_t *pos, int n, int g0,
+                                   int g1, const float *q, size_t q_ld, float *att, size_t att_ld,
+                                   float *scratch)
+{
+    const struct si_hparams *hp = &s->m->hp;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int h0 = g0 * group, h1 = g1 * group, nh = h1 - h0;
+    struct attn_scratch a = attn_scratch(s, scratch);
+    if (!s->p.kv_f16 || !s->attn_f32) { /* a token at a time, through a whole row */
+        float *row = a.ms + 2 * SI_REF_ROWS * (size_t)hp->n_head;
+        for (int r = 0; r < n; r++) {
+            attend(s, l, pos[r], h0, h1, q + (size_t)r * q_ld, row, a.score, a.krow, a.q16, a.tile);
+            memcpy(att + (size_t)r * att_ld, row + (size_t)h0 * hd, (size_t)nh * hd * sizeof *row);
+        }
+        return;
+    }
+    /* the tiled attention, SI_REF_ROWS queries sharing each tile */
+    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hd;
+    for (int r0 = 0; r0 < n; r0 += SI_REF_ROWS) {
+        const int nr = n - r0 < SI_REF_ROWS ? n - r0 : SI_REF_ROWS;
+        struct si_attn_query qs[SI_REF_ROWS];
+        int lo = INT32_MAX, hi = 0;
+        for (int r = 0; r < nr; r++) {
+            const int p = pos[r0 + r];
+            qs[r] = (struct si_attn_query){q + (size_t)(r0 + r) * q_ld + (size_t)h0 * hd,
+                                           att + (size_t)(r0 + r) * att_ld,
+                                           a.ms + (size_t)r * nh,
+                                           a.ms + (size_t)(SI_REF_ROWS + r) * nh,
+                                           attention_start(hp, l, p),
+                                           p + 1};
+            si_k_attn_query_start(&qs[r], nh, hd);
+            lo = qs[r].lo < lo ? qs[r].lo : lo;
+            hi = qs[r].hi > hi ? qs[r].hi : hi;
+        }
+        si_k_attn_tiles(qs, nr, (const uint16_t *)s->kcache + base,
+                        (const uint16_t *)s->vcache + base, (int64_t)hp->n_head_kv * hd, h0, h1,
+                        group, hd, hp->attn_scale, lo / SI_ATTN_TILE * SI_ATTN_TILE, hi, a.tile);
+        for (int r = 0; r < nr; r++)
+            si_k_attn_query_finish(qs[r].acc, &qs[r], nh, hd);
+    }
 }
 
 void si_ref_attn_group(const struct si_ref *s, int l, int g0, int g1, float *q, float *k,

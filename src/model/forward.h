@@ -130,7 +130,7 @@ struct si_ref {
     float *xa;             /* (n_embd) the attention's normalised input, kept for a
                             * lookahead predictor (model.h) and the FFN hook */
     float *tmp;            /* (2 * max(n_embd, head_dim)) 1-D weights converted to f32 */
-    float *attn_tile;      /* si_k_attn_f16_tiled's scratch (attn_f32 with kv_f16) */
+    float *attn_tile;      /* the tiled and the split attention's scratch (kv_f16) */
 
     /* KV cache: (n_layer, n_ctx, n_head_kv * head_dim), fp16 or f32. */
     void *kcache, *vcache;
@@ -285,6 +285,16 @@ void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, 
 void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0, int g1,
                                  const float *q, float *att, float *scratch);
 size_t si_ref_attn_scratch_floats(const struct si_ref *s);
+/* si_ref_attn_group_attend_at for n tokens of this sequence at positions
+ * pos[0..n): token r's query row at q + r * q_ld (head h at + h *
+ * head_dim), its output at att + r * att_ld, the query heads of kv heads
+ * [g0, g1) only (from the first at 0).  Each token's bits are
+ * si_ref_attn_group_attend_at's; in the tiled arithmetic (attn_f32) up to
+ * SI_REF_ROWS tokens share each tile of the cache (si_k_attn_tiles). */
+#define SI_REF_ROWS 16
+void si_ref_attn_group_attend_rows(const struct si_ref *s, int l, const int32_t *pos, int n, int g0,
+                                   int g1, const float *q, size_t q_ld, float *att, size_t att_ld,
+                                   float *scratch);
 /* si_ref_attn_finish on given buffers: o (the attention's projection, Wo
  * att) gets its bias and post-norm in place; x_out = the residual after
  * attention (x + o, or x for Falcon's parallel residual, whose o goes to

@@ -103,7 +103,7 @@ void si_k_attn_f16_heads(float *out, const float *q, const uint16_t *k, const ui
  *   acc_i = fmaf(v_t,i, p_t, acc_i) over the tile's positions in order;
  *
  * out = acc * (1 / S) (0 when S is 0).  Positions outside [first, n_kv) are
- * never read.
+ * never read.  It runs si_k_attn_tiles on one query.
  */
 void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
                          int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
@@ -112,11 +112,88 @@ void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const ui
 /* Floats of scratch si_k_attn_f16_tiled needs. */
 size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
 
-/* si_k_attn_f16_tiled's portable code; its AVX2 twin gives the same bits. */
-void si__k_attn_f16_tiled_portable(float *out, const float *q, const uint16_t *k,
-                                   const uint16_t *v, int first, int n_kv, int h0, int h1,
-                                   int n_head, int n_head_kv, int head_dim, float scale,
-                                   float *scratch);
+/* Positions per tile of si_k_attn_tiles (llama.cpp's KV tile), in its
+ * portable code (model/attn_tiles.c) and its AVX2 twin alike. */
+#define SI_ATTN_TILE 64
+
+/*
+ * One query of si_k_attn_tiles, over query heads [h0, h1) of the call: its
+ * query (head h at q + (h - h0) * head_dim), its accumulators laid out
+ * alike, each head's running maximum M[h - h0] and sum S[h - h0], and the
+ * positions it attends, [lo, hi).  si_k_attn_query_start sets acc to 0, M
+ * to -inf and S to 0; si_k_attn_query_finish writes out = acc * (1 / S), 0
+ * where S is 0 (out may be acc).
+ */
+struct si_attn_query {
+    const float *q;
+    float *acc, *M, *S;
+    int lo, hi;
+};
+
+void si_k_attn_query_start(const struct si_attn_query *a, int n_heads, int head_dim);
+void si_k_attn_query_finish(float *out, const struct si_attn_query *a, int n_heads, int head_dim);
+
+/*
+ * The tiles of positions [t_begin, t_end) (t_begin a multiple of 64) of
+ * si_k_attn_f16_tiled's arithmetic, for n_q queries at once: each query's
+ * heads [h0, h1) take each tile holding a position of its [lo, hi) (and of
+ * [t_begin, t_end)) in order, exactly as si_k_attn_f16_tiled's steps, so a
+ * query's bits do not depend on the others.  The keys and values are read
+ * once per tile for all the queries: position t of kv head g at
+ * k + t * ld + g * head_dim (fp16); query head h reads kv head h / group.
+ * scratch: si_k_attn_tiles_scratch(head_dim) floats.
+ */
+void si_k_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k, const uint16_t *v,
+                     int64_t ld, int h0, int h1, int group, int head_dim, float scale, int t_begin,
+                     int t_end, float *scratch);
+size_t si_k_attn_tiles_scratch(int head_dim);
+
+/* si_k_attn_tiles's portable code; its AVX2 twin gives the same bits. */
+void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const uint16_t *k,
+                               const uint16_t *v, int64_t ld, int h0, int h1, int group,
+                               int head_dim, float scale, int t_begin, int t_end, float *scratch);
+
+/*
+ * Decoding's attention over a long context, split over positions
+ * (flash-decoding): used for one query over n attended positions when
+ * n >= SI_ATTN_SPLIT_MIN.  The positions go in chunks of SI_ATTN_CHUNK from
+ * position 0 (chunk c: [c * SI_ATTN_CHUNK, (c + 1) * SI_ATTN_CHUNK) within
+ * [first, n_kv)), whatever the number of workers, so the bits depend on
+ * the positions alone.  Each chunk is si_k_attn_tiles's arithmetic from a
+ * fresh start, its partial result for heads [h0, h1) (nh of them) being
+ * their maxima M[nh], sums S[nh] and accumulators acc[nh * head_dim] (not
+ * divided), in that order.
+ * The merge takes the chunks in order: M* = the largest M (chunks with
+ * S = 0 skipped), w_c = expf(M_c - M*), S* = S* + S_c * w_c and acc*_i =
+ * acc*_i + acc_c,i * w_c from 0 (each product and sum rounded: the build
+ * contracts nothing under -std=c11), then out = acc* * (1 / S*) (0 when S*
+ * is 0).
+ */
+#define SI_ATTN_CHUNK     256
+#define SI_ATTN_SPLIT_MIN 512
+/* The most chunks a context may have (si_ref_init refuses longer ones). */
+#define SI_ATTN_MAX_CHUNKS 1024
+
+/* The chunks of [first, n_kv): the first one's index in *c0, their count
+ * returned (0 when first >= n_kv). */
+int si_k_attn_chunks(int first, int n_kv, int *c0);
+/* Floats of one chunk's partial result for n_heads heads. */
+size_t si_k_attn_part_floats(int n_heads, int head_dim);
+/* Chunk c's partial result into part, q holding heads [h0, h1) (scratch:
+ * si_k_attn_tiles_scratch). */
+void si_k_attn_chunk(float *part, const float *q, const uint16_t *k, const uint16_t *v, int64_t ld,
+                     int first, int n_kv, int c, int h0, int h1, int group, int head_dim,
+                     float scale, float *scratch);
+/* The chunks' partial results (of n_heads heads each, in chunk order)
+ * merged into out, n_heads * head_dim floats. */
+void si_k_attn_merge(float *out, const float *const *parts, int n_parts, int n_heads, int head_dim);
+/* The whole: every chunk (scratch: si_k_attn_split_scratch floats for
+ * n_kv positions at most), then the merge; q, k, v and out as
+ * si_k_attn_f16_heads's, kv heads n_head_kv wide. */
+void si_k_attn_f16_split(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch);
+size_t si_k_attn_split_scratch(int head_dim, int n_head, int n_ctx);
 
 /*
  * si_k_attn_f16's portable code, which it runs with the scalar kernels

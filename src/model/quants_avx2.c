@@ -976,7 +976,7 @@ const struct si__quants_table si__quants_avx2 =
                                   .dequantize8 = si__avx2_dequantize8_q6_k},
             },
         .attn_f16 = si__avx2_attn_f16,
-        .attn_tiled = si__avx2_attn_tiled,
+        .attn_tiled = si__avx2_attn_tiles,
         .cb_block = si__avx2_cb_block,
 };
 

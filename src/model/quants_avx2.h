@@ -176,8 +176,9 @@ void si__avx2_attn_f16(float *out, const float *q, const uint16_t *k, const uint
 void si__avx2_cb_block(bool has_min, const uint8_t *const *rows, const int8_t *xq, int na,
                        int32_t sxq, float s, const uint16_t *d, const uint16_t *m, int64_t n,
                        float *y);
-void si__avx2_attn_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
-                         int head_dim, float scale, float *scratch);
+/* quants_avx2_attn.c */
+void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k,
+                         const uint16_t *v, int64_t ld, int h0, int h1, int group, int head_dim,
+                         float scale, int t_begin, int t_end, float *scratch);
 
 #endif /* SI_MODEL_QUANTS_AVX2_H */

@@ -24,10 +24,6 @@
 #error "the quantized block layouts assume a little-endian host"
 #endif
 
-/* Positions per tile of si_k_attn_f16_tiled (llama.cpp's KV tile), in its
- * portable code (model/kernels.c) and its AVX2 twin alike. */
-#define SI_ATTN_TILE 64
-
 /* Scale and min of sub-block j of a Q4_K / Q5_K super-block: 6 bits each,
  * packed in the block's 12 scale bytes `sc`. */
 static inline void si__k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
@@ -125,13 +121,14 @@ typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, c
                                 int head_dim, float scale, uint16_t *scratch);
 
 /*
- * si_k_attn_f16_tiled (model/kernels.h), same arguments; its portable code
+ * si_k_attn_tiles (model/kernels.h), same arguments; its portable code
  * and the AVX2 twin give the same bits (fused multiply-adds and si_act_exp
  * in the same order per element).
  */
-typedef void (*si__attn_tiled_fn)(float *out, const float *q, const uint16_t *k,
-                                  const uint16_t *v, int first, int n_kv, int h0, int h1,
-                                  int n_head, int n_head_kv, int head_dim, float scale,
+struct si_attn_query;
+typedef void (*si__attn_tiled_fn)(const struct si_attn_query *qs, int n_q, const uint16_t *k,
+                                  const uint16_t *v, int64_t ld, int h0, int h1, int group,
+                                  int head_dim, float scale, int t_begin, int t_end,
                                   float *scratch);
 
 /*
@@ -151,7 +148,7 @@ struct si__quants_table {
     bool compiled;    /* false when the build left this implementation out */
     struct si__quants_kernels type[SI_TYPE_COUNT]; /* indexed by enum si_type */
     si__attn_f16_fn attn_f16; /* NULL: si__k_attn_f16_portable */
-    si__attn_tiled_fn attn_tiled; /* NULL: si__k_attn_f16_tiled_portable */
+    si__attn_tiled_fn attn_tiled; /* NULL: si__k_attn_tiles_portable */
     si__cb_block_fn cb_block;     /* NULL: the portable code of colblock.c */
 };
 
