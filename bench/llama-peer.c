@@ -53,6 +53,7 @@ int main(int argc, char **argv)
     const char *text = "The GNU General Public License is a free, copyleft license for software "
                        "and other kinds of works.";
     int threads = 1, n_prompt = 8, n_predict = 128, runs = 1, ngl = 0;
+    enum ggml_type kv_type = GGML_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL)
@@ -71,6 +72,12 @@ int main(int argc, char **argv)
             ngl = atoi(v);
         else if (!strcmp(a, "-p"))
             text = v;
+        else if (!strcmp(a, "--cache-type") && !strcmp(v, "f16"))
+            kv_type = GGML_TYPE_F16;
+        else if (!strcmp(a, "--cache-type") && !strcmp(v, "q8_0"))
+            kv_type = GGML_TYPE_Q8_0;
+        else if (!strcmp(a, "--cache-type") && !strcmp(v, "q4_0"))
+            kv_type = GGML_TYPE_Q4_0;
         else
             return fail("unknown option", a);
         i++;
@@ -78,7 +85,7 @@ int main(int argc, char **argv)
     if (model_path == NULL || threads < 1 || n_prompt < 1 || n_predict < 1 || runs < 1 ||
         ngl < 0)
         return fail("usage: llama-peer -m MODEL -t THREADS --prompt-tokens N -n N [-r RUNS] "
-                    "[--ngl N] [-p TEXT]",
+                    "[--ngl N] [-p TEXT] [--cache-type f16|q8_0|q4_0]",
                     NULL);
 
     llama_log_set(quiet, NULL);
@@ -113,6 +120,8 @@ int main(int argc, char **argv)
     cp.n_ctx = (uint32_t)(n_prompt + n_predict);
     cp.n_batch = cp.n_ubatch = 512;
     cp.n_threads = cp.n_threads_batch = threads;
+    cp.type_k = cp.type_v = kv_type; /* K and V alike (a quantized V needs flash attention,
+                                        which llama.cpp's default turns on for the CPU) */
     cp.no_perf = true;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (ctx == NULL)

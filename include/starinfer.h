@@ -167,6 +167,11 @@ SI_API void si_llm_free(struct si_llm *llm);
 SI_API const char *si_llm_arch(const struct si_llm *llm); /* "llama", "bamboo", "opt", ... */
 SI_API const char *si_llm_name(const struct si_llm *llm); /* general.name, "" when absent */
 SI_API int32_t si_llm_n_ctx_train(const struct si_llm *llm); /* trained context length */
+struct si_context_params;
+/* Bytes of KV cache one position takes with p's kv_f32 and cache types
+ * (every layer's K and V), or a negative SI_E_* for invalid types. */
+SI_API int64_t si_llm_kv_bytes_per_token(const struct si_llm *llm,
+                                         const struct si_context_params *p);
 SI_API int32_t si_llm_n_vocab(const struct si_llm *llm);
 SI_API int32_t si_llm_n_embd(const struct si_llm *llm);
 SI_API int32_t si_llm_n_layer(const struct si_llm *llm);
@@ -303,10 +308,27 @@ struct si_sampling_params {
 
 SI_API struct si_sampling_params si_sampling_default_params(void);
 
+/* The KV cache's element types (llama.cpp's --cache-type-k/-v names:
+ * si_kv_type_name, si_kv_type_parse). */
+enum si_kv_type {
+    SI_KV_F16 = 0, /* default */
+    SI_KV_Q8_0,    /* blocks of 32: 8-bit values and an fp16 scale (34 bytes) */
+    SI_KV_Q4_0,    /* blocks of 32: 4-bit values and an fp16 scale (18 bytes) */
+    SI_KV_TYPE_COUNT
+};
+
+SI_API const char *si_kv_type_name(enum si_kv_type t); /* "f16", "q8_0", "q4_0" */
+/* SI_OK and *t, or SI_E_INVALID for a name that is none of them. */
+SI_API int si_kv_type_parse(const char *name, enum si_kv_type *t);
+
 struct si_context_params {
     int32_t n_ctx;    /* KV cache length in tokens; 0 (default): the model's
                        * training context, at most 4096 */
     bool kv_f32;      /* KV cache in f32 (default false: fp16, as llama.cpp) */
+    /* Without kv_f32: K's and V's types (default SI_KV_F16).  A quantized
+     * cache is written quantized and read by the tiled attention, whose
+     * arithmetic every query then takes (docs/cli.md#kv-cache-types). */
+    enum si_kv_type cache_type_k, cache_type_v;
     enum si_engine_kind engine; /* default SI_ENGINE_STARPU: it decodes 1.3x and
                                  * prefills 3.5x faster than the reference on
                                  * SmolLM2-135M with 2 CPU workers (docs/library.md) */

@@ -20,6 +20,7 @@
 #include "model/pack8.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "model/types.h"
 #include "placement/placement.h"
 #include "predict/input_sparsity.h"
 #include "predict/profile.h"
@@ -221,6 +222,49 @@ const char *si_llm_arch(const struct si_llm *llm)
 const char *si_llm_name(const struct si_llm *llm)
 {
     return llm->name;
+}
+
+static const uint32_t kv_types[SI_KV_TYPE_COUNT] = {SI_TYPE_F16, SI_TYPE_Q8_0, SI_TYPE_Q4_0};
+static const char *const kv_names[SI_KV_TYPE_COUNT] = {"f16", "q8_0", "q4_0"};
+
+const char *si_kv_type_name(enum si_kv_type t)
+{
+    return (unsigned)t < SI_KV_TYPE_COUNT ? kv_names[t] : "?";
+}
+
+int si_kv_type_parse(const char *name, enum si_kv_type *t)
+{
+    for (int i = 0; name != NULL && i < SI_KV_TYPE_COUNT; i++)
+        if (!strcmp(name, kv_names[i])) {
+            *t = (enum si_kv_type)i;
+            return SI_OK;
+        }
+    return SI_E_INVALID;
+}
+
+uint32_t si__kv_type_of(int kv_type)
+{
+    return kv_types[(unsigned)kv_type < SI_KV_TYPE_COUNT ? kv_type : SI_KV_F16];
+}
+
+/* The reference's cache parameters for p. */
+static void kv_params(const struct si_context_params *p, struct si_ref_params *rp)
+{
+    rp->kv_f16 = !p->kv_f32;
+    rp->type_k = kv_types[p->cache_type_k];
+    rp->type_v = kv_types[p->cache_type_v];
+}
+
+int64_t si_llm_kv_bytes_per_token(const struct si_llm *llm, const struct si_context_params *p)
+{
+    if (llm == NULL || p == NULL || (unsigned)p->cache_type_k >= SI_KV_TYPE_COUNT ||
+        (unsigned)p->cache_type_v >= SI_KV_TYPE_COUNT)
+        return SI_E_INVALID;
+    struct si_ref_params rp = si_ref_default_params();
+    kv_params(p, &rp);
+    const struct si_hparams *hp = &llm->m->hp;
+    return (int64_t)hp->n_layer *
+           (int64_t)(si_ref_kv_row_bytes(&rp, hp, false) + si_ref_kv_row_bytes(&rp, hp, true));
 }
 
 int32_t si_llm_n_ctx_train(const struct si_llm *llm)
@@ -542,6 +586,13 @@ static int check_params(const struct si_context_params *p)
         return fail(SI_E_UNSUPPORTED, "shared_arith int8: %s", si_gemm8_missing());
     if (p->n_ctx < 0)
         return fail(SI_E_INVALID, "n_ctx: %d is negative", p->n_ctx);
+    if ((unsigned)p->cache_type_k >= SI_KV_TYPE_COUNT ||
+        (unsigned)p->cache_type_v >= SI_KV_TYPE_COUNT)
+        return fail(SI_E_INVALID, "cache_type_k/v: %d/%d is not a known KV cache type",
+                    (int)p->cache_type_k, (int)p->cache_type_v);
+    if (p->kv_f32 && (p->cache_type_k != SI_KV_F16 || p->cache_type_v != SI_KV_F16))
+        return fail(SI_E_INVALID, "kv_f32 with a %s/%s cache: an f32 cache has no other type",
+                    si_kv_type_name(p->cache_type_k), si_kv_type_name(p->cache_type_v));
     if (!(p->gate_threshold >= 0.0f) || !isfinite(p->gate_threshold))
         return fail(SI_E_INVALID, "gate_threshold: %g must be finite and >= 0",
                     (double)p->gate_threshold);
@@ -645,8 +696,8 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
         return SI_OK;
     const struct si_hparams *hp = &llm->m->hp;
     const int64_t weights = (int64_t)llm->m->gguf->data_size;
-    const int64_t kv = 2 * (int64_t)hp->n_layer * n_ctx * hp->n_head_kv * hp->head_dim *
-                       (p->kv_f32 ? 4 : 2);
+    (void)hp;
+    const int64_t kv = si_llm_kv_bytes_per_token(llm, p) * n_ctx;
     if (weights + kv <= p->dram_budget)
         return SI_OK;
     if (p->engine != SI_ENGINE_STARPU || p->sparsity == SI_SPARSE_DENSE)
@@ -909,7 +960,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     char err[600];
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = n_ctx;
-    rp.kv_f16 = !p.kv_f32;
+    kv_params(&p, &rp);
     if (p.input_sparsity > 0.0f && (rc = input_sparsity(ctx, &p, &rp, err, sizeof err)) != SI_OK)
         goto fail_err;
     if (p.engine == SI_ENGINE_REF) {

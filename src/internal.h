@@ -63,4 +63,8 @@ bool si__live_add(const void *p, int kind);
 bool si__live_remove(const void *p, int kind);
 bool si__live_has(const void *p, int kind);
 
+/* The tensor type (enum si_type) of a KV cache type (enum si_kv_type;
+ * api.c). */
+uint32_t si__kv_type_of(int kv_type);
+
 #endif /* SI_INTERNAL_H */

@@ -236,8 +236,8 @@ static void tiled_with(si__attn_tiled_fn fn, float *out, const float *q, const u
     float *M = scratch + si_k_attn_tiles_scratch(head_dim), *S = M + n_head;
     const struct si_attn_query a = {q + o, out + o, M, S, first, n_kv};
     si_k_attn_query_start(&a, h1 - h0, head_dim);
-    fn(&a, 1, k, v, (int64_t)n_head_kv * head_dim, h0, h1, n_head / n_head_kv, head_dim, scale, 0,
-       n_kv, scratch);
+    const struct si_kv kv = si_kv_f16(k, v, n_head_kv, head_dim);
+    fn(&a, 1, &kv, h0, h1, n_head / n_head_kv, head_dim, scale, 0, n_kv, scratch);
     si_k_attn_query_finish(out + o, &a, h1 - h0, head_dim);
 }
 
@@ -380,9 +380,9 @@ static int queries_case(int n_head, int n_head_kv, int head_dim, int n_kv, int n
                                            hi};
             si_k_attn_query_start(&qs[r], n_head, head_dim);
         }
-        (impl ? si__quants_avx2.attn_tiled
-              : si__k_attn_tiles_portable)(qs, n_q, k, v, (int64_t)kvd, 0, n_head,
-                                           n_head / n_head_kv, head_dim, scale, 0, n_kv, t1);
+        const struct si_kv kv = si_kv_f16(k, v, n_head_kv, head_dim);
+        (impl ? si__quants_avx2.attn_tiled : si__k_attn_tiles_portable)(
+            qs, n_q, &kv, 0, n_head, n_head / n_head_kv, head_dim, scale, 0, n_kv, t1);
         for (int r = 0; r < n_q; r++) {
             si_k_attn_query_finish(acc + (size_t)r * nq, &qs[r], n_head, head_dim);
             oracle_tiled(want, q + (size_t)r * nq, k, v, qs[r].lo, qs[r].hi, 0, n_head, n_head,
@@ -457,7 +457,8 @@ static int split_case(int n_head, int n_head_kv, int hd, int first, int n_kv)
     float *t2 = malloc(si_k_attn_tiled_scratch(hd, n_head) * sizeof *t2);
     fill_case(PLAIN, q, nq, k, v, (size_t)n_kv * kvd, hd, kvd);
     const float scale = 1.0f / sqrtf((float)hd);
-    si_k_attn_f16_split(a, q, k, v, first, n_kv, 0, n_head, n_head, n_head_kv, hd, scale, t);
+    const struct si_kv kv = si_kv_f16(k, v, n_head_kv, hd);
+    si_k_attn_split(a, q, &kv, first, n_kv, 0, n_head, n_head, n_head_kv, hd, scale, t);
     int bad = 0, c0;
     const int nc = si_k_attn_chunks(first, n_kv, &c0);
     if (nc == 1) {
@@ -496,6 +497,101 @@ static int split_case(int n_head, int n_head_kv, int hd, int first, int n_kv)
     return bad;
 }
 
+/*
+ * Quantized caches (q8_0, q4_0 for K and V in any pair): the portable
+ * tiles and the AVX2 twin give the same bits, and both the attention of
+ * the dequantized cache computed exactly within the split's bound (the
+ * quantization's own error is the cache's, not the kernels').
+ */
+static int quant_case(uint32_t tk, uint32_t tv, int n_head, int n_head_kv, int hd, int first,
+                      int n_kv)
+{
+    const size_t nq = (size_t)n_head * hd, kvd = (size_t)n_head_kv * hd;
+    size_t kr = 0, vr = 0;
+    si_type_row_size(tk, (int64_t)kvd, &kr);
+    si_type_row_size(tv, (int64_t)kvd, &vr);
+    float *q = malloc(nq * sizeof *q), *a = malloc(nq * sizeof *a), *b = malloc(nq * sizeof *b);
+    float *kf = malloc((size_t)n_kv * kvd * sizeof *kf),
+          *vf = malloc((size_t)n_kv * kvd * sizeof *vf);
+    char *k = malloc((size_t)n_kv * kr), *v = malloc((size_t)n_kv * vr);
+    float *m = malloc(4 * (size_t)n_head * sizeof *m);
+    float *t = malloc(si_k_attn_split_scratch(hd, n_head, n_kv) * sizeof *t);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = uniform(-1.0f, 1.0f);
+    for (size_t i = 0; i < (size_t)n_kv * kvd; i++) {
+        kf[i] = uniform(-1.0f, 1.0f);
+        vf[i] = uniform(-0.5f, 0.5f);
+    }
+    for (int p = 0; p < n_kv; p++) {
+        si_quantize_row(tk, kf + (size_t)p * kvd, k + (size_t)p * kr, (int64_t)kvd);
+        si_quantize_row(tv, vf + (size_t)p * kvd, v + (size_t)p * vr, (int64_t)kvd);
+    }
+    const struct si_kv kv = {k, v, kr, vr, tk, tv};
+    const float scale = 1.0f / sqrtf((float)hd);
+    const struct si_attn_query qa = {q, a, m, m + n_head, first, n_kv},
+                               qb = {q, b, m + 2 * n_head, m + 3 * n_head, first, n_kv};
+    si_k_attn_query_start(&qa, n_head, hd);
+    si_k_attn_query_start(&qb, n_head, hd);
+    si__k_attn_tiles_portable(&qa, 1, &kv, 0, n_head, n_head / n_head_kv, hd, scale, 0, n_kv, t);
+    si__quants_avx2.attn_tiled(&qb, 1, &kv, 0, n_head, n_head / n_head_kv, hd, scale, 0, n_kv, t);
+    si_k_attn_query_finish(a, &qa, n_head, hd);
+    si_k_attn_query_finish(b, &qb, n_head, hd);
+    int bad = 0;
+    if (memcmp(a, b, nq * sizeof *a) != 0 && bad++ < 3)
+        fprintf(stderr, "%s/%s cache: the AVX2 tiles are not the portable code\n", si_type_name(tk),
+                si_type_name(tv));
+    /* against the exact attention of the dequantized cache, as fp16 can
+     * hold it only approximately: in double directly */
+    double *x = malloc(nq * sizeof *x), *sx = malloc((size_t)n_kv * sizeof *sx);
+    for (int p = 0; p < n_kv; p++) {
+        si_dequantize_row(tk, k + (size_t)p * kr, kf + (size_t)p * kvd, (int64_t)kvd);
+        si_dequantize_row(tv, v + (size_t)p * vr, vf + (size_t)p * kvd, (int64_t)kvd);
+    }
+    double vmax = 0.0, smax = 0.0;
+    for (int h = 0; h < n_head; h++) {
+        const size_t ko = (size_t)(h / (n_head / n_head_kv)) * hd;
+        double mx = -INFINITY, sum = 0.0;
+        for (int p = first; p < n_kv; p++) {
+            double d = 0.0, ad = 0.0;
+            for (int i = 0; i < hd; i++) {
+                d += (double)kf[(size_t)p * kvd + ko + i] * q[(size_t)h * hd + i];
+                ad += fabs((double)kf[(size_t)p * kvd + ko + i] * q[(size_t)h * hd + i]);
+                vmax = fmax(vmax, fabs(vf[(size_t)p * kvd + ko + i]));
+            }
+            sx[p] = d * scale;
+            smax = fmax(smax, ad * scale);
+            mx = fmax(mx, sx[p]);
+        }
+        for (int i = 0; i < hd; i++)
+            x[(size_t)h * hd + i] = 0.0;
+        for (int p = first; p < n_kv; p++) {
+            const double w = exp(sx[p] - mx);
+            sum += w;
+            for (int i = 0; i < hd; i++)
+                x[(size_t)h * hd + i] += w * vf[(size_t)p * kvd + ko + i];
+        }
+        for (int i = 0; i < hd; i++)
+            x[(size_t)h * hd + i] /= sum;
+    }
+    const double tol = vmax * 0x1p-24 * (2.0 * (n_kv + 2) + 6.0 + 2.0 * hd * smax);
+    for (size_t i = 0; i < nq; i++)
+        if (!(fabs(a[i] - x[i]) <= tol) && bad++ < 3)
+            fprintf(stderr, "%s/%s cache: out[%zu] %.9g, exact %.9g, bound %.3g\n",
+                    si_type_name(tk), si_type_name(tv), i, a[i], x[i], tol);
+    free(q);
+    free(a);
+    free(b);
+    free(kf);
+    free(vf);
+    free(k);
+    free(v);
+    free(m);
+    free(t);
+    free(x);
+    free(sx);
+    return bad;
+}
+
 static void test_tiles(void)
 {
     int bad = 0, cases = 0;
@@ -510,6 +606,12 @@ static void test_tiles(void)
                                    {4, 4, 64, 300, 300}};
     for (size_t i = 0; i < sizeof scase / sizeof scase[0]; i++, cases++)
         bad += split_case(scase[i][0], scase[i][1], scase[i][2], scase[i][3], scase[i][4]) != 0;
+    static const uint32_t types[] = {SI_TYPE_F16, SI_TYPE_Q8_0, SI_TYPE_Q4_0};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++, cases++)
+            bad += quant_case(types[i], types[j], 9, 3, 64, i == j ? 0 : 5, 200 + 37 * i + j) != 0;
+    bad += quant_case(SI_TYPE_Q8_0, SI_TYPE_Q8_0, 4, 1, 128, 0, 64) != 0;
+    cases++;
     CHECK(bad == 0, "%d of %d tiles and split cases differ", bad, cases);
     printf("tiles (many queries) and split: %d cases, %d differ\n", cases, bad);
 }

@@ -10,7 +10,8 @@
  * engine's decoding and exact prefill reproduce), a prompt crossing 512
  * positions, then greedy decoding across chunk boundaries (768, 1024),
  * the logits compared at every step; and the same decoding after a prompt
- * of 500 tokens, so that the split starts mid-decoding.
+ * of 500 tokens, so that the split starts mid-decoding; then with q8_0 and
+ * q4_0 caches (written quantized by both, read by the same kernels).
  */
 #include "graph/engine.h"
 #include "graph/runtime.h"
@@ -39,11 +40,12 @@ static int argmax(const float *x, int n)
 
 /* n_prompt tokens, then greedy decoding to position n_end, engine and
  * reference side by side; the number of logits that differ. */
-static int run(const struct si_model *m, int n_prompt, int n_end, int attn_split)
+static int run(const struct si_model *m, int n_prompt, int n_end, int attn_split, uint32_t kv_type)
 {
     char err[256];
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = 1100;
+    rp.type_k = rp.type_v = kv_type;
     struct si_engine_params ep = si_engine_default_params();
     ep.ref = rp;
     ep.prefill = SI_PREFILL_EXACT;
@@ -83,9 +85,10 @@ static int run(const struct si_model *m, int n_prompt, int n_end, int attn_split
             fprintf(stderr, "position %d: the engine's logits are not the reference's\n", pos);
     }
     const struct si_engine_stats st = si_engine_get_stats(e);
-    printf("prompt %d, decoded to %d, %d worker(s), attention split %d: %lld tasks, %d "
+    printf("prompt %d, decoded to %d, %s cache, %d worker(s), attention split %d: %lld tasks, %d "
            "step(s) differ\n",
-           n_prompt, n_end, (int)si_runtime_ncpu(), attn_split, (long long)st.tasks, bad);
+           n_prompt, n_end, si_type_name(kv_type), (int)si_runtime_ncpu(), attn_split,
+           (long long)st.tasks, bad);
     free(prompt);
     si_engine_free(e);
     si_ref_free(r);
@@ -102,6 +105,7 @@ int main(void)
     }
     struct si_synth_params p = si_synth_default_params(); /* tiny: 4 heads, 2 kv heads */
     p.n_ctx = 2048;
+    p.n_embd = 128;        /* heads of 32: whole blocks of a quantized cache */
     p.type = SI_TYPE_Q4_0; /* llama.cpp's dots, which dense decoding reproduces */
     int fd = mkstemp(path);
     CHECK(fd >= 0, "mkstemp");
@@ -115,9 +119,12 @@ int main(void)
         /* the split over positions takes the attention's split tasks: as
          * many as the workers (at least 2, so that chunks are shared) */
         const int split = nw > 1 ? nw : 2;
-        CHECK(run(m, 600, 1040, split) == 0, "prompt 600: logits differ");
-        CHECK(run(m, 500, 530, split) == 0, "prompt 500: logits differ");
-        CHECK(run(m, 700, 720, 1) == 0, "one attention task: logits differ");
+        CHECK(run(m, 600, 1040, split, SI_TYPE_F16) == 0, "prompt 600: logits differ");
+        CHECK(run(m, 500, 530, split, SI_TYPE_F16) == 0, "prompt 500: logits differ");
+        CHECK(run(m, 700, 720, 1, SI_TYPE_F16) == 0, "one attention task: logits differ");
+        /* quantized caches: the tiled attention from the first position */
+        CHECK(run(m, 100, 600, split, SI_TYPE_Q8_0) == 0, "q8_0 cache: logits differ");
+        CHECK(run(m, 530, 560, split, SI_TYPE_Q4_0) == 0, "q4_0 cache: logits differ");
         si_model_free(m);
     }
     si_runtime_stop(&rt);

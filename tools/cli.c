@@ -328,6 +328,15 @@ bool si_cli_engine_opt(const char *v, bool *use_ref)
     return true;
 }
 
+bool si_cli_kv_type(const char *opt, const char *v, enum si_kv_type *t)
+{
+    if (si_kv_type_parse(v, t) != SI_OK) {
+        si_cli_error("%s: '%s' is not a KV cache type (f16, q8_0 or q4_0)", opt, v);
+        return false;
+    }
+    return true;
+}
+
 static volatile sig_atomic_t sigint_seen;
 
 static void on_sigint(int sig)

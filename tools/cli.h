@@ -159,6 +159,10 @@ int si_cli_calib_pass(void *user, const int32_t *toks, int64_t n, char *err, siz
  * into *use_ref); false after an error message. */
 bool si_cli_engine_opt(const char *v, bool *use_ref);
 
+/* --cache-type-k/-v (opt, for the message): f16, q8_0 or q4_0 into *t;
+ * false after an error message. */
+bool si_cli_kv_type(const char *opt, const char *v, enum si_kv_type *t);
+
 /*
  * Perplexity through the engine with parameters ep (ep.ref.n_ctx the chunk),
  * as `starinfer perplexity` computes it (tools/cmd_perplexity.c): n_chunks

@@ -72,6 +72,8 @@ static void bench_usage(FILE *f)
                "      --slices N          cold FFN slices per layer (default: one per CPU worker)\n"
                "  -b, --batch-size N      prefill tokens per batch (default 128)\n"
                "      --attn-split N      attention's products in N row slices (0: automatic)\n"
+               "  -ctk, --cache-type-k T  K cache type: f16 (default), q8_0 or q4_0\n"
+               "  -ctv, --cache-type-v T  V cache type, likewise\n"
                "      --prefill MODE      the prompt batches' arithmetic: auto (default),\n"
                "                          exact, int8 (AVX-512 VNNI) or blas (generate --help)\n"
                "      --trace DIR         trace the first run of each policy with FxT into\n"
@@ -354,6 +356,14 @@ static int engine_option(struct bench_opts *o, int argc, char **argv, int *i)
         return si_cli_opt_i32(argc, argv, i, 1, 4096, &ep->n_batch);
     if (!strcmp(a, "--attn-split"))
         return si_cli_opt_i32(argc, argv, i, 0, 256, &ep->attn_split);
+    if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") ||
+        !strcmp(a, "-ctv")) {
+        enum si_kv_type t;
+        if ((v = si_cli_value(argc, argv, i)) == NULL || !si_cli_kv_type(a, v, &t))
+            return -1;
+        *(a[strlen(a) - 1] == 'k' ? &ep->ref.type_k : &ep->ref.type_v) = si__kv_type_of(t);
+        return 1;
+    }
     if (strcmp(a, "--sparsity") && strcmp(a, "--gpu-attention") && strcmp(a, "--prefill"))
         return 0;
     if ((v = si_cli_value(argc, argv, i)) == NULL)

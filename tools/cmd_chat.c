@@ -361,6 +361,7 @@ static bool chat_start(struct chat *c, struct si_run_opts *o, char *system)
         return si_cli_error("%s", si_last_error()), false;
     }
     c->n_ctx = si_context_n_ctx(c->ctx);
+    si_run_note_kv(c->llm, &o->cp, c->n_ctx);
     if (system == NULL)
         return true;
     if (!add_message(c, "system", system))

@@ -216,6 +216,7 @@ int si_cmd_generate(int argc, char **argv)
         si_cli_error("%s", si_last_error());
         goto out;
     }
+    si_run_note_kv(g.llm, &g.o.cp, si_context_n_ctx(g.ctx));
     rc = gen_run(&g);
 out:
     si_context_free(g.ctx); /* StarPU stops with the last context: the trace is written */

@@ -40,6 +40,8 @@ static void perplexity_usage(FILE *f)
                "  -c, --ctx-size N    chunk length (default 512)\n"
                "      --chunks N      score at most N chunks (default: all)\n"
                "      --kv-f32        keep the KV cache in f32 (default fp16)\n"
+               "  -ctk, --cache-type-k T  K cache type: f16 (default), q8_0 or q4_0\n"
+               "  -ctv, --cache-type-v T  V cache type, likewise\n"
                "      --engine E      starpu (default: the task-graph engine, batched, on\n"
                "                      every StarPU worker) or ref (the single-threaded\n"
                "                      reference: llama.cpp's arithmetic bit for bit on AVX2)\n"
@@ -182,6 +184,7 @@ struct ppl_opts {
     const char *model, *file, *profile;
     long long n_ctx, max_chunks, n_batch;
     bool kv_f32, use_ref, batch_given;
+    enum si_kv_type type_k, type_v; /* --cache-type-k/-v */
     enum si_prefill_mode prefill;
     const char *prefill_flag; /* the option that set it */
     bool input;               /* --sparsity input[=...] */
@@ -239,6 +242,12 @@ static int ppl_options(struct ppl_opts *o, int argc, char **argv)
             r = si_cli_opt_int(argc, argv, &i, 1, 1 << 30, &o->max_chunks);
         } else if (!strcmp(a, "--kv-f32")) {
             o->kv_f32 = true;
+        } else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") ||
+                   !strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv")) {
+            r = (v = si_cli_value(argc, argv, &i)) != NULL &&
+                        si_cli_kv_type(a, v, a[strlen(a) - 1] == 'k' ? &o->type_k : &o->type_v)
+                    ? 1
+                    : -1;
         } else if (!strcmp(a, "--engine")) {
             r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_engine_opt(v, &o->use_ref)
                     ? 1
@@ -369,6 +378,8 @@ static int ppl_run(const struct ppl *p, struct si_eval_ppl *res)
     struct si_ref_params rp = si_ref_default_params();
     rp.n_ctx = (int32_t)o->n_ctx;
     rp.kv_f16 = !o->kv_f32;
+    rp.type_k = si__kv_type_of(o->type_k);
+    rp.type_v = si__kv_type_of(o->type_v);
     if (o->input) {
         const double *S = o->input_s;
         rp.input_thresholds = p->input_thr;

@@ -45,6 +45,13 @@ static int run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         return si_cli_opt_int(argc, argv, i, o->n_predict_min, 1 << 20, &o->n_predict);
     if (!strcmp(a, "--keep"))
         return si_cli_opt_int(argc, argv, i, 0, 1 << 30, &o->n_keep);
+    if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") ||
+        !strcmp(a, "-ctv")) {
+        const char *v = si_cli_value(argc, argv, i);
+        const bool k = a[strlen(a) - 1] == 'k';
+        return v != NULL && si_cli_kv_type(a, v, k ? &cp->cache_type_k : &cp->cache_type_v) ? 1
+                                                                                            : -1;
+    }
     if (!strcmp(a, "--kv-f32"))
         cp->kv_f32 = true;
     else if (!strcmp(a, "--no-mmap"))
@@ -222,6 +229,10 @@ void si_run_usage(FILE *f, bool chat)
             "      --keep N            tokens a context shift keeps at the start (default:\n"
             "                          %s)\n"
             "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
+            "  -ctk, --cache-type-k T  K cache type: f16 (default), q8_0 or q4_0, as\n"
+            "                          llama.cpp's; quantized caches take the tiled\n"
+            "                          attention (docs/cli.md#kv-cache-types)\n"
+            "  -ctv, --cache-type-v T  V cache type, likewise\n"
             "      --no-mmap           read the model into memory instead of mapping it\n"
             "      --engine E          starpu (default: the task graph on StarPU's\n"
             "                          workers) or ref (the single-threaded reference)\n"
@@ -386,6 +397,16 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
                     : 0.0,
                 1e3 * st->flash_manage_seconds / n, 1e3 * compute / n);
     }
+}
+
+void si_run_note_kv(const struct si_llm *llm, const struct si_context_params *cp, int32_t n_ctx)
+{
+    const int64_t per = si_llm_kv_bytes_per_token(llm, cp);
+    if (per > 0)
+        fprintf(stderr, "KV cache: %s K, %s V, %.1f KiB a position, %.1f MiB for %d positions\n",
+                cp->kv_f32 ? "f32" : si_kv_type_name(cp->cache_type_k),
+                cp->kv_f32 ? "f32" : si_kv_type_name(cp->cache_type_v), (double)per / 1024.0,
+                (double)per * n_ctx / 1048576.0, n_ctx);
 }
 
 void si_run_note_ctx(const struct si_llm *llm, int32_t n_ctx)

@@ -55,6 +55,9 @@ void si_run_log(void *user, const char *line);
 /* A note on stderr when a context of n_ctx tokens passes the model's
  * training context (llama.cpp warns too): it runs, past what it was trained on. */
 void si_run_note_ctx(const struct si_llm *llm, int32_t n_ctx);
+/* The KV cache's types and size, a position's and the context's (a line
+ * on stderr, once the context is made). */
+void si_run_note_kv(const struct si_llm *llm, const struct si_context_params *cp, int32_t n_ctx);
 
 void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struct si_stats *st);
 

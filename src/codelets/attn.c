@@ -525,15 +525,12 @@ static void apos_cpu(void *buffers[], void *cl_arg)
     int c0, nc;
     const int np = pos_tasks(e, a->l, &c0, &nc), pos = e->ref->n_past;
     const int first = attn_first(hp, a->l, pos);
-    const size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim,
-                 base = (size_t)a->l * (size_t)e->ref->p.n_ctx * kvd,
-                 pf = si_k_attn_part_floats(hp->n_head, hp->head_dim);
-    const uint16_t *k = (const uint16_t *)e->ref->kcache + base,
-                   *v = (const uint16_t *)e->ref->vcache + base;
+    const size_t pf = si_k_attn_part_floats(hp->n_head, hp->head_dim);
+    const struct si_kv kv = si_ref_kv(e->ref, a->l);
     const int ca = pos_chunk(c0, nc, np, a->j), cb = pos_chunk(c0, nc, np, a->j + 1);
     for (int c = ca; c < cb; c++)
-        si_k_attn_chunk(io.part + (size_t)(c - ca) * pf, io.q, k, v, (int64_t)kvd, first, pos + 1,
-                        c, 0, hp->n_head, hp->n_head / hp->n_head_kv, hp->head_dim, hp->attn_scale,
+        si_k_attn_chunk(io.part + (size_t)(c - ca) * pf, io.q, &kv, first, pos + 1, c, 0,
+                        hp->n_head, hp->n_head / hp->n_head_kv, hp->head_dim, hp->attn_scale,
                         si__scratch_of(e)->ascr);
     si__account(e, SI_TASK_ATTN, t0);
 }

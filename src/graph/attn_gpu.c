@@ -40,7 +40,7 @@ const char *si__attn_gpu_unable(const struct si_model *m, const struct si_engine
         return "its parallel residual (falcon) has no CUDA path";
     if (hp->q_scale != 1.0f)
         return "its query scaling (gemma3) has no CUDA path";
-    if (!p->ref.kv_f16)
+    if (!p->ref.kv_f16 || p->ref.type_k != SI_TYPE_F16 || p->ref.type_v != SI_TYPE_F16)
         return "the CUDA attention reads an fp16 KV cache";
     if (hp->head_dim > 1024)
         return "head_dim above 1024 has no CUDA attention";

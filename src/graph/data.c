@@ -207,33 +207,42 @@ static void register_layer(struct si_engine *e, int l)
     const struct si_layer *W = &e->w->layers[l];
     struct si__layer_state *L = &e->L[l];
     struct si_ref *s = e->ref;
-    const size_t kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t esz = s->p.kv_f16 ? 2 : 4, kv_bytes = (size_t)s->p.n_ctx * kvd * esz;
+    const size_t rb[2] = {si_ref_kv_row_bytes(&s->p, hp, false),
+                          si_ref_kv_row_bytes(&s->p, hp, true)};
     const struct si_tensor *aw[4] = {&W->wq, &W->wk, &W->wv, &W->wo};
     for (int i = 0; i < 4; i++)
         vec(&L->h_w[i], aw[i]->data, aw[i]->nbytes, 1);
     if (e->dec.ng > 1) {
         /* Each attention task writes its kv heads' columns of the cache: the
          * layer's cache as a matrix (a row per position, in bytes), a child
-         * per group of columns. */
-        const size_t row = kvd * esz;
-        for (int32_t g = 0; g <= e->dec.ng; g++)
-            L->kv_cols[g] = (size_t)e->dec.a_g[g] * (size_t)hp->head_dim * esz;
-        struct starpu_data_filter f = {.filter_func = filter_cols,
-                                       .nchildren = (unsigned)e->dec.ng,
-                                       .filter_arg_ptr = L->kv_cols};
+         * per group of columns (K's bounds, then V's: their types may
+         * differ; a quantized kv head is whole blocks). */
+        for (int i = 0; i < 2; i++)
+            for (int32_t g = 0; g <= e->dec.ng; g++) {
+                const uint32_t t = !s->p.kv_f16 ? SI_TYPE_F32 : i ? s->p.type_v : s->p.type_k;
+                size_t b = 0;
+                si_type_row_size(t, e->dec.a_g[g] * hp->head_dim, &b);
+                L->kv_cols[(size_t)i * ((size_t)e->dec.ng + 1) + (size_t)g] = b;
+            }
         starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};
         const char *base[2] = {s->kcache, s->vcache};
         for (int i = 0; i < 2; i++) {
-            starpu_matrix_data_register(hc[i], STARPU_MAIN_RAM,
-                                        (uintptr_t)(base[i] + (size_t)l * kv_bytes), (uint32_t)row,
-                                        (uint32_t)row, (uint32_t)s->p.n_ctx, 1);
+            struct starpu_data_filter f = {.filter_func = filter_cols,
+                                           .nchildren = (unsigned)e->dec.ng,
+                                           .filter_arg_ptr =
+                                               L->kv_cols + (size_t)i * ((size_t)e->dec.ng + 1)};
+            starpu_matrix_data_register(
+                hc[i], STARPU_MAIN_RAM,
+                (uintptr_t)(base[i] + (size_t)l * (size_t)s->p.n_ctx * rb[i]), (uint32_t)rb[i],
+                (uint32_t)rb[i], (uint32_t)s->p.n_ctx, 1);
             starpu_data_partition_plan(*hc[i], &f, cc[i]);
             starpu_data_partition_submit(*hc[i], (unsigned)e->dec.ng, cc[i]);
         }
     } else {
-        vec(&L->h_k, (char *)s->kcache + (size_t)l * kv_bytes, kv_bytes, 1);
-        vec(&L->h_v, (char *)s->vcache + (size_t)l * kv_bytes, kv_bytes, 1);
+        vec(&L->h_k, (char *)s->kcache + (size_t)l * (size_t)s->p.n_ctx * rb[0],
+            (size_t)s->p.n_ctx * rb[0], 1);
+        vec(&L->h_v, (char *)s->vcache + (size_t)l * (size_t)s->p.n_ctx * rb[1],
+            (size_t)s->p.n_ctx * rb[1], 1);
     }
 
     const int64_t ff = hp->n_ff;

@@ -571,7 +571,7 @@ static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
         L->name_bao = calloc((size_t)nr, sizeof *L->name_bao);
         L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
         L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
-        L->kv_cols = calloc((size_t)ng + 1, sizeof *L->kv_cols);
+        L->kv_cols = calloc(2 * ((size_t)ng + 1), sizeof *L->kv_cols);
         if (!L->name_agrp || !L->name_bagrp || !L->name_bakv || !L->name_bacore || !L->name_bao ||
             !L->h_k_c || !L->h_v_c || !L->kv_cols)
             return SI_E_NOMEM;
@@ -852,7 +852,8 @@ static int init_flash(struct si_engine *e, char *err, size_t err_size)
         }
     const struct si_ref *s = e->ref;
     const int64_t kv =
-        2 * nl * (int64_t)s->p.n_ctx * hp->n_head_kv * hp->head_dim * (s->p.kv_f16 ? 2 : 4);
+        nl * (int64_t)s->p.n_ctx *
+        (int64_t)(si_ref_kv_row_bytes(&s->p, hp, false) + si_ref_kv_row_bytes(&s->p, hp, true));
     int64_t layers = 0;
     for (int l = 0; l < nl; l++)
         layers += flash_layer_bytes(e, l);
@@ -1165,11 +1166,9 @@ struct si_ref *si_engine_seq_new(struct si_engine *e)
      * a batch's other steps run on ref (codelets/prefill.c). */
     s->m = e->m;
     s->p = e->ref->p;
-    const size_t cache = (size_t)hp->n_layer * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv *
-                         (size_t)hp->head_dim,
-                 esz = s->p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    s->kcache = calloc(cache, esz);
-    s->vcache = calloc(cache, esz);
+    const size_t cache = (size_t)hp->n_layer * (size_t)s->p.n_ctx;
+    s->kcache = calloc(cache, si_ref_kv_row_bytes(&s->p, hp, false));
+    s->vcache = calloc(cache, si_ref_kv_row_bytes(&s->p, hp, true));
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     if (s->kcache == NULL || s->vcache == NULL || s->logits == NULL) {
         si_engine_seq_free(e, s);
@@ -1207,8 +1206,9 @@ int32_t si_engine_min_batch(const struct si_engine *e)
 int64_t si_engine_seq_bytes(const struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
-    return 2 * (int64_t)hp->n_layer * e->ref->p.n_ctx * hp->n_head_kv * hp->head_dim *
-               (e->ref->p.kv_f16 ? 2 : 4) +
+    return (int64_t)hp->n_layer * e->ref->p.n_ctx *
+               (int64_t)(si_ref_kv_row_bytes(&e->ref->p, hp, false) +
+                         si_ref_kv_row_bytes(&e->ref->p, hp, true)) +
            (int64_t)hp->n_vocab * (int64_t)sizeof(float);
 }
 

@@ -208,7 +208,8 @@ void si__reserve_of(const struct si_engine *e, struct si_gpu_reserve *r)
             pred += (int64_t)(W->fc1.nbytes + W->fc2.nbytes);
     }
     const int64_t n_ctx = si__n_ctx_of(e);
-    const int64_t kv_layer = 2 * n_ctx * hp->n_head_kv * hp->head_dim * (e->p.ref.kv_f16 ? 2 : 4);
+    const int64_t kv_layer = n_ctx * (int64_t)(si_ref_kv_row_bytes(&e->p.ref, hp, false) +
+                                               si_ref_kv_row_bytes(&e->p.ref, hp, true));
     r->cpu_bytes[SI_GPU_ATTENTION] = att;
     r->bytes[SI_GPU_ATTENTION] = att_gpu;
     r->cpu_bytes[SI_GPU_PREDICTOR] = pred;

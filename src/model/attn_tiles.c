@@ -14,6 +14,7 @@
 #include "model/quants.h"
 #include "model/quants_dispatch.h"
 #include "model/quants_impl.h"
+#include "model/types.h"
 
 #include <assert.h>
 #include <math.h>
@@ -39,30 +40,52 @@ void si_k_attn_query_finish(float *out, const struct si_attn_query *a, int n_hea
     }
 }
 
-size_t si_k_attn_tiles_scratch(int head_dim)
+struct si_kv si_kv_f16(const uint16_t *k, const uint16_t *v, int n_head_kv, int head_dim)
 {
-    /* the tile's keys transposed and its values as floats (AVX2), its scores */
-    return 2 * (size_t)SI_ATTN_TILE * (size_t)head_dim + SI_ATTN_TILE;
+    const size_t row = (size_t)n_head_kv * (size_t)head_dim * sizeof(uint16_t);
+    return (struct si_kv){k, v, row, row, SI_TYPE_F16, SI_TYPE_F16};
 }
 
-void si_k_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k, const uint16_t *v,
-                     int64_t ld, int h0, int h1, int group, int head_dim, float scale, int t_begin,
-                     int t_end, float *scratch)
+size_t si_k_attn_tiles_scratch(int head_dim)
+{
+    /* the tile's keys transposed and its values as floats, its scores, 8
+     * rows of keys as floats (AVX2) */
+    return 2 * (size_t)SI_ATTN_TILE * (size_t)head_dim + SI_ATTN_TILE + 8 * (size_t)head_dim;
+}
+
+void si_k_attn_tiles(const struct si_attn_query *qs, int n_q, const struct si_kv *kv, int h0,
+                     int h1, int group, int head_dim, float scale, int t_begin, int t_end,
+                     float *scratch)
 {
     assert(group > 0 && 0 <= h0 && h0 <= h1 && t_begin % SI_ATTN_TILE == 0);
     const si__attn_tiled_fn fast = si__quants_attn_tiled();
     if (fast != NULL)
-        fast(qs, n_q, k, v, ld, h0, h1, group, head_dim, scale, t_begin, t_end, scratch);
+        fast(qs, n_q, kv, h0, h1, group, head_dim, scale, t_begin, t_end, scratch);
     else
-        si__k_attn_tiles_portable(qs, n_q, k, v, ld, h0, h1, group, head_dim, scale, t_begin, t_end,
+        si__k_attn_tiles_portable(qs, n_q, kv, h0, h1, group, head_dim, scale, t_begin, t_end,
                                   scratch);
 }
 
+/* Position t's elements of kv head g of a cache (base, row bytes, type) as
+ * floats: fp16 converted, quantized blocks through si_dequantize_row. */
+static const float *kv_row(const void *base, size_t row, uint32_t type, int t, int g, int hd,
+                           float *tmp)
+{
+    size_t off;
+    si_type_row_size(type, (int64_t)g * hd, &off);
+    const char *p = (const char *)base + (size_t)t * row + off;
+    if (type == SI_TYPE_F16)
+        for (int i = 0; i < hd; i++)
+            tmp[i] = si_fp16_to_fp32(((const uint16_t *)p)[i]);
+    else
+        si_dequantize_row(type, p, tmp, hd);
+    return tmp;
+}
+
 /* One query head's steps over one tile: positions [lo, hi) of the tile at
- * t0 (sc: SI_ATTN_TILE floats). */
-static void tile_head(const float *qh, float *acc, float *M, float *S, const uint16_t *k,
-                      const uint16_t *v, int64_t ld, int hd, float scale, int t0, int lo, int hi,
-                      float *sc)
+ * t0, kv head g (sc: SI_ATTN_TILE floats, row: 2 head_dim). */
+static void tile_head(const float *qh, float *acc, float *M, float *S, const struct si_kv *kv,
+                      int g, int hd, float scale, int t0, int lo, int hi, float *sc, float *row)
 {
     enum { T = SI_ATTN_TILE };
     float m = -INFINITY;
@@ -70,10 +93,10 @@ static void tile_head(const float *qh, float *acc, float *M, float *S, const uin
         const int t = t0 + j;
         float s = -INFINITY;
         if (t >= lo && t < hi) {
-            const uint16_t *kt = k + (size_t)t * (size_t)ld;
+            const float *kt = kv_row(kv->k, kv->k_row, kv->k_type, t, g, hd, row);
             float d = 0.0f;
             for (int i = 0; i < hd; i++)
-                d = fmaf(si_fp16_to_fp32(kt[i]), qh[i], d);
+                d = fmaf(kt[i], qh[i], d);
             s = d * scale;
         }
         sc[j] = s;
@@ -91,20 +114,20 @@ static void tile_head(const float *qh, float *acc, float *M, float *S, const uin
     *M = Mnew;
     *S = (float)((double)*S + si_act_exp_sum8(sc, T, Mnew));
     for (int t = lo; t < hi; t++) {
-        const uint16_t *vt = v + (size_t)t * (size_t)ld;
+        const float *vt = kv_row(kv->v, kv->v_row, kv->v_type, t, g, hd, row);
         const float pt = sc[t - t0];
         for (int i = 0; i < hd; i++)
-            acc[i] = fmaf(si_fp16_to_fp32(vt[i]), pt, acc[i]);
+            acc[i] = fmaf(vt[i], pt, acc[i]);
     }
 }
 
-void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const uint16_t *k,
-                               const uint16_t *v, int64_t ld, int h0, int h1, int group,
-                               int head_dim, float scale, int t_begin, int t_end, float *scratch)
+void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const struct si_kv *kv,
+                               int h0, int h1, int group, int head_dim, float scale, int t_begin,
+                               int t_end, float *scratch)
 {
     enum { T = SI_ATTN_TILE };
     const int hd = head_dim;
-    float *sc = scratch + 2 * (size_t)T * (size_t)hd;
+    float *sc = scratch + 2 * (size_t)T * (size_t)hd, *row = scratch;
     for (int t0 = t_begin; t0 < t_end; t0 += T) {
         const int te = t_end < t0 + T ? t_end : t0 + T;
         for (int r = 0; r < n_q; r++) {
@@ -113,9 +136,9 @@ void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const ui
             if (lo >= hi)
                 continue; /* nothing of this tile is attended */
             for (int h = h0; h < h1; h++) {
-                const size_t koff = (size_t)(h / group) * (size_t)hd, o = (size_t)(h - h0) * hd;
-                tile_head(a->q + o, a->acc + o, &a->M[h - h0], &a->S[h - h0], k + koff, v + koff,
-                          ld, hd, scale, t0, lo, hi, sc);
+                const size_t o = (size_t)(h - h0) * hd;
+                tile_head(a->q + o, a->acc + o, &a->M[h - h0], &a->S[h - h0], kv, h / group, hd,
+                          scale, t0, lo, hi, sc, row);
             }
         }
     }
@@ -134,9 +157,9 @@ void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const ui
     const size_t o = (size_t)h0 * (size_t)head_dim;
     float *M = scratch + si_k_attn_tiles_scratch(head_dim), *S = M + n_head;
     const struct si_attn_query a = {q + o, out + o, M, S, first, n_kv};
+    const struct si_kv kv = si_kv_f16(k, v, n_head_kv, head_dim);
     si_k_attn_query_start(&a, h1 - h0, head_dim);
-    si_k_attn_tiles(&a, 1, k, v, (int64_t)n_head_kv * head_dim, h0, h1, n_head / n_head_kv,
-                    head_dim, scale, 0, n_kv, scratch);
+    si_k_attn_tiles(&a, 1, &kv, h0, h1, n_head / n_head_kv, head_dim, scale, 0, n_kv, scratch);
     si_k_attn_query_finish(out + o, &a, h1 - h0, head_dim);
 }
 
@@ -157,16 +180,15 @@ size_t si_k_attn_part_floats(int n_heads, int head_dim)
     return (size_t)n_heads * ((size_t)head_dim + 2);
 }
 
-void si_k_attn_chunk(float *part, const float *q, const uint16_t *k, const uint16_t *v, int64_t ld,
-                     int first, int n_kv, int c, int h0, int h1, int group, int head_dim,
-                     float scale, float *scratch)
+void si_k_attn_chunk(float *part, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int c, int h0, int h1, int group, int head_dim, float scale, float *scratch)
 {
     const int nh = h1 - h0, c_lo = c * SI_ATTN_CHUNK, c_hi = c_lo + SI_ATTN_CHUNK;
     const struct si_attn_query a = {
         q,         part + 2 * (size_t)nh,       part,
         part + nh, first > c_lo ? first : c_lo, n_kv < c_hi ? n_kv : c_hi};
     si_k_attn_query_start(&a, nh, head_dim);
-    si_k_attn_tiles(&a, 1, k, v, ld, h0, h1, group, head_dim, scale, c_lo, a.hi, scratch);
+    si_k_attn_tiles(&a, 1, kv, h0, h1, group, head_dim, scale, c_lo, a.hi, scratch);
 }
 
 void si_k_attn_merge(float *out, const float *const *parts, int n_parts, int n_heads, int head_dim)
@@ -201,9 +223,9 @@ size_t si_k_attn_split_scratch(int head_dim, int n_head, int n_ctx)
     return si_k_attn_tiles_scratch(head_dim) + n_chunks * si_k_attn_part_floats(n_head, head_dim);
 }
 
-void si_k_attn_f16_split(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
-                         int head_dim, float scale, float *scratch)
+void si_k_attn_split(float *out, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int h0, int h1, int n_head, int n_head_kv, int head_dim, float scale,
+                     float *scratch)
 {
     assert(n_head_kv > 0 && n_head % n_head_kv == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head);
     enum { MAX_PARTS = SI_ATTN_MAX_CHUNKS };
@@ -215,8 +237,8 @@ void si_k_attn_f16_split(float *out, const float *q, const uint16_t *k, const ui
     const float *p[MAX_PARTS];
     for (int c = 0; c < n; c++) {
         float *part = parts + (size_t)c * pf;
-        si_k_attn_chunk(part, q + o, k, v, (int64_t)n_head_kv * head_dim, first, n_kv, c0 + c, h0,
-                        h1, n_head / n_head_kv, head_dim, scale, scratch);
+        si_k_attn_chunk(part, q + o, kv, first, n_kv, c0 + c, h0, h1, n_head / n_head_kv, head_dim,
+                        scale, scratch);
     }
     assert(n <= MAX_PARTS); /* the contexts si_ref_init accepts */
     for (int c = 0; c < n; c++)

@@ -17,7 +17,11 @@
 
 struct si_ref_params si_ref_default_params(void)
 {
-    return (struct si_ref_params){.n_ctx = 0, .kv_f16 = true, .act_quant = true};
+    return (struct si_ref_params){.n_ctx = 0,
+                                  .kv_f16 = true,
+                                  .type_k = SI_TYPE_F16,
+                                  .type_v = SI_TYPE_F16,
+                                  .act_quant = true};
 }
 
 /* ------------------------------------------------------------ small kernels */
@@ -217,6 +221,21 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
                  p.n_ctx, SI_ATTN_MAX_CHUNKS * SI_ATTN_CHUNK);
         return SI_E_INVALID;
     }
+    for (int i = 0; i < 2 && p.kv_f16; i++) {
+        const uint32_t t = i ? p.type_v : p.type_k;
+        if (t != SI_TYPE_F16 && t != SI_TYPE_Q8_0 && t != SI_TYPE_Q4_0) {
+            snprintf(err, err_size, "%s cache type %s: f16, q8_0 or q4_0 only", i ? "V" : "K",
+                     si_type_name(t));
+            return SI_E_INVALID;
+        }
+        if (t != SI_TYPE_F16 && hp->head_dim % 32 != 0) {
+            snprintf(err, err_size,
+                     "a %s %s cache needs a head size that is a multiple of 32 (the model's is "
+                     "%d)",
+                     si_type_name(t), i ? "V" : "K", hp->head_dim);
+            return SI_E_INVALID;
+        }
+    }
     if (p.down_t && m->w.layers[0].ffn_down_t.data == NULL) {
         snprintf(err, err_size, "the model has no ffn_down_t tensors");
         return SI_E_INVALID;
@@ -261,10 +280,9 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->xa = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
     s->attn_tile = malloc(tile_floats(hp, p.n_ctx) * sizeof(float));
-    const size_t esz = p.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx * kvd;
-    s->kcache = calloc(cache, esz);
-    s->vcache = calloc(cache, esz);
+    const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx;
+    s->kcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, false));
+    s->vcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, true));
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->score || !s->krow ||
         !s->xq || !s->q16 || !s->vkq16 || !s->hg || !s->hu || !s->mask || !s->r1 || !s->logits ||
         !s->n_active || !s->xb3 || !s->xa || !s->tmp || !s->attn_tile || !s->kcache || !s->vcache)
@@ -312,11 +330,10 @@ void si_ref_reset(struct si_ref *s)
     s->n_past = 0;
 }
 
-/* Row t of layer l's K or V cache as floats in dst (kvd of them). */
-static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
-                      size_t kvd);
-static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,
-                      size_t kvd, size_t c0, size_t c1);
+/* Row t of layer l's K (v false) or V cache as floats in dst (kvd of them). */
+static void cache_row(const struct si_ref *s, bool v, int l, int t, float *dst, size_t kvd);
+static void cache_put(const struct si_ref *s, bool v, int l, int pos, const float *src, size_t kvd,
+                      size_t c0, size_t c1);
 
 int si_ref_kv_shift_check(const struct si_ref *s, int32_t n_keep, int32_t n_discard)
 {
@@ -339,12 +356,12 @@ void si_ref_kv_shift_layer(struct si_ref *s, int l, int32_t n_keep, int32_t n_di
     for (int32_t p = n_keep + n_discard; p < s->n_past; p++) {
         /* K: rotated by -n_discard positions (RoPE's rotations compose:
          * RoPE(p) then RoPE(-d) is RoPE(p - d)), then stored again */
-        cache_row(s, s->kcache, l, p, row, kvd);
+        cache_row(s, false, l, p, row, kvd);
         si_k_rope(row, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_kind, -n_discard, base,
                   scale);
-        cache_put(s, s->kcache, l, p - n_discard, row, kvd, 0, kvd);
-        cache_row(s, s->vcache, l, p, row, kvd);
-        cache_put(s, s->vcache, l, p - n_discard, row, kvd, 0, kvd);
+        cache_put(s, false, l, p - n_discard, row, kvd, 0, kvd);
+        cache_row(s, true, l, p, row, kvd);
+        cache_put(s, true, l, p - n_discard, row, kvd, 0, kvd);
     }
 }
 
@@ -363,18 +380,55 @@ int si_ref_kv_shift(struct si_ref *s, int32_t n_keep, int32_t n_discard)
     return SI_OK;
 }
 
-/* Store row `pos` of layer l's K or V cache from src (kvd floats): its
- * elements [c0, c1). */
-static void cache_put(const struct si_ref *s, void *cache, int l, int pos, const float *src,
-                      size_t kvd, size_t c0, size_t c1)
+size_t si_ref_kv_row_bytes(const struct si_ref_params *p, const struct si_hparams *hp, bool v)
 {
-    size_t off = ((size_t)l * (size_t)s->p.n_ctx + (size_t)pos) * kvd;
-    if (s->p.kv_f16) {
-        uint16_t *dst = (uint16_t *)cache + off;
+    const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    size_t b = (size_t)kvd * sizeof(float);
+    if (p->kv_f16 && !si_type_row_size(v ? p->type_v : p->type_k, kvd, &b))
+        b = (size_t)kvd * sizeof(uint16_t); /* refused by si_ref_init */
+    return b;
+}
+
+struct si_kv si_ref_kv(const struct si_ref *s, int l)
+{
+    const size_t kr = si_ref_kv_row_bytes(&s->p, &s->m->hp, false),
+                 vr = si_ref_kv_row_bytes(&s->p, &s->m->hp, true),
+                 n = (size_t)l * (size_t)s->p.n_ctx;
+    return (struct si_kv){(const char *)s->kcache + n * kr,
+                          (const char *)s->vcache + n * vr,
+                          kr,
+                          vr,
+                          s->p.type_k,
+                          s->p.type_v};
+}
+
+/* Row pos of layer l's K or V cache (and its type) at *row. */
+static char *cache_at(const struct si_ref *s, bool v, int l, int pos, uint32_t *type)
+{
+    const size_t rb = si_ref_kv_row_bytes(&s->p, &s->m->hp, v);
+    *type = !s->p.kv_f16 ? SI_TYPE_F32 : v ? s->p.type_v : s->p.type_k;
+    return (char *)(v ? s->vcache : s->kcache) +
+           ((size_t)l * (size_t)s->p.n_ctx + (size_t)pos) * rb;
+}
+
+/* Store row `pos` of layer l's K or V cache from src (kvd floats): its
+ * elements [c0, c1) (whole blocks of a quantized type: kv heads are). */
+static void cache_put(const struct si_ref *s, bool v, int l, int pos, const float *src, size_t kvd,
+                      size_t c0, size_t c1)
+{
+    (void)kvd;
+    uint32_t t;
+    char *row = cache_at(s, v, l, pos, &t);
+    if (t == SI_TYPE_F32) {
+        memcpy((float *)row + c0, src + c0, (c1 - c0) * sizeof(float));
+    } else if (t == SI_TYPE_F16) {
+        uint16_t *dst = (uint16_t *)row;
         for (size_t i = c0; i < c1; i++)
             dst[i] = si_fp32_to_fp16(src[i]);
     } else {
-        memcpy((float *)cache + off + c0, src + c0, (c1 - c0) * sizeof(float));
+        size_t off = 0;
+        si_type_row_size(t, (int64_t)c0, &off);
+        si_quantize_row(t, src + c0, row + off, (int64_t)(c1 - c0));
     }
 }
 
@@ -415,39 +469,44 @@ static void attention_f16(const struct si_ref *s, int l, int pos, int h0, int h1
 }
 
 /* The same attention in llama.cpp's tiled flash-attention arithmetic, the
- * path it takes for batches of 64 queries or more (si_k_attn_f16_tiled). */
+ * path it takes for batches of 64 queries or more (si_k_attn_f16_tiled's
+ * steps, over the cache's type). */
 static void attention_tiled(const struct si_ref *s, int l, int pos, int h0, int h1,
                             const float *q, float *att, float *tile)
 {
     const struct si_hparams *hp = &s->m->hp;
-    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
-    si_k_attn_f16_tiled(att, q, (const uint16_t *)s->kcache + base,
-                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
-                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
+    const size_t hd = (size_t)hp->head_dim;
+    const struct si_kv kv = si_ref_kv(s, l);
+    float *M = tile + si_k_attn_tiles_scratch(hp->head_dim), *S = M + hp->n_head;
+    const struct si_attn_query a = {
+        q + (size_t)h0 * hd, att + (size_t)h0 * hd, M, S, attention_start(hp, l, pos), pos + 1};
+    si_k_attn_query_start(&a, h1 - h0, hp->head_dim);
+    si_k_attn_tiles(&a, 1, &kv, h0, h1, hp->n_head / hp->n_head_kv, hp->head_dim, hp->attn_scale, 0,
+                    pos + 1, tile);
+    si_k_attn_query_finish(a.acc, &a, h1 - h0, hp->head_dim);
 }
 
 /* Decoding's attention over SI_ATTN_SPLIT_MIN positions or more: split in
- * chunks of positions, merged (si_k_attn_f16_split), as the engine's tasks
+ * chunks of positions, merged (si_k_attn_split), as the engine's tasks
  * compute it. */
 static void attention_split(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
                             float *att, float *tile)
 {
     const struct si_hparams *hp = &s->m->hp;
-    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hp->head_dim;
-    si_k_attn_f16_split(att, q, (const uint16_t *)s->kcache + base,
-                        (const uint16_t *)s->vcache + base, attention_start(hp, l, pos), pos + 1,
-                        h0, h1, hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
+    const struct si_kv kv = si_ref_kv(s, l);
+    si_k_attn_split(att, q, &kv, attention_start(hp, l, pos), pos + 1, h0, h1, hp->n_head,
+                    hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
 }
 
 /* Row t of layer l's K or V cache as floats in dst (kvd of them). */
-static void cache_row(const struct si_ref *s, const void *cache, int l, int t, float *dst,
-                      size_t kvd)
+static void cache_row(const struct si_ref *s, bool v, int l, int t, float *dst, size_t kvd)
 {
-    const size_t off = ((size_t)l * (size_t)s->p.n_ctx + (size_t)t) * kvd;
-    if (s->p.kv_f16)
-        si_dequantize_row(SI_TYPE_F16, (const uint16_t *)cache + off, dst, (int64_t)kvd);
+    uint32_t type;
+    const char *row = cache_at(s, v, l, t, &type);
+    if (type == SI_TYPE_F32)
+        memcpy(dst, row, kvd * sizeof(float));
     else
-        memcpy(dst, (const float *)cache + off, kvd * sizeof(float));
+        si_dequantize_row(type, row, dst, (int64_t)kvd);
 }
 
 /*
@@ -464,7 +523,7 @@ static void attention_f32(const struct si_ref *s, int l, int pos, int h0, int h1
     const size_t kvd = (size_t)hp->n_head_kv * hd, n_ctx = (size_t)s->p.n_ctx;
     const int first = attention_start(hp, l, pos);
     for (int t = first; t <= pos; t++) {
-        cache_row(s, s->kcache, l, t, row, kvd);
+        cache_row(s, false, l, t, row, kvd);
         for (int h = h0; h < h1; h++) {
             const float *q = q_all + (size_t)h * hd, *k = row + (size_t)(h / group) * hd;
             float dot = 0.0f;
@@ -488,7 +547,7 @@ static void attention_f32(const struct si_ref *s, int l, int pos, int h0, int h1
     }
     memset(att + (size_t)h0 * hd, 0, (size_t)(h1 - h0) * hd * sizeof(float));
     for (int t = first; t <= pos; t++) {
-        cache_row(s, s->vcache, l, t, row, kvd);
+        cache_row(s, true, l, t, row, kvd);
         for (int h = h0; h < h1; h++) {
             const float a = score[(size_t)h * n_ctx + (size_t)t];
             const float *v = row + (size_t)(h / group) * hd;
@@ -692,8 +751,8 @@ static void attn_group(const struct si_ref *s, int l, int pos, int g0, int g1, f
             qg[i] *= hp->q_scale;
     if (att == NULL)
         return;
-    cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
-    cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, false, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, true, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
     attend(s, l, pos, h0, h1, q, att, score, krow, q16, tile);
 }
 
@@ -702,10 +761,11 @@ static void attn_group(const struct si_ref *s, int l, int pos, int g0, int g1, f
 static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
                    float *att, float *score, float *krow, uint16_t *q16, float *tile)
 {
+    const bool f16 = s->p.type_k == SI_TYPE_F16 && s->p.type_v == SI_TYPE_F16;
     if (s->p.kv_f16 && !s->attn_f32 &&
         pos + 1 - attention_start(&s->m->hp, l, pos) >= SI_ATTN_SPLIT_MIN)
         attention_split(s, l, pos, h0, h1, q, att, tile);
-    else if (s->p.kv_f16 && !s->attn_f32)
+    else if (s->p.kv_f16 && !s->attn_f32 && f16)
         attention_f16(s, l, pos, h0, h1, q, att, q16);
     else if (s->p.kv_f16)
         attention_tiled(s, l, pos, h0, h1, q, att, tile);
@@ -746,8 +806,8 @@ void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, 
                                 const float *k, const float *v)
 {
     const size_t hd = (size_t)s->m->hp.head_dim, kvd = (size_t)s->m->hp.n_head_kv * hd;
-    cache_put(s, s->kcache, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
-    cache_put(s, s->vcache, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, false, l, pos, k, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
+    cache_put(s, true, l, pos, v, kvd, (size_t)g0 * hd, (size_t)g1 * hd);
 }
 
 void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0, int g1,
@@ -775,7 +835,7 @@ void si_ref_attn_group_attend_rows(const struct si_ref *s, int l, const int32_t 
         return;
     }
     /* the tiled attention, SI_REF_ROWS queries sharing each tile */
-    const size_t base = (size_t)l * (size_t)s->p.n_ctx * (size_t)hp->n_head_kv * hd;
+    const struct si_kv kv = si_ref_kv(s, l);
     for (int r0 = 0; r0 < n; r0 += SI_REF_ROWS) {
         const int nr = n - r0 < SI_REF_ROWS ? n - r0 : SI_REF_ROWS;
         struct si_attn_query qs[SI_REF_ROWS];
@@ -792,9 +852,8 @@ void si_ref_attn_group_attend_rows(const struct si_ref *s, int l, const int32_t 
             lo = qs[r].lo < lo ? qs[r].lo : lo;
             hi = qs[r].hi > hi ? qs[r].hi : hi;
         }
-        si_k_attn_tiles(qs, nr, (const uint16_t *)s->kcache + base,
-                        (const uint16_t *)s->vcache + base, (int64_t)hp->n_head_kv * hd, h0, h1,
-                        group, hd, hp->attn_scale, lo / SI_ATTN_TILE * SI_ATTN_TILE, hi, a.tile);
+        si_k_attn_tiles(qs, nr, &kv, h0, h1, group, hd, hp->attn_scale,
+                        lo / SI_ATTN_TILE * SI_ATTN_TILE, hi, a.tile);
         for (int r = 0; r < nr; r++)
             si_k_attn_query_finish(qs[r].acc, &qs[r], nh, hd);
     }

@@ -27,6 +27,12 @@
 struct si_ref_params {
     int32_t n_ctx;  /* KV cache length (0: the model's training context, at most 4096) */
     bool kv_f16;    /* fp16 K/V cache and llama.cpp's flash-attention arithmetic */
+    /* With kv_f16: the caches' types, SI_TYPE_F16 (default), or SI_TYPE_Q8_0
+     * or SI_TYPE_Q4_0 (llama.cpp's --cache-type-k/-v): rows quantized as
+     * they are written, read through si_dequantize_row by the tiled
+     * attention, which a quantized cache always takes (the fp16 query and
+     * accumulator of llama.cpp's single-query arithmetic read fp16 only). */
+    uint32_t type_k, type_v;
     bool act_quant; /* convert activations to each weight's dot type */
 
     /* FFN sparsity, as the engine's sparse modes compute it (all off by
@@ -285,13 +291,17 @@ void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, 
 void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0, int g1,
                                  const float *q, float *att, float *scratch);
 size_t si_ref_attn_scratch_floats(const struct si_ref *s);
+/* Bytes of one position's K (v false) or V row in layer's cache, and layer
+ * l's caches as the tiled kernels read them (kv_f16). */
+size_t si_ref_kv_row_bytes(const struct si_ref_params *p, const struct si_hparams *hp, bool v);
+struct si_kv si_ref_kv(const struct si_ref *s, int l);
 /* si_ref_attn_group_attend_at for n tokens of this sequence at positions
  * pos[0..n): token r's query row at q + r * q_ld (head h at + h *
  * head_dim), its output at att + r * att_ld, the query heads of kv heads
  * [g0, g1) only (from the first at 0).  Each token's bits are
  * si_ref_attn_group_attend_at's; in the tiled arithmetic (attn_f32) up to
  * SI_REF_ROWS tokens share each tile of the cache (si_k_attn_tiles). */
-#define SI_REF_ROWS 16
+#define SI_REF_ROWS 64
 void si_ref_attn_group_attend_rows(const struct si_ref *s, int l, const int32_t *pos, int n, int g0,
                                    int g1, const float *q, size_t q_ld, float *att, size_t att_ld,
                                    float *scratch);

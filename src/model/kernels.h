@@ -117,6 +117,22 @@ size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
 #define SI_ATTN_TILE 64
 
 /*
+ * A layer's K and V caches as the tiled kernels read them: position t's K
+ * row at k + t * k_row bytes, of type k_type (SI_TYPE_F16, SI_TYPE_Q8_0 or
+ * SI_TYPE_Q4_0; quantized rows hold whole blocks per kv head), kv head g
+ * its elements [g * head_dim, (g + 1) * head_dim); V likewise.  Quantized
+ * rows are read as floats through si_dequantize_row's arithmetic.
+ */
+struct si_kv {
+    const void *k, *v;
+    size_t k_row, v_row;
+    uint32_t k_type, v_type;
+};
+
+/* An fp16 cache of n_head_kv kv heads (si_k_attn_f16's layout). */
+struct si_kv si_kv_f16(const uint16_t *k, const uint16_t *v, int n_head_kv, int head_dim);
+
+/*
  * One query of si_k_attn_tiles, over query heads [h0, h1) of the call: its
  * query (head h at q + (h - h0) * head_dim), its accumulators laid out
  * alike, each head's running maximum M[h - h0] and sum S[h - h0], and the
@@ -139,19 +155,19 @@ void si_k_attn_query_finish(float *out, const struct si_attn_query *a, int n_hea
  * heads [h0, h1) take each tile holding a position of its [lo, hi) (and of
  * [t_begin, t_end)) in order, exactly as si_k_attn_f16_tiled's steps, so a
  * query's bits do not depend on the others.  The keys and values are read
- * once per tile for all the queries: position t of kv head g at
- * k + t * ld + g * head_dim (fp16); query head h reads kv head h / group.
- * scratch: si_k_attn_tiles_scratch(head_dim) floats.
+ * once per tile for all the queries (kv: struct si_kv); query head h
+ * reads kv head h / group.  scratch: si_k_attn_tiles_scratch(head_dim)
+ * floats.
  */
-void si_k_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k, const uint16_t *v,
-                     int64_t ld, int h0, int h1, int group, int head_dim, float scale, int t_begin,
-                     int t_end, float *scratch);
+void si_k_attn_tiles(const struct si_attn_query *qs, int n_q, const struct si_kv *kv, int h0,
+                     int h1, int group, int head_dim, float scale, int t_begin, int t_end,
+                     float *scratch);
 size_t si_k_attn_tiles_scratch(int head_dim);
 
 /* si_k_attn_tiles's portable code; its AVX2 twin gives the same bits. */
-void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const uint16_t *k,
-                               const uint16_t *v, int64_t ld, int h0, int h1, int group,
-                               int head_dim, float scale, int t_begin, int t_end, float *scratch);
+void si__k_attn_tiles_portable(const struct si_attn_query *qs, int n_q, const struct si_kv *kv,
+                               int h0, int h1, int group, int head_dim, float scale, int t_begin,
+                               int t_end, float *scratch);
 
 /*
  * Decoding's attention over a long context, split over positions
@@ -181,18 +197,17 @@ int si_k_attn_chunks(int first, int n_kv, int *c0);
 size_t si_k_attn_part_floats(int n_heads, int head_dim);
 /* Chunk c's partial result into part, q holding heads [h0, h1) (scratch:
  * si_k_attn_tiles_scratch). */
-void si_k_attn_chunk(float *part, const float *q, const uint16_t *k, const uint16_t *v, int64_t ld,
-                     int first, int n_kv, int c, int h0, int h1, int group, int head_dim,
-                     float scale, float *scratch);
+void si_k_attn_chunk(float *part, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int c, int h0, int h1, int group, int head_dim, float scale, float *scratch);
 /* The chunks' partial results (of n_heads heads each, in chunk order)
  * merged into out, n_heads * head_dim floats. */
 void si_k_attn_merge(float *out, const float *const *parts, int n_parts, int n_heads, int head_dim);
 /* The whole: every chunk (scratch: si_k_attn_split_scratch floats for
- * n_kv positions at most), then the merge; q, k, v and out as
- * si_k_attn_f16_heads's, kv heads n_head_kv wide. */
-void si_k_attn_f16_split(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
-                         int head_dim, float scale, float *scratch);
+ * n_kv positions at most), then the merge; q and out as
+ * si_k_attn_f16_heads's. */
+void si_k_attn_split(float *out, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int h0, int h1, int n_head, int n_head_kv, int head_dim, float scale,
+                     float *scratch);
 size_t si_k_attn_split_scratch(int head_dim, int n_head, int n_ctx);
 
 /*

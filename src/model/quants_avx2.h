@@ -177,8 +177,8 @@ void si__avx2_cb_block(bool has_min, const uint8_t *const *rows, const int8_t *x
                        int32_t sxq, float s, const uint16_t *d, const uint16_t *m, int64_t n,
                        float *y);
 /* quants_avx2_attn.c */
-void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k,
-                         const uint16_t *v, int64_t ld, int h0, int h1, int group, int head_dim,
-                         float scale, int t_begin, int t_end, float *scratch);
+void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const struct si_kv *kv, int h0,
+                         int h1, int group, int head_dim, float scale, int t_begin, int t_end,
+                         float *scratch);
 
 #endif /* SI_MODEL_QUANTS_AVX2_H */

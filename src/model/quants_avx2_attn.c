@@ -28,6 +28,7 @@
 #include "model/act.h"
 #include "model/kernels.h"
 #include "model/quants_avx2.h"
+#include "model/types.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -68,13 +69,51 @@ INLINE void transpose8(__m256 r[8])
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* One kv head's side of a cache: its elements of position t at
+ * base + t * row, seg bytes of type `type` (dequantize: the table's, for a
+ * quantized type). */
+struct kv_side {
+    const char *base;
+    size_t row, seg;
+    uint32_t type;
+    si__dequantize_fn dequantize;
+};
+
+static struct kv_side kv_side(const void *base, size_t row, uint32_t type, int g, int hd)
+{
+    size_t off = 0, seg = 0;
+    si_type_row_size(type, (int64_t)g * hd, &off);
+    si_type_row_size(type, hd, &seg);
+    return (struct kv_side){(const char *)base + off, row, seg, type,
+                            si__quants_avx2.type[type].dequantize};
+}
+
+/* Position t's hd elements as floats into dst. */
+INLINE void side_row(const struct kv_side *s, int t, int hd, float *dst)
+{
+    const char *p = s->base + (size_t)t * s->row;
+    if (s->type == SI_TYPE_F16) {
+        const uint16_t *h = (const uint16_t *)p;
+        int i = 0;
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+        for (; i < hd; i++)
+            dst[i] = _cvtsh_ss(h[i]);
+    } else {
+        s->dequantize(p, dst, hd);
+    }
+}
+
 /*
- * The tile's positions [a, b) of kv head `k` (rows ld halves apart, the
- * tile starting at t0) into kt (transposed, 8-position groups [a8, b8) of
- * the tile, positions outside [a, b) 0) and vf (positions [a, b)).
+ * The tile's positions [a, b) (the tile starting at t0) of one kv head:
+ * its keys into kt (transposed; the tile's positions outside [a, b) 0), its
+ * values into vf (positions [a, b)), kr 8 rows of scratch.  The next
+ * tile's rows (up to next_end) are asked for as this one's are read: a
+ * tile's rows are short and strided, which the hardware's prefetchers
+ * follow poorly, and the cache streams from DRAM.
  */
-static void load_tile(float *kt, float *vf, const uint16_t *k, const uint16_t *v, int64_t ld,
-                      int hd, int t0, int a, int b, int next_end)
+static void load_tile(float *kt, float *vf, float *kr, const struct kv_side *ks,
+                      const struct kv_side *vs, int hd, int t0, int a, int b, int next_end)
 {
     const int a8 = (a - t0) & ~7, b8 = (b - t0 + 7) & ~7;
     if (a8 > 0 || b8 < T) /* the groups no query reads: zeros, as tile_head sums every lane */
@@ -84,21 +123,33 @@ static void load_tile(float *kt, float *vf, const uint16_t *k, const uint16_t *v
         }
     for (int j8 = a8; j8 < b8; j8 += 8) {
         const int p = t0 + j8;
-        /* The next tile's rows, asked for as this one's are read: a tile's
-         * rows are short and strided, which the hardware's prefetchers
-         * follow poorly, and the cache streams from DRAM. */
-        for (int t = p + T; t < p + T + 8 && t < next_end; t++)
-            for (int c = 0; c < hd * 2; c += 64) {
-                _mm_prefetch((const char *)(k + (size_t)t * (size_t)ld) + c, _MM_HINT_T0);
-                _mm_prefetch((const char *)(v + (size_t)t * (size_t)ld) + c, _MM_HINT_T0);
-            }
-        if (p >= a && p + 8 <= b && hd % 8 == 0) {
+        for (int t = p + T; t < p + T + 8 && t < next_end; t++) {
+            for (size_t c = 0; c < ks->seg; c += 64)
+                _mm_prefetch(ks->base + (size_t)t * ks->row + c, _MM_HINT_T0);
+            for (size_t c = 0; c < vs->seg; c += 64)
+                _mm_prefetch(vs->base + (size_t)t * vs->row + c, _MM_HINT_T0);
+        }
+        const bool whole = p >= a && p + 8 <= b && hd % 8 == 0;
+        if (whole && ks->type == SI_TYPE_F16) {
             for (int i = 0; i < hd; i += 8) {
                 __m256 r[8];
 #pragma GCC unroll 8
                 for (int u = 0; u < 8; u++)
-                    r[u] = _mm256_cvtph_ps(
-                        _mm_loadu_si128((const __m128i *)(k + (size_t)(p + u) * (size_t)ld + i)));
+                    r[u] = _mm256_cvtph_ps(_mm_loadu_si128(
+                        (const __m128i *)(ks->base + (size_t)(p + u) * ks->row + 2 * (size_t)i)));
+                transpose8(r);
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++)
+                    _mm256_storeu_ps(kt + (size_t)(i + u) * T + j8, r[u]);
+            }
+        } else if (whole) {
+            for (int u = 0; u < 8; u++)
+                side_row(ks, p + u, hd, kr + (size_t)u * hd);
+            for (int i = 0; i < hd; i += 8) {
+                __m256 r[8];
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++)
+                    r[u] = _mm256_loadu_ps(kr + (size_t)u * hd + i);
                 transpose8(r);
 #pragma GCC unroll 8
                 for (int u = 0; u < 8; u++)
@@ -107,21 +158,15 @@ static void load_tile(float *kt, float *vf, const uint16_t *k, const uint16_t *v
         } else {
             for (int u = 0; u < 8; u++) {
                 const int t = p + u;
-                const uint16_t *kr = k + (size_t)t * (size_t)ld;
+                if (t >= a && t < b)
+                    side_row(ks, t, hd, kr);
                 for (int i = 0; i < hd; i++)
-                    kt[(size_t)i * T + j8 + u] = t >= a && t < b ? _cvtsh_ss(kr[i]) : 0.0f;
+                    kt[(size_t)i * T + j8 + u] = t >= a && t < b ? kr[i] : 0.0f;
             }
         }
     }
-    for (int t = a; t < b; t++) {
-        const uint16_t *vr = v + (size_t)t * (size_t)ld;
-        float *o = vf + (size_t)(t - t0) * hd;
-        int i = 0;
-        for (; i + 8 <= hd; i += 8)
-            _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + i))));
-        for (; i < hd; i++)
-            o[i] = _cvtsh_ss(vr[i]);
-    }
+    for (int t = a; t < b; t++)
+        side_row(vs, t, hd, vf + (size_t)(t - t0) * hd);
 }
 
 /* si_act_exp on 8 lanes: the same single operations; lanes whose n passes
@@ -260,12 +305,12 @@ static void tile_head(const float *qh, float *acc, float *M, float *S, const flo
             acc[i] = fmaf(vf[(size_t)(t - t0) * hd + i], sc[t - t0], acc[i]);
 }
 
-void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t *k,
-                         const uint16_t *v, int64_t ld, int h0, int h1, int group, int head_dim,
-                         float scale, int t_begin, int t_end, float *scratch)
+void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const struct si_kv *kv, int h0,
+                         int h1, int group, int head_dim, float scale, int t_begin, int t_end,
+                         float *scratch)
 {
     const int hd = head_dim;
-    float *kt = scratch, *vf = kt + (size_t)T * hd, *sc = vf + (size_t)T * hd;
+    float *kt = scratch, *vf = kt + (size_t)T * hd, *sc = vf + (size_t)T * hd, *kr = sc + T;
     for (int t0 = t_begin; t0 < t_end; t0 += T) {
         const int te = t_end < t0 + T ? t_end : t0 + T;
         int a = te, b = t0; /* the positions some query attends */
@@ -279,9 +324,9 @@ void si__avx2_attn_tiles(const struct si_attn_query *qs, int n_q, const uint16_t
         if (a >= b)
             continue;
         for (int g = h0 / group; g * group < h1; g++) {
-            const size_t koff = (size_t)g * (size_t)hd;
-            load_tile(kt, vf, k + koff, v + koff, ld, hd, t0, a, b,
-                      t_end < te + T ? t_end : te + T);
+            const struct kv_side ks = kv_side(kv->k, kv->k_row, kv->k_type, g, hd),
+                                 vs = kv_side(kv->v, kv->v_row, kv->v_type, g, hd);
+            load_tile(kt, vf, kr, &ks, &vs, hd, t0, a, b, t_end < te + T ? t_end : te + T);
             const int ha = g * group > h0 ? g * group : h0;
             const int hb = (g + 1) * group < h1 ? (g + 1) * group : h1;
             for (int r = 0; r < n_q; r++) {

@@ -126,10 +126,10 @@ typedef void (*si__attn_f16_fn)(float *out, const float *q, const uint16_t *k, c
  * in the same order per element).
  */
 struct si_attn_query;
-typedef void (*si__attn_tiled_fn)(const struct si_attn_query *qs, int n_q, const uint16_t *k,
-                                  const uint16_t *v, int64_t ld, int h0, int h1, int group,
-                                  int head_dim, float scale, int t_begin, int t_end,
-                                  float *scratch);
+struct si_kv;
+typedef void (*si__attn_tiled_fn)(const struct si_attn_query *qs, int n_q, const struct si_kv *kv,
+                                  int h0, int h1, int group, int head_dim, float scale, int t_begin,
+                                  int t_end, float *scratch);
 
 /*
  * One input block of a column-block product (model/colblock.h) over n
