@@ -323,11 +323,12 @@ SI_API int si_kv_type_parse(const char *name, enum si_kv_type *t);
 
 struct si_context_params {
     int32_t n_ctx;    /* KV cache length in tokens; 0 (default): the model's
-                       * training context, at most 4096 */
+                       * training context, cut (in steps of 256, not below
+                       * 4096) to keep the KV cache within 1 GiB */
     bool kv_f32;      /* KV cache in f32 (default false: fp16, as llama.cpp) */
     /* Without kv_f32: K's and V's types (default SI_KV_F16).  A quantized
      * cache is written quantized and read by the tiled attention, whose
-     * arithmetic every query then takes (docs/cli.md#kv-cache-types). */
+     * arithmetic every query then takes (docs/attention.md#kv-cache-types). */
     enum si_kv_type cache_type_k, cache_type_v;
     enum si_engine_kind engine; /* default SI_ENGINE_STARPU: it decodes 1.3x and
                                  * prefills 3.5x faster than the reference on

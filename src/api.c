@@ -267,6 +267,26 @@ int64_t si_llm_kv_bytes_per_token(const struct si_llm *llm, const struct si_cont
            (int64_t)(si_ref_kv_row_bytes(&rp, hp, false) + si_ref_kv_row_bytes(&rp, hp, true));
 }
 
+/*
+ * The context a context gets without n_ctx: the model's trained length, at
+ * most as many positions as keep its KV cache (with p's types) within
+ * SI__DEFAULT_KV_BYTES, in steps of 256, but never below min(trained,
+ * 4096): SmolLM2 gets its 8,192, a 7B of 4,096 its 4,096, a model trained
+ * on 131,072 with 128 KiB a position 8,192.
+ */
+#define SI__DEFAULT_KV_BYTES ((int64_t)1 << 30)
+
+static int32_t default_ctx(const struct si_llm *llm, const struct si_context_params *p)
+{
+    const int32_t train = llm->m->hp.n_ctx_train > 0 ? llm->m->hp.n_ctx_train : 4096;
+    const int32_t floor = train < 4096 ? train : 4096;
+    const int64_t per = si_llm_kv_bytes_per_token(llm, p);
+    if (per <= 0 || (int64_t)train * per <= SI__DEFAULT_KV_BYTES)
+        return train;
+    const int32_t fit = (int32_t)(SI__DEFAULT_KV_BYTES / per / 256 * 256);
+    return fit > floor ? fit : floor;
+}
+
 int32_t si_llm_n_ctx_train(const struct si_llm *llm)
 {
     return llm->m->hp.n_ctx_train;
@@ -936,8 +956,7 @@ int si_context_init(struct si_llm *llm, struct si_context_params p, struct si_co
     if (rc != SI_OK)
         return rc;
     const struct si_model *m = llm->m;
-    const int32_t n_ctx =
-        p.n_ctx > 0 ? p.n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    const int32_t n_ctx = p.n_ctx > 0 ? p.n_ctx : default_ctx(llm, &p);
     bool flash;
     if ((rc = check_dram(llm, &p, n_ctx, &flash)) != SI_OK)
         return rc;

@@ -292,7 +292,8 @@ void si_run_usage(FILE *f, bool chat)
             "                          convert it (paje.trace for ViTE, tasks.rec ... for\n"
             "                          StarVZ) and draw DIR/trace.png: the workers' tasks\n"
             "                          by kind, the ready tasks, a per-kind summary\n",
-            chat ? "the model's\n                          training context, at most 4096"
+            chat ? "the model's\n                          training context, cut to keep the KV "
+                   "cache\n                          within 1 GiB (not below 4096)"
                  : "prompt + n-predict",
             chat ? "; chat: the oldest\n                          turns after the system message "
                    "go first"
