@@ -388,7 +388,7 @@ static void attn_cuda(void *buffers[], void *cl_arg)
  * positions as well as kv heads (flash-decoding): the attn_L.j tasks then
  * prepare and cache their heads' q, k and v and leave the attention to np
  * tasks attn_pos_L.p, each over a run of the chunks of positions of
- * si_k_attn_f16_split (model/kernels.h), every head, into part_p; the
+ * si_k_attn_split (model/kernels.h), every head, into part_p; the
  * attn_o_L.j tasks merge the chunks' results before their products.  The
  * chunks, and so the bits, depend on the positions alone: the reference's
  * attention computes the same.  np: this token's count at layer l, 0 when

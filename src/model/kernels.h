@@ -11,6 +11,7 @@
 #ifndef SI_MODEL_KERNELS_H
 #define SI_MODEL_KERNELS_H
 
+#include "model/attn_types.h"
 #include "model/model.h"
 
 #include <stddef.h>
@@ -112,39 +113,10 @@ void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const ui
 /* Floats of scratch si_k_attn_f16_tiled needs. */
 size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
 
-/* Positions per tile of si_k_attn_tiles (llama.cpp's KV tile), in its
- * portable code (model/attn_tiles.c) and its AVX2 twin alike. */
-#define SI_ATTN_TILE 64
-
-/*
- * A layer's K and V caches as the tiled kernels read them: position t's K
- * row at k + t * k_row bytes, of type k_type (SI_TYPE_F16, SI_TYPE_Q8_0 or
- * SI_TYPE_Q4_0; quantized rows hold whole blocks per kv head), kv head g
- * its elements [g * head_dim, (g + 1) * head_dim); V likewise.  Quantized
- * rows are read as floats through si_dequantize_row's arithmetic.
- */
-struct si_kv {
-    const void *k, *v;
-    size_t k_row, v_row;
-    uint32_t k_type, v_type;
-};
-
-/* An fp16 cache of n_head_kv kv heads (si_k_attn_f16's layout). */
+/* The tiled kernels' data, struct si_kv (a layer's caches) and struct
+ * si_attn_query (one query's state), and SI_ATTN_TILE: model/attn_types.h.
+ * An fp16 cache of n_head_kv kv heads (si_k_attn_f16's layout): */
 struct si_kv si_kv_f16(const uint16_t *k, const uint16_t *v, int n_head_kv, int head_dim);
-
-/*
- * One query of si_k_attn_tiles, over query heads [h0, h1) of the call: its
- * query (head h at q + (h - h0) * head_dim), its accumulators laid out
- * alike, each head's running maximum M[h - h0] and sum S[h - h0], and the
- * positions it attends, [lo, hi).  si_k_attn_query_start sets acc to 0, M
- * to -inf and S to 0; si_k_attn_query_finish writes out = acc * (1 / S), 0
- * where S is 0 (out may be acc).
- */
-struct si_attn_query {
-    const float *q;
-    float *acc, *M, *S;
-    int lo, hi;
-};
 
 void si_k_attn_query_start(const struct si_attn_query *a, int n_heads, int head_dim);
 void si_k_attn_query_finish(float *out, const struct si_attn_query *a, int n_heads, int head_dim);

@@ -26,7 +26,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include "model/act.h"
-#include "model/kernels.h"
+#include "model/attn_types.h"
 #include "model/quants_avx2.h"
 #include "model/types.h"
 
