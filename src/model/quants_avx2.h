@@ -31,6 +31,19 @@
 
 /* ------------------------------------------------------ helpers */
 
+/* a * b, NaN priority a, b (as GCC compiles the portable code's a * b:
+ * the attention's products of an accumulator and a factor). */
+INLINE __m256 mul_ab(__m256 a, __m256 b)
+{
+#if defined(__GNUC__)
+    __m256 r;
+    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+#else
+    return _mm256_mul_ps(a, b);
+#endif
+}
+
 INLINE float half_at(const uint8_t *p)
 {
     uint16_t h;

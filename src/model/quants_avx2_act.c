@@ -765,18 +765,6 @@ INLINE float fma_vwa1(float v, float w, float a)
 #endif
 }
 
-/* a * b, NaN priority a, b (the portable code's final fp32(acc) * inv). */
-INLINE __m256 mul_ab(__m256 a, __m256 b)
-{
-#if defined(__GNUC__)
-    __m256 r;
-    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
-    return r;
-#else
-    return _mm256_mul_ps(a, b);
-#endif
-}
-
 INLINE float mul_ab1(float a, float b)
 {
 #if defined(__GNUC__)

@@ -36,18 +36,6 @@
 
 enum { T = SI_ATTN_TILE };
 
-/* a * b, NaN priority a, b (as GCC compiles the portable code's a * b). */
-INLINE __m256 mul_ab(__m256 a, __m256 b)
-{
-#if defined(__GNUC__)
-    __m256 r;
-    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
-    return r;
-#else
-    return _mm256_mul_ps(a, b);
-#endif
-}
-
 /* Rows r[0..8) (8 floats each) transposed in place. */
 INLINE void transpose8(__m256 r[8])
 {
