@@ -56,6 +56,8 @@ expect_error "--prompts: '8,x'" --prompts 8,x
 expect_error "unrecognized arguments: --bogus" --bogus
 expect_error "/nonexistent.gguf: no such file" --no-peer --model /nonexistent.gguf
 expect_error "--peer: $tmp/none is not an executable" --peer "$tmp/none" --model "$tmp/tiny.gguf"
+expect_error "the PowerInfer peer runs an f16 cache only" --peer powerinfer --cache-type q8_0 \
+    --model "$tmp/tiny.gguf"
 expect_error "--peer: $tmp/none is not an executable" --peer "powerinfer=$tmp/none"
 expect_error "--powerinfer-src goes with --peer powerinfer" --powerinfer-src "$tmp"
 expect_error "needs at least 2 prompt tokens" --peer powerinfer --prompts 1,8
@@ -81,7 +83,7 @@ md=$(grep '\.md$' "$tmp/o")
 [ -s "$md" ] || fail "no report: $(cat "$tmp/o")"
 cat "$md"
 for p in 4 6; do
-    grep -Eq "^\| tiny \| dense \| $p \| starinfer \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" "$md" ||
+    grep -Eq "^\| tiny \| dense, KV f16 \| $p \| starinfer \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" "$md" ||
         fail "no starinfer row for prompt $p"
 done
 grep -q 'llama.cpp |' "$md" && fail "a llama.cpp row with --no-peer"
@@ -115,10 +117,10 @@ bl --peer "$tmp/peer" --model "$tmp/tiny.gguf" --engine-opts "--sparsity gate" \
     fail "bench-llm --peer: $(tail -n 3 "$tmp/e")"
 md=$(grep '\.md$' "$tmp/o")
 cat "$md"
-grep -Eq '^\| tiny \| gate \| 4 \| starinfer \|' "$md" || fail "no starinfer gate row"
-peer_row='^\| tiny \| dense \| 4 \| llama.cpp \| 400.0 \| 100.00 \| 10.00 \| 10.00 \| 10.00 \| 1 \|'
+grep -Eq '^\| tiny \| gate, KV f16 \| 4 \| starinfer \|' "$md" || fail "no starinfer gate row"
+peer_row='^\| tiny \| dense, KV f16 \| 4 \| llama.cpp \| 400.0 \| 100.00 \| 10.00 \| 10.00 \| 10.00 \| 1 \|'
 grep -Eq "$peer_row" "$md" || fail "the peer's row is not its figures"
-grep -Eq '^\| tiny \| gate \| 4 \| [0-9.]+x \| [0-9.]+x \|' "$md" || fail "no ours/peer ratio row"
+grep -Eq '^\| tiny \| gate, KV f16 \| 4 \| [0-9.]+x \| [0-9.]+x \|' "$md" || fail "no ours/peer ratio row"
 grep -q 'without starinfer' "$md" || fail "the report does not say the peer ran on a copy"
 
 # --peer powerinfer: a tiny model in PowerInfer's layout whose vocabulary has
@@ -164,11 +166,11 @@ cat "$md"
 case $md in *-powerinfer.md) ;; *) fail "the report is not named *-powerinfer.md: $md" ;; esac
 grep -q '^# starinfer vs PowerInfer' "$md" || fail "the report's title does not name PowerInfer"
 for t in 1 2; do
-    grep -Eq "^\| tiny-pi \| predictor \| 4 \| $t \| starinfer \| [0-9.]+ \|" "$md" ||
+    grep -Eq "^\| tiny-pi \| predictor, KV f16 \| 4 \| $t \| starinfer \| [0-9.]+ \|" "$md" ||
         fail "no starinfer predictor row at $t threads"
-    grep -Eq "^\| tiny-pi \| predictor \| 4 \| $t \| PowerInfer \| 400.0 \| 100.00 \| - \|" "$md" ||
+    grep -Eq "^\| tiny-pi \| predictor, KV f16 \| 4 \| $t \| PowerInfer \| 400.0 \| 100.00 \| - \|" "$md" ||
         fail "PowerInfer's row at $t threads is not its figures"
-    grep -Eq "^\| tiny-pi \| predictor \| 4 \| $t \| [0-9.]+x \| [0-9.]+x \|" "$md" ||
+    grep -Eq "^\| tiny-pi \| predictor, KV f16 \| 4 \| $t \| [0-9.]+x \| [0-9.]+x \|" "$md" ||
         fail "no starinfer/PowerInfer ratio row at $t threads"
 done
 grep -q 'repeat-penalty 1.0' "$md" || fail "the report does not give PowerInfer's command"
@@ -181,9 +183,9 @@ if [ -n "$pi_main" ]; then
         --threads 1 >"$tmp/o" 2>"$tmp/e" ||
         fail "bench-llm with PowerInfer's main: $(tail -n 3 "$tmp/e")"
     md=$(grep '\.md$' "$tmp/o")
-    grep -Eq '^\| tiny-pi \| predictor \| 8 \| PowerInfer \| [0-9.]+ \| [0-9.]+ \|' "$md" ||
+    grep -Eq '^\| tiny-pi \| predictor, KV f16 \| 8 \| PowerInfer \| [0-9.]+ \| [0-9.]+ \|' "$md" ||
         fail "no row of PowerInfer's own figures"
-    grep -E '^\| tiny-pi \| predictor \| 8 \| [0-9.]+x' "$md" ||
+    grep -E '^\| tiny-pi \| predictor, KV f16 \| 8 \| [0-9.]+x' "$md" ||
         fail "no ratio row with PowerInfer's main"
     echo "ok: --peer powerinfer with PowerInfer's main ($pi_main)"
 else

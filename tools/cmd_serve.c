@@ -207,10 +207,10 @@ static int server_start(struct server *srv)
     sv->cache_prompt = s->cache_prompt;
     sv->started = (int64_t)time(NULL);
     si_run_note_ctx(srv->llm, si_slots_n_ctx(sv->slots));
-    si_run_note_kv(srv->llm, &s->o.cp, si_slots_n_ctx(sv->slots));
     int p = (int)s->port;
     if (si_http_start(&srv->http, sv, s->host, &p, err, sizeof err) != SI_OK)
         return si_cli_error("serve: %s", err);
+    si_run_note_kv(srv->llm, &s->o.cp, si_slots_n_ctx(sv->slots));
     const bool v6 = strchr(s->host, ':') != NULL;
     fprintf(stderr,
             "serve: listening on http://%s%s%s:%d (model %s, %lld slot%s of %d tokens%s); the "
