@@ -714,9 +714,7 @@ static int check_dram(const struct si_llm *llm, const struct si_context_params *
     *flash = p->flash_store != NULL;
     if (p->dram_budget == 0)
         return SI_OK;
-    const struct si_hparams *hp = &llm->m->hp;
     const int64_t weights = (int64_t)llm->m->gguf->data_size;
-    (void)hp;
     const int64_t kv = si_llm_kv_bytes_per_token(llm, p) * n_ctx;
     if (weights + kv <= p->dram_budget)
         return SI_OK;

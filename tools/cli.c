@@ -328,13 +328,20 @@ bool si_cli_engine_opt(const char *v, bool *use_ref)
     return true;
 }
 
-bool si_cli_kv_type(const char *opt, const char *v, enum si_kv_type *t)
+int si_cli_kv_opt(int argc, char **argv, int *i, enum si_kv_type *k, enum si_kv_type *v)
 {
-    if (si_kv_type_parse(v, t) != SI_OK) {
-        si_cli_error("%s: '%s' is not a KV cache type (f16, q8_0 or q4_0)", opt, v);
-        return false;
+    const char *a = argv[*i];
+    const bool is_k = !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk");
+    if (!is_k && strcmp(a, "--cache-type-v") && strcmp(a, "-ctv"))
+        return 0;
+    const char *val = si_cli_value(argc, argv, i);
+    if (val == NULL)
+        return -1;
+    if (si_kv_type_parse(val, is_k ? k : v) != SI_OK) {
+        si_cli_error("%s: '%s' is not a KV cache type (f16, q8_0 or q4_0)", a, val);
+        return -1;
     }
-    return true;
+    return 1;
 }
 
 static volatile sig_atomic_t sigint_seen;

@@ -159,9 +159,10 @@ int si_cli_calib_pass(void *user, const int32_t *toks, int64_t n, char *err, siz
  * into *use_ref); false after an error message. */
 bool si_cli_engine_opt(const char *v, bool *use_ref);
 
-/* --cache-type-k/-v (opt, for the message): f16, q8_0 or q4_0 into *t;
- * false after an error message. */
-bool si_cli_kv_type(const char *opt, const char *v, enum si_kv_type *t);
+/* -ctk/--cache-type-k and -ctv/--cache-type-v at argv[*i]: f16, q8_0 or
+ * q4_0 into *k or *v; 1 consumed, 0 not one of them, -1 after an error
+ * message. */
+int si_cli_kv_opt(int argc, char **argv, int *i, enum si_kv_type *k, enum si_kv_type *v);
 
 /*
  * Perplexity through the engine with parameters ep (ep.ref.n_ctx the chunk),

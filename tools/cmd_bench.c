@@ -302,6 +302,7 @@ struct bench_opts {
     long long n_predict, repeat, n_ctx, prompt_tokens;
     bool json, roofline;
     float input_s; /* --sparsity ...input=S */
+    enum si_kv_type type_k, type_v; /* --cache-type-k/-v */
     struct si_engine_params ep;
 };
 
@@ -356,14 +357,9 @@ static int engine_option(struct bench_opts *o, int argc, char **argv, int *i)
         return si_cli_opt_i32(argc, argv, i, 1, 4096, &ep->n_batch);
     if (!strcmp(a, "--attn-split"))
         return si_cli_opt_i32(argc, argv, i, 0, 256, &ep->attn_split);
-    if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") ||
-        !strcmp(a, "-ctv")) {
-        enum si_kv_type t;
-        if ((v = si_cli_value(argc, argv, i)) == NULL || !si_cli_kv_type(a, v, &t))
-            return -1;
-        *(a[strlen(a) - 1] == 'k' ? &ep->ref.type_k : &ep->ref.type_v) = si__kv_type_of(t);
-        return 1;
-    }
+    const int kv = si_cli_kv_opt(argc, argv, i, &o->type_k, &o->type_v);
+    if (kv != 0)
+        return kv;
     if (strcmp(a, "--sparsity") && strcmp(a, "--gpu-attention") && strcmp(a, "--prefill"))
         return 0;
     if ((v = si_cli_value(argc, argv, i)) == NULL)
@@ -523,6 +519,8 @@ static int bench_prompt(struct bench *b)
     const long long n_predict = o->n_predict, repeat = o->repeat;
     struct si_engine_params *ep = &b->o->ep;
     ep->ref.n_ctx = o->n_ctx > 0 ? (int32_t)o->n_ctx : (int32_t)(n_prompt + n_predict);
+    ep->ref.type_k = si__kv_type_of(o->type_k);
+    ep->ref.type_v = si__kv_type_of(o->type_v);
     if (n_prompt + n_predict > ep->ref.n_ctx)
         return si_cli_error("bench: prompt (%lld tokens) + n-predict (%lld) exceed the context of "
                             "%d",

@@ -242,12 +242,7 @@ static int ppl_options(struct ppl_opts *o, int argc, char **argv)
             r = si_cli_opt_int(argc, argv, &i, 1, 1 << 30, &o->max_chunks);
         } else if (!strcmp(a, "--kv-f32")) {
             o->kv_f32 = true;
-        } else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") ||
-                   !strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv")) {
-            r = (v = si_cli_value(argc, argv, &i)) != NULL &&
-                        si_cli_kv_type(a, v, a[strlen(a) - 1] == 'k' ? &o->type_k : &o->type_v)
-                    ? 1
-                    : -1;
+        } else if ((r = si_cli_kv_opt(argc, argv, &i, &o->type_k, &o->type_v)) != 0) {
         } else if (!strcmp(a, "--engine")) {
             r = (v = si_cli_value(argc, argv, &i)) != NULL && si_cli_engine_opt(v, &o->use_ref)
                     ? 1

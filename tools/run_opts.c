@@ -45,13 +45,9 @@ static int run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         return si_cli_opt_int(argc, argv, i, o->n_predict_min, 1 << 20, &o->n_predict);
     if (!strcmp(a, "--keep"))
         return si_cli_opt_int(argc, argv, i, 0, 1 << 30, &o->n_keep);
-    if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") ||
-        !strcmp(a, "-ctv")) {
-        const char *v = si_cli_value(argc, argv, i);
-        const bool k = a[strlen(a) - 1] == 'k';
-        return v != NULL && si_cli_kv_type(a, v, k ? &cp->cache_type_k : &cp->cache_type_v) ? 1
-                                                                                            : -1;
-    }
+    const int kv = si_cli_kv_opt(argc, argv, i, &cp->cache_type_k, &cp->cache_type_v);
+    if (kv != 0)
+        return kv;
     if (!strcmp(a, "--kv-f32"))
         cp->kv_f32 = true;
     else if (!strcmp(a, "--no-mmap"))
@@ -231,7 +227,7 @@ void si_run_usage(FILE *f, bool chat)
             "      --kv-f32            keep the KV cache in f32 (default fp16)\n"
             "  -ctk, --cache-type-k T  K cache type: f16 (default), q8_0 or q4_0, as\n"
             "                          llama.cpp's; quantized caches take the tiled\n"
-            "                          attention (docs/cli.md#kv-cache-types)\n"
+            "                          attention (docs/attention.md)\n"
             "  -ctv, --cache-type-v T  V cache type, likewise\n"
             "      --no-mmap           read the model into memory instead of mapping it\n"
             "      --engine E          starpu (default: the task graph on StarPU's\n"

@@ -219,9 +219,8 @@ static void register_layer(struct si_engine *e, int l)
          * differ; a quantized kv head is whole blocks). */
         for (int i = 0; i < 2; i++)
             for (int32_t g = 0; g <= e->dec.ng; g++) {
-                const uint32_t t = !s->p.kv_f16 ? SI_TYPE_F32 : i ? s->p.type_v : s->p.type_k;
                 size_t b = 0;
-                si_type_row_size(t, e->dec.a_g[g] * hp->head_dim, &b);
+                si_type_row_size(si_ref_kv_type(&s->p, i), e->dec.a_g[g] * hp->head_dim, &b);
                 L->kv_cols[(size_t)i * ((size_t)e->dec.ng + 1) + (size_t)g] = b;
             }
         starpu_data_handle_t *hc[2] = {&L->h_k, &L->h_v}, *cc[2] = {L->h_k_c, L->h_v_c};

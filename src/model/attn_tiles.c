@@ -149,18 +149,25 @@ size_t si_k_attn_tiled_scratch(int head_dim, int n_head)
     return si_k_attn_tiles_scratch(head_dim) + 2 * (size_t)n_head;
 }
 
-void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
-                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
-                         int head_dim, float scale, float *scratch)
+void si_k_attn_tiled(float *out, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int h0, int h1, int n_head, int n_head_kv, int head_dim, float scale,
+                     float *scratch)
 {
     assert(n_head_kv > 0 && n_head % n_head_kv == 0 && 0 <= h0 && h0 <= h1 && h1 <= n_head);
     const size_t o = (size_t)h0 * (size_t)head_dim;
     float *M = scratch + si_k_attn_tiles_scratch(head_dim), *S = M + n_head;
     const struct si_attn_query a = {q + o, out + o, M, S, first, n_kv};
-    const struct si_kv kv = si_kv_f16(k, v, n_head_kv, head_dim);
     si_k_attn_query_start(&a, h1 - h0, head_dim);
-    si_k_attn_tiles(&a, 1, &kv, h0, h1, n_head / n_head_kv, head_dim, scale, 0, n_kv, scratch);
+    si_k_attn_tiles(&a, 1, kv, h0, h1, n_head / n_head_kv, head_dim, scale, 0, n_kv, scratch);
     si_k_attn_query_finish(out + o, &a, h1 - h0, head_dim);
+}
+
+void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const uint16_t *v,
+                         int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
+                         int head_dim, float scale, float *scratch)
+{
+    const struct si_kv kv = si_kv_f16(k, v, n_head_kv, head_dim);
+    si_k_attn_tiled(out, q, &kv, first, n_kv, h0, h1, n_head, n_head_kv, head_dim, scale, scratch);
 }
 
 /* ------------------------------------------------------ split over positions */

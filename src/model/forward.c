@@ -380,12 +380,16 @@ int si_ref_kv_shift(struct si_ref *s, int32_t n_keep, int32_t n_discard)
     return SI_OK;
 }
 
+uint32_t si_ref_kv_type(const struct si_ref_params *p, bool v)
+{
+    return !p->kv_f16 ? SI_TYPE_F32 : v ? p->type_v : p->type_k;
+}
+
 size_t si_ref_kv_row_bytes(const struct si_ref_params *p, const struct si_hparams *hp, bool v)
 {
     const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    size_t b = (size_t)kvd * sizeof(float);
-    if (p->kv_f16 && !si_type_row_size(v ? p->type_v : p->type_k, kvd, &b))
-        b = (size_t)kvd * sizeof(uint16_t); /* refused by si_ref_init */
+    size_t b = (size_t)kvd * sizeof(uint16_t);
+    si_type_row_size(si_ref_kv_type(p, v), kvd, &b); /* other types: refused by si_ref_init */
     return b;
 }
 
@@ -406,7 +410,7 @@ struct si_kv si_ref_kv(const struct si_ref *s, int l)
 static char *cache_at(const struct si_ref *s, bool v, int l, int pos, uint32_t *type)
 {
     const size_t rb = si_ref_kv_row_bytes(&s->p, &s->m->hp, v);
-    *type = !s->p.kv_f16 ? SI_TYPE_F32 : v ? s->p.type_v : s->p.type_k;
+    *type = si_ref_kv_type(&s->p, v);
     return (char *)(v ? s->vcache : s->kcache) +
            ((size_t)l * (size_t)s->p.n_ctx + (size_t)pos) * rb;
 }
@@ -475,15 +479,9 @@ static void attention_tiled(const struct si_ref *s, int l, int pos, int h0, int 
                             const float *q, float *att, float *tile)
 {
     const struct si_hparams *hp = &s->m->hp;
-    const size_t hd = (size_t)hp->head_dim;
     const struct si_kv kv = si_ref_kv(s, l);
-    float *M = tile + si_k_attn_tiles_scratch(hp->head_dim), *S = M + hp->n_head;
-    const struct si_attn_query a = {
-        q + (size_t)h0 * hd, att + (size_t)h0 * hd, M, S, attention_start(hp, l, pos), pos + 1};
-    si_k_attn_query_start(&a, h1 - h0, hp->head_dim);
-    si_k_attn_tiles(&a, 1, &kv, h0, h1, hp->n_head / hp->n_head_kv, hp->head_dim, hp->attn_scale, 0,
-                    pos + 1, tile);
-    si_k_attn_query_finish(a.acc, &a, h1 - h0, hp->head_dim);
+    si_k_attn_tiled(att, q, &kv, attention_start(hp, l, pos), pos + 1, h0, h1, hp->n_head,
+                    hp->n_head_kv, hp->head_dim, hp->attn_scale, tile);
 }
 
 /* Decoding's attention over SI_ATTN_SPLIT_MIN positions or more: split in

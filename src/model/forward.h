@@ -291,8 +291,10 @@ void si_ref_attn_group_cache_at(const struct si_ref *s, int l, int pos, int g0, 
 void si_ref_attn_group_attend_at(const struct si_ref *s, int l, int pos, int g0, int g1,
                                  const float *q, float *att, float *scratch);
 size_t si_ref_attn_scratch_floats(const struct si_ref *s);
-/* Bytes of one position's K (v false) or V row in layer's cache, and layer
- * l's caches as the tiled kernels read them (kv_f16). */
+/* The type of the K (v false) or V cache (SI_TYPE_F32 without kv_f16), the
+ * bytes of one position's row in a layer's cache, and layer l's caches as
+ * the tiled kernels read them (kv_f16). */
+uint32_t si_ref_kv_type(const struct si_ref_params *p, bool v);
 size_t si_ref_kv_row_bytes(const struct si_ref_params *p, const struct si_hparams *hp, bool v);
 struct si_kv si_ref_kv(const struct si_ref *s, int l);
 /* si_ref_attn_group_attend_at for n tokens of this sequence at positions

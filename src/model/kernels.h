@@ -110,7 +110,12 @@ void si_k_attn_f16_tiled(float *out, const float *q, const uint16_t *k, const ui
                          int first, int n_kv, int h0, int h1, int n_head, int n_head_kv,
                          int head_dim, float scale, float *scratch);
 
-/* Floats of scratch si_k_attn_f16_tiled needs. */
+/* The same over a cache of any type (struct si_kv, model/attn_types.h). */
+void si_k_attn_tiled(float *out, const float *q, const struct si_kv *kv, int first, int n_kv,
+                     int h0, int h1, int n_head, int n_head_kv, int head_dim, float scale,
+                     float *scratch);
+
+/* Floats of scratch si_k_attn_f16_tiled and si_k_attn_tiled need. */
 size_t si_k_attn_tiled_scratch(int head_dim, int n_head);
 
 /* The tiled kernels' data, struct si_kv (a layer's caches) and struct
