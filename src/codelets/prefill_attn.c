@@ -164,15 +164,15 @@ static void bakv_cpu(void *buffers[], void *cl_arg)
 }
 
 /*
- * attn_core_batch_L.g.r (j = g * nr + r): kv-head group g's attention for
- * the batch's tokens [btr[r], btr[r+1]), each at its position (their q
+ * attn_core_batch_L.c.r (j = c * nr + r): head chunk c's attention (state.h)
+ * for the batch's tokens [btr[r], btr[r+1]), each at its position (their q
  * prepared, every position up to theirs cached), into those rows of
- * att_j, a row of the group's query heads per token.
- * Buffers: bqkv_* (R), K_g, V_g (R), att_j (W).
+ * att_j, a row of the chunk's query heads per token.
+ * Buffers: bqkv_* (R), K_g, V_g (R) of the chunk's group g, att_j (W).
  */
 static float *bacore_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct bkv_io *io)
 {
-    bkv_bufs(b, e, l, j / e->bat.nr, STARPU_R, io);
+    bkv_bufs(b, e, l, e->bat.c_g[j / e->bat.nr], STARPU_R, io);
     return si__vec(b, e->bat.h_batt[j], STARPU_W);
 }
 
@@ -182,9 +182,9 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
-    const int g = a->j / e->bat.nr, r = a->j % e->bat.nr;
+    const int c = a->j / e->bat.nr, r = a->j % e->bat.nr, g = e->bat.c_g[c];
     const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t g0 = e->dec.a_g[g], g1 = e->dec.a_g[g + 1], nq = (g1 - g0) * group * hd;
+    const int64_t g0 = e->bat.c_h[c], g1 = e->bat.c_h[c + 1], nq = (g1 - g0) * group * hd;
     struct bkv_io io;
     struct si__bufs b = si__bufs_read(buffers);
     float *att = bacore_bufs(&b, e, a->l, a->j, &io);
@@ -217,7 +217,7 @@ struct bao_io {
 
 static void bao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struct bao_io *io)
 {
-    for (int32_t k = 0; k < e->dec.ng * e->bat.nr; k++)
+    for (int32_t k = 0; k < e->bat.nc * e->bat.nr; k++)
         io->att[k] = si__vec(b, e->bat.h_batt[k], STARPU_R);
     si__buf(b, e->L[l].h_w[3], STARPU_R);
     io->o = si__vec(b, e->bat.h_bo[j], STARPU_W);
@@ -230,7 +230,7 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
     const int64_t bn = e->bat.bn, qd = (int64_t)hp->n_head * hp->head_dim;
-    const int nb = e->dec.ng * e->bat.nr;
+    const int nb = e->bat.nc * e->bat.nr;
     const int64_t c0 = e->bat.bo_c[a->j], w = e->bat.bo_c[a->j + 1] - c0;
     struct bao_io io;
     struct si__bufs b = si__bufs_read(buffers);
@@ -238,10 +238,10 @@ static void bao_cpu(void *buffers[], void *cl_arg)
     double t0 = si__now();
     float *att = sc->bqkv;
     for (int j = 0; j < nb; j++) {
-        const int g = j / e->bat.nr, r = j % e->bat.nr;
+        const int c = j / e->bat.nr, r = j % e->bat.nr;
         const float *ag = io.att[j];
-        const int64_t gw = e->dec.att_len[g],
-                      off = e->dec.a_g[g] * (hp->n_head / hp->n_head_kv) * hp->head_dim;
+        const int64_t gw = si__chunk_len(e, c),
+                      off = e->bat.c_h[c] * (hp->n_head / hp->n_head_kv) * hp->head_dim;
         for (int64_t t = e->bat.btr[r]; t < e->bat.btr[r + 1]; t++)
             memcpy(att + t * qd + off, ag + t * gw, (size_t)gw * sizeof(float));
     }
@@ -319,8 +319,9 @@ int si__submit_battn(struct si_engine *e, int l)
         b = si__bufs_collect(&a);
         bkv_bufs(&b, e, l, g, STARPU_RW, &kv);
         rc = si__submit(e, &si__cl_bakv, L->name_bakv[g], l, g, 0, &a, STARPU_CPU);
-        for (int32_t r = 0; r < e->bat.nr && rc == 0; r++) {
-            const int j = g * e->bat.nr + r;
+        for (int32_t j = 0; j < e->bat.nc * e->bat.nr && rc == 0; j++) {
+            if (e->bat.c_g[j / e->bat.nr] != g)
+                continue;
             b = si__bufs_collect(&a);
             bacore_bufs(&b, e, l, j, &kv);
             rc = si__submit(e, &si__cl_bacore, L->name_bacore[j], l, j, 0, &a, STARPU_CPU);

@@ -146,7 +146,7 @@ struct si__layer_state {
     char (*name_agrp)[32]; /* (ng) */
     char (*name_bagrp)[40]; /* (nr) attn_batch_L.r */
     char (*name_bakv)[40];  /* (ng) */
-    char (*name_bacore)[64]; /* (ng * nr) */
+    char (*name_bacore)[64]; /* (nc * nr) */
     char (*name_bao)[40];    /* (nr) */
     char (*name_ao)[32];   /* (na) */
     char (*name_apos)[32]; /* (na) */
@@ -266,12 +266,17 @@ struct si__batch_state {
     /* A batch's attention, its tokens in nr ranges twice over: of equal
      * length (btp: attn_batch_L.r, its products and RoPE into bqkv[r],
      * a row of q | k | v per token), and of equal attention work (btr:
-     * attn_core_batch_L.g.r, kv-head group g's attention for those
-     * tokens into batt[g * nr + r], a row of the group's heads per
-     * token), with attn_kv_batch_L.g caching group g's k and v between;
-     * attn_out_batch_L gathers them. */
-    int32_t nr;
+     * attn_core_batch_L.c.r, head chunk c's attention for those tokens
+     * into batt[c * nr + r], a row of the chunk's query heads per token),
+     * with attn_kv_batch_L.g caching group g's k and v between;
+     * attn_out_batch_L gathers them.  The nc chunks are the kv-head groups,
+     * or single kv heads where the groups differ in size (the core tasks
+     * then of equal work: SmolLM2's 3 kv heads in groups of 2 and 1 had
+     * left a worker idle a third of the attention). */
+    int32_t nr, nc;
     int32_t *btp, *btr; /* (nr + 1) token ranges of the batch being run */
+    int64_t *c_h;       /* (nc + 1) kv-head bounds of the chunks */
+    int32_t *c_g;       /* (nc) the group holding chunk c */
     float **bqkv, **batt;
     starpu_data_handle_t *h_bqkv, *h_batt;
     /* ... attn_o_batch_L.j: Wo's rows [bo_c[j], bo_c[j+1]) for every token
@@ -393,6 +398,13 @@ static inline void si__account(struct si_engine *e, enum si_task_kind k, double 
 }
 
 /* Slot j of layer l is its hot slice. */
+/* The batch attention's head chunk c: its query heads' floats per token. */
+static inline int64_t si__chunk_len(const struct si_engine *e, int32_t c)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    return (e->bat.c_h[c + 1] - e->bat.c_h[c]) * (hp->n_head / hp->n_head_kv) * hp->head_dim;
+}
+
 static inline bool si__is_hot(const struct si_engine *e, int l, int j)
 {
     return j == 0 && e->L[l].hot;

@@ -634,9 +634,9 @@ void si__register_engine(struct si_engine *e)
     const size_t qkv = (size_t)(hp->n_head + 2 * hp->n_head_kv) * (size_t)hp->head_dim;
     for (int32_t j = 0; j < e->bat.nr && e->bat.n_batch > 1; j++)
         vec(&e->bat.h_bqkv[j], e->bat.bqkv[j], (size_t)e->bat.n_batch * qkv, sizeof(float));
-    for (int32_t j = 0; j < e->dec.ng * e->bat.nr && e->bat.n_batch > 1; j++)
+    for (int32_t j = 0; j < e->bat.nc * e->bat.nr && e->bat.n_batch > 1; j++)
         vec(&e->bat.h_batt[j], e->bat.batt[j],
-            (size_t)e->bat.n_batch * e->dec.att_len[j / e->bat.nr], sizeof(float));
+            (size_t)e->bat.n_batch * (size_t)si__chunk_len(e, j / e->bat.nr), sizeof(float));
     for (int32_t j = 0; j < e->bat.nr && e->bat.n_batch > 1; j++)
         vec(&e->bat.h_bo[j], e->bat.bo[j],
             (size_t)e->bat.n_batch * (size_t)(e->bat.bo_c[j + 1] - e->bat.bo_c[j] > 0
@@ -692,7 +692,7 @@ void si__unregister_engine(struct si_engine *e)
         starpu_data_unregister(e->dec.h_att);
         starpu_data_unregister(e->dec.h_x2);
     }
-    for (int32_t j = 0; e->bat.h_batt != NULL && j < e->dec.ng * e->bat.nr; j++)
+    for (int32_t j = 0; e->bat.h_batt != NULL && j < e->bat.nc * e->bat.nr; j++)
         if (e->bat.h_batt[j] != NULL)
             starpu_data_unregister(e->bat.h_batt[j]);
     for (int32_t j = 0; e->bat.h_bqkv != NULL && j < e->bat.nr; j++)

@@ -421,6 +421,15 @@ static size_t batch_dt_bytes(const struct si_engine *e)
     return dt;
 }
 
+/* n bytes on 64-byte boundaries (rounded up to whole lines), for free():
+ * no buffer's alignment left to malloc, so that the kernels' 32-byte loads
+ * split no cache line where the data allows (the attention's tile 16
+ * bytes off a line had made one worker's tasks 30% slower: attention.md). */
+static void *line_alloc(size_t n)
+{
+    return aligned_alloc(64, (n + 63) / 64 * 64);
+}
+
 /* Worker w's scratch: the attention's, the FFN's, and with batches the
  * GEMMs'; SI_E_NOMEM when one is missing (init_buffers). */
 static int alloc_scratch(struct si_engine *e, unsigned w)
@@ -435,7 +444,7 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
     const size_t ascr = si_ref_attn_scratch_floats(e->ref);
     struct si__scratch *sc = &e->scratch[w];
     /* aq, ak, av, aatt, ascr, xl, xf, xn, xo, tmp in one allocation */
-    sc->aq = malloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
+    sc->aq = line_alloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
     if (sc->aq == NULL)
         return SI_E_NOMEM;
     sc->ak = sc->aq + qd;
@@ -447,8 +456,8 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
     sc->xn = sc->xf + d;
     sc->xo = sc->xn + d;
     sc->tmp = sc->xo + d;
-    sc->h = malloc(widest * sizeof(float));
-    sc->g = malloc((size_t)hp->n_ff * sizeof(float));
+    sc->h = line_alloc(widest * sizeof(float));
+    sc->g = line_alloc((size_t)hp->n_ff * sizeof(float));
     sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
     {
         size_t wi = (size_t)hp->n_ff > qd ? (size_t)hp->n_ff : qd;
@@ -456,20 +465,21 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
         sc->sx = malloc(wi * sizeof(int32_t));
         sc->sv = malloc(wi * sizeof(float));
     }
-    sc->y = malloc(((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
+    sc->y =
+        line_alloc(((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
                    (size_t)hp->n_ff * sizeof(float));
-    sc->xq = malloc(8 * widest + 1024); /* two conversions of the input */
-    sc->hq = malloc(4 * widest + 512);
+    sc->xq = line_alloc(8 * widest + 1024); /* two conversions of the input */
+    sc->hq = line_alloc(4 * widest + 512);
     if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
         return SI_E_NOMEM;
     if (e->bat.n_batch > 1) {
         const size_t bff = (size_t)e->bat.n_batch * (size_t)hp->n_ff;
-        sc->bg = malloc(bff * sizeof(float));
-        sc->bu = malloc(bff * sizeof(float));
-        sc->gemm = malloc(batch_gemm_bytes(e) + 64);
-        sc->dt = malloc(batch_dt_bytes(e));
-        sc->hx = malloc((size_t)e->bat.n_batch * (size_t)hp->n_embd * sizeof(float));
-        sc->bqkv = malloc((size_t)e->bat.n_batch * qd * sizeof(float));
+        sc->bg = line_alloc(bff * sizeof(float));
+        sc->bu = line_alloc(bff * sizeof(float));
+        sc->gemm = line_alloc(batch_gemm_bytes(e) + 64);
+        sc->dt = line_alloc(batch_dt_bytes(e));
+        sc->hx = line_alloc((size_t)e->bat.n_batch * (size_t)hp->n_embd * sizeof(float));
+        sc->bqkv = line_alloc((size_t)e->bat.n_batch * qd * sizeof(float));
         if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
             return SI_E_NOMEM;
     }
@@ -516,6 +526,39 @@ static int alloc_batch(struct si_engine *e, unsigned ncpu)
     return SI_OK;
 }
 
+/* The batch attention's head chunks (state.h's nc): the kv-head groups when
+ * they are all of one size, else a chunk per kv head (so long as nc * nr
+ * buffers fit an attn_o_batch task); their outputs' buffers. */
+static int alloc_batch_chunks(struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int32_t ng = e->dec.ng, nr = e->bat.nr;
+    bool even = true;
+    for (int32_t g = 1; g < ng; g++)
+        even &= e->dec.a_g[g + 1] - e->dec.a_g[g] == e->dec.a_g[1] - e->dec.a_g[0];
+    const int32_t nc =
+        even || (int64_t)hp->n_head_kv * nr > SI__MAX_SLICES ? ng : (int32_t)hp->n_head_kv;
+    e->bat.nc = nc;
+    e->bat.c_h = calloc((size_t)nc + 1, sizeof *e->bat.c_h);
+    e->bat.c_g = calloc((size_t)nc, sizeof *e->bat.c_g);
+    e->bat.batt = calloc((size_t)(nc * nr), sizeof *e->bat.batt);
+    e->bat.h_batt = calloc((size_t)(nc * nr), sizeof *e->bat.h_batt);
+    if (!e->bat.c_h || !e->bat.c_g || !e->bat.batt || !e->bat.h_batt)
+        return SI_E_NOMEM;
+    for (int32_t c = 0, g = 0; c <= nc; c++) {
+        e->bat.c_h[c] = nc == ng ? e->dec.a_g[c] : c;
+        while (c < nc && e->bat.c_h[c] >= e->dec.a_g[g + 1])
+            g++;
+        if (c < nc)
+            e->bat.c_g[c] = g;
+    }
+    for (int32_t j = 0; j < nc * nr && e->bat.n_batch > 1; j++)
+        if ((e->bat.batt[j] = line_alloc((size_t)e->bat.n_batch * (size_t)si__chunk_len(e, j / nr) *
+                                         sizeof(float))) == NULL)
+            return SI_E_NOMEM;
+    return SI_OK;
+}
+
 /* The kv-head groups' bounds and buffers, the batch attention's row ranges
  * (nr, a task per CPU worker), and each layer's names and cache children for
  * them (init_buffers). */
@@ -533,41 +576,36 @@ static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
     e->bat.btr = calloc((size_t)nr + 1, sizeof *e->bat.btr);
     e->bat.bqkv = calloc((size_t)nr, sizeof *e->bat.bqkv);
     e->bat.h_bqkv = calloc((size_t)nr, sizeof *e->bat.h_bqkv);
-    e->bat.batt = calloc((size_t)(ng * nr), sizeof *e->bat.batt);
-    e->bat.h_batt = calloc((size_t)(ng * nr), sizeof *e->bat.h_batt);
     e->bat.bo_c = calloc((size_t)nr + 1, sizeof *e->bat.bo_c);
     e->bat.bo = calloc((size_t)nr, sizeof *e->bat.bo);
     e->bat.h_bo = calloc((size_t)nr, sizeof *e->bat.h_bo);
     if (!e->dec.a_g || !e->dec.att_len || !e->bat.btp || !e->bat.btr || !e->bat.bqkv ||
-        !e->bat.h_bqkv || !e->bat.batt || !e->bat.h_batt || !e->bat.bo_c || !e->bat.bo ||
-        !e->bat.h_bo)
+        !e->bat.h_bqkv || !e->bat.bo_c || !e->bat.bo || !e->bat.h_bo)
         return SI_E_NOMEM;
     for (int64_t j = 0; j <= nr; j++)
         e->bat.bo_c[j] = si__split8(hp->n_embd, j, nr);
     for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.bo[j] = malloc((size_t)e->bat.n_batch *
-                                   (size_t)(e->bat.bo_c[j + 1] > e->bat.bo_c[j]
-                                                ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
-                                                : 1) *
-                                   sizeof(float))) == NULL)
+        if ((e->bat.bo[j] = line_alloc((size_t)e->bat.n_batch *
+                                       (size_t)(e->bat.bo_c[j + 1] > e->bat.bo_c[j]
+                                                    ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
+                                                    : 1) *
+                                       sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int64_t j = 0; j <= ng; j++)
         e->dec.a_g[j] = j * hp->n_head_kv / ng;
     for (int64_t j = 0; j < ng; j++)
         e->dec.att_len[j] = (uint32_t)((e->dec.a_g[j + 1] - e->dec.a_g[j]) * group * hp->head_dim);
     for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.bqkv[j] = malloc((size_t)e->bat.n_batch * row * sizeof(float))) == NULL)
+        if ((e->bat.bqkv[j] = line_alloc((size_t)e->bat.n_batch * row * sizeof(float))) == NULL)
             return SI_E_NOMEM;
-    for (int64_t j = 0; j < ng * nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.batt[j] =
-                 malloc((size_t)e->bat.n_batch * e->dec.att_len[j / nr] * sizeof(float))) == NULL)
-            return SI_E_NOMEM;
+    if (alloc_batch_chunks(e) != SI_OK)
+        return SI_E_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->name_agrp = calloc((size_t)ng, sizeof *L->name_agrp);
         L->name_bagrp = calloc((size_t)nr, sizeof *L->name_bagrp);
         L->name_bakv = calloc((size_t)ng, sizeof *L->name_bakv);
-        L->name_bacore = calloc((size_t)(ng * nr), sizeof *L->name_bacore);
+        L->name_bacore = calloc((size_t)(e->bat.nc * nr), sizeof *L->name_bacore);
         L->name_bao = calloc((size_t)nr, sizeof *L->name_bao);
         L->h_k_c = calloc((size_t)ng, sizeof *L->h_k_c);
         L->h_v_c = calloc((size_t)ng, sizeof *L->h_v_c);
@@ -605,7 +643,7 @@ static int alloc_attn_split(struct si_engine *e)
     e->dec.part_cap =
         (size_t)((max_chunks + na - 1) / na) * si_k_attn_part_floats(hp->n_head, hp->head_dim);
     for (int64_t j = 0; j < na; j++)
-        if ((e->dec.part[j] = malloc(e->dec.part_cap * sizeof(float))) == NULL)
+        if ((e->dec.part[j] = line_alloc(e->dec.part_cap * sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int64_t j = 0; j <= na; j++) {
         e->dec.a_o[j] = si__split_u(hp->n_embd, j, na, e->lay.t_unit);
@@ -614,8 +652,8 @@ static int alloc_attn_split(struct si_engine *e)
     for (int64_t j = 0; j < na; j++)
         snprintf(e->dec.name_head[j], sizeof e->dec.name_head[j], "lm_head.%d", (int)j);
     for (int64_t j = 0; j < na; j++)
-        if ((e->dec.o[j] = malloc((size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float))) ==
-            NULL)
+        if ((e->dec.o[j] =
+                 line_alloc((size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
@@ -953,7 +991,7 @@ static void name_tasks(struct si_engine *e)
             snprintf(L->name_bagrp[j], sizeof L->name_bagrp[j], "attn_batch_L%d.%d", l, j);
         for (int32_t j = 0; j < e->dec.ng; j++)
             snprintf(L->name_bakv[j], sizeof L->name_bakv[j], "attn_kv_batch_L%d.%d", l, j);
-        for (int32_t j = 0; j < e->dec.ng * e->bat.nr; j++)
+        for (int32_t j = 0; j < e->bat.nc * e->bat.nr; j++)
             snprintf(L->name_bacore[j], sizeof L->name_bacore[j], "attn_core_batch_L%d.%d.%d", l,
                      j / e->bat.nr, j % e->bat.nr);
         for (int32_t j = 0; j < e->bat.nr; j++)
@@ -1074,8 +1112,10 @@ void si_engine_free(struct si_engine *e)
     free(e->dec.x2);
     free(e->dec.a_g);
     free(e->dec.att_len);
-    for (int32_t j = 0; e->bat.batt != NULL && j < e->dec.ng * e->bat.nr; j++)
+    for (int32_t j = 0; e->bat.batt != NULL && j < e->bat.nc * e->bat.nr; j++)
         free(e->bat.batt[j]);
+    free(e->bat.c_h);
+    free(e->bat.c_g);
     for (int32_t j = 0; e->bat.bqkv != NULL && j < e->bat.nr; j++)
         free(e->bat.bqkv[j]);
     free(e->bat.batt);

@@ -279,7 +279,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->xb3 = calloc(d, sizeof(float));
     s->xa = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
-    s->attn_tile = malloc(tile_floats(hp, p.n_ctx) * sizeof(float));
+    s->attn_tile = aligned_alloc(64, (tile_floats(hp, p.n_ctx) * sizeof(float) + 63) / 64 * 64);
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx;
     s->kcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, false));
     s->vcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, true));
@@ -703,7 +703,7 @@ size_t si_ref_attn_scratch_floats(const struct si_ref *s)
     const size_t d = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     return 2 * (d > hd ? d : hd) + (size_t)hp->n_head * (size_t)s->p.n_ctx +
            (size_t)hp->n_head_kv * hd + hd + tile_floats(hp, s->p.n_ctx) +
-           (2 * SI_REF_ROWS + hd) * (size_t)hp->n_head;
+           (2 * SI_REF_ROWS + hd) * (size_t)hp->n_head + 2 * 15; /* attn_scratch's alignment */
 }
 
 static void attend(const struct si_ref *s, int l, int pos, int h0, int h1, const float *q,
@@ -779,6 +779,12 @@ struct attn_scratch {
     float *ms; /* si_ref_attn_group_attend_rows: M and S of SI_REF_ROWS queries, then a row */
 };
 
+/* p moved up to the next 64-byte boundary (at most 15 floats on). */
+static float *align_line(float *p)
+{
+    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
 static struct attn_scratch attn_scratch(const struct si_ref *s, float *scratch)
 {
     const struct si_hparams *hp = &s->m->hp;
@@ -788,8 +794,9 @@ static struct attn_scratch attn_scratch(const struct si_ref *s, float *scratch)
     a.score = a.tmp + 2 * (d > hd ? d : hd);
     a.krow = a.score + (size_t)hp->n_head * (size_t)s->p.n_ctx;
     a.q16 = (uint16_t *)(a.krow + (size_t)hp->n_head_kv * hd);
-    a.tile = a.krow + (size_t)hp->n_head_kv * hd + hd; /* past q16's 2 hd halves */
-    a.ms = a.tile + tile_floats(hp, s->p.n_ctx);
+    /* past q16's 2 hd halves; the tile and M, S on cache lines of their own */
+    a.tile = align_line(a.krow + (size_t)hp->n_head_kv * hd + hd);
+    a.ms = align_line(a.tile + tile_floats(hp, s->p.n_ctx));
     return a;
 }
 
