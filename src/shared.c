@@ -8,9 +8,13 @@
  * the weights read once for all of them), or a prompt's next batch, and
  * wakes the others.  The group is ready when every
  * context inside a generation (engaged) has a request in, or when the
- * oldest request has waited STEP_WAIT_MS: a generation comes back for its
- * next token within microseconds, and a context evaluating outside one is
- * not waited for.
+ * oldest request has waited STEP_WAIT_MS since it came or since the last
+ * step ended, whichever is later: a generation comes back for its next
+ * token within microseconds of its step, and a context evaluating outside
+ * one is not waited for.  (Counted from the request's arrival alone, a
+ * request that came during a step was past its wait when the step ended,
+ * and the next step started before that step's contexts were back: 4
+ * conversations on the 7B split into two cohorts of about 2 a step.)
  *
  * How prompts and decoding share the steps depends on the steps'
  * arithmetic (choose): with decoding's, a prompt goes in the batches it
@@ -55,6 +59,7 @@ struct si__group {
     struct request *head;
     int n_engaged_waiting; /* requests in the list from engaged contexts */
     bool running;
+    double step_end;  /* when the last step ended (si__now) */
     bool last_prompt; /* the last step was a prompt's */
     struct si_engine_req *step; /* (n_batch) */
     struct request **in_step;   /* (n_batch) */
@@ -127,12 +132,19 @@ void si__group_unlock(struct si__group *g)
     pthread_mutex_unlock(&g->eng_mu);
 }
 
+/* Under mu, a request in: when the oldest request's wait is over. */
+static double wait_over(const struct si__group *g)
+{
+    const double from = g->head->since > g->step_end ? g->head->since : g->step_end;
+    return from + STEP_WAIT_MS * 1e-3;
+}
+
 /* Under mu: whether the next step should run now. */
 static bool ready(const struct si__group *g, double now)
 {
     if (g->head == NULL || g->running)
         return false;
-    return g->n_engaged_waiting >= g->engaged || now - g->head->since >= STEP_WAIT_MS * 1e-3;
+    return g->n_engaged_waiting >= g->engaged || now >= wait_over(g);
 }
 
 /* Whether r's tokens left make a prompt batch (si_engine_min_batch or more:
@@ -255,6 +267,7 @@ static void run_step(struct si__group *g)
         }
     }
     g->running = false;
+    g->step_end = si__now();
     pthread_cond_broadcast(&g->cv);
 }
 
@@ -278,8 +291,7 @@ int si__group_eval(struct si__group *g, struct si_ref *seq, const int32_t *token
             continue;
         }
         /* until the oldest request's wait is over, or a change */
-        double until = g->head != NULL && !g->running ? g->head->since + STEP_WAIT_MS * 1e-3
-                                                      : now + 0.05;
+        double until = g->head != NULL && !g->running ? wait_over(g) : now + 0.05;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         const double wait = until > now ? until - now : 0;
