@@ -153,7 +153,13 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
  */
 enum { GEMM_TILE = 8 };
 
-
+/* How far ahead of the block being read a batch's stream of groups is
+ * prefetched, in bytes.  The hardware's prefetchers alone left a tile of 4
+ * tokens reading a 75 MB matrix of 16,384 columns from DRAM at 55 GMAC/s a
+ * core, against 122 with this (and 123 with the matrix in L3); 8 tokens 85
+ * -> 149.  2,048 bytes (the row kernels' distance) gave 99 and 143, 4,096
+ * 121 and 150, 16,384 as 8,192 (docs/measurements.md). */
+#define GEMM_PREFETCH 8192
 
 /* c[k] lane r = x[r] lane k: an 8 x 8 transposition of 32-bit lanes. */
 VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
@@ -200,7 +206,7 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
         const int32_t *st[GEMM_TILE];                                                              \
         for (int t = 0; t < T; t++) {                                                              \
             const int64_t tok = t0 + t < n_tok ? t0 + t : n_tok - 1;                               \
-            at[t] = (const uint8_t *)xa + (size_t)tok * xa_stride;                                \
+            at[t] = (const uint8_t *)xa + (size_t)tok * xa_stride;                                 \
             st[t] = asum != NULL ? asum + tok * nb : NULL;                                         \
         }                                                                                          \
         __m256 acc[GEMM_TILE];                                                                     \
@@ -209,24 +215,27 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
             acc[t] = _mm256_setzero_ps();                                                          \
         const uint8_t *w = group;                                                                  \
         for (int64_t b = 0; b < nb; b++, w += bb) {                                                \
+            for (size_t l = 0; l < bb; l += 64)                                                    \
+                _mm_prefetch((const char *)w + GEMM_PREFETCH + l, _MM_HINT_T0);                    \
             __m256i x[8], c[8];                                                                    \
             if (KIND == 2) {                                                                       \
                 UNROLL(8)                                                                          \
                 for (int r = 0; r < 8; r++)                                                        \
                     x[r] = _mm256_xor_si256(                                                       \
-                        _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);            \
+                        _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);             \
             } else {                                                                               \
                 UNROLL(4)                                                                          \
                 for (int p = 0; p < 4; p++) {                                                      \
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(w + qo + 32 * p));      \
                     x[2 * p] = _mm256_and_si256(v, low);                                           \
-                    x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                \
+                    x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                 \
                 }                                                                                  \
             }                                                                                      \
             transpose8(x, c);                                                                      \
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));                \
-            const __m256 m8 = KIND == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) \
-                                        : _mm256_setzero_ps();                                     \
+            const __m256 m8 = KIND == 1                                                            \
+                                  ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)))    \
+                                  : _mm256_setzero_ps();                                           \
             UNROLL(8)                                                                              \
             for (int t = 0; t < T; t++) {                                                          \
                 const uint8_t *a = at[t] + (size_t)b * ab;                                         \
