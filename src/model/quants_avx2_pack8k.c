@@ -315,6 +315,10 @@ VNNI static inline __m256i lane_byte32(int j)
 
 enum { Q4K_TILE = 8, Q6K_TILE = 4 };
 
+/* How far ahead a batch's stream of groups is prefetched (bytes), as the
+ * other types' batched kernels do (quants_avx2_pack8.c's GEMM_PREFETCH). */
+#define GEMM_PREFETCH 8192
+
 /* Q4_K, or Q5_K where `five` (its qh units before the quants, and its
  * float steps: acc + fma(-d_a * dmin, msum, summs)). */
 VNNI static inline __attribute__((always_inline)) void gemm8_k_tile(
@@ -334,6 +338,8 @@ VNNI static inline __attribute__((always_inline)) void gemm8_k_tile(
             acc[t] = accm[t] = _mm256_setzero_ps();
         const uint8_t *w = group;
         for (int64_t o = 0; o < n / 256 * 292; o += 292, w += bb) {
+            for (size_t l = 0; l < bb; l += 64)
+                _mm_prefetch((const char *)w + GEMM_PREFETCH + l, _MM_HINT_T0);
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
             __m256i sc[2], mn[2];
@@ -444,6 +450,8 @@ VNNI static inline __attribute__((always_inline)) void gemm8_q6_k_tile(
             acc[t] = _mm256_setzero_ps();
         const uint8_t *w = group;
         for (int64_t o = 0; o < n / 256 * 292; o += 292, w += 8 * 210) {
+            for (int l = 0; l < 8 * 210; l += 64)
+                _mm_prefetch((const char *)w + GEMM_PREFETCH + l, _MM_HINT_T0);
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             __m256i isum[Q6K_TILE];
             /* the offset 32 of the stored values: -32 sum_s sc_s * bsum_s */
