@@ -169,6 +169,39 @@ static void test_conversions(void)
     CHECK(badbf == 0, "%d bfloat16s convert wrongly", badbf);
     CHECK(badtrip == 0, "%d patterns do not convert back", badtrip);
 
+    /* The kernels' row conversion (si_quantize_act F16: F16C where there is
+     * one; the KV cache's writes take it) = si_fp32_to_fp16, bit for bit,
+     * over one float bit pattern in 4,099 and every pattern near the
+     * specials (NaNs with their payloads, infinities, the overflow and
+     * subnormal thresholds), rows of 37 (8 lanes and a scalar tail). */
+    {
+        enum { ROW = 37 };
+        float row[ROW];
+        uint16_t got[ROW];
+        int badrow = 0, k = 0;
+        static const uint32_t near[] = {0x7f800000u, 0x7fc00000u, 0x477ff000u,
+                                        0x33000000u, 0x38800000u, 0x00000000u};
+        const uint64_t spread = 0x100000000u / 4099 + 1;
+        for (uint64_t x = 0; x < spread + 6 * 8192; x++) {
+            uint32_t b;
+            if (x < spread) {
+                b = (uint32_t)(x * 4099);
+            } else { /* 2,048 patterns on each side of each special, both signs */
+                const uint64_t j = x - spread;
+                b = (near[j / 8192] + (uint32_t)(j % 4096) - 2048u) ^
+                    (j / 4096 % 2 ? 0x80000000u : 0);
+            }
+            memcpy(&row[k++], &b, sizeof b);
+            if (k < ROW)
+                continue;
+            si_quantize_act(SI_TYPE_F16, row, got, ROW);
+            for (int i = 0; i < ROW; i++)
+                badrow += got[i] != si_fp32_to_fp16(row[i]);
+            k = 0;
+        }
+        CHECK(badrow == 0, "%d floats convert otherwise by row than one by one", badrow);
+    }
+
     /* Edge values: ties, subnormals, the overflow threshold. */
     const float edges[] = {
         0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f, 1e10f,

@@ -425,10 +425,8 @@ static void cache_put(const struct si_ref *s, bool v, int l, int pos, const floa
     char *row = cache_at(s, v, l, pos, &t);
     if (t == SI_TYPE_F32) {
         memcpy((float *)row + c0, src + c0, (c1 - c0) * sizeof(float));
-    } else if (t == SI_TYPE_F16) {
-        uint16_t *dst = (uint16_t *)row;
-        for (size_t i = c0; i < c1; i++)
-            dst[i] = si_fp32_to_fp16(src[i]);
+    } else if (t == SI_TYPE_F16) { /* (the kernels' conversion: si_fp32_to_fp16's bits) */
+        si_quantize_act(SI_TYPE_F16, src + c0, (uint16_t *)row + c0, (int64_t)(c1 - c0));
     } else {
         size_t off = 0;
         si_type_row_size(t, (int64_t)c0, &off);
