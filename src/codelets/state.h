@@ -397,7 +397,6 @@ static inline void si__account(struct si_engine *e, enum si_task_kind k, double 
     si__charge(e, k, si__now() - t0);
 }
 
-/* Slot j of layer l is its hot slice. */
 /* The batch attention's head chunk c: its query heads' floats per token. */
 static inline int64_t si__chunk_len(const struct si_engine *e, int32_t c)
 {
@@ -405,6 +404,7 @@ static inline int64_t si__chunk_len(const struct si_engine *e, int32_t c)
     return (e->bat.c_h[c + 1] - e->bat.c_h[c]) * (hp->n_head / hp->n_head_kv) * hp->head_dim;
 }
 
+/* Slot j of layer l is its hot slice. */
 static inline bool si__is_hot(const struct si_engine *e, int l, int j)
 {
     return j == 0 && e->L[l].hot;
