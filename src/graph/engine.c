@@ -533,9 +533,8 @@ static int alloc_batch_chunks(struct si_engine *e)
 {
     const struct si_hparams *hp = &e->m->hp;
     const int32_t ng = e->dec.ng, nr = e->bat.nr;
-    bool even = true;
-    for (int32_t g = 1; g < ng; g++)
-        even &= e->dec.a_g[g + 1] - e->dec.a_g[g] == e->dec.a_g[1] - e->dec.a_g[0];
+    /* (a_g[j] = j * n_head_kv / ng: groups of one size where ng divides it) */
+    const bool even = hp->n_head_kv % ng == 0;
     const int32_t nc =
         even || (int64_t)hp->n_head_kv * nr > SI__MAX_SLICES ? ng : (int32_t)hp->n_head_kv;
     e->bat.nc = nc;

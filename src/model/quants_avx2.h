@@ -171,6 +171,15 @@ void si__vnni_dot_act8p_q4_0(const void *const rows[8], const void *xa, int64_t 
 void si__vnni_dot_act8p_q8_0(const void *const rows[8], const void *xa, int64_t n, float out[8],
                              const void *const ahead[8]);
 
+/* How far ahead of the block being read a batch's stream of groups is
+ * prefetched, in bytes.  The hardware's prefetchers alone left a tile of 4
+ * tokens reading a 75 MB matrix of 16,384 columns from DRAM at 55 GMAC/s a
+ * core, against 122 with this (and 123 with the matrix in L3); 8 tokens 85
+ * -> 149.  2,048 bytes (the row kernels' distance) gave 99 and 143, 4,096
+ * 121 and 150, 16,384 as 8,192 (docs/measurements.md).  The batched
+ * kernels of every type take it (quants_avx2_pack8.c, quants_avx2_pack8k.c). */
+#define GEMM_PREFETCH 8192
+
 /* Batches against packed groups (si__gemm8_fn; quants_avx2_pack8.c), VNNI only. */
 void si__vnni_gemm8_q4_0(const void *group, int64_t n, const void *xa, size_t xa_stride,
                          const int32_t *asum, int64_t n_tok, float *y, size_t ldy);

@@ -153,14 +153,6 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
  */
 enum { GEMM_TILE = 8 };
 
-/* How far ahead of the block being read a batch's stream of groups is
- * prefetched, in bytes.  The hardware's prefetchers alone left a tile of 4
- * tokens reading a 75 MB matrix of 16,384 columns from DRAM at 55 GMAC/s a
- * core, against 122 with this (and 123 with the matrix in L3); 8 tokens 85
- * -> 149.  2,048 bytes (the row kernels' distance) gave 99 and 143, 4,096
- * 121 and 150, 16,384 as 8,192 (docs/measurements.md). */
-#define GEMM_PREFETCH 8192
-
 /* c[k] lane r = x[r] lane k: an 8 x 8 transposition of 32-bit lanes. */
 VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
 {

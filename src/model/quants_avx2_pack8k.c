@@ -315,10 +315,6 @@ VNNI static inline __m256i lane_byte32(int j)
 
 enum { Q4K_TILE = 8, Q6K_TILE = 4 };
 
-/* How far ahead a batch's stream of groups is prefetched (bytes), as the
- * other types' batched kernels do (quants_avx2_pack8.c's GEMM_PREFETCH). */
-#define GEMM_PREFETCH 8192
-
 /* Q4_K, or Q5_K where `five` (its qh units before the quants, and its
  * float steps: acc + fma(-d_a * dmin, msum, summs)). */
 VNNI static inline __attribute__((always_inline)) void gemm8_k_tile(
