@@ -139,16 +139,10 @@ void si_pack8(uint32_t t, const void *rows, size_t row_bytes, int64_t n, void *d
                 memcpy(qo + 32 * r, qs, 32);
                 continue;
             }
-            if (r % 2 == 1)
-                continue;
-            /* rows r and r + 1 together: value j of the even row in the low
-             * nibble of byte j, the odd row's in the high one */
-            const uint8_t *qn = qs + row_bytes;
-            uint8_t *run = qo + 32 * (r / 2);
-            for (int j = 0; j < 16; j++) {
-                run[j] = (uint8_t)((qs[j] & 0xf) | (qn[j] & 0xf) << 4);
-                run[j + 16] = (uint8_t)((qs[j] >> 4) | (qn[j] & 0xf0));
-            }
+            /* the row's 16 quant bytes as 4 units of 4: unit u at run u,
+             * bytes 4r .. 4r + 3 */
+            for (int u = 0; u < 4; u++)
+                memcpy(qo + 32 * u + 4 * r, qs + 4 * u, 4);
         }
     }
 }
@@ -174,10 +168,8 @@ void si_unpack8_row(uint32_t t, const void *group, int r, int64_t n, void *row)
             memcpy(o + 2, qg + 32 * r, 32);
             continue;
         }
-        const uint8_t *run = qg + 32 * (r / 2);
-        const int shift = 4 * (r % 2);
-        for (int j = 0; j < 16; j++)
-            o[hb + j] = (uint8_t)(((run[j] >> shift) & 0xf) | ((run[j + 16] >> shift) & 0xf) << 4);
+        for (int u = 0; u < 4; u++)
+            memcpy(o + hb + 4 * u, qg + 32 * u + 4 * r, 4);
     }
 }
 

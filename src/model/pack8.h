@@ -15,9 +15,10 @@
  *
  * Per block of 32 values (b = 0, 1, ...; q[r][j] value j of row r's block
  * in element order):
- *   Q4_0: 8 scales (f16, row 0 first), then 4 runs of 32 bytes: byte j of
- *         run p is q[2p][j] | q[2p + 1][j] << 4 (the quants as stored,
- *         0..15), 144 bytes;
+ *   Q4_0: 8 scales (f16, row 0 first), then the 16 quant bytes of each
+ *         row (as stored: byte j holds values j and j + 16 in its low and
+ *         high nibbles) as 4 units of 4: unit u of row r at 16 + 32u + 4r,
+ *         144 bytes;
  *   Q4_1: 8 scales, 8 mins (f16), then the quants as Q4_0's, 160 bytes;
  *   Q8_0: 8 scales, then the 8 rows' 32 quants one row after the other,
  *         272 bytes.
@@ -36,7 +37,9 @@
  *         the 64 qh bytes as 16 units of 4 (at 1168 + 32u + 4r), 1680
  *         bytes.
  * So a 32-byte load holds 4 consecutive values of the 8 rows, a lane of 4
- * bytes per row: a kernel keeps each row in a lane of its vectors.
+ * bytes per row (Q4_0 and Q4_1: values 4u .. 4u + 3 in the low nibbles,
+ * 16 + 4u .. 16 + 4u + 3 in the high ones): a kernel keeps each row in a
+ * lane of its vectors, and a batched kernel needs no transposition.
  * Other types are not packed (si_pack8_type() false).
  *
  * si_vec_dot_act8() gives each row's si_vec_dot_act(), bit for bit, with

@@ -255,37 +255,48 @@ static void dequantize8_q8_0(const void *group, int64_t n, float *dst)
         }
 }
 
+/* Row r's 16 quant bytes of a packed Q4_0 / Q4_1 block's quants q (pack8.h:
+ * 4 units of 4, unit u at 32u + 4r), in the row's order. */
+INLINE void q4_row8(const uint8_t *q, int r, uint8_t qs[16])
+{
+    for (int u = 0; u < 4; u++)
+        memcpy(qs + 4 * u, q + 32 * u + 4 * r, 4);
+}
+
+/* Values 8k .. 8k + 7 (k < 4) of the row whose quant bytes are qs. */
+INLINE __m256i q4_values8(const uint8_t qs[16], int k)
+{
+    const __m256i v = u8x8(qs + 8 * (k % 2));
+    return k < 2 ? _mm256_and_si256(v, _mm256_set1_epi32(0xf)) : _mm256_srli_epi32(v, 4);
+}
+
 static void dequantize8_q4_0(const void *group, int64_t n, float *dst)
 {
-    const __m256i low = _mm256_set1_epi32(0xf);
     const uint8_t *g = group;
     for (int64_t i = 0; i < n; i += 32, g += 8 * 18)
         for (int r = 0; r < 8; r++) {
             const float d = half_at(g + 2 * r);
             const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(-8.0f * d);
-            const uint8_t *run = g + 16 + 32 * (r / 2);
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = u8x8(run + 8 * k);
-                const __m256i q = r % 2 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, low);
-                _mm256_storeu_ps(dst + r * n + i + 8 * k, _mm256_fmadd_ps(to_float(q), vd, vm));
-            }
+            uint8_t qs[16];
+            q4_row8(g + 16, r, qs);
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(dst + r * n + i + 8 * k,
+                                 _mm256_fmadd_ps(to_float(q4_values8(qs, k)), vd, vm));
         }
 }
 
 static void dequantize8_q4_1(const void *group, int64_t n, float *dst)
 {
-    const __m256i low = _mm256_set1_epi32(0xf);
     const uint8_t *g = group;
     for (int64_t i = 0; i < n; i += 32, g += 8 * 20)
         for (int r = 0; r < 8; r++) {
             const __m256 vd = _mm256_set1_ps(half_at(g + 2 * r)),
                          vm = _mm256_set1_ps(half_at(g + 16 + 2 * r));
-            const uint8_t *run = g + 32 + 32 * (r / 2);
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = u8x8(run + 8 * k);
-                const __m256i q = r % 2 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, low);
-                _mm256_storeu_ps(dst + r * n + i + 8 * k, _mm256_fmadd_ps(to_float(q), vd, vm));
-            }
+            uint8_t qs[16];
+            q4_row8(g + 32, r, qs);
+            for (int k = 0; k < 4; k++)
+                _mm256_storeu_ps(dst + r * n + i + 8 * k,
+                                 _mm256_fmadd_ps(to_float(q4_values8(qs, k)), vd, vm));
         }
 }
 

@@ -7,7 +7,8 @@
  * block, d_w * d_a times the integer sum of the block's values 4k .. 4k+3
  * (one fused multiply-add per block), and the lanes are added at the end.
  * These kernels keep that arithmetic for 8 rows at once: one accumulator
- * per row, the 8 scales of a block converted and multiplied by d_a in one
+ * per row (Q8_0) or per lane k with row r in its lane r (Q4_0, Q4_1,
+ * packed so), the 8 scales of a block converted and multiplied by d_a in one
  * step, the activation block loaded once, and one sequential stream
  * prefetched PREFETCH bytes ahead.  For Q4_0 the integer sums are
  * sum(q * a) - 8 * sum(a) per lane (q the stored 0 .. 15), exactly dot_act's
@@ -69,24 +70,55 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
     for (int r = 0; r < 8; r++)                                                                    \
         out[r] = hsum(acc[r]);
 
+/*
+ * Q4_0 and Q4_1: the quants packed in units (pack8.h), so the 4 runs give
+ * c[k] (k < 8), whose lane r holds row r's values 4k .. 4k+3: run u's low
+ * nibbles are c[u], its high ones c[u + 4].  dot_act's lane k of a row is
+ * then lane r of vector k: one accumulator per k, 4 activation bytes
+ * broadcast, the rows' scales times d_a in one vector, and at the end the
+ * accumulators added in hsum's order, (k + k+4), then (0 + 2) and (1 + 3),
+ * then their sum: the same operations as dot_act's, lane by lane.
+ */
+#define Q4_UNITS(w, c)                                                                             \
+    do {                                                                                           \
+        const __m256i low_ = _mm256_set1_epi8(0xf);                                                \
+        UNROLL(4)                                                                                  \
+        for (int u_ = 0; u_ < 4; u_++) {                                                           \
+            const __m256i v_ = _mm256_loadu_si256((const __m256i *)((w) + 32 * u_));               \
+            (c)[u_] = _mm256_and_si256(v_, low_);                                                  \
+            (c)[u_ + 4] = _mm256_and_si256(_mm256_srli_epi16(v_, 4), low_);                        \
+        }                                                                                          \
+    } while (0)
+
+/* out[r] = row r's sum of its 8 lanes acc[k] lane r, in hsum's order. */
+#define Q4_LANES_OUT(acc, out)                                                                     \
+    do {                                                                                           \
+        __m256 t_[4];                                                                              \
+        UNROLL(4)                                                                                  \
+        for (int k_ = 0; k_ < 4; k_++)                                                             \
+            t_[k_] = _mm256_add_ps((acc)[k_], (acc)[k_ + 4]);                                      \
+        _mm256_storeu_ps(out,                                                                      \
+                         _mm256_add_ps(_mm256_add_ps(t_[0], t_[2]), _mm256_add_ps(t_[1], t_[3]))); \
+    } while (0)
+
 #define Q4_0_DOT8_FN(fn, DOTU, ATTR)                                                               \
     ATTR void fn(const void *group, const void *xa, int64_t n, float out[8])                       \
     {                                                                                              \
-        const __m256i low = _mm256_set1_epi8(0xf), one = _mm256_set1_epi8(1);                      \
+        const __m256i one = _mm256_set1_epi8(1);                                                   \
         PACK8_PROLOGUE(8 * 18)                                                                     \
+        /* lane k: -8 times the activations 4k .. 4k+3 */                                          \
         const __m256i n8 = _mm256_sub_epi32(                                                       \
-            _mm256_setzero_si256(),                                                                \
-            _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), one, y), 3));                           \
-        for (int p = 0; p < 4; p++) {                                                              \
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * p));              \
-            const __m256i q0 = DOTU(n8, _mm256_and_si256(v, low), y);                              \
-            const __m256i q1 = DOTU(n8, _mm256_and_si256(_mm256_srli_epi16(v, 4), low), y);        \
-            acc[2 * p] =                                                                           \
-                _mm256_fmadd_ps(ROW_SCALE(d, 2 * p), _mm256_cvtepi32_ps(q0), acc[2 * p]);          \
-            acc[2 * p + 1] =                                                                       \
-                _mm256_fmadd_ps(ROW_SCALE(d, 2 * p + 1), _mm256_cvtepi32_ps(q1), acc[2 * p + 1]);  \
+            _mm256_setzero_si256(), _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), one, y), 3));   \
+        __m256i c[8];                                                                              \
+        Q4_UNITS(w + 16, c);                                                                       \
+        UNROLL(8)                                                                                  \
+        for (int k = 0; k < 8; k++) {                                                              \
+            const __m256i q = DOTU(_mm256_permutevar8x32_epi32(n8, _mm256_set1_epi32(k)), c[k],    \
+                                   _mm256_set1_epi32((int)u32_at(a + 2 + 4 * k)));                 \
+            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[k]);                            \
         }                                                                                          \
-        PACK8_EPILOGUE                                                                             \
+    }                                                                                              \
+    Q4_LANES_OUT(acc, out);                                                                        \
     }
 
 /* Q8_0: signed times signed, as dot_act: |x| times y with x's sign. */
@@ -111,45 +143,41 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
     ATTR void fn(const void *group, const void *xa, int64_t n, float out[8])                       \
     {                                                                                              \
         const uint8_t *w = group, *a = xa;                                                         \
-        const __m256i low = _mm256_set1_epi8(0xf);                                                 \
         __m256 acc[8], summs = _mm256_setzero_ps();                                                \
-        for (int r = 0; r < 8; r++)                                                                \
-            acc[r] = _mm256_setzero_ps();                                                          \
+        for (int k = 0; k < 8; k++)                                                                \
+            acc[k] = _mm256_setzero_ps();                                                          \
         for (int64_t i = 0; i < n; i += 32, w += 8 * 20, a += 36) {                                \
             for (int l = 0; l < 8 * 20; l += 64)                                                   \
-                _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);                        \
-            const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 4));                        \
-            const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),  \
+                _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);                         \
+            const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),   \
                                            _mm256_set1_ps(half_at(a)));                            \
-            summs = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))),  \
+            summs = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))),   \
                                     _mm256_set1_ps(half_at(a + 2)), summs);                        \
-            for (int p = 0; p < 4; p++) {                                                          \
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 32 + 32 * p));          \
-                const __m256i q0 = DOTU(_mm256_setzero_si256(), _mm256_and_si256(v, low), y);     \
-                const __m256i q1 =                                                                 \
-                    DOTU(_mm256_setzero_si256(), _mm256_and_si256(_mm256_srli_epi16(v, 4), low), y); \
-                acc[2 * p] =                                                                       \
-                    _mm256_fmadd_ps(ROW_SCALE(d, 2 * p), _mm256_cvtepi32_ps(q0), acc[2 * p]);      \
-                acc[2 * p + 1] = _mm256_fmadd_ps(ROW_SCALE(d, 2 * p + 1), _mm256_cvtepi32_ps(q1), \
-                                                 acc[2 * p + 1]);                                  \
+            __m256i c[8];                                                                          \
+            Q4_UNITS(w + 32, c);                                                                   \
+            UNROLL(8)                                                                              \
+            for (int k = 0; k < 8; k++) {                                                          \
+                const __m256i q = DOTU(_mm256_setzero_si256(), c[k],                               \
+                                       _mm256_set1_epi32((int)u32_at(a + 4 + 4 * k)));             \
+                acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[k]);                        \
             }                                                                                      \
         }                                                                                          \
-        float m[8];                                                                                \
+        float s[8], m[8];                                                                          \
+        Q4_LANES_OUT(acc, s);                                                                      \
         _mm256_storeu_ps(m, summs);                                                                \
         for (int r = 0; r < 8; r++)                                                                \
-            out[r] = hsum(acc[r]) + m[r];                                                          \
+            out[r] = s[r] + m[r];                                                                  \
     }
 
 /*
  * The batched products (si__gemm8_fn), AVX-512 VNNI on 256-bit registers
- * (32 of them): per block, the 8 rows' 32 quants as unsigned bytes are
- * transposed into 8 registers c[k] whose lane r holds row r's values
- * 4k .. 4k+3; then for each of TILE tokens one chain of 8 dpbusd, each with
- * 4 activation bytes broadcast, gives the 8 rows' integer sums in the 8
- * lanes, started at the offset that makes the unsigned quants signed again
- * (Q4_0: -8 sum(a), Q8_0 stored + 128: -128 sum(a)).  One multiply-add per
- * token and block turns them into float (and one more adds Q4_1's mins).
- * The transposition is paid once per block for TILE tokens.
+ * (32 of them): per block, the 8 rows' 32 quants as unsigned bytes in 8
+ * registers c[k] whose lane r holds row r's values 4k .. 4k+3 (Q4_0 and
+ * Q4_1 are packed so, Q8_0's rows are transposed); then for each of TILE tokens one chain of 8
+ * dpbusd, each with 4 activation bytes broadcast, gives the 8 rows' integer sums in the 8 lanes,
+ * started at the offset that makes the unsigned quants signed again (Q4_0: -8 sum(a), Q8_0 stored +
+ * 128: -128 sum(a)).  One multiply-add per token and block turns them into float (and one more adds
+ * Q4_1's mins). Q8_0's transposition is paid once per block for TILE tokens.
  */
 enum { GEMM_TILE = 8 };
 
@@ -193,7 +221,7 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
         const size_t bb = KIND == 0 ? 144 : KIND == 1 ? 160 : 272, ab = KIND == 1 ? 36 : 34;       \
         const int qo = KIND == 2 ? 16 : KIND == 1 ? 32 : 16; /* the quants' offset in a block */   \
         const int aq = KIND == 1 ? 4 : 2;                    /* the activations' */                \
-        const __m256i low = _mm256_set1_epi8(0xf), flip = _mm256_set1_epi8((char)0x80);            \
+        const __m256i flip = _mm256_set1_epi8((char)0x80);                                         \
         const uint8_t *at[GEMM_TILE];                                                              \
         const int32_t *st[GEMM_TILE];                                                              \
         for (int t = 0; t < T; t++) {                                                              \
@@ -215,15 +243,18 @@ VNNI static inline void transpose8(const __m256i x[8], __m256i c[8])
                 for (int r = 0; r < 8; r++)                                                        \
                     x[r] = _mm256_xor_si256(                                                       \
                         _mm256_loadu_si256((const __m256i *)(w + qo + 32 * r)), flip);             \
+                transpose8(x, c);                                                                  \
             } else {                                                                               \
-                UNROLL(4)                                                                          \
-                for (int p = 0; p < 4; p++) {                                                      \
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w + qo + 32 * p));      \
-                    x[2 * p] = _mm256_and_si256(v, low);                                           \
-                    x[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                 \
-                }                                                                                  \
+                Q4_UNITS(w + qo, x);                                                               \
+                UNROLL(8)                                                                          \
+                for (int k = 0; k < 8; k++)                                                        \
+                    c[k] = x[k];                                                                   \
+                /* kept in registers for a full tile (GCC otherwise reloads                        \
+                 * and unpacks them per token: 130 GMAC/s against 170) */                          \
+                UNROLL(8)                                                                          \
+                for (int k = 0; k < 8 && T == GEMM_TILE; k++)                                      \
+                    __asm__("" : "+v"(c[k]));                                                      \
             }                                                                                      \
-            transpose8(x, c);                                                                      \
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));                \
             const __m256 m8 = KIND == 1                                                            \
                                   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)))    \

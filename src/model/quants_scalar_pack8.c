@@ -22,11 +22,21 @@ static float half_at(const uint8_t *p)
     return si_fp16_to_fp32(h);
 }
 
+/* Value j (0 .. 31) of row r of a packed Q4_0 / Q4_1 block whose quants
+ * start at q (pack8.h: the row's byte j % 16 in unit (j % 16) / 4, lane r;
+ * values 16 .. 31 in the high nibbles), 0 .. 15. */
+static int nibble8(const uint8_t *q, int r, int j)
+{
+    const int b = j % 16;
+    const uint8_t v = q[32 * (b / 4) + 4 * r + b % 4];
+    return j < 16 ? v & 0xf : v >> 4;
+}
+
 /*
  * dot_act of each row of a group packed by si_pack8 (model/pack8.h): the
  * sums of dot_act_q8_0 and dot_act_q4_0, row by row, from the packed
- * layout (8 scales, then the quants: Q8_0 row after row, Q4_0 two rows a
- * byte, low nibble the even row).
+ * layout (8 scales, then the quants: Q8_0 row after row, Q4_0 in units of
+ * 4 bytes a row).
  */
 void si__scalar_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8])
 {
@@ -52,11 +62,9 @@ void si__scalar_dot_act8_q4_0(const void *group, const void *xa, int64_t n, floa
     for (int64_t i = 0; i < n; i += QK, w += 8 * 18, a += 34) {
         const int8_t *qa = (const int8_t *)(a + 2);
         for (int r = 0; r < 8; r++) {
-            const uint8_t *run = w + 16 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
             int s = 0;
             for (int j = 0; j < QK; j++)
-                s += (((run[j] >> shift) & 0xf) - 8) * qa[j];
+                s += (nibble8(w + 16, r, j) - 8) * qa[j];
             sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a));
         }
     }
@@ -70,11 +78,9 @@ void si__scalar_dot_act8_q4_1(const void *group, const void *xa, int64_t n, floa
     for (int64_t i = 0; i < n; i += QK, w += 8 * 20, a += 36) {
         const int8_t *qa = (const int8_t *)(a + 4);
         for (int r = 0; r < 8; r++) {
-            const uint8_t *run = w + 32 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
             int s = 0;
             for (int j = 0; j < QK; j++)
-                s += ((run[j] >> shift) & 0xf) * qa[j];
+                s += nibble8(w + 32, r, j) * qa[j];
             sum[r] += (float)s * (half_at(w + 2 * r) * half_at(a)) +
                       half_at(w + 16 + 2 * r) * half_at(a + 2);
         }
@@ -101,10 +107,8 @@ void si__scalar_dequantize8_q4_0(const void *group, int64_t n, float *dst)
     for (int64_t i = 0; i < n; i += QK, g += 8 * 18)
         for (int r = 0; r < 8; r++) {
             const float d = half_at(g + 2 * r);
-            const uint8_t *run = g + 16 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
             for (int j = 0; j < QK; j++)
-                dst[r * n + i + j] = d * (((run[j] >> shift) & 0xf) - 8);
+                dst[r * n + i + j] = d * (nibble8(g + 16, r, j) - 8);
         }
 }
 
@@ -114,10 +118,8 @@ void si__scalar_dequantize8_q4_1(const void *group, int64_t n, float *dst)
     for (int64_t i = 0; i < n; i += QK, g += 8 * 20)
         for (int r = 0; r < 8; r++) {
             const float d = half_at(g + 2 * r), m = half_at(g + 16 + 2 * r);
-            const uint8_t *run = g + 32 + 32 * (r / 2);
-            const int shift = 4 * (r % 2);
             for (int j = 0; j < QK; j++)
-                dst[r * n + i + j] = d * ((run[j] >> shift) & 0xf) + m;
+                dst[r * n + i + j] = d * nibble8(g + 32, r, j) + m;
         }
 }
 
