@@ -498,17 +498,18 @@ Q8_1_DOT_FN(dot_act_vnni_q5_1, 24, Q5_1_QUANTS, dot_u8_vnni, VNNI static)
  */
 VNNI static void mad4_avx512_q4_0(const void *const rows[4], const float a[4], float *y, int64_t n)
 {
-    const __m512i low = _mm512_set1_epi32(0xf), eight = _mm512_set1_epi32(8);
+    /* q - 8 as a float by a permutation of this table, which reads the low
+     * 4 bits of each index: the byte's low nibble, then (shifted) its high
+     * one; the same floats as converting q - 8 */
+    const __m512 tab = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     const uint8_t *b[4] = {rows[0], rows[1], rows[2], rows[3]};
     for (int64_t i = 0; i < n; i += 32) {
         __m512 s0 = _mm512_loadu_ps(y + i), s1 = _mm512_loadu_ps(y + i + 16);
         for (int r = 0; r < 4; r++) {
             const __m512 c = _mm512_set1_ps(a[r] * half_at(b[r]));
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b[r] + 2)));
-            const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(v, low), eight);
-            const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight);
-            s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), c, s0);
-            s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), c, s1);
+            s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, tab), c, s0);
+            s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab), c, s1);
             b[r] += 18;
         }
         _mm512_storeu_ps(y + i, s0);
