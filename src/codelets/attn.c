@@ -496,14 +496,26 @@ struct apos_io {
     float *part;
 };
 
+/* The attention output, every head, as a task that reads it all takes it
+ * (R): whole where the groups' parts are joined (si__joins), else the parts
+ * in order, consecutive in main memory.  Its first float. */
+static const float *att_read(struct si__bufs *b, struct si_engine *e)
+{
+    if (e->dec.ng <= 1 || si__joins(e->dec.ng))
+        return si__vec(b, e->dec.h_att, STARPU_R);
+    const float *first = NULL;
+    for (int32_t g = 0; g < e->dec.ng; g++) {
+        const float *p = si__vec(b, e->dec.h_att_c[g], STARPU_R);
+        if (g == 0)
+            first = p;
+    }
+    return first;
+}
+
 static void apos_bufs(struct si__bufs *b, struct si_engine *e, int l, int p, struct apos_io *io)
 {
     const struct si__layer_state *L = &e->L[l];
-    for (int32_t g = 0; g < e->dec.ng; g++) {
-        const float *q = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[g] : e->dec.h_att, STARPU_R);
-        if (g == 0)
-            io->q = q;
-    }
+    io->q = att_read(b, e);
     for (int32_t g = 0; g < e->dec.ng; g++) {
         si__buf(b, e->dec.ng > 1 ? L->h_k_c[g] : L->h_k, STARPU_R);
         si__buf(b, e->dec.ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_R);
@@ -552,11 +564,8 @@ static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struc
     io->att = NULL;
     for (int p = 0; p < np; p++)
         io->part[p] = si__vec(b, e->dec.h_part[p], STARPU_R);
-    for (int32_t g = 0; g < e->dec.ng && np == 0; g++) {
-        const float *p = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[g] : e->dec.h_att, STARPU_R);
-        if (g == 0)
-            io->att = p;
-    }
+    if (np == 0)
+        io->att = att_read(b, e);
     si__buf(b, e->L[l].h_w[3], STARPU_R);
     io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
 }
@@ -610,19 +619,18 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_ATTN_PROJ, t0);
 }
 
-/* attn_out_L: x2 (R: the layer's input residual), o_* (R), x (W: the
+/* attn_out_L: x2 (R: the layer's input residual), o_all (R), x (W: the
  * residual after attention), xb (W: the FFN's input), [xb3 (W)]. */
 struct aout_io {
     const float *x2;
-    const float *o[SI__MAX_SLICES + 1];
+    const float *o;
     float *x, *xb, *xb3;
 };
 
 static void aout_bufs(struct si__bufs *b, struct si_engine *e, struct aout_io *io)
 {
     io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
-    for (int32_t j = 0; j < e->dec.na; j++)
-        io->o[j] = si__vec(b, e->dec.h_o[j], STARPU_R);
+    io->o = si__o_read(b, e);
     io->x = si__vec(b, e->dec.h_x, STARPU_W);
     io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_W);
     io->xb3 = e->dec.h_xb3 != NULL ? si__vec(b, e->dec.h_xb3, STARPU_W) : NULL;
@@ -638,9 +646,7 @@ static void aout_cpu(void *buffers[], void *cl_arg)
     struct si__bufs b = si__bufs_read(buffers);
     aout_bufs(&b, e, &io);
     double t0 = si__now();
-    for (int32_t j = 0; j < e->dec.na; j++)
-        memcpy(sc->xf + e->dec.a_o[j], io.o[j],
-               (size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float));
+    memcpy(sc->xf, io.o, (size_t)e->m->hp.n_embd * sizeof(float));
     si_ref_attn_finish_into(e->ref, a->l, io.x2, sc->xf, io.x, io.xb, io.xb3, sc->tmp);
     si__account(e, SI_TASK_ATTN, t0);
 }
@@ -648,17 +654,42 @@ static void aout_cpu(void *buffers[], void *cl_arg)
 /* Attention split: attn_L.j for each kv-head group, attn_o_L.j for each
  * row slice of Wo, then attn_out_L unless the FFN slices do its work
  * (fuse_out). */
+/* Wo's slices o_j, children of o_all, joined after their tasks for the
+ * tasks that read them all (si__joins), split again after those readers
+ * (si__split_o). */
+static void join_o(struct si_engine *e)
+{
+    if (!si__joins(e->dec.na))
+        return;
+    starpu_data_unpartition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o,
+                                   STARPU_MAIN_RAM);
+    e->dec.o_joined = true;
+}
+
+void si__split_o(struct si_engine *e)
+{
+    if (!e->dec.o_joined)
+        return;
+    starpu_data_partition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
+    e->dec.o_joined = false;
+}
+
 int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
     struct si__args a;
     struct si__bufs b;
     int rc = 0;
+    si__split_o(e); /* (left joined by a failed submission) */
     for (int32_t j = 0; j < e->dec.ng && rc == 0; j++) {
         b = si__bufs_collect(&a);
         agrp_bufs(&b, e, l, j, &(struct agrp_io){0});
         rc = si__submit(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
     }
+    const bool join_att = e->dec.ng > 1 && si__joins(e->dec.ng);
+    if (join_att) /* the groups' outputs whole for the tasks that read them all */
+        starpu_data_unpartition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c,
+                                       STARPU_MAIN_RAM);
     int c0, nc;
     const int np = pos_tasks(e, l, &c0, &nc);
     for (int32_t p = 0; p < np && rc == 0; p++) {
@@ -671,10 +702,16 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
         ao_bufs(&b, e, l, j, &(struct ao_io){0});
         rc = si__submit(e, &si__cl_ao, L->name_ao[j], l, j, token, &a, 0);
     }
-    if (rc == 0 && !e->lay.fuse_out) {
-        b = si__bufs_collect(&a);
-        aout_bufs(&b, e, &(struct aout_io){0});
-        rc = si__submit(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
+    if (join_att)
+        starpu_data_partition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c);
+    join_o(e);
+    if (!e->lay.fuse_out) { /* else the FFN slices read o_all (graph/decode.c) */
+        if (rc == 0) {
+            b = si__bufs_collect(&a);
+            aout_bufs(&b, e, &(struct aout_io){0});
+            rc = si__submit(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
+        }
+        si__split_o(e);
     }
     return rc;
 }

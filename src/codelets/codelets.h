@@ -263,6 +263,37 @@ int si__submit_embed(struct si_engine *e, int32_t token);
 int si__submit_head(struct si_engine *e, int32_t token);              /* one task or row slices */
 int si__submit_attn(struct si_engine *e, int l, int32_t token);       /* attention in one task */
 int si__submit_attn_split(struct si_engine *e, int l, int32_t token); /* agrp, ao, aout */
+/* Wo's slices split again after the readers of their joined whole (attn.c). */
+void si__split_o(struct si_engine *e);
+
+/*
+ * Whether n parts that n tasks each write and as many read whole are joined
+ * between them (StarPU's unpartition, then partition again after the
+ * readers): 4n dependencies instead of 2n^2 (each reader on each writer,
+ * each next writer on each reader).  The join and the split cost about
+ * 3 us of submission; an edge about 0.12 us; below 6 parts the edges cost
+ * less (docs/measurements.md, "What the task graph costs").
+ */
+#define SI__JOIN_MIN 6
+static inline bool si__joins(int32_t n)
+{
+    return n >= SI__JOIN_MIN;
+}
+
+/* Wo's product as a task that reads it all takes it (R): o_all where
+ * joined, else the slices in order (consecutive parts of o_all). */
+static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e)
+{
+    if (si__joins(e->dec.na))
+        return si__vec(b, e->dec.h_o_all, STARPU_R);
+    const float *first = NULL;
+    for (int32_t j = 0; j < e->dec.na; j++) {
+        const float *p = si__vec(b, e->dec.h_o[j], STARPU_R);
+        if (j == 0)
+            first = p;
+    }
+    return first;
+}
 int si__submit_pred(struct si_engine *e, int l, int32_t token);
 int si__submit_gmask(struct si_engine *e, int l, int j, int32_t token);
 int si__submit_load(struct si_engine *e, int l, int32_t token);

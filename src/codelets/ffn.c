@@ -196,7 +196,7 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  * ffn_hot_L, ffn_cold_L.j (an FFN slice), in order:
  *   the input: ffn_in (R), and x (R: the residual its norm read) where the
  *     slice's fused predictor reads that (si__ffn_reads_residual); or, with
- *     fuse_out, x2 and o_* (R), from which each slice makes the input
+ *     fuse_out, x2 and o_all (R), from which each slice makes the input
  *     itself (attn_out's work);
  *   the slice's weights (si__ffn_slice_bufs);
  *   predictor mode: fc1, fc2 (R) where each slice predicts its own neurons
@@ -208,7 +208,7 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  */
 struct ffn_io {
     const float *xb, *xr, *x2;
-    const float *o[SI__MAX_SLICES + 1];
+    const float *o;
     struct si__ffn_slice w;
     const void *fc1, *fc2;
     const int32_t *idx, *iota;
@@ -222,8 +222,7 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
     memset(io, 0, sizeof *io);
     if (e->lay.fuse_out) {
         io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
-        for (int32_t k = 0; k < e->dec.na; k++)
-            io->o[k] = si__vec(b, e->dec.h_o[k], STARPU_R);
+        io->o = si__o_read(b, e);
     } else {
         io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
         if (si__ffn_reads_residual(e))
@@ -253,7 +252,7 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
 
 /*
  * The FFN's input of slice j: ffn_in, or with fuse_out, attn_out's work
- * done by each slice alike from x2 and o_*: the residual after attention
+ * done by each slice alike from x2 and o_all: the residual after attention
  * and its normalised input, in scratch (slice 0 also writes the residual
  * into x and, with a parallel residual, the attention output into xb3).
  * *xr: the residual (NULL where the slice does not read it).
@@ -264,9 +263,7 @@ static const float *ffn_input(struct si_engine *e, int l, const struct ffn_io *i
     *xr = io->xr;
     if (!e->lay.fuse_out)
         return io->xb;
-    for (int32_t k = 0; k < e->dec.na; k++)
-        memcpy(sc->xf + e->dec.a_o[k], io->o[k],
-               (size_t)(e->dec.a_o[k + 1] - e->dec.a_o[k]) * sizeof(float));
+    memcpy(sc->xf, io->o, (size_t)e->m->hp.n_embd * sizeof(float));
     float *x_out = io->x_out != NULL ? io->x_out : sc->xl;
     float *xb3 = io->x_out != NULL && io->xb3 != NULL ? io->xb3 : sc->xo;
     si_ref_attn_finish_into(e->ref, l, io->x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);

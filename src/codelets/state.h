@@ -208,9 +208,12 @@ struct si__decode_state {
     uint32_t *head_len;               /* (na) rows of each head slice */
     uint32_t *att_len;                /* (ng) floats of each group's attention output */
     starpu_data_handle_t *h_logits_c; /* (na) children of h_logits */
-    float **o;                        /* (na) slot outputs */
+    float **o;                        /* (na) slot outputs: parts of o_all */
+    float *o_all;                     /* Wo's product, n_embd floats */
+    uint32_t *o_len;                  /* (na) the parts' lengths */
     float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
-    starpu_data_handle_t *h_o, h_att, *h_att_c, h_x2, h_xb3;
+    starpu_data_handle_t *h_o, h_o_all, h_att, *h_att_c, h_x2, h_xb3;
+    bool o_joined; /* h_o_all whole (attn.c's join_o), its children not in use */
     /* Attention over SI_ATTN_SPLIT_MIN positions or more, split over
      * positions too (attn.c): up to na tasks attn_pos_L.p, each writing the
      * partial results of its chunks into part[p] (part_cap floats). */

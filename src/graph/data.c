@@ -602,11 +602,16 @@ void si__register_engine(struct si_engine *e)
     if (e->fl.on)
         vec(&e->fl.h_spill, e->fl.ft->region, (size_t)e->fl.ft->spill_cap, e->fl.ft->rec_bytes);
     if (e->dec.na > 1) {
-        for (int32_t j = 0; j < e->dec.na; j++) {
-            vec(&e->dec.h_o[j], e->dec.o[j], (size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]),
-                sizeof(float));
+        for (int32_t j = 0; j < e->dec.na; j++)
             vec(&e->dec.h_part[j], e->dec.part[j], e->dec.part_cap, sizeof(float));
-        }
+        /* Wo's slices write the children; between their tasks and the
+         * readers' the engine joins them (si__join_o) */
+        vec(&e->dec.h_o_all, e->dec.o_all, d, sizeof(float));
+        struct starpu_data_filter fo = {.filter_func = starpu_vector_filter_list,
+                                        .nchildren = (unsigned)e->dec.na,
+                                        .filter_arg_ptr = e->dec.o_len};
+        starpu_data_partition_plan(e->dec.h_o_all, &fo, e->dec.h_o);
+        starpu_data_partition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
         vec(&e->dec.h_x2, e->dec.x2, d, sizeof(float));
         vec(&e->dec.h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
         if (e->dec.ng > 1) {
@@ -680,10 +685,10 @@ void si__unregister_engine(struct si_engine *e)
     if (e->dec.h_xb3 != NULL)
         starpu_data_unregister(e->dec.h_xb3);
     if (e->dec.h_att != NULL) {
-        for (int32_t j = 0; j < e->dec.na; j++) {
-            starpu_data_unregister(e->dec.h_o[j]);
+        for (int32_t j = 0; j < e->dec.na; j++)
             starpu_data_unregister(e->dec.h_part[j]);
-        }
+        starpu_data_partition_clean(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
+        starpu_data_unregister(e->dec.h_o_all);
         if (e->dec.ng > 1) {
             starpu_data_unpartition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c,
                                            STARPU_MAIN_RAM);

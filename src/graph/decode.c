@@ -44,6 +44,8 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
     for (int32_t j = 0; j < L->nsl && rc == 0; j++)
         rc = e->fl.on && !si__is_hot(e, l, j) ? si__submit_flash(e, l, j, token)
                                               : si__submit_ffn(e, l, j, token);
+    if (e->lay.fuse_out) /* the slices read Wo's product whole */
+        si__split_o(e);
     for (int32_t k = 0; k < e->down.nd && !e->lay.sparse && rc == 0; k++)
         rc = si__submit_down(e, l, k, token);
     return rc;

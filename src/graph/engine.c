@@ -628,14 +628,15 @@ static int alloc_attn_split(struct si_engine *e)
     e->dec.h_logits_c = calloc((size_t)na, sizeof *e->dec.h_logits_c);
     e->dec.o = calloc((size_t)na, sizeof *e->dec.o);
     e->dec.h_o = calloc((size_t)na, sizeof *e->dec.h_o);
+    e->dec.o_len = calloc((size_t)na, sizeof *e->dec.o_len);
     e->dec.h_att_c = calloc((size_t)ng, sizeof *e->dec.h_att_c);
     e->dec.x2 = calloc((size_t)hp->n_embd, sizeof(float));
     e->dec.head_len = calloc((size_t)na, sizeof *e->dec.head_len);
     e->dec.part = calloc((size_t)na, sizeof *e->dec.part);
     e->dec.h_part = calloc((size_t)na, sizeof *e->dec.h_part);
     if (!e->dec.a_o || !e->dec.a_h || !e->dec.name_head || !e->dec.h_logits_c || !e->dec.o ||
-        !e->dec.h_o || !e->dec.h_att_c || !e->dec.x2 || !e->dec.head_len || !e->dec.part ||
-        !e->dec.h_part)
+        !e->dec.h_o || !e->dec.o_len || !e->dec.h_att_c || !e->dec.x2 || !e->dec.head_len ||
+        !e->dec.part || !e->dec.h_part)
         return SI_E_NOMEM;
     /* the position tasks' partial results: the most chunks a task takes */
     const int64_t max_chunks = (int64_t)e->ref->p.n_ctx / SI_ATTN_CHUNK + 1;
@@ -650,10 +651,14 @@ static int alloc_attn_split(struct si_engine *e)
     }
     for (int64_t j = 0; j < na; j++)
         snprintf(e->dec.name_head[j], sizeof e->dec.name_head[j], "lm_head.%d", (int)j);
-    for (int64_t j = 0; j < na; j++)
-        if ((e->dec.o[j] =
-                 line_alloc((size_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]) * sizeof(float))) == NULL)
-            return SI_E_NOMEM;
+    /* Wo's row slices write parts of one array: its readers read it whole
+     * (graph/data.c) */
+    if ((e->dec.o_all = line_alloc((size_t)hp->n_embd * sizeof(float))) == NULL)
+        return SI_E_NOMEM;
+    for (int64_t j = 0; j < na; j++) {
+        e->dec.o[j] = e->dec.o_all + e->dec.a_o[j];
+        e->dec.o_len[j] = (uint32_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]);
+    }
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
@@ -1099,9 +1104,9 @@ void si_engine_free(struct si_engine *e)
     free(e->down.bdout);
     free(e->down.h_dout);
     free(e->down.h_bdout);
-    for (int32_t j = 0; e->dec.o != NULL && j < e->dec.na; j++)
-        free(e->dec.o[j]);
+    free(e->dec.o_all);
     free(e->dec.o);
+    free(e->dec.o_len);
     free(e->dec.h_o);
     for (int32_t j = 0; e->dec.part != NULL && j < e->dec.na; j++)
         free(e->dec.part[j]);
