@@ -280,6 +280,27 @@ static inline bool si__joins(int32_t n)
     return n >= SI__JOIN_MIN;
 }
 
+/* Layer l's FFN output, which layer l + 1's first tasks (or the head) all
+ * read, joined after its writers (the sparse slices, or dense mode's down
+ * blocks) where si__joins; si__split_carried splits it again after those
+ * readers (graph/decode.c).  merge.c. */
+void si__join_carried(struct si_engine *e, int l);
+void si__split_carried(struct si_engine *e);
+
+/* Whether the engine's parts may be joined: none on a CUDA worker (the
+ * GPU forms keep theirs apart; not measured there). */
+static inline bool si__cpu_graph(const struct si_engine *e)
+{
+    return !e->gpu.cuda_hot && e->gpu.n_attn_gpu == 0;
+}
+
+/* Dense mode: whether layer l's down blocks read its slices' activations
+ * joined (graph/decode.c, ffn.c's si__down_bufs). */
+static inline bool si__down_joins(const struct si_engine *e, int l)
+{
+    return si__cpu_graph(e) && si__joins(e->L[l].nsl) && si__joins(e->down.nd);
+}
+
 /* Wo's product as a task that reads it all takes it (R): o_all where
  * joined, else the slices in order (consecutive parts of o_all). */
 static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e)

@@ -573,8 +573,17 @@ void si__down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, bool b
                    struct si__down_io *io)
 {
     struct si__layer_state *L = &e->L[l];
-    for (int32_t j = 0; j < L->nsl; j++)
-        io->act[j] = si__vec(b, batch ? e->bat.h_bpart[j] : L->h_part_c[j], STARPU_R);
+    if (!batch && si__down_joins(e, l)) { /* joined (graph/decode.c): the whole, then its parts */
+        const float *all = si__vec(b, L->h_part, STARPU_R);
+        size_t at = 0;
+        for (int32_t j = 0; j < L->nsl; j++) {
+            io->act[j] = all + at;
+            at += L->len_p[j];
+        }
+    } else {
+        for (int32_t j = 0; j < L->nsl; j++)
+            io->act[j] = si__vec(b, batch ? e->bat.h_bpart[j] : L->h_part_c[j], STARPU_R);
+    }
     void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
     io->rows = si__rows_of(&e->w->layers[l].ffn_down, e->down.dn[k], e->down.dn[k + 1]);
     io->rows.data = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;

@@ -50,6 +50,16 @@ static bool carries(const struct si_engine *e, int l)
 /* See task.h: layer l - 1's slices' partial outputs (dense mode: the down
  * projection's blocks), then its attention output xb3 with a parallel
  * residual. */
+/* Whether layer l - 1's FFN output reaches layer l's tasks joined: a fact
+ * of the engine's shape (the tasks' functions read it when they run, after
+ * the submission has moved on), which si__join_carried acts on. */
+static bool carry_joined(const struct si_engine *e, int l)
+{
+    if (!carries(e, l) || !si__cpu_graph(e))
+        return false;
+    return si__joins(e->lay.sparse ? e->L[l - 1].nsl : e->down.nd);
+}
+
 void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, struct si__carried *c)
 {
     c->n = 0;
@@ -59,10 +69,41 @@ void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, stru
     const struct si__layer_state *P = &e->L[l - 1];
     c->n = e->lay.sparse ? P->nsl : e->down.nd;
     STARPU_ASSERT(c->n <= SI__MAX_SLICES + 1);
-    for (int32_t j = 0; j < c->n; j++)
-        c->part[j] = si__vec(b, e->lay.sparse ? P->h_part_c[j] : e->down.h_dout[j], STARPU_R);
+    if (carry_joined(e, l)) { /* (si__join_carried) the whole, then its parts */
+        const float *all = si__vec(b, e->lay.sparse ? P->h_part : e->down.h_dout_all, STARPU_R);
+        size_t at = 0;
+        for (int32_t j = 0; j < c->n; j++) {
+            c->part[j] = all + at;
+            at += e->lay.sparse ? P->len_p[j] : e->down.dout_len[j];
+        }
+    } else {
+        for (int32_t j = 0; j < c->n; j++)
+            c->part[j] = si__vec(b, e->lay.sparse ? P->h_part_c[j] : e->down.h_dout[j], STARPU_R);
+    }
     if (e->m->hp.parallel_residual)
         c->xb3 = si__vec(b, e->dec.h_xb3, STARPU_R);
+}
+
+void si__join_carried(struct si_engine *e, int l)
+{
+    si__split_carried(e);
+    if (!carry_joined(e, l + 1))
+        return;
+    struct si__layer_state *L = &e->L[l];
+    struct si__joined j =
+        e->lay.sparse
+            ? (struct si__joined){L->h_part, (unsigned)L->nsl, L->h_part_c}
+            : (struct si__joined){e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout};
+    starpu_data_unpartition_submit(j.h, j.n, j.c, STARPU_MAIN_RAM);
+    e->dec.carry = j;
+}
+
+void si__split_carried(struct si_engine *e)
+{
+    if (e->dec.carry.h == NULL)
+        return;
+    starpu_data_partition_submit(e->dec.carry.h, e->dec.carry.n, e->dec.carry.c);
+    e->dec.carry.h = NULL;
 }
 
 /* x_out = layer l's input residual: x, plus layer l - 1's FFN carried in c.

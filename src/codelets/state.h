@@ -193,6 +193,14 @@ struct si__own_weights {
     int32_t n_packed;
 };
 
+/* A handle whose parts are joined (StarPU's unpartition) for tasks that
+ * read them all (si__joins): h and its n children c; NULL h, none. */
+struct si__joined {
+    starpu_data_handle_t h;
+    unsigned n;
+    starpu_data_handle_t *c;
+};
+
 /* One token's graph (graph/decode.c): its activations and the splits of
  * attention and the LM head. */
 struct si__decode_state {
@@ -214,6 +222,7 @@ struct si__decode_state {
     float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_o_all, h_att, *h_att_c, h_x2, h_xb3;
     bool o_joined; /* h_o_all whole (attn.c's join_o), its children not in use */
+    struct si__joined carry; /* the carried FFN output's parts, joined (merge.c) */
     /* Attention over SI_ATTN_SPLIT_MIN positions or more, split over
      * positions too (attn.c): up to na tasks attn_pos_L.p, each writing the
      * partial results of its chunks into part[p] (part_cap floats). */
@@ -228,8 +237,11 @@ struct si__decode_state {
 struct si__down_state {
     int32_t nd;
     int64_t *dn;
-    float **dout, **bdout;
+    float **dout, **bdout; /* dout[k]: parts of dout_all */
+    float *dout_all;       /* n_embd floats */
+    uint32_t *dout_len;    /* (nd) the blocks' lengths */
     starpu_data_handle_t *h_dout, *h_bdout;
+    starpu_data_handle_t h_dout_all; /* the parent of h_dout */
 };
 
 /* A batch of bn tokens (graph/prefill.c, codelets/prefill*.c). */

@@ -187,10 +187,8 @@ static void unsplit_n(starpu_data_handle_t h, unsigned n, starpu_data_handle_t *
 {
     if (h == NULL)
         return;
-    if (children != NULL && children[0] != NULL) {
-        starpu_data_unpartition_submit(h, n, children, STARPU_MAIN_RAM);
+    if (children != NULL && children[0] != NULL) /* (unpartitioning first if partitioned) */
         starpu_data_partition_clean(h, n, children);
-    }
     starpu_data_unregister(h);
 }
 
@@ -630,9 +628,16 @@ void si__register_engine(struct si_engine *e)
                                        .filter_arg_ptr = e->dec.head_len};
         starpu_data_partition_plan(e->dec.h_logits, &f, e->dec.h_logits_c);
     }
+    if (e->down.nd > 0) {
+        vec(&e->down.h_dout_all, e->down.dout_all, d, sizeof(float));
+        struct starpu_data_filter fd = {.filter_func = starpu_vector_filter_list,
+                                        .nchildren = (unsigned)e->down.nd,
+                                        .filter_arg_ptr = e->down.dout_len};
+        starpu_data_partition_plan(e->down.h_dout_all, &fd, e->down.h_dout);
+        starpu_data_partition_submit(e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout);
+    }
     for (int32_t k = 0; k < e->down.nd; k++) {
         const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
-        vec(&e->down.h_dout[k], e->down.dout[k], no, sizeof(float));
         if (e->bat.n_batch > 1)
             vec(&e->down.h_bdout[k], e->down.bdout[k], (size_t)e->bat.n_batch * no, sizeof(float));
     }
@@ -713,9 +718,11 @@ void si__unregister_engine(struct si_engine *e)
         for (int32_t j = 0; j <= e->lay.n_slices; j++)
             starpu_data_unregister(e->bat.h_bpart[j]);
     }
+    if (e->down.h_dout_all != NULL) {
+        starpu_data_partition_clean(e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout);
+        starpu_data_unregister(e->down.h_dout_all);
+    }
     for (int32_t k = 0; k < e->down.nd; k++) {
-        if (e->down.h_dout[k] != NULL)
-            starpu_data_unregister(e->down.h_dout[k]);
         if (e->down.h_bdout[k] != NULL)
             starpu_data_unregister(e->down.h_bdout[k]);
     }

@@ -46,8 +46,18 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
                                               : si__submit_ffn(e, l, j, token);
     if (e->lay.fuse_out) /* the slices read Wo's product whole */
         si__split_o(e);
-    for (int32_t k = 0; k < e->down.nd && !e->lay.sparse && rc == 0; k++)
-        rc = si__submit_down(e, l, k, token);
+    if (!e->lay.sparse) {
+        /* every down block reads every slice's activations: joined
+         * between them where it pays (si__down_joins) */
+        const bool join = si__down_joins(e, l);
+        if (join)
+            starpu_data_unpartition_submit(L->h_part, (unsigned)L->nsl, L->h_part_c,
+                                           STARPU_MAIN_RAM);
+        for (int32_t k = 0; k < e->down.nd && rc == 0; k++)
+            rc = si__submit_down(e, l, k, token);
+        if (join)
+            starpu_data_partition_submit(L->h_part, (unsigned)L->nsl, L->h_part_c);
+    }
     return rc;
 }
 
@@ -69,6 +79,7 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
     }
     if (rc == 0)
         rc = submit_attention(e, l, token);
+    si__split_carried(e); /* layer l - 1's output: its readers are in */
     if (rc == 0 && pred && !ahead)
         rc = si__submit_pred(e, l, token);
     if (rc == 0 && loads && !ahead)
@@ -77,6 +88,8 @@ static int submit_layer(struct si_engine *e, int l, int32_t token)
         rc = submit_ffn(e, l, token);
     if (rc == 0 && e->p.redux)
         rc = si__submit_merge(e, l, token);
+    if (rc == 0)
+        si__join_carried(e, l); /* for layer l + 1's first tasks, or the head */
     return rc;
 }
 
@@ -105,9 +118,11 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         rc = si__submit_head(e, token); /* logits = lm_head(norm(x + FFN_last)) */
     } else if (rc == 0) {               /* x whole for the next rank */
         rc = si__submit_residual(e, e->pipe.l1, token);
+        si__split_carried(e);
         if (rc == 0)
             rc = si__pipe_send_x(e) == SI_OK ? 0 : -1;
     }
+    si__split_carried(e); /* (after the head; or left joined by a failure) */
     e->stats.submit_seconds += si__now() - t0;
     if (rc == 0)
         rc = si__pipe_logits(e) == SI_OK ? 0 : -1;

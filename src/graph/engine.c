@@ -848,10 +848,17 @@ static int init_plan(struct si_engine *e, bool redux, char *err, size_t err_size
                 goto oom;
         }
     }
+    /* the blocks' outputs are parts of one array, which the next layer's
+     * tasks may read whole (merge.c's si__join_carried) */
+    if (e->down.nd > 0 &&
+        ((e->down.dout_all = calloc((size_t)hp->n_embd, sizeof(float))) == NULL ||
+         (e->down.dout_len = calloc((size_t)e->down.nd, sizeof(uint32_t))) == NULL))
+        goto oom;
     for (int32_t k = 0; k < e->down.nd; k++) {
         const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
-        if ((e->down.dout[k] = calloc(no, sizeof(float))) == NULL ||
-            (e->bat.n_batch > 1 &&
+        e->down.dout[k] = e->down.dout_all + e->down.dn[k];
+        e->down.dout_len[k] = (uint32_t)no;
+        if ((e->bat.n_batch > 1 &&
              (e->down.bdout[k] = calloc((size_t)e->bat.n_batch * no, sizeof(float))) == NULL))
             goto oom;
     }
@@ -1093,12 +1100,11 @@ void si_engine_free(struct si_engine *e)
     }
     si__weights_free(e);
     si_engine_observe(e, NULL, NULL);
-    for (int32_t k = 0; k < e->down.nd; k++) {
-        if (e->down.dout != NULL)
-            free(e->down.dout[k]);
+    for (int32_t k = 0; k < e->down.nd; k++)
         if (e->down.bdout != NULL)
             free(e->down.bdout[k]);
-    }
+    free(e->down.dout_all);
+    free(e->down.dout_len);
     free(e->down.dn);
     free(e->down.dout);
     free(e->down.bdout);
