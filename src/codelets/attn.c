@@ -501,15 +501,8 @@ struct apos_io {
  * in order, consecutive in main memory.  Its first float. */
 static const float *att_read(struct si__bufs *b, struct si_engine *e)
 {
-    if (e->dec.ng <= 1 || si__joins(e->dec.ng))
-        return si__vec(b, e->dec.h_att, STARPU_R);
-    const float *first = NULL;
-    for (int32_t g = 0; g < e->dec.ng; g++) {
-        const float *p = si__vec(b, e->dec.h_att_c[g], STARPU_R);
-        if (g == 0)
-            first = p;
-    }
-    return first;
+    return si__read_whole(b, e->dec.ng <= 1 || si__joins(e->dec.ng), e->dec.h_att, e->dec.ng,
+                          e->dec.h_att_c);
 }
 
 static void apos_bufs(struct si__bufs *b, struct si_engine *e, int l, int p, struct apos_io *io)

@@ -301,19 +301,28 @@ static inline bool si__down_joins(const struct si_engine *e, int l)
     return si__cpu_graph(e) && si__joins(e->L[l].nsl) && si__joins(e->down.nd);
 }
 
-/* Wo's product as a task that reads it all takes it (R): o_all where
- * joined, else the slices in order (consecutive parts of o_all). */
-static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e)
+/* An array of n parts as a task that reads it all takes it (R): the whole
+ * where joined, else the parts in order (consecutive in main memory).  Its
+ * first float. */
+static inline const float *si__read_whole(struct si__bufs *b, bool joined,
+                                          starpu_data_handle_t whole, int32_t n,
+                                          const starpu_data_handle_t *parts)
 {
-    if (si__joins(e->dec.na))
-        return si__vec(b, e->dec.h_o_all, STARPU_R);
+    if (joined)
+        return si__vec(b, whole, STARPU_R);
     const float *first = NULL;
-    for (int32_t j = 0; j < e->dec.na; j++) {
-        const float *p = si__vec(b, e->dec.h_o[j], STARPU_R);
+    for (int32_t j = 0; j < n; j++) {
+        const float *p = si__vec(b, parts[j], STARPU_R);
         if (j == 0)
             first = p;
     }
     return first;
+}
+
+/* Wo's product as a task that reads it all takes it. */
+static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e)
+{
+    return si__read_whole(b, si__joins(e->dec.na), e->dec.h_o_all, e->dec.na, e->dec.h_o);
 }
 int si__submit_pred(struct si_engine *e, int l, int32_t token);
 int si__submit_gmask(struct si_engine *e, int l, int j, int32_t token);

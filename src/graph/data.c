@@ -171,15 +171,21 @@ static void vec(starpu_data_handle_t *h, const void *p, size_t n, size_t elem)
     starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
 }
 
-/* Partition h into the layer's slices along a vector of lengths. */
+/* Partition the vector h into n children along a vector of lengths. */
+static void split_n(starpu_data_handle_t h, unsigned n, uint32_t *lengths,
+                    starpu_data_handle_t *children)
+{
+    struct starpu_data_filter f = {
+        .filter_func = starpu_vector_filter_list, .nchildren = n, .filter_arg_ptr = lengths};
+    starpu_data_partition_plan(h, &f, children);
+    starpu_data_partition_submit(h, n, children);
+}
+
+/* Partition h into the layer's slices. */
 static void split(starpu_data_handle_t h, struct si__layer_state *L, uint32_t *lengths,
                   starpu_data_handle_t *children)
 {
-    struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
-                                   .nchildren = (unsigned)L->nsl,
-                                   .filter_arg_ptr = lengths};
-    starpu_data_partition_plan(h, &f, children);
-    starpu_data_partition_submit(h, (unsigned)L->nsl, children);
+    split_n(h, (unsigned)L->nsl, lengths, children);
 }
 
 /* Undo a partition of h into n children (if any), then unregister h. */
@@ -603,22 +609,13 @@ void si__register_engine(struct si_engine *e)
         for (int32_t j = 0; j < e->dec.na; j++)
             vec(&e->dec.h_part[j], e->dec.part[j], e->dec.part_cap, sizeof(float));
         /* Wo's slices write the children; between their tasks and the
-         * readers' the engine joins them (si__join_o) */
+         * readers' the engine joins them (attn.c's join_o) */
         vec(&e->dec.h_o_all, e->dec.o_all, d, sizeof(float));
-        struct starpu_data_filter fo = {.filter_func = starpu_vector_filter_list,
-                                        .nchildren = (unsigned)e->dec.na,
-                                        .filter_arg_ptr = e->dec.o_len};
-        starpu_data_partition_plan(e->dec.h_o_all, &fo, e->dec.h_o);
-        starpu_data_partition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
+        split_n(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.o_len, e->dec.h_o);
         vec(&e->dec.h_x2, e->dec.x2, d, sizeof(float));
         vec(&e->dec.h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
-        if (e->dec.ng > 1) {
-            struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list,
-                                           .nchildren = (unsigned)e->dec.ng,
-                                           .filter_arg_ptr = e->dec.att_len};
-            starpu_data_partition_plan(e->dec.h_att, &f, e->dec.h_att_c);
-            starpu_data_partition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c);
-        }
+        if (e->dec.ng > 1)
+            split_n(e->dec.h_att, (unsigned)e->dec.ng, e->dec.att_len, e->dec.h_att_c);
         /* The LM head's row slices write children of the logits; the
          * partition is undone before anyone reads them (see eval). */
         for (int32_t j = 0; j < e->dec.na; j++)
@@ -628,13 +625,9 @@ void si__register_engine(struct si_engine *e)
                                        .filter_arg_ptr = e->dec.head_len};
         starpu_data_partition_plan(e->dec.h_logits, &f, e->dec.h_logits_c);
     }
-    if (e->down.nd > 0) {
+    if (e->down.nd > 0) { /* the down blocks write the children (merge.c joins them) */
         vec(&e->down.h_dout_all, e->down.dout_all, d, sizeof(float));
-        struct starpu_data_filter fd = {.filter_func = starpu_vector_filter_list,
-                                        .nchildren = (unsigned)e->down.nd,
-                                        .filter_arg_ptr = e->down.dout_len};
-        starpu_data_partition_plan(e->down.h_dout_all, &fd, e->down.h_dout);
-        starpu_data_partition_submit(e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout);
+        split_n(e->down.h_dout_all, (unsigned)e->down.nd, e->down.dout_len, e->down.h_dout);
     }
     for (int32_t k = 0; k < e->down.nd; k++) {
         const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
