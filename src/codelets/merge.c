@@ -47,9 +47,6 @@ static bool carries(const struct si_engine *e, int l)
     return !(l == 0 || l == e->pipe.l0 || e->p.redux);
 }
 
-/* See task.h: layer l - 1's slices' partial outputs (dense mode: the down
- * projection's blocks), then its attention output xb3 with a parallel
- * residual. */
 /* Whether layer l - 1's FFN output reaches layer l's tasks joined: a fact
  * of the engine's shape (the tasks' functions read it when they run, after
  * the submission has moved on), which si__join_carried acts on. */
@@ -60,6 +57,9 @@ static bool carry_joined(const struct si_engine *e, int l)
     return si__joins(e->lay.sparse ? e->L[l - 1].nsl : e->down.nd);
 }
 
+/* See task.h: layer l - 1's slices' partial outputs (dense mode: the down
+ * projection's blocks; the whole, then pointers into it, where joined), then
+ * its attention output xb3 with a parallel residual. */
 void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, struct si__carried *c)
 {
     c->n = 0;
