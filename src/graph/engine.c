@@ -858,8 +858,8 @@ static int init_plan(struct si_engine *e, bool redux, char *err, size_t err_size
         const size_t no = (size_t)(e->down.dn[k + 1] - e->down.dn[k]);
         e->down.dout[k] = e->down.dout_all + e->down.dn[k];
         e->down.dout_len[k] = (uint32_t)no;
-        if ((e->bat.n_batch > 1 &&
-             (e->down.bdout[k] = calloc((size_t)e->bat.n_batch * no, sizeof(float))) == NULL))
+        if (e->bat.n_batch > 1 &&
+            (e->down.bdout[k] = calloc((size_t)e->bat.n_batch * no, sizeof(float))) == NULL)
             goto oom;
     }
     return SI_OK;
