@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "model/forward.h"
 #include "model/gguf.h"
+#include "model/line_alloc.h"
 #include "model/model.h"
 #include "model/pack8.h"
 #include "model/sampler.h"
@@ -99,7 +100,7 @@ static int read_file(const char *path, void **out, size_t *size, char *err, size
         rc = si__errf(err, err_size, SI_E_IO, "%s: not a regular file", path);
     } else if (st.st_size > 0) {
         const size_t n = (size_t)st.st_size;
-        char *buf = aligned_alloc(64, (n + 63) / 64 * 64);
+        char *buf = si_line_alloc(n);
         if (buf == NULL) {
             rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory reading %zu bytes", path,
                           n);

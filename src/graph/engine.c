@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "model/act.h"
 #include "model/kernels.h"
+#include "model/line_alloc.h"
 #include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
@@ -421,15 +422,6 @@ static size_t batch_dt_bytes(const struct si_engine *e)
     return dt;
 }
 
-/* n bytes on 64-byte boundaries (rounded up to whole lines), for free():
- * no buffer's alignment left to malloc, so that the kernels' 32-byte loads
- * split no cache line where the data allows (the attention's tile 16
- * bytes off a line had made one worker's tasks 30% slower: attention.md). */
-static void *line_alloc(size_t n)
-{
-    return aligned_alloc(64, (n + 63) / 64 * 64);
-}
-
 /* Worker w's scratch: the attention's, the FFN's, and with batches the
  * GEMMs'; SI_E_NOMEM when one is missing (init_buffers). */
 static int alloc_scratch(struct si_engine *e, unsigned w)
@@ -444,7 +436,7 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
     const size_t ascr = si_ref_attn_scratch_floats(e->ref);
     struct si__scratch *sc = &e->scratch[w];
     /* aq, ak, av, aatt, ascr, xl, xf, xn, xo, tmp in one allocation */
-    sc->aq = line_alloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
+    sc->aq = si_line_alloc((2 * qd + 2 * kvd + ascr + 4 * d + tmpn) * sizeof(float));
     if (sc->aq == NULL)
         return SI_E_NOMEM;
     sc->ak = sc->aq + qd;
@@ -456,8 +448,8 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
     sc->xn = sc->xf + d;
     sc->xo = sc->xn + d;
     sc->tmp = sc->xo + d;
-    sc->h = line_alloc(widest * sizeof(float));
-    sc->g = line_alloc((size_t)hp->n_ff * sizeof(float));
+    sc->h = si_line_alloc(widest * sizeof(float));
+    sc->g = si_line_alloc((size_t)hp->n_ff * sizeof(float));
     sc->ix = malloc((size_t)hp->n_ff * sizeof(int32_t));
     {
         size_t wi = (size_t)hp->n_ff > qd ? (size_t)hp->n_ff : qd;
@@ -466,20 +458,20 @@ static int alloc_scratch(struct si_engine *e, unsigned w)
         sc->sv = malloc(wi * sizeof(float));
     }
     sc->y =
-        line_alloc(((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
-                   (size_t)hp->n_ff * sizeof(float));
-    sc->xq = line_alloc(8 * widest + 1024); /* two conversions of the input */
-    sc->hq = line_alloc(4 * widest + 512);
+        si_line_alloc(((size_t)(hp->n_ff / e->lay.chunk) + 1) * (size_t)hp->n_embd * sizeof(float) +
+                      (size_t)hp->n_ff * sizeof(float));
+    sc->xq = si_line_alloc(8 * widest + 1024); /* two conversions of the input */
+    sc->hq = si_line_alloc(4 * widest + 512);
     if (!sc->h || !sc->g || !sc->ix || !sc->sx || !sc->sv || !sc->y || !sc->xq || !sc->hq)
         return SI_E_NOMEM;
     if (e->bat.n_batch > 1) {
         const size_t bff = (size_t)e->bat.n_batch * (size_t)hp->n_ff;
-        sc->bg = line_alloc(bff * sizeof(float));
-        sc->bu = line_alloc(bff * sizeof(float));
-        sc->gemm = line_alloc(batch_gemm_bytes(e) + 64);
-        sc->dt = line_alloc(batch_dt_bytes(e));
-        sc->hx = line_alloc((size_t)e->bat.n_batch * (size_t)hp->n_embd * sizeof(float));
-        sc->bqkv = line_alloc((size_t)e->bat.n_batch * qd * sizeof(float));
+        sc->bg = si_line_alloc(bff * sizeof(float));
+        sc->bu = si_line_alloc(bff * sizeof(float));
+        sc->gemm = si_line_alloc(batch_gemm_bytes(e) + 64);
+        sc->dt = si_line_alloc(batch_dt_bytes(e));
+        sc->hx = si_line_alloc((size_t)e->bat.n_batch * (size_t)hp->n_embd * sizeof(float));
+        sc->bqkv = si_line_alloc((size_t)e->bat.n_batch * qd * sizeof(float));
         if (!sc->bg || !sc->bu || !sc->gemm || !sc->dt || !sc->hx || !sc->bqkv)
             return SI_E_NOMEM;
     }
@@ -552,8 +544,9 @@ static int alloc_batch_chunks(struct si_engine *e)
             e->bat.c_g[c] = g;
     }
     for (int32_t j = 0; j < nc * nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.batt[j] = line_alloc((size_t)e->bat.n_batch * (size_t)si__chunk_len(e, j / nr) *
-                                         sizeof(float))) == NULL)
+        if ((e->bat.batt[j] = si_line_alloc((size_t)e->bat.n_batch *
+                                            (size_t)si__chunk_len(e, j / nr) * sizeof(float))) ==
+            NULL)
             return SI_E_NOMEM;
     return SI_OK;
 }
@@ -584,18 +577,18 @@ static int alloc_attn_groups(struct si_engine *e, unsigned ncpu)
     for (int64_t j = 0; j <= nr; j++)
         e->bat.bo_c[j] = si__split8(hp->n_embd, j, nr);
     for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.bo[j] = line_alloc((size_t)e->bat.n_batch *
-                                       (size_t)(e->bat.bo_c[j + 1] > e->bat.bo_c[j]
-                                                    ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
-                                                    : 1) *
-                                       sizeof(float))) == NULL)
+        if ((e->bat.bo[j] = si_line_alloc((size_t)e->bat.n_batch *
+                                          (size_t)(e->bat.bo_c[j + 1] > e->bat.bo_c[j]
+                                                       ? e->bat.bo_c[j + 1] - e->bat.bo_c[j]
+                                                       : 1) *
+                                          sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int64_t j = 0; j <= ng; j++)
         e->dec.a_g[j] = j * hp->n_head_kv / ng;
     for (int64_t j = 0; j < ng; j++)
         e->dec.att_len[j] = (uint32_t)((e->dec.a_g[j + 1] - e->dec.a_g[j]) * group * hp->head_dim);
     for (int64_t j = 0; j < nr && e->bat.n_batch > 1; j++)
-        if ((e->bat.bqkv[j] = line_alloc((size_t)e->bat.n_batch * row * sizeof(float))) == NULL)
+        if ((e->bat.bqkv[j] = si_line_alloc((size_t)e->bat.n_batch * row * sizeof(float))) == NULL)
             return SI_E_NOMEM;
     if (alloc_batch_chunks(e) != SI_OK)
         return SI_E_NOMEM;
@@ -643,7 +636,7 @@ static int alloc_attn_split(struct si_engine *e)
     e->dec.part_cap =
         (size_t)((max_chunks + na - 1) / na) * si_k_attn_part_floats(hp->n_head, hp->head_dim);
     for (int64_t j = 0; j < na; j++)
-        if ((e->dec.part[j] = line_alloc(e->dec.part_cap * sizeof(float))) == NULL)
+        if ((e->dec.part[j] = si_line_alloc(e->dec.part_cap * sizeof(float))) == NULL)
             return SI_E_NOMEM;
     for (int64_t j = 0; j <= na; j++) {
         e->dec.a_o[j] = si__split_u(hp->n_embd, j, na, e->lay.t_unit);
@@ -653,7 +646,7 @@ static int alloc_attn_split(struct si_engine *e)
         snprintf(e->dec.name_head[j], sizeof e->dec.name_head[j], "lm_head.%d", (int)j);
     /* Wo's row slices write parts of one array: its readers read it whole
      * (graph/data.c) */
-    if ((e->dec.o_all = line_alloc((size_t)hp->n_embd * sizeof(float))) == NULL)
+    if ((e->dec.o_all = si_line_alloc((size_t)hp->n_embd * sizeof(float))) == NULL)
         return SI_E_NOMEM;
     for (int64_t j = 0; j < na; j++) {
         e->dec.o[j] = e->dec.o_all + e->dec.a_o[j];

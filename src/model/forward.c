@@ -4,6 +4,7 @@
 #include "model/act.h"
 #include "model/colblock.h"
 #include "model/kernels.h"
+#include "model/line_alloc.h"
 #include "model/pack8.h"
 #include "model/quants.h"
 #include "model/types.h"
@@ -279,7 +280,7 @@ int si_ref_init(struct si_ref **out, const struct si_model *m, struct si_ref_par
     s->xb3 = calloc(d, sizeof(float));
     s->xa = calloc(d, sizeof(float));
     s->tmp = calloc(2 * (d > (size_t)hp->head_dim ? d : (size_t)hp->head_dim), sizeof(float));
-    s->attn_tile = aligned_alloc(64, (tile_floats(hp, p.n_ctx) * sizeof(float) + 63) / 64 * 64);
+    s->attn_tile = si_line_alloc(tile_floats(hp, p.n_ctx) * sizeof(float));
     const size_t cache = (size_t)hp->n_layer * (size_t)p.n_ctx;
     s->kcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, false));
     s->vcache = calloc(cache, si_ref_kv_row_bytes(&p, hp, true));
