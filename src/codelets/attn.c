@@ -644,29 +644,23 @@ static void aout_cpu(void *buffers[], void *cl_arg)
     si__account(e, SI_TASK_ATTN, t0);
 }
 
-/* Attention split: attn_L.j for each kv-head group, attn_o_L.j for each
- * row slice of Wo, then attn_out_L unless the FFN slices do its work
- * (fuse_out). */
 /* Wo's slices o_j, children of o_all, joined after their tasks for the
  * tasks that read them all (si__joins), split again after those readers
  * (si__split_o). */
 static void join_o(struct si_engine *e)
 {
-    if (!si__joins(e->dec.na))
-        return;
-    starpu_data_unpartition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o,
-                                   STARPU_MAIN_RAM);
-    e->dec.o_joined = true;
+    if (si__joins(e->dec.na))
+        si__join(&e->dec.o_join, e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
 }
 
 void si__split_o(struct si_engine *e)
 {
-    if (!e->dec.o_joined)
-        return;
-    starpu_data_partition_submit(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
-    e->dec.o_joined = false;
+    si__unjoin(&e->dec.o_join);
 }
 
+/* Attention split: attn_L.j for each kv-head group, attn_o_L.j for each
+ * row slice of Wo, then attn_out_L unless the FFN slices do its work
+ * (fuse_out). */
 int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];

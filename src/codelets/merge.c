@@ -90,20 +90,15 @@ void si__join_carried(struct si_engine *e, int l)
     if (!carry_joined(e, l + 1))
         return;
     struct si__layer_state *L = &e->L[l];
-    struct si__joined j =
-        e->lay.sparse
-            ? (struct si__joined){L->h_part, (unsigned)L->nsl, L->h_part_c}
-            : (struct si__joined){e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout};
-    starpu_data_unpartition_submit(j.h, j.n, j.c, STARPU_MAIN_RAM);
-    e->dec.carry = j;
+    if (e->lay.sparse)
+        si__join(&e->dec.carry, L->h_part, (unsigned)L->nsl, L->h_part_c);
+    else
+        si__join(&e->dec.carry, e->down.h_dout_all, (unsigned)e->down.nd, e->down.h_dout);
 }
 
 void si__split_carried(struct si_engine *e)
 {
-    if (e->dec.carry.h == NULL)
-        return;
-    starpu_data_partition_submit(e->dec.carry.h, e->dec.carry.n, e->dec.carry.c);
-    e->dec.carry.h = NULL;
+    si__unjoin(&e->dec.carry);
 }
 
 /* x_out = layer l's input residual: x, plus layer l - 1's FFN carried in c.

@@ -201,6 +201,23 @@ struct si__joined {
     starpu_data_handle_t *c;
 };
 
+/* Join h's n children c into h (unpartition), recorded in j. */
+static inline void si__join(struct si__joined *j, starpu_data_handle_t h, unsigned n,
+                            starpu_data_handle_t *c)
+{
+    starpu_data_unpartition_submit(h, n, c, STARPU_MAIN_RAM);
+    *j = (struct si__joined){h, n, c};
+}
+
+/* Split what j joined again (partition), if anything. */
+static inline void si__unjoin(struct si__joined *j)
+{
+    if (j->h == NULL)
+        return;
+    starpu_data_partition_submit(j->h, j->n, j->c);
+    j->h = NULL;
+}
+
 /* One token's graph (graph/decode.c): its activations and the splits of
  * attention and the LM head. */
 struct si__decode_state {
@@ -221,8 +238,8 @@ struct si__decode_state {
     uint32_t *o_len;                  /* (na) the parts' lengths */
     float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_o_all, h_att, *h_att_c, h_x2, h_xb3;
-    bool o_joined; /* h_o_all whole (attn.c's join_o), its children not in use */
-    struct si__joined carry; /* the carried FFN output's parts, joined (merge.c) */
+    struct si__joined o_join; /* h_o_all whole (attn.c's join_o) */
+    struct si__joined carry;  /* the carried FFN output's parts, joined (merge.c) */
     /* Attention over SI_ATTN_SPLIT_MIN positions or more, split over
      * positions too (attn.c): up to na tasks attn_pos_L.p, each writing the
      * partial results of its chunks into part[p] (part_cap floats). */
