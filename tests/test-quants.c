@@ -21,6 +21,7 @@
  * within 1e-6 of |y| + |a| * (the value's terms), a few float roundings.
  */
 #include "model/act.h"
+#include "model/forward.h"
 #include "model/pack8.h"
 #include "model/quants.h"
 #include "model/quants_dispatch.h"
@@ -1431,6 +1432,27 @@ static int check_packed_dots(const struct pack8_round *q)
                   (long long)n, r, (double)got[r], (double)want);
             compared++;
         }
+        if (kern->dot_act8_next == NULL)
+            continue;
+        /* The variant that prefetches into another group (si_vec_dot_act8_next),
+         * over the whole row and over a range of its blocks (the second
+         * half, and the blocks after the first): dot_act8's bits on the same
+         * range.  next: this group itself, the test's only one. */
+        const int64_t nb = n / 32, firsts[3] = {0, nb / 2, 1};
+        for (int f = 0; f < 3; f++) {
+            const int64_t b0 = firsts[f], len = (nb - b0) * 32;
+            if (len <= 0)
+                continue;
+            const uint8_t *g0 = q->pk + (size_t)b0 * si_pack8_block_bytes(t);
+            const uint8_t *a0 = q->xa + (size_t)b0 * (q->ab / (size_t)nb);
+            float plain[8], next[8];
+            kern->dot_act8(g0, a0, len, plain);
+            kern->dot_act8_next(g0, a0, len, next, q->pk);
+            CHECK(memcmp(plain, next, sizeof plain) == 0,
+                  "%s %s n=%lld from block %lld: dot_act8_next differs from dot_act8",
+                  q->tables[k]->name, si_type_name(t), (long long)n, (long long)b0);
+            compared += 8;
+        }
     }
     return compared;
 }
@@ -1648,6 +1670,84 @@ static void test_pack8(void)
     printf("pack8: %d packed dots equal to their rows' dot_act\n", compared);
 }
 
+/*
+ * si_ref_matvec_cols (model/forward.h): a product over a range of W's
+ * columns, as the engine's attention groups take Wo.  On a matrix of
+ * Q4_0, Q8_0 and Q4_K rows (packed groups, then unpacked rows: pk 40 of
+ * 44): packed and unpacked give the same bits; the whole range gives
+ * si_ref_matvec's; and the ranges of a split add up to the whole product
+ * within float addition's error, 2 (blocks + 2) u sum |w x| a row (u =
+ * 2^-24: the partial sums' roundings and the two added).
+ */
+static void test_matvec_cols(void)
+{
+    const uint32_t types[] = {SI_TYPE_Q4_0, SI_TYPE_Q8_0, SI_TYPE_Q4_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        const int64_t n = 1024, rows = 44, blk = si_type_get(t)->block;
+        size_t rb = 0;
+        si_type_row_size(t, n, &rb);
+        uint8_t *plain = malloc((size_t)rows * rb), *pk = malloc((size_t)rows * rb);
+        float *x = malloc((size_t)n * sizeof *x), *wr = malloc((size_t)n * sizeof *wr);
+        float *y = malloc((size_t)rows * sizeof *y), *yp = malloc((size_t)rows * sizeof *yp),
+              *yu = malloc((size_t)rows * sizeof *yu), *ys = calloc((size_t)rows, sizeof *ys);
+        void *xq = malloc(2 * (size_t)n + 1024);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t k = 0; k < n; k++)
+                wr[k] = (float)uniform(-1, 1);
+            si_quantize_row(t, wr, plain + (size_t)r * rb, n);
+        }
+        memcpy(pk, plain, (size_t)rows * rb);
+        for (int64_t g = 0; g + 8 <= 40; g += 8)
+            si_pack8(t, plain + (size_t)g * rb, rb, n, pk + (size_t)g * rb);
+        for (int64_t k = 0; k < n; k++)
+            x[k] = (float)uniform(-2, 2);
+        struct si_tensor wp = {.data = pk,
+                               .type = t,
+                               .ne = {n, rows, 1, 1},
+                               .nbytes = (size_t)rows * rb,
+                               .row_bytes = rb,
+                               .pk = 40};
+        struct si_tensor wu = wp;
+        wu.data = plain;
+        wu.pk = 0;
+        si_ref_matvec(true, xq, y, &wp, x);
+        si_ref_matvec_cols(true, xq, yp, &wp, x, 0, n);
+        CHECK(memcmp(y, yp, (size_t)rows * sizeof *y) == 0,
+              "%s: all columns differ from the product", si_type_name(t));
+        const int64_t cut[] = {0, blk, n / 2, n - blk, n};
+        for (int p = 0; p + 1 < 5; p++) {
+            si_ref_matvec_cols(true, xq, yp, &wp, x, cut[p], cut[p + 1]);
+            si_ref_matvec_cols(true, xq, yu, &wu, x, cut[p], cut[p + 1]);
+            CHECK(memcmp(yp, yu, (size_t)rows * sizeof *yp) == 0,
+                  "%s columns [%lld, %lld): packed and unpacked differ", si_type_name(t),
+                  (long long)cut[p], (long long)cut[p + 1]);
+            for (int64_t r = 0; r < rows; r++)
+                ys[r] += yp[r];
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            si_dequantize_row(t, plain + (size_t)r * rb, wr, n);
+            double mag = 0;
+            for (int64_t k = 0; k < n; k++)
+                mag += fabs((double)wr[k] * (double)x[k]);
+            const double bound = 2.0 * (double)(n / blk + 2) * 0x1p-24 * mag;
+            CHECK(fabs((double)ys[r] - (double)y[r]) <= bound,
+                  "%s row %lld: the ranges add up to %g, the product %g (bound %g)",
+                  si_type_name(t), (long long)r, (double)ys[r], (double)y[r], bound);
+        }
+        free(plain);
+        free(pk);
+        free(x);
+        free(wr);
+        free(y);
+        free(yp);
+        free(yu);
+        free(ys);
+        free(xq);
+    }
+    printf("matvec_cols: column ranges of Q4_0, Q8_0, Q4_K rows checked\n");
+}
+
 int main(void)
 {
     test_conversions();
@@ -1658,6 +1758,7 @@ int main(void)
     test_mad4();
     test_dot_act2();
     test_vnni();
+    test_matvec_cols();
     test_pack8();
     return test_result();
 }

@@ -64,6 +64,37 @@ void si_ref_matvec_act(float *y, const struct si_tensor *w, const void *xq)
         y[r] = si_vec_dot_act(w->type, row, xq, w->ne[0]);
 }
 
+void si_ref_matvec_cols(bool act_quant, void *xq, float *y, const struct si_tensor *w,
+                        const float *x, int64_t c0, int64_t c1)
+{
+    const struct si_type_traits *tt = si_type_get(w->type);
+    assert(tt != NULL && c0 % tt->block == 0 && c1 % tt->block == 0 && c0 < c1 && c1 <= w->ne[0] &&
+           "a column range on the type's blocks");
+    const int64_t n = c1 - c0, b0 = c0 / tt->block;
+    const size_t off = (size_t)b0 * tt->size; /* in a row; 8 times that in a packed group */
+    const char *row = w->data;
+    if (!act_quant) {
+        assert(w->pk == 0 && "packed rows need converted activations");
+        for (int64_t r = 0; r < w->ne[1]; r++, row += w->row_bytes)
+            y[r] = si_vec_dot(w->type, row + off, x + c0, n);
+        return;
+    }
+    si_quantize_act(si_act_type(w->type), x + c0, xq, n);
+    /* the range's bytes in the next group are 8 rows on: the kernels
+     * prefetch into them (si_vec_dot_act8_next) */
+    int64_t r = 0;
+    for (; r < w->pk; r += 8, row += 8 * w->row_bytes) {
+        float g[8];
+        si_vec_dot_act8_next(w->type, row + 8 * off, xq, n, r + 8 <= w->pk ? y + r : g,
+                             row + 8 * w->row_bytes + 8 * off);
+        if (r + 8 > w->pk) /* the view ends inside this group: its first rows only */
+            memcpy(y + r, g, (size_t)(w->pk - r) * sizeof *g);
+    }
+    row = (const char *)w->data + (size_t)w->pk * w->row_bytes;
+    for (r = w->pk; r < w->ne[1]; r++, row += w->row_bytes)
+        y[r] = si_vec_dot_act(w->type, row + off, xq, n);
+}
+
 const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf)
 {
     if (r >= w->pk)

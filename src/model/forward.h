@@ -350,6 +350,14 @@ const struct si_tensor *si_ref_down_copy(const struct si_model *m, const struct 
 /* y[r] = row r of w dotted with xq (converted as above) for r < ne[1],
  * packed groups through si_vec_dot_act8. */
 void si_ref_matvec_act(float *y, const struct si_tensor *w, const void *xq);
+/* y[r] = columns [c0, c1) of row r of w dotted with x[c0 .. c1) for r <
+ * ne[1]: a partial product over some of W's inputs (the engine's attention
+ * groups, each over its heads' columns of Wo).  c0 and c1 fall on the
+ * type's blocks, so the converted activations (act_quant, into xq) are
+ * x's own blocks and each row's part is si_vec_dot_act's over that range
+ * (packed groups: si_vec_dot_act8's, the same bits). */
+void si_ref_matvec_cols(bool act_quant, void *xq, float *y, const struct si_tensor *w,
+                        const float *x, int64_t c0, int64_t c1);
 /* Row r of w in the row layout: a pointer into w, or, for a packed row,
  * the row unpacked into buf (w->row_bytes bytes). */
 const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf);

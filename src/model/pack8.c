@@ -189,6 +189,17 @@ void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, f
     k->dot_act8(group, xa, n, out);
 }
 
+void si_vec_dot_act8_next(uint32_t t, const void *group, const void *xa, int64_t n, float out[8],
+                          const void *next)
+{
+    const struct si__quants_kernels *k = &si__quants_active()->type[t];
+    assert(si_pack8_type(t) && n % QK == 0 && k->dot_act8 != NULL);
+    if (k->dot_act8_next != NULL)
+        k->dot_act8_next(group, xa, n, out, next);
+    else
+        k->dot_act8(group, xa, n, out);
+}
+
 bool si_gemm8_available(uint32_t t)
 {
     return si_pack8_type(t) && si__quants_active()->type[t].gemm8 != NULL;

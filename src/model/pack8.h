@@ -88,6 +88,13 @@ void si_dequantize8(uint32_t t, const void *group, int64_t n, float *dst);
  */
 void si_vec_dot_act8(uint32_t t, const void *group, const void *xa, int64_t n, float out[8]);
 
+/* si_vec_dot_act8 over a range of a group's columns (group: the range's
+ * first block; n its values) when the next call reads the same range of
+ * another group, at next: the kernels' prefetches run on into next's
+ * bytes instead of the columns after the range.  The same results. */
+void si_vec_dot_act8_next(uint32_t t, const void *group, const void *xa, int64_t n, float out[8],
+                          const void *next);
+
 /*
  * A batch against a packed group, where the kernels in use have a batched
  * kernel for t (si_gemm8_available; AVX-512 VNNI): y[i * ldy + r] = row r

@@ -145,6 +145,11 @@ void si__avx2_dot_act2_q5_0(const void *const rows[2], const void *xa, int64_t n
 void si__avx2_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 void si__avx2_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
+/* ... prefetching on into the next group's range (si__dot_act8_next_fn). */
+void si__avx2_dot_act8_next_q4_0(const void *group, const void *xa, int64_t n, float out[8],
+                                 const void *next);
+void si__avx2_dot_act8_next_q8_0(const void *group, const void *xa, int64_t n, float out[8],
+                                 const void *next);
 void si__vnni_dot_act8_q4_1(const void *group, const void *xa, int64_t n, float out[8]);
 
 /* The K types' packed groups (quants_avx2_pack8k.c). */
@@ -189,6 +194,10 @@ void si__vnni_gemm8_q8_0(const void *group, int64_t n, const void *xa, size_t xa
                          const int32_t *asum, int64_t n_tok, float *y, size_t ldy);
 void si__vnni_dot_act8_q4_0(const void *group, const void *xa, int64_t n, float out[8]);
 void si__vnni_dot_act8_q8_0(const void *group, const void *xa, int64_t n, float out[8]);
+void si__vnni_dot_act8_next_q4_0(const void *group, const void *xa, int64_t n, float out[8],
+                                 const void *next);
+void si__vnni_dot_act8_next_q8_0(const void *group, const void *xa, int64_t n, float out[8],
+                                 const void *next);
 
 /* The attention's twins (si__attn_f16_fn and si__attn_tiled_fn). */
 void si__avx2_attn_f16(float *out, const float *q, const uint16_t *k, const uint16_t *v,

@@ -53,17 +53,42 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
 /* Row r's scale times the activation's, from the 8 of d, in every lane. */
 #define ROW_SCALE(d, r) _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(r))
 
-#define PACK8_PROLOGUE(bytes)                                                                      \
+/* Address p, PREFETCH bytes ahead, in a stream of ranges of span bytes
+ * that leaves this one (from group to end) and goes on at next, next +
+ * (next - group), ... (the *_next kernels: the same columns of the next
+ * groups of rows, elsewhere in memory), so that the prefetches fetch what
+ * the next calls read instead of the other columns' bytes. */
+static inline const char *pf_next(const uint8_t *p, const uint8_t *group, const uint8_t *end,
+                                  const uint8_t *next)
+{
+    if (p < end)
+        return (const char *)p;
+    const ptrdiff_t span = end - group, stride = next - group;
+    ptrdiff_t d = p - end;
+    while (d >= span) {
+        d -= span;
+        next += stride;
+    }
+    return (const char *)(next + d);
+}
+
+/* PF: the prefetch address for byte l of the block at w, PREFETCH ahead. */
+#define PACK8_PROLOGUE_PF(bytes, PF)                                                               \
     const uint8_t *w = group, *a = xa;                                                             \
     __m256 acc[8];                                                                                 \
     for (int r = 0; r < 8; r++)                                                                    \
         acc[r] = _mm256_setzero_ps();                                                              \
     for (int64_t i = 0; i < n; i += 32, w += (bytes), a += 34) {                                   \
         for (int l = 0; l < (bytes); l += 64)                                                      \
-            _mm_prefetch((const char *)w + PREFETCH + l, _MM_HINT_T0);                            \
+            _mm_prefetch(PF, _MM_HINT_T0);                                                         \
         const __m256i y = _mm256_loadu_si256((const __m256i *)(a + 2));                            \
-        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),      \
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)),       \
                                        _mm256_set1_ps(half_at(a)));
+
+#define PF_AHEAD              ((const char *)w + PREFETCH + l)
+#define PF_NEXT               pf_next(w + PREFETCH + l, (const uint8_t *)group, end_, (const uint8_t *)next)
+#define PF_NEXT_ARG           , const void *next
+#define PACK8_PROLOGUE(bytes) PACK8_PROLOGUE_PF(bytes, PF_AHEAD)
 
 #define PACK8_EPILOGUE                                                                             \
     }                                                                                              \
@@ -101,11 +126,14 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
                          _mm256_add_ps(_mm256_add_ps(t_[0], t_[2]), _mm256_add_ps(t_[1], t_[3]))); \
     } while (0)
 
-#define Q4_0_DOT8_FN(fn, DOTU, ATTR)                                                               \
-    ATTR void fn(const void *group, const void *xa, int64_t n, float out[8])                       \
+#define Q4_0_DOT8_FN(fn, DOTU, ATTR) Q4_0_DOT8_FN_PF(fn, DOTU, ATTR, , PF_AHEAD)
+#define Q4_0_DOT8_FN_PF(fn, DOTU, ATTR, NEXT_ARG, PF)                                              \
+    ATTR void fn(const void *group, const void *xa, int64_t n, float out[8] NEXT_ARG)              \
     {                                                                                              \
         const __m256i one = _mm256_set1_epi8(1);                                                   \
-        PACK8_PROLOGUE(8 * 18)                                                                     \
+        const uint8_t *end_ = (const uint8_t *)group + n / 32 * (8 * 18);                          \
+        (void)end_;                                                                                \
+        PACK8_PROLOGUE_PF(8 * 18, PF)                                                              \
         /* lane k: -8 times the activations 4k .. 4k+3 */                                          \
         const __m256i n8 = _mm256_sub_epi32(                                                       \
             _mm256_setzero_si256(), _mm256_slli_epi32(DOTU(_mm256_setzero_si256(), one, y), 3));   \
@@ -122,15 +150,18 @@ VNNI static inline __m256i dotu_vnni(__m256i acc, __m256i x, __m256i y)
     }
 
 /* Q8_0: signed times signed, as dot_act: |x| times y with x's sign. */
-#define Q8_0_DOT8_FN(fn, DOTU, ATTR)                                                               \
-    ATTR void fn(const void *group, const void *xa, int64_t n, float out[8])                       \
+#define Q8_0_DOT8_FN(fn, DOTU, ATTR) Q8_0_DOT8_FN_PF(fn, DOTU, ATTR, , PF_AHEAD)
+#define Q8_0_DOT8_FN_PF(fn, DOTU, ATTR, NEXT_ARG, PF)                                              \
+    ATTR void fn(const void *group, const void *xa, int64_t n, float out[8] NEXT_ARG)              \
     {                                                                                              \
-        PACK8_PROLOGUE(8 * 34)                                                                     \
+        const uint8_t *end_ = (const uint8_t *)group + n / 32 * (8 * 34);                          \
+        (void)end_;                                                                                \
+        PACK8_PROLOGUE_PF(8 * 34, PF)                                                              \
         for (int r = 0; r < 8; r++) {                                                              \
             const __m256i x = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * r));              \
-            const __m256i q = DOTU(_mm256_setzero_si256(), _mm256_sign_epi8(x, x),                 \
-                                   _mm256_sign_epi8(y, x));                                        \
-            acc[r] = _mm256_fmadd_ps(ROW_SCALE(d, r), _mm256_cvtepi32_ps(q), acc[r]);             \
+            const __m256i q =                                                                      \
+                DOTU(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));      \
+            acc[r] = _mm256_fmadd_ps(ROW_SCALE(d, r), _mm256_cvtepi32_ps(q), acc[r]);              \
         }                                                                                          \
         PACK8_EPILOGUE                                                                             \
     }
@@ -366,5 +397,10 @@ Q4_1_DOT8_FN(si__vnni_dot_act8_q4_1, dotu_vnni, VNNI)
 Q8_0_DOT8_FN(si__avx2_dot_act8_q8_0, dotu_avx2, )
 Q4_0_DOT8_FN(si__vnni_dot_act8_q4_0, dotu_vnni, VNNI)
 Q8_0_DOT8_FN(si__vnni_dot_act8_q8_0, dotu_vnni, VNNI)
+/* The same, prefetching across to the next group's range (si__dot_act8_next_fn). */
+Q4_0_DOT8_FN_PF(si__avx2_dot_act8_next_q4_0, dotu_avx2, , PF_NEXT_ARG, PF_NEXT)
+Q8_0_DOT8_FN_PF(si__avx2_dot_act8_next_q8_0, dotu_avx2, , PF_NEXT_ARG, PF_NEXT)
+Q4_0_DOT8_FN_PF(si__vnni_dot_act8_next_q4_0, dotu_vnni, VNNI, PF_NEXT_ARG, PF_NEXT)
+Q8_0_DOT8_FN_PF(si__vnni_dot_act8_next_q8_0, dotu_vnni, VNNI, PF_NEXT_ARG, PF_NEXT)
 
 #endif

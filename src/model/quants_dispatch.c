@@ -96,6 +96,8 @@ static void overlay(const struct si__quants_table *t)
             dst->gemm8 = src->gemm8;
         if (src->dot_act8p != NULL)
             dst->dot_act8p = src->dot_act8p;
+        if (src->dot_act8_next != NULL)
+            dst->dot_act8_next = src->dot_act8_next;
     }
     if (t->attn_f16 != NULL)
         active.attn_f16 = t->attn_f16;

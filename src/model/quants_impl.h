@@ -71,6 +71,11 @@ typedef void (*si__dot_act2_fn)(const void *const rows[2], const void *xa, int64
  * scales and quants of a block side by side, read as one stream.
  */
 typedef void (*si__dot_act8_fn)(const void *group, const void *xa, int64_t n, float out[8]);
+/* The same where the next call's group of rows is not right after this
+ * range (a range of columns, si_vec_dot_act8_next): the prefetches run on
+ * into next's bytes instead of past the range's end.  The same results. */
+typedef void (*si__dot_act8_next_fn)(const void *group, const void *xa, int64_t n, float out[8],
+                                     const void *next);
 
 /* The 8 rows of a packed group as floats, row r at dst + r * n: the values
  * of the table's dequantize. */
@@ -109,6 +114,7 @@ struct si__quants_kernels {
     si__dequantize8_fn dequantize8; /* likewise */
     si__gemm8_fn gemm8;             /* NULL: no batched kernel (the caller dequantizes) */
     si__dot_act8p_fn dot_act8p;     /* NULL: dot_act row by row */
+    si__dot_act8_next_fn dot_act8_next; /* NULL: dot_act8 */
 };
 
 /*
