@@ -128,16 +128,17 @@ late 540 "CPU-only starinfer" || {
     STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
         --sparsity gate --profile $P --roofline 2>&1 | row
 }
-late 560 "CPU-only starinfer, 1 worker" || {
-    # the cold slices' kernel on one core alone: 4.9 GB/s a core with 15 (2026-11-28)
-    stamp "starinfer CPU only, 1 worker (STARPU_NCPU=1): gate"
-    STARPU_NCUDA=0 STARPU_NCPU=1 timeout 30 "$SI" bench -m $M --prompt-tokens 8 -n 8 -r 1 -c 32 \
-        --sparsity gate --profile $P 2>&1 | row
+late 550 "CPU-only starinfer, Wo in attn_o tasks" || {
+    # the same with the attention's output projection in row slices of its
+    # own (SI_NO_FUSE_WO=1): what fusing it into the groups does on 16 cores
+    stamp "starinfer CPU only ($NT cores): gate, SI_NO_FUSE_WO=1"
+    SI_NO_FUSE_WO=1 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
+        -c 128 --sparsity gate --profile $P 2>&1 | row
 }
-late 570 "the hybrid's trace" || {
+late 575 "the hybrid's trace" || {
     stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
     mkdir -p "$O/fxt"
-    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 25 "$SI" generate -m $GM \
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 20 "$SI" generate -m $GM \
         -p "The quick brown fox" -n 4 --temp 0 --ignore-eos -c 64 \
         --sparsity $GMODE --profile $P --vram-budget 2100M >/dev/null \
         2>"$O/fxt/gen.txt"

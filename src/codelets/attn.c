@@ -403,6 +403,12 @@ static int pos_tasks(const struct si_engine *e, int l, int *c0, int *nc)
     return *nc < e->dec.na ? *nc : e->dec.na;
 }
 
+bool si__wo_fused(const struct si_engine *e, int l)
+{
+    int c0, nc;
+    return e->lay.fuse_wo && !e->L[l].attn_gpu && pos_tasks(e, l, &c0, &nc) == 0;
+}
+
 /* Task p's chunks of np: [c0 + p nc / np, c0 + (p + 1) nc / np). */
 static int pos_chunk(int c0, int nc, int np, int p)
 {
@@ -411,12 +417,14 @@ static int pos_chunk(int c0, int nc, int np, int p)
 
 /*
  * attn_L.j (attention split by kv heads): x (R), the carried FFN output
- * (R), Wq, Wk, Wv (R), K_j, V_j (RW), att_j (W: its query heads' outputs),
- * [j = 0: x2 (W: the layer's input residual, for attn_out)].
+ * (R), Wq, Wk, Wv (R), K_j, V_j (RW), then att_j (W: its query heads'
+ * outputs) or, where Wo is fused (si__wo_fused), Wo (R) and opart_j (W: the
+ * product of its heads' columns of Wo with their outputs), [j = 0: x2 (W:
+ * the layer's input residual, for attn_out)].
  */
 struct agrp_io {
     const float *x;
-    float *att, *x2;
+    float *att, *op, *x2;
     struct si__carried c;
 };
 
@@ -429,7 +437,13 @@ static void agrp_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, str
         si__buf(b, L->h_w[i], STARPU_R);
     si__buf(b, e->dec.ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
     si__buf(b, e->dec.ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
-    io->att = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[j] : e->dec.h_att, STARPU_W);
+    io->att = io->op = NULL;
+    if (si__wo_fused(e, l)) {
+        si__buf(b, L->h_w[3], STARPU_R);
+        io->op = si__vec(b, e->dec.h_opart_c[j], STARPU_W);
+    } else {
+        io->att = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[j] : e->dec.h_att, STARPU_W);
+    }
     io->x2 = j == 0 ? si__vec(b, e->dec.h_x2, STARPU_W) : NULL;
 }
 
@@ -480,10 +494,16 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     } else {
         si_ref_attn_group(e->ref, a->l, (int)g0, (int)g1, sc->aq, sc->ak, sc->av, sc->aatt,
                           sc->ascr);
-        memcpy(io.att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
+        if (io.att != NULL)
+            memcpy(io.att, sc->aatt + q0, (size_t)(q1 - q0) * sizeof(float));
     }
     si__charge(e, SI_TASK_MERGE, tm);
     si__charge(e, SI_TASK_ATTN, si__now() - t0 - tm);
+    if (io.op != NULL) { /* its heads' part of Wo's product, every row */
+        t0 = si__now();
+        si_ref_matvec_cols(e->p.ref.act_quant, sc->xq, io.op, &W->wo, sc->aatt, q0, q1);
+        si__account(e, SI_TASK_ATTN_PROJ, t0);
+    }
 }
 
 /*
@@ -620,10 +640,11 @@ struct aout_io {
     float *x, *xb, *xb3;
 };
 
-static void aout_bufs(struct si__bufs *b, struct si_engine *e, struct aout_io *io)
+static void aout_bufs(struct si__bufs *b, struct si_engine *e, int l, struct aout_io *io)
 {
     io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
-    io->o = si__o_read(b, e);
+    int32_t n;
+    io->o = si__o_read(b, e, l, &n); /* (never fused: fuse_wo needs fuse_out) */
     io->x = si__vec(b, e->dec.h_x, STARPU_W);
     io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_W);
     io->xb3 = e->dec.h_xb3 != NULL ? si__vec(b, e->dec.h_xb3, STARPU_W) : NULL;
@@ -637,19 +658,22 @@ static void aout_cpu(void *buffers[], void *cl_arg)
     struct si__scratch *sc = si__scratch_of(e);
     struct aout_io io;
     struct si__bufs b = si__bufs_read(buffers);
-    aout_bufs(&b, e, &io);
+    aout_bufs(&b, e, a->l, &io);
     double t0 = si__now();
     memcpy(sc->xf, io.o, (size_t)e->m->hp.n_embd * sizeof(float));
     si_ref_attn_finish_into(e->ref, a->l, io.x2, sc->xf, io.x, io.xb, io.xb3, sc->tmp);
     si__account(e, SI_TASK_ATTN, t0);
 }
 
-/* Wo's slices o_j, children of o_all, joined after their tasks for the
- * tasks that read them all (si__joins), split again after those readers
+/* Wo's slices o_j, children of o_all (or, fused, the groups' partial
+ * products, children of opart), joined after their tasks for the tasks that
+ * read them all (si__joins), split again after those readers
  * (si__split_o). */
-static void join_o(struct si_engine *e)
+static void join_o(struct si_engine *e, bool fused)
 {
-    if (si__joins(e->dec.na))
+    if (fused && si__joins(e->dec.ng))
+        si__join(&e->dec.o_join, e->dec.h_opart, (unsigned)e->dec.ng, e->dec.h_opart_c);
+    else if (!fused && si__joins(e->dec.na))
         si__join(&e->dec.o_join, e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
 }
 
@@ -659,8 +683,8 @@ void si__split_o(struct si_engine *e)
 }
 
 /* Attention split: attn_L.j for each kv-head group, attn_o_L.j for each
- * row slice of Wo, then attn_out_L unless the FFN slices do its work
- * (fuse_out). */
+ * row slice of Wo (none where the groups multiply Wo: si__wo_fused), then
+ * attn_out_L unless the FFN slices do its work (fuse_out). */
 int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
 {
     struct si__layer_state *L = &e->L[l];
@@ -672,6 +696,10 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
         b = si__bufs_collect(&a);
         agrp_bufs(&b, e, l, j, &(struct agrp_io){0});
         rc = si__submit(e, &si__cl_agrp, L->name_agrp[j], l, j, token, &a, 0);
+    }
+    if (si__wo_fused(e, l)) { /* the FFN slices add the groups' products */
+        join_o(e, true);
+        return rc;
     }
     const bool join_att = e->dec.ng > 1 && si__joins(e->dec.ng);
     if (join_att) /* the groups' outputs whole for the tasks that read them all */
@@ -691,11 +719,11 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
     }
     if (join_att)
         starpu_data_partition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c);
-    join_o(e);
+    join_o(e, false);
     if (!e->lay.fuse_out) { /* else the FFN slices read o_all (graph/decode.c) */
         if (rc == 0) {
             b = si__bufs_collect(&a);
-            aout_bufs(&b, e, &(struct aout_io){0});
+            aout_bufs(&b, e, l, &(struct aout_io){0});
             rc = si__submit(e, &si__cl_aout, L->name_aout, l, -1, token, &a, 0);
         }
         si__split_o(e);

@@ -319,9 +319,22 @@ static inline const float *si__read_whole(struct si__bufs *b, bool joined,
     return first;
 }
 
-/* Wo's product as a task that reads it all takes it. */
-static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e)
+/* Whether layer l's attention groups multiply Wo themselves this token
+ * (lay.fuse_wo, and its attention not split over positions, which leaves
+ * Wo to the attn_o tasks that merge the positions' parts).  attn.c. */
+bool si__wo_fused(const struct si_engine *e, int l);
+
+/* Wo's product of layer l as a task that reads it all takes it: o_all, or
+ * where the groups multiply Wo (si__wo_fused) their *n partial products,
+ * rows of n_embd floats to add in order.  Its first float. */
+static inline const float *si__o_read(struct si__bufs *b, const struct si_engine *e, int l,
+                                      int32_t *n)
 {
+    if (si__wo_fused(e, l)) {
+        *n = e->dec.ng;
+        return si__read_whole(b, si__joins(e->dec.ng), e->dec.h_opart, e->dec.ng, e->dec.h_opart_c);
+    }
+    *n = 1;
     return si__read_whole(b, si__joins(e->dec.na), e->dec.h_o_all, e->dec.na, e->dec.h_o);
 }
 int si__submit_pred(struct si_engine *e, int l, int32_t token);

@@ -196,8 +196,9 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  * ffn_hot_L, ffn_cold_L.j (an FFN slice), in order:
  *   the input: ffn_in (R), and x (R: the residual its norm read) where the
  *     slice's fused predictor reads that (si__ffn_reads_residual); or, with
- *     fuse_out, x2 and o_all (R), from which each slice makes the input
- *     itself (attn_out's work);
+ *     fuse_out, x2 and o_all (R; or the groups' partial products where
+ *     they multiply Wo, si__o_read), from which each slice makes the
+ *     input itself (attn_out's work);
  *   the slice's weights (si__ffn_slice_bufs);
  *   predictor mode: fc1, fc2 (R) where each slice predicts its own neurons
  *     (fuse_pred), else idx j (R);
@@ -208,7 +209,9 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  */
 struct ffn_io {
     const float *xb, *xr, *x2;
-    const float *o;
+    const float *o; /* Wo's product (no 1), or the first of no partial products,
+                     * rows of n_embd to add in order (si__o_read) */
+    int32_t no;
     struct si__ffn_slice w;
     const void *fc1, *fc2;
     const int32_t *idx, *iota;
@@ -222,7 +225,7 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
     memset(io, 0, sizeof *io);
     if (e->lay.fuse_out) {
         io->x2 = si__vec(b, e->dec.h_x2, STARPU_R);
-        io->o = si__o_read(b, e);
+        io->o = si__o_read(b, e, l, &io->no);
     } else {
         io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
         if (si__ffn_reads_residual(e))
@@ -263,7 +266,13 @@ static const float *ffn_input(struct si_engine *e, int l, const struct ffn_io *i
     *xr = io->xr;
     if (!e->lay.fuse_out)
         return io->xb;
-    memcpy(sc->xf, io->o, (size_t)e->m->hp.n_embd * sizeof(float));
+    const int64_t d = e->m->hp.n_embd;
+    memcpy(sc->xf, io->o, (size_t)d * sizeof(float));
+    for (int32_t g = 1; g < io->no; g++) { /* the groups' products, in order */
+        const float *og = io->o + (size_t)g * (size_t)d;
+        for (int64_t i = 0; i < d; i++)
+            sc->xf[i] += og[i];
+    }
     float *x_out = io->x_out != NULL ? io->x_out : sc->xl;
     float *xb3 = io->x_out != NULL && io->xb3 != NULL ? io->xb3 : sc->xo;
     si_ref_attn_finish_into(e->ref, l, io->x2, sc->xf, x_out, sc->xn, xb3, sc->tmp);

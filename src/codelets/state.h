@@ -180,6 +180,10 @@ struct si__layout {
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
     bool fuse_out;      /* attn_out's work done by each FFN slice task */
+    bool fuse_wo;       /* sparse layouts with fuse_out: each attention group
+                         * task multiplies its heads' columns of Wo (a partial
+                         * product, dec.opart), which the FFN slices add up:
+                         * no attn_o tasks (unless split over positions) */
     bool fuse_pred;     /* predictor mode: each CPU slice task predicts its own
                          * neurons (no predictor task) */
 };
@@ -238,7 +242,12 @@ struct si__decode_state {
     uint32_t *o_len;                  /* (na) the parts' lengths */
     float *x2;                        /* (n_embd) a layer's input residual (attn_L.0 -> attn_out) */
     starpu_data_handle_t *h_o, h_o_all, h_att, *h_att_c, h_x2, h_xb3;
-    struct si__joined o_join; /* h_o_all whole (attn.c's join_o) */
+    struct si__joined o_join; /* h_o_all (or h_opart) whole (attn.c's join_o) */
+    /* fuse_wo: group j's partial product with Wo's columns of its heads,
+     * row j of opart (ng, n_embd), child j of h_opart. */
+    float *opart;
+    uint32_t *opart_len; /* (ng) n_embd each */
+    starpu_data_handle_t h_opart, *h_opart_c;
     struct si__joined carry;  /* the carried FFN output's parts, joined (merge.c) */
     /* Attention over SI_ATTN_SPLIT_MIN positions or more, split over
      * positions too (attn.c): up to na tasks attn_pos_L.p, each writing the

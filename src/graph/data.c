@@ -612,6 +612,10 @@ void si__register_engine(struct si_engine *e)
          * readers' the engine joins them (attn.c's join_o) */
         vec(&e->dec.h_o_all, e->dec.o_all, d, sizeof(float));
         split_n(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.o_len, e->dec.h_o);
+        if (e->lay.fuse_wo) { /* the groups' partial products, joined likewise */
+            vec(&e->dec.h_opart, e->dec.opart, (size_t)e->dec.ng * d, sizeof(float));
+            split_n(e->dec.h_opart, (unsigned)e->dec.ng, e->dec.opart_len, e->dec.h_opart_c);
+        }
         vec(&e->dec.h_x2, e->dec.x2, d, sizeof(float));
         vec(&e->dec.h_att, s->att, (size_t)hp->n_head * (size_t)hp->head_dim, sizeof(float));
         if (e->dec.ng > 1)
@@ -687,6 +691,10 @@ void si__unregister_engine(struct si_engine *e)
             starpu_data_unregister(e->dec.h_part[j]);
         starpu_data_partition_clean(e->dec.h_o_all, (unsigned)e->dec.na, e->dec.h_o);
         starpu_data_unregister(e->dec.h_o_all);
+        if (e->dec.h_opart != NULL) {
+            starpu_data_partition_clean(e->dec.h_opart, (unsigned)e->dec.ng, e->dec.h_opart_c);
+            starpu_data_unregister(e->dec.h_opart);
+        }
         if (e->dec.ng > 1) {
             starpu_data_unpartition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c,
                                            STARPU_MAIN_RAM);

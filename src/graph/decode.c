@@ -13,8 +13,9 @@
 #include <string.h>
 
 /* x += FFN_{l-1} (carried); x += attention_l(norm(x)); ffn_in = norm(x):
- * one task, or split by kv heads (attn_L.j), Wo's row slices (attn_o_L.j)
- * and the residual (attn_out_L, unless each FFN slice does it: fuse_out). */
+ * one task, or split by kv heads (attn_L.j), Wo's row slices (attn_o_L.j,
+ * unless each group multiplies its columns of Wo: fuse_wo) and the residual
+ * (attn_out_L, unless each FFN slice does it: fuse_out). */
 static int submit_attention(struct si_engine *e, int l, int32_t token)
 {
     if (e->dec.na <= 1 || e->L[l].attn_gpu)

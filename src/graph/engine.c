@@ -652,6 +652,15 @@ static int alloc_attn_split(struct si_engine *e)
         e->dec.o[j] = e->dec.o_all + e->dec.a_o[j];
         e->dec.o_len[j] = (uint32_t)(e->dec.a_o[j + 1] - e->dec.a_o[j]);
     }
+    if (e->lay.sparse && ng > 1) { /* the groups' partial products with Wo (fuse_wo) */
+        e->dec.opart = si_line_alloc((size_t)ng * (size_t)hp->n_embd * sizeof(float));
+        e->dec.opart_len = calloc((size_t)ng, sizeof *e->dec.opart_len);
+        e->dec.h_opart_c = calloc((size_t)ng, sizeof *e->dec.h_opart_c);
+        if (!e->dec.opart || !e->dec.opart_len || !e->dec.h_opart_c)
+            return SI_E_NOMEM;
+        for (int64_t j = 0; j < ng; j++)
+            e->dec.opart_len[j] = (uint32_t)hp->n_embd;
+    }
     for (int l = 0; l < hp->n_layer; l++) {
         struct si__layer_state *L = &e->L[l];
         L->name_ao = calloc((size_t)na, sizeof *L->name_ao);
@@ -1104,6 +1113,9 @@ void si_engine_free(struct si_engine *e)
     free(e->down.h_dout);
     free(e->down.h_bdout);
     free(e->dec.o_all);
+    free(e->dec.opart);
+    free(e->dec.opart_len);
+    free(e->dec.h_opart_c);
     free(e->dec.o);
     free(e->dec.o_len);
     free(e->dec.h_o);
@@ -1298,6 +1310,11 @@ struct si_engine_stats si_engine_get_stats(const struct si_engine *e)
 int32_t si_engine_n_slices(const struct si_engine *e)
 {
     return e->lay.n_slices;
+}
+
+bool si_engine_wo_fused(const struct si_engine *e)
+{
+    return e->lay.fuse_wo;
 }
 
 int64_t si_engine_n_hot(const struct si_engine *e, int l)

@@ -301,6 +301,10 @@ const char *si_engine_error(const struct si_engine *e);
 /* Cold slices per layer actually used. */
 int32_t si_engine_n_slices(const struct si_engine *e);
 
+/* Whether the attention groups multiply Wo themselves, in partial products
+ * the FFN slices add (the fuse policy's fuse_wo, graph/layout.c). */
+bool si_engine_wo_fused(const struct si_engine *e);
+
 /* Layer l's neurons in the hot slice (0 without one). */
 int64_t si_engine_n_hot(const struct si_engine *e, int l);
 

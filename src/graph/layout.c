@@ -73,6 +73,23 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
     e->lay.pre_sep = mode == SI_SPARSITY_GATE;
 }
 
+/* Whether every kv-head group's query columns fall on the blocks of every
+ * layer's Wo (si_ref_matvec_cols' condition). */
+static bool wo_cols_on_blocks(const struct si_engine *e)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t q = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
+    for (int32_t l = e->pipe.l0; l < e->pipe.l1; l++) {
+        const struct si_type_traits *tt = si_type_get(e->w->layers[l].wo.type);
+        if (tt == NULL || tt->block <= 0)
+            return false;
+        for (int32_t j = 0; j <= e->dec.ng; j++)
+            if (e->dec.a_g[j] * q % tt->block != 0)
+                return false;
+    }
+    return true;
+}
+
 /*
  * The fuse policy: which small tasks the FFN slice tasks take over (decode.c's
  * submit_ffn, codelets/ffn.c).  fuse_out: with only CPU FFN tasks that take
@@ -89,7 +106,14 @@ void si__layout_of(const struct si_model *m, enum si_sparsity mode, struct si_en
  * The FFN slices read the ffn_in of the layers whose attention runs on the
  * GPU, so this waits for the plan's choice of them (n_attn_gpu); redux is the
  * merge as asked: dense mode drops e->p.redux (nothing for it to add), yet a
- * redux asked for still keeps attn_out a task of its own.
+ * redux asked for still keeps attn_out a task of its own.  fuse_wo: in the
+ * sparse layouts with fuse_out, each attention group task also multiplies
+ * its heads' columns of Wo into a partial product and the FFN slices add
+ * the groups' products in group order, so a layer has no attn_o tasks and
+ * one fork-join less (docs/measurements.md); dense mode keeps Wo's row
+ * slices, each row one dot as the reference computes it (its bits), and so
+ * does input sparsity (its transposed copies).  SI_NO_FUSE_WO=1 keeps the
+ * row slices (for comparisons).
  */
 void si__fuse_of(struct si_engine *e, bool redux)
 {
@@ -100,6 +124,9 @@ void si__fuse_of(struct si_engine *e, bool redux)
     e->lay.fuse_out = e->dec.na > 1 && !e->gpu.cuda_hot && !p->gpu_twin && !e->fl.on && !redux &&
                       (p->mode != SI_SPARSITY_PREDICTOR || e->lay.fuse_pred) &&
                       e->gpu.n_attn_gpu == 0;
+    e->lay.fuse_wo = e->lay.fuse_out && e->lay.sparse && e->dec.ng > 1 && e->dec.opart != NULL &&
+                     p->ref.input_thresholds == NULL && wo_cols_on_blocks(e) &&
+                     getenv("SI_NO_FUSE_WO") == NULL;
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */
