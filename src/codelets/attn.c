@@ -417,10 +417,13 @@ static int pos_chunk(int c0, int nc, int np, int p)
 
 /*
  * attn_L.j (attention split by kv heads): x (R), the carried FFN output
- * (R), Wq, Wk, Wv (R), K_j, V_j (RW), then att_j (W: its query heads'
- * outputs) or, where Wo is fused (si__wo_fused), Wo (R) and opart_j (W: the
- * product of its heads' columns of Wo with their outputs), [j = 0: x2 (W:
- * the layer's input residual, for attn_out)].
+ * (R), [Wq, Wk, Wv (R)], K_j, V_j (RW), then att_j (W: its query heads'
+ * outputs) or, where Wo is fused (si__wo_fused), [Wo (R)] and opart_j (W:
+ * the product of its heads' columns of Wo with their outputs), [j = 0: x2
+ * (W: the layer's input residual, for attn_out)].  The weights are buffers
+ * only where a GPU is in the graph: on CPU workers alone they are read in
+ * place, never written, and a buffer of theirs only cost the submission
+ * and the workers a handle each (docs/measurements.md).
  */
 struct agrp_io {
     const float *x;
@@ -433,13 +436,15 @@ static void agrp_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, str
     struct si__layer_state *L = &e->L[l];
     io->x = si__vec(b, e->dec.h_x, STARPU_R);
     si__carried_bufs(b, e, l, &io->c);
-    for (int i = 0; i < 3; i++)
+    const bool w = !si__cpu_graph(e); /* the weights: buffers where a GPU is in the graph */
+    for (int i = 0; i < 3 && w; i++)
         si__buf(b, L->h_w[i], STARPU_R);
     si__buf(b, e->dec.ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
     si__buf(b, e->dec.ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
     io->att = io->op = NULL;
     if (si__wo_fused(e, l)) {
-        si__buf(b, L->h_w[3], STARPU_R);
+        if (w)
+            si__buf(b, L->h_w[3], STARPU_R);
         io->op = si__vec(b, e->dec.h_opart_c[j], STARPU_W);
     } else {
         io->att = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[j] : e->dec.h_att, STARPU_W);
@@ -562,8 +567,8 @@ static void apos_cpu(void *buffers[], void *cl_arg)
 
 /* attn_o_L.j: att_* (R: the whole attention output, the groups' children
  * in order, consecutive parts of one array in main memory) or, split over
- * positions, part_* (R: the chunks' results, merged first); Wo (R), o_j
- * (W). */
+ * positions, part_* (R: the chunks' results, merged first); [Wo (R): as
+ * attn_L.j's weights], o_j (W). */
 struct ao_io {
     const float *att;
     const float *part[SI__MAX_SLICES + 1];
@@ -579,7 +584,8 @@ static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struc
         io->part[p] = si__vec(b, e->dec.h_part[p], STARPU_R);
     if (np == 0)
         io->att = att_read(b, e);
-    si__buf(b, e->L[l].h_w[3], STARPU_R);
+    if (!si__cpu_graph(e)) /* (as attn_L.j's weights) */
+        si__buf(b, e->L[l].h_w[3], STARPU_R);
     io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
 }
 
