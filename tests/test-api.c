@@ -714,17 +714,6 @@ static int64_t mapped_rss(const char *path)
  * other bytes, plus a page at each end of each FFN tensor (one shared with
  * its neighbour).
  */
-/* Largest |a - b| / max|b|. */
-static double logits_rel_err(const float *a, const float *b, int32_t n)
-{
-    double worst = 0, scale = 0;
-    for (int32_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return scale > 0 ? worst / scale : worst;
-}
-
 /*
  * si_context_shift on a one-layer model, whose cached K and V depend on
  * each token and its position alone: 40 tokens, positions [5, 22) dropped,
@@ -789,7 +778,7 @@ static void test_context_shift(enum si_engine_kind engine, bool kv_f32)
         for (int i = 0; i < MORE; i++)
             CHECK(si_context_eval(b, toks[N + i]) == SI_OK, "fresh eval: %s", si_last_error());
         const float *la = si_context_logits(a), *lb = si_context_logits(b);
-        const double e = la != NULL && lb != NULL ? logits_rel_err(la, lb, nv) : 1.0,
+        const double e = la != NULL && lb != NULL ? test_rel_err(la, lb, nv) : 1.0,
                      tol = kv_f32 ? 1e-4 : 1.0 / 256;
         CHECK(e <= tol, "%s, %s cache: logits after the shift differ from a fresh evaluation "
                         "of the kept tokens by %.3g (tolerance %.3g)",

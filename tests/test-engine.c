@@ -40,17 +40,6 @@ static int32_t argmax(const float *x, int32_t n)
     return best;
 }
 
-/* Largest |a - b| / max|b| over the logits. */
-static double rel_err(const float *a, const float *b, int32_t n)
-{
-    double worst = 0, scale = 0;
-    for (int32_t i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return scale > 0 ? worst / scale : worst;
-}
-
 /* Expected activity for the placement: the reference's activation counts
  * over a few tokens (what `starinfer profile` collects over a corpus). */
 static struct si_profile *profile_of(const struct si_model *m)
@@ -185,7 +174,7 @@ static void conversion_effect(const struct si_model *m, struct si_ref_params rp,
         rc = si_ref_eval(f, prompt[i]);
     CHECK(rc == SI_OK, "the reference with float inputs: %s", si_status_str(rc));
     if (rc == SI_OK) {
-        *logits = rel_err(f->logits, r->logits, m->hp.n_vocab);
+        *logits = test_rel_err(f->logits, r->logits, m->hp.n_vocab);
         *kv = kv_rel_err(m, f, r, np);
     }
     si_ref_free(f);
@@ -432,7 +421,7 @@ static void run_prompt(struct run *u)
     }
     r->p.predictor = pred;
     r->p.act_quant = aq;
-    u->prompt_err = rel_err(si_engine_logits(u->e), r->logits, nv);
+    u->prompt_err = test_rel_err(si_engine_logits(u->e), r->logits, nv);
     u->te = argmax(si_engine_logits(u->e), nv);
     u->tr = argmax(r->logits, nv);
     if (u->cf.prefill != PF_EXACT) {
@@ -477,7 +466,7 @@ static void run_greedy(struct run *u)
         CHECK(si_engine_eval(u->e, in_e) == SI_OK, "%s: engine eval at %d", u->label, i);
         CHECK(si_ref_eval(u->r, in_r) == SI_OK, "%s: reference eval at %d", u->label, i);
         if (in_e == in_r)
-            u->worst = fmax(u->worst, rel_err(si_engine_logits(u->e), u->r->logits, nv));
+            u->worst = fmax(u->worst, test_rel_err(si_engine_logits(u->e), u->r->logits, nv));
         u->te = argmax(si_engine_logits(u->e), nv);
         u->tr = argmax(u->r->logits, nv);
         if (i >= np && u->te != u->tr && in_e == in_r) {
@@ -775,13 +764,14 @@ void batch_logits(const char *what, const struct si_model *m, double tol)
         CHECK(rc == SI_OK, "%s: batch logits: %s", what, si_status_str(rc));
         double worst = 0;
         for (int i = FIRST; i < N; i++)
-            worst = fmax(worst, rel_err(got + (size_t)(i - FIRST) * (size_t)nv,
-                                        want + (size_t)i * (size_t)nv, nv));
+            worst = fmax(worst, test_rel_err(got + (size_t)(i - FIRST) * (size_t)nv,
+                                             want + (size_t)i * (size_t)nv, nv));
         printf("%-46s n_batch %d%s: logits of %d positions, max rel err %.2e\n", what,
                runs[k].n_batch, runs[k].exact ? " exact" : "", N - FIRST, worst);
         CHECK(worst <= runs[k].tol, "%s n_batch %d: batch logits differ by %.3g (tolerance %.1g)",
               what, runs[k].n_batch, worst, runs[k].tol);
-        CHECK(rel_err(si_engine_logits(e), want + (size_t)(N - 1) * (size_t)nv, nv) <= runs[k].tol,
+        CHECK(test_rel_err(si_engine_logits(e), want + (size_t)(N - 1) * (size_t)nv, nv) <=
+                  runs[k].tol,
               "%s: si_engine_logits is not the last token's", what);
         /* the positions carry on: one more token matches the reference's next */
         si_engine_reset(e);

@@ -8,6 +8,8 @@
 #ifndef SI_TESTS_TEST_H
 #define SI_TESTS_TEST_H
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +38,18 @@ static inline void test_skip(const char *reason)
 {
     printf("SKIP: %s\n", reason);
     exit(77);
+}
+
+/* The largest |a[i] - b[i]| over the largest |b[i]| (logits against a
+ * reference's). */
+static inline double test_rel_err(const float *a, const float *b, int64_t n)
+{
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return scale > 0 ? worst / scale : worst;
 }
 
 static inline int test_result(void)
