@@ -180,10 +180,11 @@ struct si__layout {
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
     bool fuse_out;      /* attn_out's work done by each FFN slice task */
-    bool fuse_wo;       /* sparse layouts with fuse_out: each attention group
-                         * task multiplies its heads' columns of Wo (a partial
-                         * product, dec.opart), which the FFN slices add up:
-                         * no attn_o tasks (unless split over positions) */
+    bool fuse_wo;       /* SI_FUSE_WO=1, sparse layouts with fuse_out: each
+                         * attention group task multiplies its heads' columns
+                         * of Wo (a partial product, dec.opart), which the FFN
+                         * slices add up: no attn_o tasks (unless split over
+                         * positions; graph/layout.c says why it is opt-in) */
     bool fuse_pred;     /* predictor mode: each CPU slice task predicts its own
                          * neurons (no predictor task) */
 };
