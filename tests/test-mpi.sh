@@ -25,10 +25,16 @@ fi
 # OpenMPI refuses root unless told; more ranks than cores are fine here.
 flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
+# Under the sanitizers the ranks record allocation stacks with the slow
+# unwinder: OpenMPI's leaks (tests/lsan.supp) are matched by its libraries'
+# names, which stacks from frame pointers (run-tests' default) lose.
+lsan=${LSAN_OPTIONS:-}
+[ -z "${SI_SAN_FLAGS:-}" ] || lsan=${lsan:+$lsan:}fast_unwind_on_malloc=0
 mpi() {
     local n=$1
     shift
-    timeout 300 mpirun "${flags[@]}" -np "$n" -x STARPU_NCPU=1 -x STARPU_SILENT=1 "$si" "$@"
+    LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -np "$n" -x STARPU_NCPU=1 -x STARPU_SILENT=1 \
+        "$si" "$@"
 }
 
 # Ranks to compare with one process: 2 and 3 (a middle rank that both
@@ -69,8 +75,8 @@ same "$tmp/r.gguf" --sparsity predictor
 # to one core, as mpirun -np 2 binds them on two cores, had no worker).
 STARPU_NCPU=1 "$si" generate -m "$tmp/r.gguf" -p "the cat sat on" -n 16 --temp 0 --ids \
     >"$tmp/one" 2>"$tmp/err" || fail "one process: $(cat "$tmp/err")"
-if timeout 300 mpirun "${flags[@]}" -np 2 -x STARPU_SILENT=1 "$si" generate -m "$tmp/r.gguf" \
-    -p "the cat sat on" -n 16 --temp 0 --ids >"$tmp/many" 2>"$tmp/err"; then
+if LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -np 2 -x STARPU_SILENT=1 "$si" generate \
+    -m "$tmp/r.gguf" -p "the cat sat on" -n 16 --temp 0 --ids >"$tmp/many" 2>"$tmp/err"; then
     cmp -s "$tmp/one" "$tmp/many" && echo "ok: 2 ranks without STARPU_NCPU: $(grep '^ids' "$tmp/many")" ||
         fail "2 ranks without STARPU_NCPU: '$(cat "$tmp/many")', one process '$(cat "$tmp/one")'"
 else
@@ -152,7 +158,7 @@ grep -q '7 MPI ranks for a model of 6 layers' "$tmp/err" || fail "7 ranks: $(cat
 # A rank that dies (rank 1 out of CPU time after 2 s): mpirun ends the
 # others and says which one; nothing hangs.
 gen=(generate -m "$tmp/r.gguf" -p "the cat" -n 100000 -c 100100 --ignore-eos)
-timeout 300 mpirun "${flags[@]}" -x STARPU_NCPU=1 -np 1 "$si" "${gen[@]}" : \
+LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -x STARPU_NCPU=1 -np 1 "$si" "${gen[@]}" : \
     -np 1 bash -c 'ulimit -t 2; exec "$0" "$@"' "$si" "${gen[@]}" >/dev/null 2>"$tmp/err"
 rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a dying rank: mpirun exited $rc"
