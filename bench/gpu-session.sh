@@ -128,11 +128,12 @@ late 540 "CPU-only starinfer" || {
     STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
         --sparsity gate --profile $P --roofline 2>&1 | row
 }
-late 550 "CPU-only starinfer, Wo in the groups" || {
-    # the same with the attention's output projection in the attention
-    # groups (SI_FUSE_WO=1): what one fork-join less a layer does on 16 cores
-    stamp "starinfer CPU only ($NT cores): gate, SI_FUSE_WO=1"
-    SI_FUSE_WO=1 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
+late 550 "CPU-only starinfer, Wo in row slices" || {
+    # the same with the attention's output projection in row slices of its
+    # own (SI_FUSE_WO=0, the graph before the attention groups took it):
+    # what one fork-join less a layer does on 16 cores
+    stamp "starinfer CPU only ($NT cores): gate, SI_FUSE_WO=0"
+    SI_FUSE_WO=0 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
         -c 128 --sparsity gate --profile $P 2>&1 | row
 }
 late 575 "the hybrid's trace" || {

@@ -25,9 +25,9 @@ run SI_TEST_ENGINE_QUICK=0 STARPU_SCHED=dmdas STARPU_NCPU=1
 # flash tier gets), on CPU workers: SI_NO_FUSE_PRED=1, with the sorted
 # model-driven policy.
 run SI_NO_FUSE_PRED=1 SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=dmdas STARPU_NCPU=2
-# The attention groups multiplying Wo themselves (SI_FUSE_WO=1, off by
-# default): the sparse modes with the attention split, within their bound.
-run SI_FUSE_WO=1 SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=lws STARPU_NCPU=2
+# Wo's row slices as tasks of their own (SI_FUSE_WO=0; by default the
+# sparse modes' attention groups multiply Wo themselves).
+run SI_FUSE_WO=0 SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=lws STARPU_NCPU=2
 # The test's thread as CPU worker 0 (the CLI's default): alone (every task
 # runs while it waits) and beside a StarPU worker, under a work-stealing and
 # a model-driven scheduler (dmda queues tasks per worker: nothing steals

@@ -12,9 +12,8 @@
  * the logits compared at every step; and the same decoding after a prompt
  * of 500 tokens, so that the split starts mid-decoding; then with q8_0 and
  * q4_0 caches (written quantized by both, read by the same kernels).
- * Gate mode across 512 positions too, with SI_FUSE_WO=1: below them its
- * attention groups multiply Wo themselves (fuse_wo), from there attn_o_L.j
- * does; its sums
+ * Gate mode across 512 positions too: below them its attention groups
+ * multiply Wo themselves (fuse_wo), from there attn_o_L.j does; its sums
  * are in another order than the reference's, so its logits are held to
  * test-engine's bound for that (two reordered sums a layer ahead of Q8
  * conversions: 2e-2 of the largest logit), token by token on the
@@ -156,10 +155,8 @@ int main(void)
         CHECK(run(m, 100, 600, split, SI_TYPE_Q8_0, D) == 0, "q8_0 cache: logits differ");
         CHECK(run(m, 530, 560, split, SI_TYPE_Q4_0, D) == 0, "q4_0 cache: logits differ");
         /* gate mode: Wo in the groups below 512 positions, in attn_o above */
-        setenv("SI_FUSE_WO", "1", 1);
         CHECK(run(m, 490, 540, split, SI_TYPE_F16, SI_SPARSITY_GATE) == 0,
               "gate mode across 512: logits differ");
-        unsetenv("SI_FUSE_WO");
         si_model_free(m);
     }
     si_runtime_stop(&rt);

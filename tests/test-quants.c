@@ -20,6 +20,7 @@
  * within 1e-5 of the sum of |terms|, with quantized activations too; mad
  * within 1e-6 of |y| + |a| * (the value's terms), a few float roundings.
  */
+#include "codelets/prefill.h"
 #include "model/act.h"
 #include "model/forward.h"
 #include "model/pack8.h"
@@ -1725,6 +1726,36 @@ static void test_matvec_cols(void)
             for (int64_t r = 0; r < rows; r++)
                 ys[r] += yp[r];
         }
+        /* si__products_ranges (codelets/prefill.h), a step's decoding
+         * tokens' Wo: each token the ranges' products added in order, bit
+         * for bit, packed or not; three tokens, the third x reversed */
+        enum { NT = 3 };
+        float *xs = malloc((size_t)NT * (size_t)n * sizeof *xs),
+              *yr = malloc((size_t)NT * (size_t)rows * sizeof *yr);
+        char *scr = malloc((size_t)NT * (2 * (size_t)n + 1024));
+        for (int tk = 0; tk < NT; tk++)
+            for (int64_t k = 0; k < n; k++)
+                xs[tk * n + k] = tk == 2 ? x[n - 1 - k] : tk == 1 ? -0.5f * x[k] : x[k];
+        for (int v = 0; v < 2; v++) {
+            const struct si_tensor *w = v == 0 ? &wp : &wu;
+            si__products_ranges(true, w, cut, 4, xs, n, NT, yr, rows, scr);
+            int bad = 0;
+            for (int tk = 0; tk < NT; tk++) {
+                float acc[44];
+                for (int p = 0; p + 1 < 5; p++) {
+                    si_ref_matvec_cols(true, xq, yu, w, xs + tk * n, cut[p], cut[p + 1]);
+                    for (int64_t r = 0; r < rows; r++)
+                        acc[r] = p == 0 ? yu[r] : acc[r] + yu[r];
+                }
+                bad += memcmp(acc, yr + tk * rows, (size_t)rows * sizeof *acc) != 0;
+            }
+            CHECK(bad == 0,
+                  "%s %s: products_ranges differs from the ranges added in order on %d tokens",
+                  si_type_name(t), v == 0 ? "packed" : "unpacked", bad);
+        }
+        free(xs);
+        free(yr);
+        free(scr);
         for (int64_t r = 0; r < rows; r++) {
             si_dequantize_row(t, plain + (size_t)r * rb, wr, n);
             double mag = 0;
@@ -1745,7 +1776,7 @@ static void test_matvec_cols(void)
         free(ys);
         free(xq);
     }
-    printf("matvec_cols: column ranges of Q4_0, Q8_0, Q4_K rows checked\n");
+    printf("matvec_cols: column ranges of Q4_0, Q8_0, Q4_K rows checked, and products_ranges\n");
 }
 
 int main(void)

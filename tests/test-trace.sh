@@ -24,20 +24,21 @@ STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/tr" -- "$si" generate -m "$t
 for f in paje.trace tasks.rec trace.png trace-summary.md; do
     [ -s "$tmp/tr/$f" ] || { echo "FAIL: $f missing or empty"; exit 1; }
 done
-for name in '"attn_L1.1"' '"attn_o_L0.0"' '"ffn_cold_L1.0"' '"embed"' '"lm_head.1"'; do
+for name in '"attn_L1.1"' '"ffn_cold_L1.0"' '"embed"' '"lm_head.1"'; do
     grep -q "$name" "$tmp/tr/paje.trace" || { echo "FAIL: no task named $name in paje.trace"; exit 1; }
 done
 # Predictor mode on CPU workers: each FFN slice task runs the predictor for
-# its neurons and computes its input itself: no pred or attn_out task.
-! grep -q '"pred_L\|"attn_out_L' "$tmp/tr/paje.trace" ||
-    { echo "FAIL: a pred_L or attn_out_L task in paje.trace"; exit 1; }
-# With SI_FUSE_WO=1 the attention groups multiply their heads' columns of
-# Wo: no attn_o task (the task names only: a trace of its own).
-SI_FUSE_WO=1 STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/trw" -- "$si" generate -m "$tmp/m.gguf" \
+# its neurons and computes its input itself, and the attention groups
+# multiply their heads' columns of Wo: no pred, attn_out or attn_o task.
+! grep -q '"pred_L\|"attn_out_L\|"attn_o_L' "$tmp/tr/paje.trace" ||
+    { echo "FAIL: a pred_L, attn_out_L or attn_o_L task in paje.trace"; exit 1; }
+# With SI_FUSE_WO=0 Wo's row slices are tasks of their own, attn_o_L.j
+# (the task names only: a trace of its own).
+SI_FUSE_WO=0 STARPU_NCPU=2 bash "${srcdir:-.}/tools/trace" "$tmp/trw" -- "$si" generate -m "$tmp/m.gguf" \
     -p hi -n 2 --temp 0 --engine starpu --sparsity predictor --profile "$tmp/p.gguf" --attn-split 2 \
     -b 1 >/dev/null || exit 1
-grep -q '"attn_L1.1"' "$tmp/trw/paje.trace" && ! grep -q '"attn_o_L' "$tmp/trw/paje.trace" ||
-    { echo "FAIL: SI_FUSE_WO=1: attn_o_L tasks, or no attn_L tasks, in paje.trace"; exit 1; }
+grep -q '"attn_L1.1"' "$tmp/trw/paje.trace" && grep -q '"attn_o_L0.0"' "$tmp/trw/paje.trace" ||
+    { echo "FAIL: SI_FUSE_WO=0: no attn_o_L0.0 or attn_L1.1 task in paje.trace"; exit 1; }
 # Each layer's FFN is merged by the next layer's attention tasks (and the
 # head's): no merge task of its own.
 ! grep -q '"merge_L' "$tmp/tr/paje.trace" || { echo "FAIL: a merge task in paje.trace"; exit 1; }

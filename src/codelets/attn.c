@@ -394,19 +394,27 @@ static void attn_cuda(void *buffers[], void *cl_arg)
  * attention computes the same.  np: this token's count at layer l, 0 when
  * the attention is not split over positions.
  */
-static int pos_tasks(const struct si_engine *e, int l, int *c0, int *nc)
+static int pos_tasks_at(const struct si_engine *e, int l, int pos, int *c0, int *nc)
 {
-    const int pos = e->ref->n_past, first = attn_first(&e->m->hp, l, pos);
+    const int first = attn_first(&e->m->hp, l, pos);
     if (e->dec.na <= 1 || !e->ref->p.kv_f16 || pos + 1 - first < SI_ATTN_SPLIT_MIN)
         return 0;
     *nc = si_k_attn_chunks(first, pos + 1, c0);
     return *nc < e->dec.na ? *nc : e->dec.na;
 }
+static int pos_tasks(const struct si_engine *e, int l, int *c0, int *nc)
+{
+    return pos_tasks_at(e, l, e->ref->n_past, c0, nc);
+}
 
-bool si__wo_fused(const struct si_engine *e, int l)
+bool si__wo_fused_at(const struct si_engine *e, int l, int pos)
 {
     int c0, nc;
-    return e->lay.fuse_wo && !e->L[l].attn_gpu && pos_tasks(e, l, &c0, &nc) == 0;
+    return e->lay.fuse_wo && !e->L[l].attn_gpu && pos_tasks_at(e, l, pos, &c0, &nc) == 0;
+}
+bool si__wo_fused(const struct si_engine *e, int l)
+{
+    return si__wo_fused_at(e, l, e->ref->n_past);
 }
 
 /* Task p's chunks of np: [c0 + p nc / np, c0 + (p + 1) nc / np). */

@@ -321,8 +321,10 @@ static inline const float *si__read_whole(struct si__bufs *b, bool joined,
 
 /* Whether layer l's attention groups multiply Wo themselves this token
  * (lay.fuse_wo, and its attention not split over positions, which leaves
- * Wo to the attn_o tasks that merge the positions' parts).  attn.c. */
+ * Wo to the attn_o tasks that merge the positions' parts); _at: for a token
+ * decoded alone at position pos.  attn.c. */
 bool si__wo_fused(const struct si_engine *e, int l);
+bool si__wo_fused_at(const struct si_engine *e, int l, int pos);
 
 /* Wo's product of layer l as a task that reads it all takes it: o_all, or
  * where the groups multiply Wo (si__wo_fused) their *n partial products,

@@ -83,6 +83,51 @@ void si__gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t pk, in
     }
 }
 
+/* See prefill.h. */
+void si__products_ranges(bool act_quant, const struct si_tensor *w, const int64_t *cb, int nr,
+                         const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy,
+                         void *scratch)
+{
+    const struct si_type_traits *wt = si_type_get(w->type);
+    const int64_t n = w->ne[0];
+    const uint32_t at = si_act_type(w->type);
+    size_t xr = 0;
+    const char *xa = scratch;
+    if (act_quant) { /* each token converted whole: the conversion is per block */
+        si_type_row_size(at, n, &xr);
+        for (int64_t t = 0; t < n_tok; t++)
+            si_quantize_act(at, x + t * ldx, (char *)scratch + (size_t)t * xr, n);
+    } else {
+        STARPU_ASSERT_MSG(w->pk == 0, "packed rows need converted activations");
+    }
+    for (int64_t r0 = 0; r0 < w->ne[1]; r0 += 8) {
+        const int64_t r1 = r0 + 8 < w->ne[1] ? r0 + 8 : w->ne[1];
+        const char *row = (const char *)w->data + (size_t)r0 * w->row_bytes;
+        for (int64_t t = 0; t < n_tok; t++) {
+            float *yt = y + t * ldy;
+            for (int g = 0; g < nr; g++) {
+                const int64_t c0 = cb[g], nc = cb[g + 1] - c0;
+                const size_t off = (size_t)(c0 / wt->block) * wt->size;
+                size_t aoff = 0; /* the range's first block of the converted input */
+                if (act_quant)
+                    si_type_row_size(at, c0, &aoff);
+                const char *xt = xa + (size_t)t * xr + aoff;
+                float o[8];
+                if (r0 < w->pk) /* a group of 8 packed rows: range g at 8 times off */
+                    si_vec_dot_act8(w->type, row + 8 * off, xt, nc, o);
+                else
+                    for (int64_t r = r0; r < r1; r++) {
+                        const char *wr = row + (size_t)(r - r0) * w->row_bytes + off;
+                        o[r - r0] = act_quant ? si_vec_dot_act(w->type, wr, xt, nc)
+                                              : si_vec_dot(w->type, wr, x + t * ldx + c0, nc);
+                    }
+                for (int64_t r = r0; r < r1; r++) /* range 0's product, then the others added */
+                    yt[r] = g == 0 ? o[r - r0] : yt[r] + o[r - r0];
+            }
+        }
+    }
+}
+
 /*
  * y[t][r] = row r of w . x[t] (x[t] at x + t * ldx) for a packed w through
  * the batched kernel (si_gemm8: integer products of 8 rows by 16 tokens at

@@ -44,6 +44,17 @@ void si__gemm_act(uint32_t type, const char *w, size_t row_bytes, int64_t pk, in
                   int64_t n_cols, const char *xa, size_t xa_stride, int64_t n_tok, float *y,
                   int64_t ldy);
 
+/* y[t][r] = row r of w . x[t] as a token decoded alone computes it where
+ * the attention groups multiply Wo (si__wo_fused_at): each column range
+ * [cb[g], cb[g + 1]) of nr in turn, as si_ref_matvec_cols does it (the
+ * ranges on w's blocks), the ranges' products added in range order as the
+ * FFN slices add the groups' (ffn.c): y = p_0, then y += p_g.  A tile of 8
+ * rows at a time for every token and range, the rows in cache meanwhile.
+ * scratch: the tokens' converted inputs (act_quant: as si__products'). */
+void si__products_ranges(bool act_quant, const struct si_tensor *w, const int64_t *cb, int nr,
+                         const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy,
+                         void *scratch);
+
 /* y[t][r] = row r of w . x[t] through the batched integer kernel
  * (si_gemm8), rows not packed packed into tile 8 at a time on the way; the
  * inputs converted into scratch stay there for the caller.  False, nothing

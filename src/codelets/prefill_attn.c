@@ -223,13 +223,45 @@ static void bao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, stru
     io->o = si__vec(b, e->bat.h_bo[j], STARPU_W);
 }
 
+/* Wo's rows [c0, c0 + w) times every token's attention output (att: qd
+ * floats a token) into o (w a token).  A step's decoding tokens whose
+ * attention groups would multiply Wo alone (si__wo_fused_at, at the
+ * token's position) take it as those groups do (si__products_ranges over
+ * the decoding groups' columns), so that a context sharing an engine gets
+ * the tokens of a context of its own; the other tokens by rows. */
+static void bao_products(struct si_engine *e, int l, int64_t c0, int64_t w, const float *att,
+                         float *o, struct si__scratch *sc)
+{
+    const struct si_hparams *hp = &e->m->hp;
+    const int64_t bn = e->bat.bn, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t cols = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
+    const struct si_tensor wo = si__rows_of(&e->w->layers[l].wo, c0, c0 + w);
+    int64_t cb[SI__MAX_SLICES + 1];
+    for (int32_t g = 0; g <= e->dec.ng && e->lay.fuse_wo; g++)
+        cb[g] = e->dec.a_g[g] * cols;
+    STARPU_ASSERT(e->dec.ng <= SI__MAX_SLICES);
+    for (int64_t t = 0; t < bn;) {
+        const bool f = t >= e->bat.bdec && si__wo_fused_at(e, l, e->bat.bpos[t]);
+        int64_t u = t < e->bat.bdec ? e->bat.bdec : t + 1; /* a run of tokens alike */
+        while (t >= e->bat.bdec && u < bn && f == si__wo_fused_at(e, l, e->bat.bpos[u]))
+            u++;
+        if (f)
+            si__products_ranges(e->p.ref.act_quant, &wo, cb, e->dec.ng, att + t * qd, qd, u - t,
+                                o + t * w, w, sc->gemm);
+        else
+            si__batch_products(e, &wo, w, att + t * qd, qd, t, u - t, o + t * w, w, sc->gemm,
+                               sc->dt);
+        t = u;
+    }
+}
+
 static void bao_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     const struct si_hparams *hp = &e->m->hp;
-    const int64_t bn = e->bat.bn, qd = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t qd = (int64_t)hp->n_head * hp->head_dim;
     const int nb = e->bat.nc * e->bat.nr;
     const int64_t c0 = e->bat.bo_c[a->j], w = e->bat.bo_c[a->j + 1] - c0;
     struct bao_io io;
@@ -246,10 +278,8 @@ static void bao_cpu(void *buffers[], void *cl_arg)
             memcpy(att + t * qd + off, ag + t * gw, (size_t)gw * sizeof(float));
     }
     float *o = io.o;
-    if (w > 0) {
-        const struct si_tensor wo = si__rows_of(&e->w->layers[a->l].wo, c0, c0 + w);
-        si__batch_products(e, &wo, w, att, qd, 0, bn, o, w, sc->gemm, sc->dt);
-    }
+    if (w > 0)
+        bao_products(e, a->l, c0, w, att, o, sc);
     si__account(e, SI_TASK_PREFILL_ATTN, t0);
 }
 

@@ -180,11 +180,12 @@ struct si__layout {
     float *zeros;       /* (n_ff) the up bias of files without one */
     int32_t *iota;      /* (n_ff) 0, 1, ...: the "every neuron" index list */
     bool fuse_out;      /* attn_out's work done by each FFN slice task */
-    bool fuse_wo;       /* SI_FUSE_WO=1, sparse layouts with fuse_out: each
-                         * attention group task multiplies its heads' columns
-                         * of Wo (a partial product, dec.opart), which the FFN
-                         * slices add up: no attn_o tasks (unless split over
-                         * positions; graph/layout.c says why it is opt-in) */
+    bool fuse_wo;       /* sparse layouts with fuse_out and several cold
+                         * slices (not SI_FUSE_WO=0): each attention group
+                         * task multiplies its heads' columns of Wo (a
+                         * partial product, dec.opart), which the FFN slices
+                         * add up: no attn_o tasks (unless split over
+                         * positions; graph/layout.c) */
     bool fuse_pred;     /* predictor mode: each CPU slice task predicts its own
                          * neurons (no predictor task) */
 };
@@ -285,12 +286,13 @@ struct si__batch_state {
     const struct si_ref **bseq;
     int32_t *bpos, *mtok;
     /* A step (bstep): its tokens [0, bsplit) are prompts' of 8 tokens or
-     * more, in a prompt batch's arithmetic; [bsplit, bn) decoding tokens
-     * and short prompts', in the reference's, as alone; the LM head's rows
-     * are tokens bhrow[0 .. bn - bout0), in the reference's arithmetic.
-     * Outside steps bsplit is bn. */
+     * more, in a prompt batch's arithmetic; [bsplit, bn) short prompts'
+     * and then, from bdec, decoding tokens (requests of one token, which
+     * alone take the decoding graph), in the reference's, as alone; the LM
+     * head's rows are tokens bhrow[0 .. bn - bout0), in the reference's
+     * arithmetic.  Outside steps bsplit and bdec are bn. */
     bool bstep;
-    int32_t bsplit;
+    int32_t bsplit, bdec;
     int32_t *bhrow;
     /* The batch's q, k, v split over the attn_batch_L.r tasks by kv-head
      * groups (task r: group r's heads, every token, into bqkv[r]) instead

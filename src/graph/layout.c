@@ -106,18 +106,17 @@ static bool wo_cols_on_blocks(const struct si_engine *e)
  * The FFN slices read the ffn_in of the layers whose attention runs on the
  * GPU, so this waits for the plan's choice of them (n_attn_gpu); redux is the
  * merge as asked: dense mode drops e->p.redux (nothing for it to add), yet a
- * redux asked for still keeps attn_out a task of its own.  fuse_wo
- * (SI_FUSE_WO=1, off by default): in the sparse layouts with fuse_out, each
- * attention group task also multiplies its heads' columns of Wo into a
- * partial product and the FFN slices add the groups' products in group
- * order, so a layer has no attn_o tasks and one fork-join less
- * (docs/measurements.md).  Off by default until measured on many cores and
- * until a step of shared contexts computes its decoding tokens' Wo the
- * same way (its batch tasks take Wo by rows: with it on, a shared context's
- * tokens are no longer those of a context of its own), nor do the sparse
- * modes then give the reference's bits with one slice.  Dense mode keeps
- * Wo's row slices (each row one dot as the reference computes it), and so
- * does input sparsity (its transposed copies).
+ * redux asked for still keeps attn_out a task of its own.  fuse_wo: in
+ * the sparse layouts with fuse_out and several cold slices, each attention
+ * group task also multiplies its heads' columns of Wo into a partial
+ * product and the FFN slices add the groups' products in group order, so a
+ * layer has no attn_o tasks and one fork-join less (docs/measurements.md);
+ * a step of shared contexts gives its decoding tokens the same sums
+ * (prefill_attn.c's bao_products).  With one cold slice the sparse modes
+ * keep the reference's order, and its bits.  Dense mode keeps Wo's row
+ * slices (each row one dot as the reference computes it), and so does
+ * input sparsity (its transposed copies).  SI_FUSE_WO=0 turns it off (the
+ * graph of before, for comparisons).
  */
 void si__fuse_of(struct si_engine *e, bool redux)
 {
@@ -129,9 +128,9 @@ void si__fuse_of(struct si_engine *e, bool redux)
                       (p->mode != SI_SPARSITY_PREDICTOR || e->lay.fuse_pred) &&
                       e->gpu.n_attn_gpu == 0;
     const char *fw = getenv("SI_FUSE_WO");
-    e->lay.fuse_wo = fw != NULL && strcmp(fw, "1") == 0 && e->lay.fuse_out && e->lay.sparse &&
-                     e->dec.ng > 1 && e->dec.opart != NULL && p->ref.input_thresholds == NULL &&
-                     wo_cols_on_blocks(e);
+    e->lay.fuse_wo = (fw == NULL || strcmp(fw, "0") != 0) && e->lay.fuse_out && e->lay.sparse &&
+                     e->lay.n_slices > 1 && e->dec.ng > 1 && e->dec.opart != NULL &&
+                     p->ref.input_thresholds == NULL && wo_cols_on_blocks(e);
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */

@@ -88,7 +88,7 @@ static int eval_batch(struct si_engine *e, const int32_t *tokens, int32_t n, int
     e->bat.bp0 = e->ref->n_past;
     e->bat.bout0 = out_first;
     e->bat.bstep = false;
-    e->bat.bsplit = n;
+    e->bat.bsplit = e->bat.bdec = n;
     for (int32_t t = 0; t < n; t++) {
         e->bat.bseq[t] = e->ref;
         e->bat.bpos[t] = e->bat.bp0 + t;
@@ -207,9 +207,10 @@ static int check_multi(const struct si_engine *e, const struct si_engine_req *r,
 /*
  * The step's tokens in batch order: first the tokens of requests of
  * SI__BLAS_MIN_BATCH tokens or more, in a prompt batch's arithmetic as they
- * would be alone, then the others (decoding, short prompts) in the
- * reference's (bsplit between); with step_int8 every token in step_int8's
- * (arith_of).
+ * would be alone, then the others in the reference's (bsplit between):
+ * short prompts', then decoding tokens (bdec between: alone they take the
+ * decoding graph, whose attention groups may multiply Wo); with step_int8
+ * every token in step_int8's (arith_of).
  * The LM head's rows are each request's last token (bhrow), request i's
  * logits row i.  Attention reads each token's own sequence at its own
  * position, so the order changes no result.
@@ -218,9 +219,12 @@ static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int
                          int32_t total)
 {
     int32_t t = 0;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (int32_t i = 0; i < n_req; i++) {
-            if ((e->p.step_int8 || r[i].n >= SI__BLAS_MIN_BATCH) != (pass == 0))
+            const int kind = e->p.step_int8 || r[i].n >= SI__BLAS_MIN_BATCH ? 0
+                             : r[i].n > 1                                   ? 1
+                                                                            : 2;
+            if (kind != pass)
                 continue;
             for (int32_t k = 0; k < r[i].n; k++, t++) {
                 e->bat.mtok[t] = r[i].tokens[k];
@@ -231,6 +235,8 @@ static void lay_out_step(struct si_engine *e, const struct si_engine_req *r, int
         }
         if (pass == 0)
             e->bat.bsplit = t;
+        if (pass == 1)
+            e->bat.bdec = t;
     }
     e->bat.btok = e->bat.mtok;
     e->bat.bn = total;
