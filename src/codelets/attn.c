@@ -29,10 +29,11 @@ static int attn_first(const struct si_hparams *hp, int l, int pos)
 /*
  * attn_L (attention in one task, when its products are not split): x (RW),
  * the carried FFN output (R), xb (W: the FFN's input), [xb3 (W)], K, V
- * (RW: each kv-head group's columns), Wq, Wk, Wv, Wo (R); for a layer whose
- * attention the plan put on the GPU (on CUDA, or on a CPU worker in its
- * stead): aux (R: its norm weights and biases as floats, state.h) and a
- * scratch of si__attn_gpu_scratch_floats.
+ * (RW: each kv-head group's columns), [Wq, Wk, Wv, Wo (R): with a GPU in
+ * the graph, si__wvec]; for a layer whose attention the plan put on the
+ * GPU (on CUDA, or on a CPU worker in its stead): aux (R: its norm
+ * weights and biases as floats, state.h) and a scratch of
+ * si__attn_gpu_scratch_floats.
  */
 struct attn_io {
     float *x, *xb, *xb3, *aux, *scratch;
@@ -53,7 +54,7 @@ static void attn_bufs(struct si__bufs *b, struct si_engine *e, int l, struct att
         io->v[g] = si__buf(b, e->dec.ng > 1 ? L->h_v_c[g] : L->h_v, STARPU_RW);
     }
     for (int i = 0; i < 4; i++)
-        io->w[i] = si__vec(b, L->h_w[i], STARPU_R);
+        io->w[i] = si__wvec(b, e, L->h_w[i]);
     io->aux = io->scratch = NULL;
     if (L->attn_gpu) {
         io->aux = si__vec(b, L->h_aux, STARPU_R);

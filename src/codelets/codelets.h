@@ -294,6 +294,28 @@ static inline bool si__cpu_graph(const struct si_engine *e)
     return !e->gpu.cuda_hot && e->gpu.n_attn_gpu == 0;
 }
 
+/* A weight that tasks only read (a vector; _mat: a matrix): a buffer where
+ * a GPU is in the graph (StarPU moves it there), else read in place with no
+ * buffer, through its handle's main-memory pointer (NULL when collecting).
+ * Weights are never written and leave StarPU's implicit dependencies once
+ * partitioned (graph/data.c), so on CPU workers a buffer of theirs only
+ * cost each task a handle to submit, sort, acquire and release
+ * (docs/measurements.md). */
+static inline void *si__wvec(struct si__bufs *b, const struct si_engine *e, starpu_data_handle_t h)
+{
+    if (!si__cpu_graph(e))
+        return si__vec(b, h, STARPU_R);
+    return b->args != NULL ? NULL : (void *)starpu_vector_get_local_ptr(h);
+}
+static inline void *si__wmat(struct si__bufs *b, const struct si_engine *e, starpu_data_handle_t h)
+{
+    if (!si__cpu_graph(e)) {
+        void *f = si__buf(b, h, STARPU_R);
+        return f != NULL ? (void *)STARPU_MATRIX_GET_PTR(f) : NULL;
+    }
+    return b->args != NULL ? NULL : (void *)starpu_matrix_get_local_ptr(h);
+}
+
 /* Dense mode: whether layer l's down blocks read its slices' activations
  * joined (graph/decode.c, ffn.c's si__down_bufs). */
 static inline bool si__down_joins(const struct si_engine *e, int l)

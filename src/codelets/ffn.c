@@ -199,9 +199,10 @@ static const int32_t *predict_slice(struct si_engine *e, int l, int j, const flo
  *     fuse_out, x2 and o_all (R; or the groups' partial products where
  *     they multiply Wo, si__o_read), from which each slice makes the
  *     input itself (attn_out's work);
- *   the slice's weights (si__ffn_slice_bufs);
- *   predictor mode: fc1, fc2 (R) where each slice predicts its own neurons
- *     (fuse_pred), else idx j (R);
+ *   the slice's weights (si__ffn_slice_bufs; like every weight, buffers
+ *     only where a GPU is in the graph: si__wvec);
+ *   predictor mode: [fc1, fc2 (R)] where each slice predicts its own
+ *     neurons (fuse_pred), else idx j (R);
  *   out: the slice's partial output (W: rows x n_embd; dense: its
  *     activations) or, in redux mode, the layer's output (REDUX);
  *   on CUDA: iota (R), a scratch of 2 n_ff floats;
@@ -233,8 +234,8 @@ static void ffn_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, bool
     }
     si__ffn_slice_bufs(b, e, l, j, &io->w);
     if (e->p.mode == SI_SPARSITY_PREDICTOR && e->lay.fuse_pred) {
-        io->fc1 = si__vec(b, L->h_fc1, STARPU_R);
-        io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
+        io->fc1 = si__wvec(b, e, L->h_fc1);
+        io->fc2 = si__wvec(b, e, L->h_fc2);
     } else if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         io->idx = si__vec(b, L->h_idx_c[j], STARPU_R);
     }
@@ -463,19 +464,19 @@ void si__ffn_slice_bufs(struct si__bufs *b, const struct si_engine *e, int l, in
     memset(w, 0, sizeof *w);
     if (!e->lay.sparse) {
         if (e->lay.has_gate)
-            w->gate = si__vec(b, L->h_gate_c[j], STARPU_R);
-        w->up = si__vec(b, L->h_up_c[j], STARPU_R);
+            w->gate = si__wvec(b, e, L->h_gate_c[j]);
+        w->up = si__wvec(b, e, L->h_up_c[j]);
     } else {
         if (e->lay.pre_sep)
-            w->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
-        w->rec = si__vec(b, L->h_rec_c[j], STARPU_R);
+            w->pre = si__wvec(b, e, L->h_gate_c[j]);
+        w->rec = si__wvec(b, e, L->h_rec_c[j]);
         if (w->rec != NULL) {
             w->gate = f->gate_off >= 0 ? w->rec + f->gate_off : NULL;
             w->up = f->up_off >= 0 ? w->rec + f->up_off : NULL;
         }
     }
     /* The up bias (zeros in the handle for files without one: not added) */
-    const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
+    const float *bias = si__wvec(b, e, L->h_upb_c[j]);
     w->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
 }
 
@@ -593,9 +594,9 @@ void si__down_bufs(struct si__bufs *b, struct si_engine *e, int l, int k, bool b
         for (int32_t j = 0; j < L->nsl; j++)
             io->act[j] = si__vec(b, batch ? e->bat.h_bpart[j] : L->h_part_c[j], STARPU_R);
     }
-    void *rows = si__buf(b, L->h_down_c[k], STARPU_R);
+    const void *rows = si__wmat(b, e, L->h_down_c[k]);
     io->rows = si__rows_of(&e->w->layers[l].ffn_down, e->down.dn[k], e->down.dn[k + 1]);
-    io->rows.data = rows != NULL ? (const void *)STARPU_MATRIX_GET_PTR(rows) : NULL;
+    io->rows.data = rows;
     io->y = si__vec(b, batch ? e->down.h_bdout[k] : e->down.h_dout[k], STARPU_W);
 }
 

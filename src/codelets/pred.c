@@ -11,8 +11,8 @@
 #include <starpu.h>
 
 /* pred_L: the predictor's input (R: ffn_in, or x: model.h's
- * si_pred_input; a lookahead predictor, x and the carried FFN output), fc1,
- * fc2 (R: position order), idx of each slice (W). */
+ * si_pred_input; a lookahead predictor, x and the carried FFN output), [fc1,
+ * fc2 (R: position order): with a GPU in the graph], idx of each slice (W). */
 struct pred_io {
     const float *in;
     const void *fc2;
@@ -31,8 +31,8 @@ static void pred_bufs(struct si__bufs *b, struct si_engine *e, int l, struct pre
         io->in = si__vec(b, e->m->pred_input == SI_PRED_RESIDUAL ? e->dec.h_x : e->dec.h_ffn_in,
                          STARPU_R);
     }
-    si__buf(b, L->h_fc1, STARPU_R);
-    io->fc2 = si__vec(b, L->h_fc2, STARPU_R);
+    (void)si__wvec(b, e, L->h_fc1); /* (read through the model's fc1) */
+    io->fc2 = si__wvec(b, e, L->h_fc2);
     for (int32_t j = 0; j < L->nsl; j++)
         io->idx[j] = si__vec(b, L->h_idx_c[j], STARPU_W);
 }
@@ -94,7 +94,8 @@ int si__submit_pred(struct si_engine *e, int l, int32_t token)
  * which records to read.  The neurons that pass go to idx (local positions,
  * then -1) and their act(gate) (the plain kind: the activation itself,
  * dropping zeros as ffn_sparse_slice does) to gact.
- * Buffers: ffn_in, gating rows j, up_b j (R), idx j, gact j (W).
+ * Buffers: ffn_in, [gating rows j, up_b j (R): with a GPU in the graph],
+ * idx j, gact j (W).
  */
 struct gmask_io {
     const float *xb, *b;
@@ -107,8 +108,8 @@ static void gmask_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, st
 {
     struct si__layer_state *L = &e->L[l];
     io->xb = si__vec(b, e->dec.h_ffn_in, STARPU_R);
-    io->pre = si__vec(b, L->h_gate_c[j], STARPU_R);
-    const float *bias = si__vec(b, L->h_upb_c[j], STARPU_R);
+    io->pre = si__wvec(b, e, L->h_gate_c[j]);
+    const float *bias = si__wvec(b, e, L->h_upb_c[j]);
     io->b = e->w->layers[l].ffn_up_b.data != NULL ? bias : NULL;
     io->idx = si__vec(b, L->h_idx_c[j], STARPU_W);
     io->gact = si__vec(b, L->h_gact_c[j], STARPU_W);
@@ -182,8 +183,7 @@ struct starpu_codelet si__cl_pred = {
 };
 struct starpu_codelet si__cl_gmask = {
     .cpu_funcs = {gmask_cpu},
-    .nbuffers = 5,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_W, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* the weights only with a GPU in the graph */
     .model = &gmask_model,
     .name = "gmask",
 };

@@ -66,7 +66,7 @@ static void battn_heads(struct si_engine *e, int l, int r, const float *bx, floa
  * token at its position si_ref_attn_group_prepare_at over every head
  * (biases, QK norm, RoPE, in place), into their rows of bqkv_r; with
  * bheads, kv-head group r's part of every token (battn_heads).
- * Buffers: x_batch (R), Wq, Wk, Wv (R), bqkv_r (W).
+ * Buffers: x_batch (R), [Wq, Wk, Wv (R): with a GPU in the graph], bqkv_r (W).
  */
 struct battn_io {
     const float *bx;
@@ -76,8 +76,8 @@ struct battn_io {
 static void battn_bufs(struct si__bufs *b, struct si_engine *e, int l, int r, struct battn_io *io)
 {
     io->bx = si__vec(b, e->bat.h_bx, STARPU_R);
-    for (int i = 0; i < 3; i++)
-        si__buf(b, e->L[l].h_w[i], STARPU_R);
+    for (int i = 0; i < 3; i++) /* (read through e->w: buffers only with a GPU, codelets.h) */
+        (void)si__wvec(b, e, e->L[l].h_w[i]);
     io->out = si__vec(b, e->bat.h_bqkv[r], STARPU_W);
 }
 
@@ -208,7 +208,7 @@ static void bacore_cpu(void *buffers[], void *cl_arg)
  * attn_o_batch_L.j: the groups' attention outputs gathered per token, then
  * Wo's rows [bo_c[j], bo_c[j+1]) times them for every token at once, into
  * bo_j (a row of that many per token).
- * Buffers: att_* (R), Wo (R), bo_j (W).
+ * Buffers: att_* (R), [Wo (R): with a GPU in the graph], bo_j (W).
  */
 struct bao_io {
     const float *att[SI__MAX_SLICES + 1];
@@ -219,7 +219,7 @@ static void bao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, stru
 {
     for (int32_t k = 0; k < e->bat.nc * e->bat.nr; k++)
         io->att[k] = si__vec(b, e->bat.h_batt[k], STARPU_R);
-    si__buf(b, e->L[l].h_w[3], STARPU_R);
+    (void)si__wvec(b, e, e->L[l].h_w[3]); /* (read through e->w) */
     io->o = si__vec(b, e->bat.h_bo[j], STARPU_W);
 }
 
@@ -383,8 +383,7 @@ static struct starpu_perfmodel baout_model = {.type = STARPU_HISTORY_BASED,
 
 struct starpu_codelet si__cl_battn = {
     .cpu_funcs = {battn_cpu},
-    .nbuffers = 5,
-    .modes = {STARPU_R, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* the weights only with a GPU in the graph */
     .model = &battn_model,
     .name = "attn_batch",
 };
