@@ -246,12 +246,17 @@ def rss_kib(pid):
         return next(int(ln.split()[1]) for ln in fp if ln.startswith("VmRSS:"))
 
 
-# The load test: 8 clients x 20 requests, twice. Nothing fails, and the
-# second round leaves the server's memory where the first did: a request
-# that leaked its body buffer alone (4 KiB at least) would add 640 KiB over
-# 160 requests, past the 512 KiB allowed for the allocator's own moves.
+# The load test: rounds of 8 clients x 20 requests. Nothing fails, and the
+# rounds after the first leave the server's memory where the first did: a
+# request that leaked its body buffer alone (4 KiB at least) would add
+# 1,920 KiB over the 480 requests of three more rounds, past the 1,024 KiB
+# allowed for the allocator's own moves (RSS after a round moved by -196 to
+# +524 KiB from the one before without any leak: one round's 640 KiB of
+# such a leak could not be told from them).  Under AddressSanitizer two
+# rounds (below).
+asan = b"libasan" in subprocess.run(["ldd", SI], capture_output=True).stdout
 rounds = []
-for _ in range(2):
+for _ in range(2 if asan else 4):
     results.clear()
     threads = [threading.Thread(target=client, args=(k, 20)) for k in range(8)]
     for t in threads:
@@ -264,12 +269,11 @@ for _ in range(2):
 # (AddressSanitizer keeps freed blocks in quarantine, so RSS grows by
 # design there; LeakSanitizer checks for leaks at the server's exit instead,
 # which the exit status below sees)
-asan = b"libasan" in subprocess.run(["ldd", SI], capture_output=True).stdout
 if asan:
     print(f"note: RSS not compared under AddressSanitizer (its quarantine): {rounds} KiB")
 else:
-    f.check(rounds[1] - rounds[0] < 512, f"RSS after each round of 160 requests: {rounds} KiB")
-print(f"ok: 2 rounds of 8 clients x 20 requests, none failed; RSS after each {rounds} KiB")
+    f.check(rounds[-1] - rounds[0] < 1024, f"RSS after each round of 160 requests: {rounds} KiB")
+print(f"ok: {len(rounds)} rounds of 8 clients x 20 requests, none failed; RSS after each {rounds} KiB")
 f.check(s.stop() == 0, "exit status after the load")
 
 # ---------------------------------------------------------- 4b. Q4_0: the batched kernels' steps
