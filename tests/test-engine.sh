@@ -3,12 +3,13 @@
 # each StarPU scheduler the engine is tested with, one and two CPU workers,
 # the CLI's caller worker, and the kernels this CPU can run.  The sweep of
 # every type on every synthetic architecture, gemma3 and the GPU forms'
-# CPU twins runs where the arithmetic differs: with one worker and with two
-# (their slices add the FFN's partial sums in other orders), and without
-# AVX-512 VNNI where the CPU has it (the AVX2 kernels, and prefill's blas
-# as the default); the other runs vary the scheduling with
-# SI_TEST_ENGINE_QUICK=1.  Each prefill arithmetic the CPU runs is forced in
-# every run (test-engine's prefill-int8, prefill-blas and prefill configs).
+# CPU twins runs where the kernels differ: with two workers (whose sweep
+# has one-slice configurations, the reference's order and bits, beside the
+# two slices' reordered sums), and without AVX-512 VNNI where the CPU has
+# it (the AVX2 kernels, and prefill's blas as the default); the other runs,
+# one worker's among them, vary the scheduling with SI_TEST_ENGINE_QUICK=1.
+# Each prefill arithmetic the CPU runs is forced in every run
+# (test-engine's prefill-int8, prefill-blas and prefill configs).
 set -u
 rc=0
 run() { # run ENV...: one run of tests/test-engine under ENV
@@ -20,7 +21,7 @@ run() { # run ENV...: one run of tests/test-engine under ENV
 run SI_TEST_ENGINE_QUICK=0 STARPU_SCHED=eager STARPU_NCPU=2
 run SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=lws STARPU_NCPU=2
 run SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=dmda STARPU_NCPU=2
-run SI_TEST_ENGINE_QUICK=0 STARPU_SCHED=dmdas STARPU_NCPU=1
+run SI_TEST_ENGINE_QUICK=1 STARPU_SCHED=dmdas STARPU_NCPU=1
 # Predictor mode's separate predictor task (what a CUDA hot slice or the
 # flash tier gets), on CPU workers: SI_NO_FUSE_PRED=1, with the sorted
 # model-driven policy.
