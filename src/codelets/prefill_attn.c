@@ -237,9 +237,9 @@ static void bao_products(struct si_engine *e, int l, int64_t c0, int64_t w, cons
     const int64_t cols = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
     const struct si_tensor wo = si__rows_of(&e->w->layers[l].wo, c0, c0 + w);
     int64_t cb[SI__MAX_SLICES + 1];
+    STARPU_ASSERT(e->dec.ng <= SI__MAX_SLICES);
     for (int32_t g = 0; g <= e->dec.ng && e->lay.fuse_wo; g++)
         cb[g] = e->dec.a_g[g] * cols;
-    STARPU_ASSERT(e->dec.ng <= SI__MAX_SLICES);
     for (int64_t t = 0; t < bn;) {
         const bool f = t >= e->bat.bdec && si__wo_fused_at(e, l, e->bat.bpos[t]);
         int64_t u = t < e->bat.bdec ? e->bat.bdec : t + 1; /* a run of tokens alike */
