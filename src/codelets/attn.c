@@ -445,15 +445,13 @@ static void agrp_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, str
     struct si__layer_state *L = &e->L[l];
     io->x = si__vec(b, e->dec.h_x, STARPU_R);
     si__carried_bufs(b, e, l, &io->c);
-    const bool w = !si__cpu_graph(e); /* the weights: buffers where a GPU is in the graph */
-    for (int i = 0; i < 3 && w; i++)
-        si__buf(b, L->h_w[i], STARPU_R);
+    for (int i = 0; i < 3; i++) /* (read through e->w: buffers only with a GPU, codelets.h) */
+        (void)si__wvec(b, e, L->h_w[i]);
     si__buf(b, e->dec.ng > 1 ? L->h_k_c[j] : L->h_k, STARPU_RW);
     si__buf(b, e->dec.ng > 1 ? L->h_v_c[j] : L->h_v, STARPU_RW);
     io->att = io->op = NULL;
     if (si__wo_fused(e, l)) {
-        if (w)
-            si__buf(b, L->h_w[3], STARPU_R);
+        (void)si__wvec(b, e, L->h_w[3]);
         io->op = si__vec(b, e->dec.h_opart_c[j], STARPU_W);
     } else {
         io->att = si__vec(b, e->dec.ng > 1 ? e->dec.h_att_c[j] : e->dec.h_att, STARPU_W);
@@ -593,8 +591,7 @@ static void ao_bufs(struct si__bufs *b, struct si_engine *e, int l, int j, struc
         io->part[p] = si__vec(b, e->dec.h_part[p], STARPU_R);
     if (np == 0)
         io->att = att_read(b, e);
-    if (!si__cpu_graph(e)) /* (as attn_L.j's weights) */
-        si__buf(b, e->L[l].h_w[3], STARPU_R);
+    (void)si__wvec(b, e, e->L[l].h_w[3]); /* (as attn_L.j's weights) */
     io->y = si__vec(b, e->dec.h_o[j], STARPU_W);
 }
 
