@@ -4,7 +4,10 @@
 # with 30% of it in VRAM the hybrid in gate and predictor modes (predictors
 # trained there) with and without the attention of the first layers on the
 # GPU, llama.cpp's CUDA build at the same VRAM, and the CPU-only rows on the
-# machine's cores.
+# machine's cores. The predictors are trained here and carried as a
+# predictor file (train-predictor --predictors-only, 27 MB at rank 64 Q4_0):
+# synth makes the same weights there from the same seed, and the file's
+# fingerprint refuses any other.
 #
 # Prepared here (the build machine), from the repository root:
 #   tools/setup && tools/device-test prepare
@@ -13,6 +16,8 @@
 #   cp /usr/share/common-licenses/GPL-3 .device/gpl.txt
 #   starinfer synth (the line below) -o 13b.gguf
 #   starinfer profile -m 13b.gguf -f .device/gpl.txt -n 256 -c 256 -o .device/13b.prof
+#   starinfer train-predictor -m 13b.gguf -f .device/gpl.txt -o .device/13b.pred -n 4096 -c 512 \
+#       --rank 64 --epochs 4 -t q4_0 --predictors-only   (about 40 min on 2 cores)
 #   strip --strip-unneeded .device/bin/* .device/tests/test-* .device/lib/*.so* .device/peer/*
 # There (the device tool, carry [".device"], timeout_s 600):
 #   bench/gpu-session.sh
@@ -42,7 +47,7 @@ export STARINFER=$dev/bin/starinfer
 export srcdir=$root
 SI=$dev/bin/starinfer
 M=/tmp/13b.gguf   # random rank-64 predictors (synth): gate mode, llama.cpp's copy
-MT=/tmp/13b-trained.gguf  # the same weights with predictors trained here
+PRED=$dev/13b.pred # its trained predictors (carried), for predictor mode
 P=${SESSION_PROFILE:-$dev/13b.prof}
 NT=$(nproc)
 # A dry run of this script on the build machine: SESSION_PRESET=tiny
@@ -52,18 +57,13 @@ TESTS=${SESSION_TESTS:-test-cuda-kernels test-cuda-decode test-codelet-cuda test
 test-api-host test-api-threads test-engine test-cli.sh}
 cp "$dev/gpl.txt" /tmp/gpl.txt # the corpus of the profile: Debian's GPL-3, carried
 
-# The model (110 s on the H200 machine's 16 cores), then in parallel its
-# llama.cpp copy and the predictors trained on it (CPU only), while the
-# tests run. StarPU binds its workers to the first cores in each process:
-# while two run at once, neither binds.
+# The model (110-120 s on the H200 machine's 16 cores), then its llama.cpp
+# copy, while the tests run. StarPU binds its workers to the first cores in
+# each process: while two run at once, neither binds.
 (
     timeout 220 "$SI" synth -o $M --preset $PRESET --arch llama-relu --type q4_0 --sparsity 0.9 \
         --measure 0 --predictor 64 >"$O/synth.txt" 2>&1 || exit 1
-    timeout 120 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf >"$O/convert.txt" 2>&1 &
-    STARPU_NCUDA=0 STARPU_WORKERS_NOBIND=1 timeout 260 "$SI" train-predictor -m $M -f /tmp/gpl.txt -o $MT -n 2048 -c 512 \
-        --rank 128 >"$O/train.txt" 2>&1
-    echo "train rc=$?" >>"$O/train.txt"
-    wait
+    timeout 120 "$SI" convert -m $M --llama-cpp -o /tmp/13b-peer.gguf >"$O/convert.txt" 2>&1
 ) &
 models=$!
 stamp "host"
@@ -78,23 +78,22 @@ grep -hE "SKIP|skip" "$dev"/tests/logs/* 2>/dev/null | sort | uniq -c | sort -rn
 grep -hE "FAIL:|check failed|error" "$O/tests.txt" "$dev"/tests/logs/* 2>/dev/null | head -20 |
     tee -a "$S"
 
-stamp "the models (synth, convert, train-predictor)"
+stamp "the models (synth, convert)"
 while kill -0 $models 2>/dev/null && [ "$(el)" -lt 340 ]; do sleep 2; done
-kill -0 $models 2>/dev/null && { pkill -f train-predictor; echo "models: stopped at 340 s" | tee -a "$S"; }
+kill -0 $models 2>/dev/null && echo "models: still running at 340 s" | tee -a "$S"
 wait $models
 tail -n 2 "$O/synth.txt" | tee -a "$S"
-grep -E "^train-predictor|^predictors|^time|rc=|error" "$O/train.txt" | tee -a "$S"
-awk '$1 ~ /^[0-9]+$/ && NF >= 6 {r += $5; p += $6; n++} END {if (n) printf "held-out recall %.4f, precision %.4f (mean of %d layers)\n", r/n, p/n, n}' \
-    "$O/train.txt" | tee -a "$S"
-[ -s $MT ] || MT=
-GM=$M GMODE=gate # the breakdown and the trace: predictor mode where trained
-[ -n "$MT" ] && GM=$MT GMODE=predictor
+[ -s "$PRED" ] || PRED=
+GX=() GMODE=gate # the breakdown and the trace: predictor mode where trained
+[ -n "$PRED" ] && GX=(--predictors "$PRED") GMODE=predictor
 
 B=(--prompt-tokens 64 -n 32 -r 2 --profile "$P" --vram-budget 2100M -c 128)
 row() { grep -E "^\||weights read|error|GPU|RSS" | tee -a "$S"; }
-hybrid() { # hybrid MODEL MODE ATTN: one bench row, lws
-    stamp "starinfer hybrid, $2 mode, 2100M, --gpu-attention $3 (lws)"
-    timeout 80 "$SI" bench -m "$1" "${B[@]}" --sparsity "$2" --gpu-attention "$3" 2>&1 | row
+hybrid() { # hybrid MODE ATTN [ARGS...]: one bench row, lws
+    local mode=$1 attn=$2
+    shift 2
+    stamp "starinfer hybrid, $mode mode, 2100M, --gpu-attention $attn (lws)"
+    timeout 80 "$SI" bench -m $M "$@" "${B[@]}" --sparsity "$mode" --gpu-attention "$attn" 2>&1 | row
 }
 peer() { # peer LABEL BIN ARGS...: the llama.cpp driver, tok/s of each run
     local label=$1 bin=$2
@@ -106,9 +105,9 @@ peer() { # peer LABEL BIN ARGS...: the llama.cpp driver, tok/s of each run
         "$O/peer-$label.txt" | tee -a "$S"
     grep -iE "error|fail" "$O/peer-$label.err" | head -3 | tee -a "$S"
 }
-late 400 "hybrid gate auto" || hybrid $M gate auto
-[ -n "$MT" ] && { late 440 "hybrid predictor auto" || hybrid $MT predictor auto; }
-late 480 "hybrid gate none" || hybrid $M gate none
+late 400 "hybrid gate auto" || hybrid gate auto
+[ -n "$PRED" ] && { late 440 "hybrid predictor auto" || hybrid predictor auto "${GX[@]}"; }
+late 480 "hybrid gate none" || hybrid gate none
 [ -x "$dev/peer/llama-peer-cuda" ] && { late 490 "llama.cpp CUDA" || {
     stamp "llama.cpp CUDA, -ngl 12 (30% of the layers)"
     peer cuda-ngl12 "$dev/peer/llama-peer-cuda" --ngl 12
@@ -119,7 +118,7 @@ late 510 "CPU-only llama.cpp" || {
 }
 late 525 "generate's breakdown" || {
     stamp "where a token's time goes (generate, $GMODE, --gpu-attention auto)"
-    timeout 40 "$SI" generate -m $GM -p "The quick brown fox" -n 32 --temp 0 --ignore-eos \
+    timeout 40 "$SI" generate -m $M "${GX[@]}" -p "The quick brown fox" -n 32 --temp 0 --ignore-eos \
         -c 128 --sparsity $GMODE --profile $P --vram-budget 2100M 2>&1 >/dev/null |
         grep -E "engine:|tokens/s|error|GPU" | tee -a "$S"
 }
@@ -136,10 +135,15 @@ late 550 "CPU-only starinfer, Wo in row slices" || {
     SI_FUSE_WO=0 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
         -c 128 --sparsity gate --profile $P 2>&1 | row
 }
+[ -n "$PRED" ] && { late 565 "CPU-only starinfer, predictor" || {
+    stamp "starinfer CPU only ($NT cores): predictor (carried predictors)"
+    STARPU_NCUDA=0 timeout 30 "$SI" bench -m $M "${GX[@]}" --prompt-tokens 64 -n 32 -r 1 -c 128 \
+        --sparsity predictor --profile $P 2>&1 | row
+}; }
 late 575 "the hybrid's trace" || {
     stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
     mkdir -p "$O/fxt"
-    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 20 "$SI" generate -m $GM \
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 20 "$SI" generate -m $M "${GX[@]}" \
         -p "The quick brown fox" -n 4 --temp 0 --ignore-eos -c 64 \
         --sparsity $GMODE --profile $P --vram-budget 2100M >/dev/null \
         2>"$O/fxt/gen.txt"

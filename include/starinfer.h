@@ -143,6 +143,12 @@ struct si_llm_params {
      * (for file systems without mmap, or to keep the weights from being
      * evicted and re-read). */
     bool use_mmap;
+    /* NULL (default): the model's own predictors, if it has any.  Else the
+     * path of a predictor file (`starinfer train-predictor
+     * --predictors-only`) whose predictors and threshold replace or add to
+     * the model's; it must have been made for this model (same shape and
+     * FFN weights: SI_E_FORMAT otherwise).  It is always mapped. */
+    const char *predictors;
 };
 
 SI_API struct si_llm_params si_llm_default_params(void);

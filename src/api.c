@@ -156,6 +156,8 @@ int si_llm_load(const char *path, struct si_llm_params params, struct si_llm **o
             si_gguf_free(g);
         }
     }
+    if (rc == SI_OK && params.predictors != NULL)
+        rc = si_model_attach_predictors(llm->m, params.predictors, err, sizeof err);
     if (rc == SI_OK) {
         char msg[400];
         if ((rc = si_tokenizer_load(&llm->tok, llm->m->gguf, msg, sizeof msg)) != SI_OK)

@@ -67,4 +67,14 @@ bool si__live_has(const void *p, int kind);
  * api.c). */
 uint32_t si__kv_type_of(int kv_type);
 
+/* FNV-1a 64 of the n bytes at p, continuing from h (start: SI_FNV_BASIS). */
+#define SI_FNV_BASIS 14695981039346656037ull
+static inline uint64_t si__fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 #endif /* SI_INTERNAL_H */

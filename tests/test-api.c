@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "model/tokenizer.h"
 #include "model/types.h"
+#include "predict/train.h"
 #include "test.h"
 
 #include <math.h>
@@ -100,6 +101,89 @@ static void test_load_errors(const char *model_path)
     CHECK(si_llm_load(model_path, si_llm_default_params(), NULL) == SI_E_INVALID, "NULL out");
     si_llm_free(NULL);
     si_context_free(NULL);
+}
+
+/* ------------------------------------------------------- predictor files */
+
+/*
+ * si_llm_params.predictors: a predictor file (random predictors of width 32
+ * written as train-predictor --predictors-only writes them) gives the
+ * tiny model, which has none, its predictors, mapped or read; files that are
+ * no predictor file for it are refused with their reason and no model.
+ */
+static void test_predictor_file(const char *model_path)
+{
+    char err[512], pred[256], path[256];
+    struct si_model *m = NULL;
+    CHECK(si_model_load(&m, model_path, err, sizeof err) == SI_OK, "internal load: %s", err);
+    if (m == NULL)
+        return;
+    const int32_t nl = m->hp.n_layer, d = m->hp.n_embd, ff = m->hp.n_ff, r = 32;
+    struct si_train_layer *layers = calloc((size_t)nl, sizeof *layers);
+    uint64_t s = 1;
+    for (int32_t l = 0; layers != NULL && l < nl; l++) {
+        layers[l].rank = r;
+        layers[l].fc1 = malloc((size_t)r * (size_t)d * sizeof(float));
+        layers[l].fc2 = malloc((size_t)ff * (size_t)r * sizeof(float));
+        for (int64_t i = 0; layers[l].fc1 != NULL && i < (int64_t)r * d; i++)
+            layers[l].fc1[i] =
+                (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+        for (int64_t i = 0; layers[l].fc2 != NULL && i < (int64_t)ff * r; i++)
+            layers[l].fc2[i] =
+                (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+    }
+    path_in(pred, sizeof pred, "tiny.pred");
+    struct si_train_write_params wp = {
+        .type = SI_TYPE_F16, .threshold = 0.25f, .input = SI_PRED_FFN, .predictors_only = true};
+    CHECK(layers != NULL && si_train_write(m, layers, &wp, pred, err, sizeof err) == SI_OK,
+          "write a predictor file: %s", err);
+    for (int32_t l = 0; layers != NULL && l < nl; l++)
+        si_train_layer_clear(&layers[l]);
+    free(layers);
+    si_model_free(m);
+
+    for (int mm = 0; mm < 2; mm++) {
+        struct si_llm_params lp = si_llm_default_params();
+        lp.use_mmap = mm == 0;
+        struct si_llm *llm = NULL;
+        CHECK(si_llm_load(model_path, lp, &llm) == SI_OK && !si_llm_has_predictor(llm),
+              "the tiny model has no predictors of its own");
+        si_llm_free(llm);
+        llm = NULL;
+        lp.predictors = pred;
+        CHECK(si_llm_load(model_path, lp, &llm) == SI_OK, "load with a predictor file: %s",
+              si_last_error());
+        if (llm == NULL)
+            continue;
+        CHECK(si_llm_has_predictor(llm), "the predictor file's predictors");
+        struct si_context_params cp = si_context_default_params();
+        cp.engine = SI_ENGINE_STARPU;
+        cp.sparsity = SI_SPARSE_PREDICTOR;
+        struct si_context *ctx = NULL;
+        CHECK(si_context_init(llm, cp, &ctx) == SI_OK,
+              "predictor mode on the file's predictors: %s", si_last_error());
+        const int32_t tok = 3;
+        CHECK(ctx == NULL || si_context_eval(ctx, tok) == SI_OK, "a token in predictor mode: %s",
+              si_last_error());
+        si_context_free(ctx);
+        si_llm_free(llm);
+    }
+    struct si_llm_params lp = si_llm_default_params();
+    struct si_llm *llm = (struct si_llm *)&lp; /* must be set to NULL on failure */
+    lp.predictors = model_path;
+    CHECK(si_llm_load(model_path, lp, &llm) == SI_E_FORMAT && llm == NULL &&
+              contains(si_last_error(), "tiny.gguf: not a predictor file"),
+          "a model as the predictor file: %s", si_last_error());
+    path_in(path, sizeof path, "missing.pred");
+    lp.predictors = path;
+    CHECK(si_llm_load(model_path, lp, &llm) == SI_E_NOT_FOUND && llm == NULL &&
+              contains(si_last_error(), "missing.pred: No such file or directory"),
+          "a missing predictor file: %s", si_last_error());
+    lp.predictors = pred;
+    CHECK(si_llm_load(pred, lp, &llm) == SI_E_FORMAT &&
+              contains(si_last_error(), "a predictor file (train-predictor --predictors-only"),
+          "the predictor file as a model: %s", si_last_error());
+    unlink(pred);
 }
 
 /* -------------------------------------------------------- the reference */
@@ -895,6 +979,7 @@ int main(void)
     struct si_llm *llm = NULL;
     if (rc == SI_OK) {
         test_load_errors(model_path);
+        test_predictor_file(model_path);
         rc = si_llm_load(model_path, si_llm_default_params(), &llm);
         CHECK(rc == SI_OK, "load: %s", si_last_error());
     }

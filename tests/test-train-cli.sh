@@ -90,6 +90,55 @@ grep -q 'samples per layer read from' "$tmp/out2" || fail "samples not reused: $
     --epochs 6 --samples "$tmp/relu.samples" --threads 1 >/dev/null 2>&1 || fail "train a third time"
 cmp -s "$tmp/pred2.gguf" "$tmp/pred3.gguf" || fail "the same seed and samples gave different files"
 
+# --predictors-only: the same training (seed, samples, threads) written as a
+# predictor file, which --predictors gives the model at run time: the same
+# tokens, the same eval table and perplexities as the model written whole.
+"$si" train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/only.pred" -n 1200 -c 128 \
+    --epochs 6 --samples "$tmp/relu.samples" --threads 1 --predictors-only >/dev/null 2>"$tmp/err" ||
+    fail "train --predictors-only: $(cat "$tmp/err")"
+"$si" info --no-workers --tensors "$tmp/only.pred" >"$tmp/info" 2>&1 || fail "info on the predictor file: $(cat "$tmp/info")"
+grep -q 'architecture : "starinfer.predictors"' "$tmp/info" || fail "predictor file: $(grep architecture "$tmp/info")"
+grep -q 'model_hash' "$tmp/info" || fail "predictor file: no model_hash"
+[ "$(awk '$1 ~ /^blk\./' "$tmp/info" | grep -vc '\.fc[12]\.weight')" = 0 ] ||
+    fail "predictor file holds other tensors: $(awk '$1 ~ /^blk\./' "$tmp/info" | grep -v fc | head -2)"
+grep -q 'token_embd' "$tmp/info" && fail "predictor file holds token_embd"
+cmp -s <(tensors "$tmp/pred2.gguf" | grep '\.fc[12]\.') <(tensors "$tmp/only.pred") ||
+    fail "the predictor file's tensors differ from the whole file's: $(diff <(tensors "$tmp/pred2.gguf" | grep '\.fc[12]\.') <(tensors "$tmp/only.pred") | head -3)"
+a=$("$si" generate -m "$tmp/pred2.gguf" -p "The quick" -n 16 --temp 0 --ignore-eos --sparsity predictor 2>"$tmp/err") ||
+    fail "generate on the whole file: $(cat "$tmp/err")"
+b=$("$si" generate -m "$tmp/relu.gguf" --predictors "$tmp/only.pred" -p "The quick" -n 16 --temp 0 --ignore-eos \
+    --sparsity predictor 2>"$tmp/err") || fail "generate --predictors: $(cat "$tmp/err")"
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "generate: --predictors gave '$b', the whole file '$a'"
+# (eval's table: the engine's, and the reference's predictor mode)
+for eng in starpu ref; do
+    "$si" eval -m "$tmp/pred2.gguf" -f "$tmp/held.txt" -c 128 --modes predictor --engine $eng >"$tmp/e1" 2>"$tmp/err" ||
+        fail "eval $eng whole: $(cat "$tmp/err")"
+    "$si" eval -m "$tmp/relu.gguf" --predictors "$tmp/only.pred" -f "$tmp/held.txt" -c 128 --modes predictor \
+        --engine $eng >"$tmp/e2" 2>"$tmp/err" || fail "eval $eng --predictors: $(cat "$tmp/err")"
+    # (all but the first line, which names the model, and the seconds column)
+    ev() { awk 'NR > 1 {NF--; print}' "$1"; }
+    grep -q '^predictor ' "$tmp/e1" && diff <(ev "$tmp/e1") <(ev "$tmp/e2") >"$tmp/d" ||
+        fail "eval $eng --predictors differs from the whole file's: $(head -6 "$tmp/d")"
+done
+"$si" bench -m "$tmp/relu.gguf" --predictors "$tmp/only.pred" --sparsity predictor --prompt-tokens 8 -n 4 -r 1 \
+    >"$tmp/out" 2>"$tmp/err" || fail "bench --predictors: $(cat "$tmp/err")"
+echo "ok: a predictor file ($(wc -c <"$tmp/only.pred") bytes) runs as the whole file ($(wc -c <"$tmp/pred2.gguf") bytes)"
+"$si" synth -o "$tmp/relu-b.gguf" --arch llama-relu --preset tiny --type q8_0 --seed 6 >/dev/null 2>&1 || fail "synth seed 6"
+expect_error "only.pred: predictors trained on another model's weights (its FFN fingerprint" \
+    generate -m "$tmp/relu-b.gguf" --predictors "$tmp/only.pred" -p "The quick" -n 4
+"$si" synth -o "$tmp/relu-3.gguf" --arch llama-relu --preset tiny --type q8_0 --n-layer 3 >/dev/null 2>&1 ||
+    fail "synth 3 layers"
+expect_error "only.pred: predictors for a model of 2 layers, 64 wide, 256 neurons, not this one's 3, 64, 256" \
+    bench -m "$tmp/relu-3.gguf" --predictors "$tmp/only.pred" -n 4
+expect_error "relu.gguf: not a predictor file (general.architecture 'llama'" \
+    eval -m "$tmp/relu.gguf" --predictors "$tmp/relu.gguf" -f "$tmp/held.txt"
+expect_error "only.pred: a predictor file (train-predictor --predictors-only: give it with --predictors), not a model" \
+    generate -m "$tmp/only.pred" -p "The quick" -n 4
+expect_error "/nonexistent.pred: No such file or directory" \
+    perplexity -m "$tmp/relu.gguf" --predictors /nonexistent.pred -f "$tmp/held.txt"
+expect_error "--predictors-only writes no weights; --powerinfer needs the whole model" \
+    train-predictor -m "$tmp/relu.gguf" -f "$tmp/train.txt" -o "$tmp/x.gguf" --predictors-only --powerinfer
+
 # --lookahead: predictors of the attention's input, said by the file's key;
 # eval's table through the engine and the reference agree on them; samples
 # of one input are refused for the other.

@@ -264,7 +264,8 @@ int32_t *si_cli_tokenize_text(const struct si_tokenizer *tok, const char *text, 
     return toks;
 }
 
-int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer **tok)
+int si_cli_load_model(const char *path, const char *predictors, struct si_model **m,
+                      struct si_tokenizer **tok)
 {
     char err[600];
     *m = NULL;
@@ -272,6 +273,12 @@ int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer
         *tok = NULL;
     if (si_model_load(m, path, err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);
+    if (predictors != NULL &&
+        si_model_attach_predictors(*m, predictors, err, sizeof err) != SI_OK) {
+        si_model_free(*m);
+        *m = NULL;
+        return si_cli_error("%s", err);
+    }
     if (tok != NULL && si_tokenizer_load(tok, (*m)->gguf, err, sizeof err) != SI_OK) {
         si_model_free(*m);
         *m = NULL;

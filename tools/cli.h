@@ -109,9 +109,11 @@ bool si_cli_find_in_path(const char *prog, char *buf, size_t size);
 struct si_model;
 struct si_tokenizer;
 
-/* Load the model at path and, when tok is not NULL, its tokenizer; 0, or 1
- * after an error message (nothing then left to free). */
-int si_cli_load_model(const char *path, struct si_model **m, struct si_tokenizer **tok);
+/* Load the model at path (with the predictor file `predictors` in place of
+ * its own predictors, when not NULL) and, when tok is not NULL, its
+ * tokenizer; 0, or 1 after an error message (nothing then left to free). */
+int si_cli_load_model(const char *path, const char *predictors, struct si_model **m,
+                      struct si_tokenizer **tok);
 
 /* Tokenize text[0..len) read from `path` (named in messages), BOS first when
  * the model adds one, parsing no special tokens (a corpus is plain text): a

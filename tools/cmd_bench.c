@@ -48,6 +48,8 @@ static void bench_usage(FILE *f)
                "\n"
                "Options:\n"
                "  -m, --model FILE        the model (GGUF)\n"
+               "      --predictors FILE   a predictor file made for the model (train-predictor\n"
+               "                          --predictors-only) in place of its own predictors\n"
                "      --sched LIST        comma-separated StarPU policies, e.g. eager,lws,dmda\n"
                "                          (default: STARPU_SCHED, else StarPU's default); `list`\n"
                "                          prints the policies this StarPU has\n"
@@ -299,6 +301,7 @@ static void print_json(const char *model, const struct si_engine_params *ep, con
 /* bench's options. */
 struct bench_opts {
     const char *model, *prompt, *file, *profile_path, *sched_list, *trace_dir;
+    const char *predictors; /* --predictors FILE */
     long long n_predict, repeat, n_ctx, prompt_tokens;
     bool json, roofline;
     float input_s; /* --sparsity ...input=S */
@@ -314,6 +317,8 @@ static int workload_option(struct bench_opts *o, int argc, char **argv, int *i)
     const char *a = argv[*i];
     if (!strcmp(a, "-m") || !strcmp(a, "--model"))
         return si_cli_opt_str(argc, argv, i, &o->model);
+    if (!strcmp(a, "--predictors"))
+        return si_cli_opt_str(argc, argv, i, &o->predictors);
     if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
         return si_cli_opt_str(argc, argv, i, &o->prompt);
     if (!strcmp(a, "-f") || !strcmp(a, "--file"))
@@ -471,7 +476,7 @@ static int bench_load(struct bench *b)
     const struct bench_opts *o = b->o;
     struct si_engine_params *ep = &b->o->ep;
     char err[600];
-    if (si_cli_load_model(o->model, &b->m, &b->tok) != 0)
+    if (si_cli_load_model(o->model, o->predictors, &b->m, &b->tok) != 0)
         return 1;
     if (o->profile_path != NULL &&
         si_profile_read(&b->prof, o->profile_path, b->m, err, sizeof err) != SI_OK)

@@ -341,6 +341,7 @@ static bool chat_start(struct chat *c, struct si_run_opts *o, char *system)
 {
     struct si_llm_params lp = si_llm_default_params();
     lp.use_mmap = o->use_mmap;
+    lp.predictors = o->predictors;
     if (si_llm_load(o->model, lp, &c->llm) != SI_OK) {
         free(system);
         return si_cli_error("%s", si_last_error()), false;

@@ -43,6 +43,8 @@ static void eval_usage(FILE *f)
                "\n"
                "Options:\n"
                "  -m, --model FILE      the model with predictors (starinfer train-predictor)\n"
+               "      --predictors FILE a predictor file made for the model (train-predictor\n"
+               "                        --predictors-only) in place of its own predictors\n"
                "  -f, --file FILE       the held-out text (not the training corpus)\n"
                "      --profile FILE    a profile whose CATS thresholds define active neurons\n"
                "  -c, --ctx-size N      perplexity chunk length (default 512)\n"
@@ -200,6 +202,7 @@ static bool parse_input_list(const char *v, double *list, int max, int *n)
 /* eval's options. */
 struct eval_opts {
     const char *model, *file, *profile;
+    const char *predictors; /* --predictors FILE */
     long long n_ctx, max_chunks;
     double threshold;
     bool threshold_given, use_ref, modes_given;
@@ -221,6 +224,8 @@ static int eval_options(struct eval_opts *o, int argc, char **argv)
             return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             r = si_cli_opt_str(argc, argv, &i, &o->model);
+        } else if (!strcmp(a, "--predictors")) {
+            r = si_cli_opt_str(argc, argv, &i, &o->predictors);
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             r = si_cli_opt_str(argc, argv, &i, &o->file);
         } else if (!strcmp(a, "--profile")) {
@@ -558,7 +563,7 @@ int si_cmd_eval(int argc, char **argv)
                      "and runs alone on the engine (no --modes, --threshold, --engine ref)");
         goto out;
     }
-    if (si_cli_load_model(o.model, &e.m, &e.tok) != 0)
+    if (si_cli_load_model(o.model, o.predictors, &e.m, &e.tok) != 0)
         goto out;
     if (o.n_input > 0) {
         rc = eval_input_sparsity(&e);

@@ -95,6 +95,7 @@ static int gen_load(struct gen *g)
 {
     struct si_llm_params lp = si_llm_default_params();
     lp.use_mmap = g->o.use_mmap;
+    lp.predictors = g->o.predictors;
     if (si_llm_load(g->o.model, lp, &g->llm) != SI_OK)
         return si_cli_error("%s", si_last_error());
     if (!g->chat)

@@ -36,6 +36,8 @@ static void perplexity_usage(FILE *f)
                "\n"
                "Options:\n"
                "  -m, --model FILE    the model (GGUF)\n"
+               "      --predictors FILE a predictor file made for the model (train-predictor\n"
+               "                        --predictors-only) in place of its own predictors\n"
                "  -f, --file FILE     the text\n"
                "  -c, --ctx-size N    chunk length (default 512)\n"
                "      --chunks N      score at most N chunks (default: all)\n"
@@ -182,6 +184,7 @@ out:
 /* perplexity's options. */
 struct ppl_opts {
     const char *model, *file, *profile;
+    const char *predictors; /* --predictors FILE */
     long long n_ctx, max_chunks, n_batch;
     bool kv_f32, use_ref, batch_given;
     enum si_kv_type type_k, type_v; /* --cache-type-k/-v */
@@ -232,6 +235,8 @@ static int ppl_options(struct ppl_opts *o, int argc, char **argv)
             return -1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             r = si_cli_opt_str(argc, argv, &i, &o->model);
+        } else if (!strcmp(a, "--predictors")) {
+            r = si_cli_opt_str(argc, argv, &i, &o->predictors);
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             r = si_cli_opt_str(argc, argv, &i, &o->file);
         } else if (!strcmp(a, "--profile")) {
@@ -421,8 +426,8 @@ int si_cmd_perplexity(int argc, char **argv)
         return 1;
     struct si_eval_ppl res;
     rc = 1;
-    if (si_cli_load_model(o.model, &p.m, &p.tok) == 0 && (!o.input || ppl_input(&p) == 0) &&
-        ppl_chunks(&p) == 0 && ppl_run(&p, &res) == 0) {
+    if (si_cli_load_model(o.model, o.predictors, &p.m, &p.tok) == 0 &&
+        (!o.input || ppl_input(&p) == 0) && ppl_chunks(&p) == 0 && ppl_run(&p, &res) == 0) {
         printf("Final estimate: PPL = %.4f +/- %.5f (%" PRId64 " tokens scored, %.1f s)\n", res.ppl,
                res.ppl_err, res.n_scored, res.seconds);
         rc = 0;

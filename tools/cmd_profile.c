@@ -218,7 +218,7 @@ static int profiling_load(struct profiling *p)
     const struct profile_opts *o = p->o;
     char err[600];
     if ((p->text = si_cli_read_file(o->file, &p->len)) == NULL ||
-        si_cli_load_model(o->model, &p->m, &p->tok) != 0 ||
+        si_cli_load_model(o->model, NULL, &p->m, &p->tok) != 0 ||
         (p->toks = si_cli_tokenize_text(p->tok, p->text, p->len, o->file, &p->n)) == NULL)
         return 1;
     if (o->max_tokens > 0 && o->max_tokens < p->n)

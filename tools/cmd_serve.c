@@ -189,6 +189,7 @@ static int server_start(struct server *srv)
     char err[512];
     struct si_llm_params lp = si_llm_default_params();
     lp.use_mmap = s->o.use_mmap;
+    lp.predictors = s->o.predictors;
     if ((srv->id = model_id(s->alias, s->o.model)) == NULL)
         return si_cli_error("out of memory");
     if (si_llm_load(s->o.model, lp, &srv->llm) != SI_OK)

@@ -43,7 +43,8 @@ static void train_usage(FILE *f)
                "Options:\n"
                "  -m, --model FILE          the model (GGUF)\n"
                "  -f, --corpus, --file FILE the text to collect samples from\n"
-               "  -o, --output FILE         the model with predictors to write\n"
+               "  -o, --output FILE         the model with predictors to write (or the\n"
+               "                            predictors alone: --predictors-only)\n"
                "      --profile FILE        a profile (starinfer profile) whose CATS thresholds\n"
                "                            define active neurons on SiLU/GELU models\n"
                "  -s, --target-sparsity S   without --profile: the thresholds' target, [0, 1)\n"
@@ -86,6 +87,9 @@ static void train_usage(FILE *f)
                "                            of the residual (--input residual, its default)\n"
                "      --down-t              add blk.N.ffn_down_t (the transposed down\n"
                "                            projection PowerInfer's sparse FFN reads)\n"
+               "      --predictors-only     write the predictors alone (a predictor file, with\n"
+               "                            the model's fingerprint; MB, not GB), which\n"
+               "                            --predictors FILE gives the model at run time\n"
                "      --threads N           threads of OpenBLAS and of the elementwise steps\n"
                "                            (default: the online CPUs; the weights do not\n"
                "                            depend on it)\n"
@@ -187,6 +191,7 @@ struct train_opts {
     double target, recall, lr, pos_weight, holdout, thr, predict_sparsity, cost_power;
     bool target_given, thr_given, input_given, cost_power_given;
     bool powerinfer, auto_type, down_t, use_ref;
+    bool predictors_only; /* --predictors-only: a predictor file, not the model */
 };
 
 /* The options of the samples (the files, what runs over which tokens, what
@@ -294,6 +299,10 @@ static int write_option(struct train_opts *o, int argc, char **argv, int *i)
         o->down_t = true;
         return 1;
     }
+    if (!strcmp(a, "--predictors-only")) {
+        o->predictors_only = true;
+        return 1;
+    }
     if (!strcmp(a, "--threshold")) {
         o->thr_given = true;
         return si_cli_opt_float(argc, argv, i, -1e6, 1e6, &o->thr);
@@ -365,6 +374,10 @@ static int train_options(struct train_opts *o, int argc, char **argv)
                             "finds its own (--target-sparsity)");
     if (o->cost_power_given && o->loss != SI_TRAIN_LOSS_COST)
         return si_cli_error("train-predictor: --cost-power weights --loss cost only");
+    if (o->predictors_only && (o->powerinfer || o->down_t))
+        return si_cli_error("train-predictor: --predictors-only writes no weights; %s needs the "
+                            "whole model",
+                            o->powerinfer ? "--powerinfer" : "--down-t");
     if (o->thr_given && o->predict_sparsity > 0)
         return si_cli_error("train-predictor: give --threshold or --predict-sparsity, not both");
     if (o->loss == SI_TRAIN_LOSS_COST && o->rank == 0)
@@ -408,7 +421,7 @@ static int train_load(struct train *t)
 {
     struct train_opts *o = t->o;
     if ((t->text = si_cli_read_file(o->file, &t->len)) == NULL ||
-        si_cli_load_model(o->model, &t->m, &t->tok) != 0)
+        si_cli_load_model(o->model, NULL, &t->m, &t->tok) != 0)
         return 1;
     const struct si_hparams *hp = &t->m->hp;
     if (o->auto_type)
@@ -432,7 +445,8 @@ static int train_load(struct train *t)
     if (t->n > o->max_tokens)
         t->n = o->max_tokens;
     /* PowerInfer's layout: its predictors read the residual */
-    if ((o->powerinfer || t->m->gguf->powerinfer) && o->input != SI_PRED_RESIDUAL) {
+    if ((o->powerinfer || (t->m->gguf->powerinfer && !o->predictors_only)) &&
+        o->input != SI_PRED_RESIDUAL) {
         if (o->input_given)
             return si_cli_error(
                 "%s: PowerInfer gives the predictors the residual the FFN's norm reads: --input "
@@ -682,6 +696,7 @@ static int train_write(struct train *t, int64_t pred_params, int32_t below)
         .target_sparsity = t->relu ? 0.0 : o->target,
         .n_samples = t->samples->n,
         .input = o->input,
+        .predictors_only = o->predictors_only,
     };
     if (si_train_write(t->m, t->layers, &wp, o->output, err, sizeof err) != SI_OK)
         return si_cli_error("%s", err);

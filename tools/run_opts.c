@@ -39,6 +39,8 @@ static int run_option(struct si_run_opts *o, int argc, char **argv, int *i)
         return si_cli_opt_str(argc, argv, i, &o->file);
     if (!strcmp(a, "--trace"))
         return si_cli_opt_str(argc, argv, i, &o->trace_dir);
+    if (!strcmp(a, "--predictors"))
+        return si_cli_opt_str(argc, argv, i, &o->predictors);
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
         return si_cli_opt_i32(argc, argv, i, 0, 1 << 20, &cp->n_ctx);
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
@@ -230,6 +232,9 @@ void si_run_usage(FILE *f, bool chat)
             "                          attention (docs/attention.md)\n"
             "  -ctv, --cache-type-v T  V cache type, likewise\n"
             "      --no-mmap           read the model into memory instead of mapping it\n"
+            "      --predictors FILE   a predictor file (train-predictor\n"
+            "                          --predictors-only) made for this model, in place\n"
+            "                          of its own predictors (--sparsity predictor)\n"
             "      --engine E          starpu (default: the task graph on StarPU's\n"
             "                          workers) or ref (the single-threaded reference)\n"
             "      --sparsity M        dense (default); gate: skip FFN neurons whose gate\n"

@@ -22,6 +22,7 @@ struct si_run_opts {
     bool context_shift; /* --context-shift */
     long long n_keep;   /* --keep N */
     bool use_mmap;
+    const char *predictors; /* --predictors FILE, or NULL */
     const char *trace_dir; /* --trace DIR, or NULL */
     struct si_context_params cp; /* the CLI's defaults: the reference engine */
 };

@@ -79,14 +79,6 @@ int si_flash_format_of(const struct si_model *m, struct si_flash_format *f, char
     return SI_OK;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static const char *row_of(const struct si_tensor *t, int64_t i)
 {
     return (const char *)t->data + (size_t)i * t->row_bytes;
@@ -94,12 +86,13 @@ static const char *row_of(const struct si_tensor *t, int64_t i)
 
 uint64_t si_flash_model_hash(const struct si_model *m, const struct si_flash_format *f)
 {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = SI_FNV_BASIS;
     for (int l = 0; l < f->n_layer; l++) {
         const struct si_layer *W = &m->w.layers[l];
-        h = fnv(h, row_of(&W->ffn_up, 0), f->gu_row);
-        h = W->ffn_down_t.data != NULL ? fnv(h, row_of(&W->ffn_down_t, 0), f->dt_row)
-                                       : fnv(h, row_of(&W->ffn_down, 0), W->ffn_down.row_bytes);
+        h = si__fnv1a(h, row_of(&W->ffn_up, 0), f->gu_row);
+        h = W->ffn_down_t.data != NULL
+                ? si__fnv1a(h, row_of(&W->ffn_down_t, 0), f->dt_row)
+                : si__fnv1a(h, row_of(&W->ffn_down, 0), W->ffn_down.row_bytes);
     }
     return h;
 }

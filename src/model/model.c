@@ -298,6 +298,50 @@ static int read_hparams(struct loader *ld, struct si_model *m)
     return SI_OK;
 }
 
+/* Every layer's predictor, blk.N.fc1.weight {n_embd, r} and
+ * blk.N.fc2.weight {r, n_ff}, from ld's file into m's layers. */
+static int read_predictors(struct loader *ld, struct si_model *m)
+{
+    const int64_t d = m->hp.n_embd, ff = m->hp.n_ff;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        struct si_layer *L = &m->w.layers[l];
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.fc1.weight", l);
+        const int64_t it = si_gguf_find_tensor(ld->g, name);
+        if (it < 0)
+            return fail(ld, SI_E_FORMAT, "missing tensor %s", name);
+        const int64_t r = ld->g->tensors[it].ne[1];
+        int rc;
+        if ((rc = tensor(ld, &L->fc1, true, d, r, "blk.%d.fc1.weight", l)) != SI_OK ||
+            (rc = tensor(ld, &L->fc2, true, r, ff, "blk.%d.fc2.weight", l)) != SI_OK)
+            return rc;
+    }
+    return SI_OK;
+}
+
+/* The predictors' keys in ld's file: powerinfer.sparse_threshold (0 when
+ * absent) and SI_PREDICTOR_INPUT_KEY (the residual when absent, as in
+ * PowerInfer's files). */
+static int read_pred_keys(struct loader *ld, struct si_model *m)
+{
+    double thr = 0.0;
+    si_gguf_get_f64(ld->g, "powerinfer.sparse_threshold", &thr);
+    if (!isfinite(thr))
+        return fail(ld, SI_E_FORMAT, "powerinfer.sparse_threshold is not finite");
+    m->predictor_threshold = (float)thr;
+    struct si_gguf_str pin = {0};
+    const int rc = si_gguf_get_str(ld->g, SI_PREDICTOR_INPUT_KEY, &pin);
+    m->pred_input = SI_PRED_RESIDUAL;
+    if (rc == SI_E_NOT_FOUND)
+        return SI_OK;
+    if (rc != SI_OK)
+        return fail(ld, SI_E_FORMAT, "%s is not a string", SI_PREDICTOR_INPUT_KEY);
+    if (si_pred_input_parse(pin.data, pin.len, &m->pred_input) != SI_OK)
+        return fail(ld, SI_E_FORMAT, "%s '%.*s' is not 'ffn', 'layer' or 'residual'",
+                    SI_PREDICTOR_INPUT_KEY, (int)pin.len > 32 ? 32 : (int)pin.len, pin.data);
+    return SI_OK;
+}
+
 static int read_weights(struct loader *ld, struct si_model *m)
 {
     const struct si_hparams *hp = &m->hp;
@@ -389,19 +433,8 @@ static int read_weights(struct loader *ld, struct si_model *m)
                              l)) != SI_OK)
                 return rc;
         }
-        if (m->has_predictor) {
-            char name[64];
-            snprintf(name, sizeof name, "blk.%d.fc1.weight", l);
-            int64_t it = si_gguf_find_tensor(ld->g, name);
-            if (it < 0)
-                return fail(ld, SI_E_FORMAT, "missing tensor %s", name);
-            int64_t r = ld->g->tensors[it].ne[1];
-            if ((rc = tensor(ld, &L->fc1, true, d, r, "blk.%d.fc1.weight", l)) != SI_OK ||
-                (rc = tensor(ld, &L->fc2, true, r, ff, "blk.%d.fc2.weight", l)) != SI_OK)
-                return rc;
-        }
     }
-    return SI_OK;
+    return m->has_predictor ? read_predictors(ld, m) : SI_OK;
 }
 
 /* The FFN activation: starinfer.ffn_activation when present, else the
@@ -437,6 +470,8 @@ static const char *not_a_model(const struct si_gguf *g, const struct si_gguf_str
         return "a GPU placement (starinfer place, or PowerInfer's GPU index)";
     if (si_gguf_find_key(g, "starinfer.profile.n_layer") >= 0)
         return "a starinfer activation profile (starinfer profile)";
+    if (arch != NULL && si_gguf_str_eq(*arch, SI_PRED_FILE_ARCH))
+        return "a predictor file (train-predictor --predictors-only: give it with --predictors)";
     if (si_gguf_find_key(g, "starinfer.samples.n") >= 0)
         return "starinfer's predictor training samples (train-predictor --samples)";
     return NULL;
@@ -513,20 +548,10 @@ int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size
         return rc;
     }
     m->hp.n_ctx_train -= m->hp.pos_offset; /* the positions a sequence may use */
-    double thr = 0.0;
-    si_gguf_get_f64(g, "powerinfer.sparse_threshold", &thr);
-    m->predictor_threshold = (float)thr;
-    struct si_gguf_str pin = {0};
-    rc = si_gguf_get_str(g, SI_PREDICTOR_INPUT_KEY, &pin);
-    m->pred_input = SI_PRED_RESIDUAL; /* PowerInfer's, without the key */
-    if (rc != SI_E_NOT_FOUND &&
-        (rc != SI_OK || si_pred_input_parse(pin.data, pin.len, &m->pred_input) != SI_OK)) {
+    if ((rc = read_pred_keys(&ld, m)) != SI_OK) {
         free(m->w.layers);
         free(m);
-        if (rc != SI_OK)
-            return fail(&ld, SI_E_FORMAT, "%s is not a string", SI_PREDICTOR_INPUT_KEY);
-        return fail(&ld, SI_E_FORMAT, "%s '%.*s' is not 'ffn', 'layer' or 'residual'",
-                    SI_PREDICTOR_INPUT_KEY, (int)pin.len > 32 ? 32 : (int)pin.len, pin.data);
+        return rc;
     }
     m->gguf = g;
     *out = m;
@@ -573,7 +598,103 @@ void si_model_free(struct si_model *m)
         return;
     free(m->w.layers);
     si_gguf_free(m->gguf);
+    si_gguf_free(m->pred_gguf);
     free(m);
+}
+
+static const char *row_of(const struct si_tensor *t, int64_t i)
+{
+    return (const char *)t->data + (size_t)i * t->row_bytes;
+}
+
+uint64_t si_model_ffn_hash(const struct si_model *m)
+{
+    uint64_t h = SI_FNV_BASIS;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct si_layer *W = &m->w.layers[l];
+        const struct si_tensor *down = W->ffn_down.data != NULL ? &W->ffn_down : &W->ffn_down_t;
+        h = si__fnv1a(h, row_of(&W->ffn_up, 0), W->ffn_up.row_bytes);
+        h = si__fnv1a(h, row_of(&W->ffn_up, W->ffn_up.ne[1] - 1), W->ffn_up.row_bytes);
+        if (W->ffn_gate.data != NULL)
+            h = si__fnv1a(h, row_of(&W->ffn_gate, 0), W->ffn_gate.row_bytes);
+        h = si__fnv1a(h, row_of(down, 0), down->row_bytes);
+    }
+    return h;
+}
+
+/* A predictor file's shape key `k` as an int32 (0 when absent or invalid). */
+static int32_t pred_file_dim(const struct si_gguf *g, const char *k)
+{
+    uint64_t v = 0;
+    return si_gguf_get_u64(g, k, &v) == SI_OK && v <= INT32_MAX ? (int32_t)v : 0;
+}
+
+/* Whether g is a predictor file made for m: SI_OK, or the reason in ld. */
+static int pred_file_check(struct loader *ld, const struct si_model *m)
+{
+    struct si_gguf_str arch = {0, ""};
+    if (si_gguf_get_str(ld->g, "general.architecture", &arch) != SI_OK ||
+        !si_gguf_str_eq(arch, SI_PRED_FILE_ARCH))
+        return fail(ld, SI_E_FORMAT,
+                    "not a predictor file (general.architecture '%.*s', not '%s': "
+                    "train-predictor --predictors-only writes one)",
+                    (int)(arch.len > 32 ? 32 : arch.len), arch.data, SI_PRED_FILE_ARCH);
+    const int32_t nl = pred_file_dim(ld->g, SI_PRED_FILE_KEY("n_layer")),
+                  d = pred_file_dim(ld->g, SI_PRED_FILE_KEY("n_embd")),
+                  ff = pred_file_dim(ld->g, SI_PRED_FILE_KEY("n_ff"));
+    const struct si_hparams *hp = &m->hp;
+    if (nl != hp->n_layer || d != hp->n_embd || ff != hp->n_ff)
+        return fail(ld, SI_E_FORMAT,
+                    "predictors for a model of %" PRId32 " layers, %" PRId32 " wide, %" PRId32
+                    " neurons, not this one's %" PRId32 ", %" PRId32 ", %" PRId32,
+                    nl, d, ff, hp->n_layer, hp->n_embd, hp->n_ff);
+    uint64_t h = 0;
+    if (si_gguf_get_u64(ld->g, SI_PRED_FILE_KEY("model_hash"), &h) != SI_OK)
+        return fail(ld, SI_E_FORMAT, "missing key %s", SI_PRED_FILE_KEY("model_hash"));
+    const uint64_t mine = si_model_ffn_hash(m);
+    if (h != mine)
+        return fail(ld, SI_E_FORMAT,
+                    "predictors trained on another model's weights (its FFN fingerprint "
+                    "%016" PRIx64 ", this model's %016" PRIx64 ")",
+                    h, mine);
+    return SI_OK;
+}
+
+int si_model_attach_predictors(struct si_model *m, const char *path, char *err, size_t err_size)
+{
+    struct si_gguf *g = NULL;
+    int rc = si_gguf_open(&g, path, err, err_size);
+    if (rc != SI_OK)
+        return rc;
+    char msg[400];
+    struct loader ld = {.g = g, .arch = SI_PRED_FILE_ARCH, .err = msg, .err_size = sizeof msg};
+    /* read into a copy of the layers: m is left as it was on any failure */
+    struct si_model tmp = *m;
+    tmp.w.layers = malloc((size_t)m->hp.n_layer * sizeof *tmp.w.layers);
+    if (tmp.w.layers == NULL) {
+        rc = fail(&ld, SI_E_NOMEM, "out of memory");
+    } else {
+        memcpy(tmp.w.layers, m->w.layers, (size_t)m->hp.n_layer * sizeof *tmp.w.layers);
+        if ((rc = pred_file_check(&ld, m)) == SI_OK && (rc = read_predictors(&ld, &tmp)) == SI_OK)
+            rc = read_pred_keys(&ld, &tmp);
+    }
+    if (rc != SI_OK) {
+        snprintf(err, err_size, "%s: %s", path, msg);
+        free(tmp.w.layers);
+        si_gguf_free(g);
+        return rc;
+    }
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        m->w.layers[l].fc1 = tmp.w.layers[l].fc1;
+        m->w.layers[l].fc2 = tmp.w.layers[l].fc2;
+    }
+    free(tmp.w.layers);
+    m->predictor_threshold = tmp.predictor_threshold;
+    m->pred_input = tmp.pred_input;
+    m->has_predictor = true;
+    si_gguf_free(m->pred_gguf);
+    m->pred_gguf = g;
+    return SI_OK;
 }
 
 int64_t si_model_token_bytes(const struct si_model *m, int64_t *ffn)

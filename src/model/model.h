@@ -158,6 +158,7 @@ enum si_pred_input {
 
 struct si_model {
     struct si_gguf *gguf;
+    struct si_gguf *pred_gguf; /* a predictor file's (si_model_attach_predictors), or NULL */
     struct si_hparams hp;
     struct si_weights w;
     float predictor_threshold; /* powerinfer.sparse_threshold, 0 by default */
@@ -175,6 +176,36 @@ int si_model_load(struct si_model **out, const char *path, char *err, size_t err
 int si_model_from_gguf(struct si_model **out, struct si_gguf *g, char *err, size_t err_size);
 
 void si_model_free(struct si_model *m);
+
+/*
+ * Predictor files: a model's predictors apart from it (`starinfer
+ * train-predictor --predictors-only`), so that they can be trained, kept
+ * and moved without the model's weights.  GGUF, general.architecture
+ * SI_PRED_FILE_ARCH, the model's shape (SI_PRED_FILE_KEY "n_layer",
+ * "n_embd", "n_ff") and fingerprint ("model_hash", si_model_ffn_hash), the
+ * predictors' keys as in a model (powerinfer.sparse_threshold,
+ * SI_PREDICTOR_INPUT_KEY, starinfer.predictor.*) and blk.N.fc1.weight /
+ * blk.N.fc2.weight.
+ */
+#define SI_PRED_FILE_ARCH   "starinfer.predictors"
+#define SI_PRED_FILE_KEY(k) "starinfer.predictors." k
+
+/* FNV-1a over every layer's first and last ffn_up rows, first ffn_gate row
+ * and first down row (ffn_down, or ffn_down_t alone): the weights
+ * predictors are trained on. */
+uint64_t si_model_ffn_hash(const struct si_model *m);
+
+/* Map the predictor file at `path` and take its predictors and their keys
+ * in place of m's own (m keeps the file open: m->pred_gguf).  Refused
+ * (m unchanged) when it is no predictor file or was made for another
+ * model.  SI_OK or a negative si_status with one line in err. */
+int si_model_attach_predictors(struct si_model *m, const char *path, char *err, size_t err_size);
+
+/* The file that holds m's predictors' keys: the predictor file, else the model's. */
+static inline const struct si_gguf *si_model_pred_gguf(const struct si_model *m)
+{
+    return m->pred_gguf != NULL ? m->pred_gguf : m->gguf;
+}
 
 /*
  * Bytes of weights a dense forward pass reads for one decoded token: every

@@ -89,7 +89,7 @@ int si_eval_stored_thresholds(const struct si_model *m, enum si_active_rule *rul
                               double *target, char *err, size_t err_size)
 {
     *out = NULL;
-    const struct si_gguf *g = m->gguf;
+    const struct si_gguf *g = si_model_pred_gguf(m);
     const int64_t k = si_gguf_find_key(g, "starinfer.predictor.active_threshold");
     if (k < 0)
         return SI_E_NOT_FOUND;

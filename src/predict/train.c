@@ -1044,6 +1044,27 @@ static void *quantize(uint32_t t, const float *src, int64_t rows, int64_t n, siz
     return dst;
 }
 
+/* A predictor file's own keys (model.h): its architecture, the model's
+ * name, shape and fingerprint. */
+static int pred_file_keys(struct si_gguf_writer *w, const struct si_model *m)
+{
+    struct si_gguf_str name = {0, ""};
+    si_gguf_get_str(m->gguf, "general.name", &name);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%.*s", (int)(name.len < 200 ? name.len : 200), name.data);
+    int rc;
+    if ((rc = si_gguf_writer_set_str(w, "general.architecture", SI_PRED_FILE_ARCH)) != SI_OK ||
+        (name.len > 0 &&
+         (rc = si_gguf_writer_set_str(w, SI_PRED_FILE_KEY("model_name"), buf)) != SI_OK) ||
+        (rc = si_gguf_writer_set_u32(w, SI_PRED_FILE_KEY("n_layer"), (uint32_t)m->hp.n_layer)) !=
+            SI_OK ||
+        (rc = si_gguf_writer_set_u32(w, SI_PRED_FILE_KEY("n_embd"), (uint32_t)m->hp.n_embd)) !=
+            SI_OK ||
+        (rc = si_gguf_writer_set_u32(w, SI_PRED_FILE_KEY("n_ff"), (uint32_t)m->hp.n_ff)) != SI_OK)
+        return rc;
+    return si_gguf_writer_set_u64(w, SI_PRED_FILE_KEY("model_hash"), si_model_ffn_hash(m));
+}
+
 int si_train_write(const struct si_model *m, const struct si_train_layer *layers,
                    const struct si_train_write_params *wp, const char *path, char *err,
                    size_t err_size)
@@ -1062,7 +1083,12 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
                         si_type_name(wp->type));
     /* PowerInfer's layout (model/pwri.h): its tensor set, ffn_down_t in a
      * type it reads, predictors of the residual (what it gives them) */
-    const bool pwri = wp->powerinfer || g->powerinfer;
+    const bool only = wp->predictors_only;
+    if (only && (wp->powerinfer || wp->down_t))
+        return si__errf(err, err_size, SI_E_INVALID,
+                        "%s: a predictor file holds no weights (%s needs the whole model)", path,
+                        wp->powerinfer ? "PowerInfer's layout" : "ffn_down_t");
+    const bool pwri = !only && (wp->powerinfer || g->powerinfer);
     if (pwri && wp->input != SI_PRED_RESIDUAL)
         return si__errf(err, err_size, SI_E_INVALID,
                         "%s: PowerInfer's layout: PowerInfer gives the predictors the residual "
@@ -1078,7 +1104,7 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         rc = si__errf(err, err_size, SI_E_NOMEM, "%s: out of memory", path);
         goto out;
     }
-    if ((rc = si_gguf_writer_copy_kv(w, g)) != SI_OK ||
+    if ((rc = only ? pred_file_keys(w, m) : si_gguf_writer_copy_kv(w, g)) != SI_OK ||
         (rc = si_gguf_writer_set_f32(w, "powerinfer.sparse_threshold", wp->threshold)) != SI_OK ||
         (rc = si_gguf_writer_set_str(w, SI_PREDICTOR_INPUT_KEY, si_pred_input_name(wp->input))) !=
             SI_OK ||
@@ -1098,7 +1124,7 @@ int si_train_write(const struct si_model *m, const struct si_train_layer *layers
         (rc = si_gguf_writer_set_str(w, "starinfer.ffn_activation",
                                      hp->act == SI_ACT_GELU ? "gelu" : "silu")) != SI_OK)
         goto fail;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
+    for (uint64_t i = 0; i < (only ? 0 : g->n_tensors); i++) {
         const struct si_gguf_tensor *t = &g->tensors[i];
         if (is_predictor_tensor(t->name))
             continue;

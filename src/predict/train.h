@@ -248,6 +248,9 @@ struct si_train_write_params {
     int64_t n_samples;            /* samples per layer trained on (> 0: stored) */
     enum si_pred_input input;     /* what the predictors were trained on: stored
                                    * as SI_PREDICTOR_INPUT_KEY (si_pred_input_name) */
+    bool predictors_only;         /* write a predictor file (model.h) instead of the
+                                   * model: the predictors, their keys and the
+                                   * model's shape and fingerprint, no weights */
 };
 
 /*
