@@ -1,26 +1,19 @@
 #!/usr/bin/env bash
 # bench/gpu-session.sh: a device session's one call (issue 41; docs/gpu.md,
 # "The next device session"): the CUDA tests, then on a 13B-shaped Q4_0 model
-# with 30% of it in VRAM the hybrid in gate and predictor modes (predictors
-# trained there) with and without the attention of the first layers on the
+# with 30% of it in VRAM the hybrid in gate and predictor modes with and
+# without the attention of the first layers on the
 # GPU, llama.cpp's CUDA build at the same VRAM, and the CPU-only rows on the
 # machine's cores. The predictors are trained here and carried as a
 # predictor file (train-predictor --predictors-only, 27 MB at rank 64 Q4_0):
 # synth makes the same weights there from the same seed, and the file's
 # fingerprint refuses any other.
 #
-# Prepared here (the build machine), from the repository root:
-#   tools/setup && tools/device-test prepare
-#   cp "$(tools/build-peer --cuda --cuda-arch 90)" "$(tools/build-peer)" .device/peer/
-#   (the CUDA peer takes over an hour to build on 2 cores: start it first)
-#   cp /usr/share/common-licenses/GPL-3 .device/gpl.txt
-#   starinfer synth (the line below) -o 13b.gguf
-#   starinfer profile -m 13b.gguf -f .device/gpl.txt -n 256 -c 256 -o .device/13b.prof
-#   starinfer train-predictor -m 13b.gguf -f .device/gpl.txt -o .device/13b.pred -n 4096 -c 512 \
-#       --rank 64 --epochs 4 -t q4_0 --predictors-only   (about 40 min on 2 cores)
-#   strip --strip-unneeded .device/bin/* .device/tests/test-* .device/lib/*.so* .device/peer/*
-# There (the device tool, carry [".device"], timeout_s 600):
-#   bench/gpu-session.sh
+# Prepared here (the build machine), from the repository root, by
+#   bench/gpu-prepare.sh   (the model, its profile and predictors, the
+#                           binaries and peers, packed into device.tar.xz)
+# There (the device tool, carry ["device.tar.xz"], timeout_s 600):
+#   tar -xJf device.tar.xz && bench/gpu-session.sh
 # Each step starts only while its usual time still fits; what ran comes back:
 # $OUT/summary.txt, $OUT/logs.tar.gz, $OUT/test-logs.tar.gz and the raw FxT
 # trace of one hybrid run in $OUT/fxt.tar.gz (drawn here with tools/trace).
