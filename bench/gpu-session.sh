@@ -40,11 +40,13 @@ export STARINFER=$dev/bin/starinfer
 export srcdir=$root
 SI=$dev/bin/starinfer
 M=/tmp/13b.gguf   # random rank-64 predictors (synth): gate mode, llama.cpp's copy
-PRED=$dev/13b.pred # its trained predictors (carried), for predictor mode
+PRED=${SESSION_PRED:-$dev/13b.pred} # its trained predictors (carried), for predictor mode
 P=${SESSION_PROFILE:-$dev/13b.prof}
 NT=$(nproc)
 # A dry run of this script on the build machine: SESSION_PRESET=tiny
-# SESSION_TESTS=test-cuda-kernels bench/gpu-session.sh (the GPU rows then fail).
+# SESSION_TESTS=test-cuda-kernels SESSION_PROFILE=P SESSION_PRED=F
+# bench/gpu-session.sh, P and F made for the tiny preset's model (the GPU
+# rows then fail).
 PRESET=${SESSION_PRESET:-13b}
 TESTS=${SESSION_TESTS:-test-cuda-kernels test-cuda-decode test-codelet-cuda test-codelets test-api \
 test-api-host test-api-threads test-engine test-cli.sh}
@@ -133,10 +135,14 @@ late 550 "CPU-only starinfer, Wo in row slices" || {
     STARPU_NCUDA=0 timeout 30 "$SI" bench -m $M "${GX[@]}" --prompt-tokens 64 -n 32 -r 1 -c 128 \
         --sparsity predictor --profile $P 2>&1 | row
 }; }
-late 575 "the hybrid's trace" || {
+late 570 "CPU-only starinfer, dense" || {
+    stamp "starinfer CPU only ($NT cores): dense"
+    STARPU_NCUDA=0 timeout 25 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 1 -c 128 2>&1 | row
+}
+late 580 "the hybrid's trace" || {
     stamp "an FxT trace of the hybrid (4 tokens, $GMODE, --gpu-attention auto)"
     mkdir -p "$O/fxt"
-    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 20 "$SI" generate -m $M "${GX[@]}" \
+    STARPU_FXT_TRACE=1 STARPU_FXT_PREFIX="$O/fxt/" timeout 15 "$SI" generate -m $M "${GX[@]}" \
         -p "The quick brown fox" -n 4 --temp 0 --ignore-eos -c 64 \
         --sparsity $GMODE --profile $P --vram-budget 2100M >/dev/null \
         2>"$O/fxt/gen.txt"
