@@ -105,6 +105,13 @@ static void test_load_errors(const char *model_path)
 
 /* ------------------------------------------------------- predictor files */
 
+/* n values in [-0.5, 0.5) from the LCG state *s (nothing when p is NULL). */
+static void fill_uniform(float *p, int64_t n, uint64_t *s)
+{
+    for (int64_t i = 0; p != NULL && i < n; i++)
+        p[i] = (float)((*s = *s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+}
+
 /*
  * si_llm_params.predictors: a predictor file (random predictors of width 32
  * written as train-predictor --predictors-only writes them) gives the
@@ -125,12 +132,8 @@ static void test_predictor_file(const char *model_path)
         layers[l].rank = r;
         layers[l].fc1 = malloc((size_t)r * (size_t)d * sizeof(float));
         layers[l].fc2 = malloc((size_t)ff * (size_t)r * sizeof(float));
-        for (int64_t i = 0; layers[l].fc1 != NULL && i < (int64_t)r * d; i++)
-            layers[l].fc1[i] =
-                (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
-        for (int64_t i = 0; layers[l].fc2 != NULL && i < (int64_t)ff * r; i++)
-            layers[l].fc2[i] =
-                (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+        fill_uniform(layers[l].fc1, (int64_t)r * d, &s);
+        fill_uniform(layers[l].fc2, (int64_t)ff * r, &s);
     }
     path_in(pred, sizeof pred, "tiny.pred");
     struct si_train_write_params wp = {

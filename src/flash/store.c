@@ -79,20 +79,15 @@ int si_flash_format_of(const struct si_model *m, struct si_flash_format *f, char
     return SI_OK;
 }
 
-static const char *row_of(const struct si_tensor *t, int64_t i)
-{
-    return (const char *)t->data + (size_t)i * t->row_bytes;
-}
-
 uint64_t si_flash_model_hash(const struct si_model *m, const struct si_flash_format *f)
 {
     uint64_t h = SI_FNV_BASIS;
     for (int l = 0; l < f->n_layer; l++) {
         const struct si_layer *W = &m->w.layers[l];
-        h = si__fnv1a(h, row_of(&W->ffn_up, 0), f->gu_row);
+        h = si__fnv1a(h, si_file_row(&W->ffn_up, 0), f->gu_row);
         h = W->ffn_down_t.data != NULL
-                ? si__fnv1a(h, row_of(&W->ffn_down_t, 0), f->dt_row)
-                : si__fnv1a(h, row_of(&W->ffn_down, 0), W->ffn_down.row_bytes);
+                ? si__fnv1a(h, si_file_row(&W->ffn_down_t, 0), f->dt_row)
+                : si__fnv1a(h, si_file_row(&W->ffn_down, 0), W->ffn_down.row_bytes);
     }
     return h;
 }
@@ -123,7 +118,7 @@ static int load_col(struct layer_src *s)
     if (*s->col == NULL && (*s->col = malloc((size_t)d * (size_t)ff * sizeof(float))) == NULL)
         return SI_E_NOMEM;
     for (int64_t o = 0; o < d; o++)
-        si_dequantize_row(dn->type, row_of(dn, o), *s->col + (size_t)o * ff, ff);
+        si_dequantize_row(dn->type, si_file_row(dn, o), *s->col + (size_t)o * ff, ff);
     *s->col_layer = s->l;
     return SI_OK;
 }
@@ -133,7 +128,7 @@ static int down_t_row(struct layer_src *s, int32_t i, void *dst)
 {
     const struct si_layer *W = &s->m->w.layers[s->l];
     if (W->ffn_down_t.data != NULL) {
-        memcpy(dst, row_of(&W->ffn_down_t, i), s->f->dt_row);
+        memcpy(dst, si_file_row(&W->ffn_down_t, i), s->f->dt_row);
         return SI_OK;
     }
     int rc = load_col(s);
@@ -165,15 +160,16 @@ static int fill(void *user, int64_t row0, int64_t n_rows, void *dst)
         case PART_REC:
             memset(out, 0, f->rec_bytes);
             if (f->has_gate)
-                memcpy(out + f->gate_off, row_of(&W->ffn_gate, i), f->gu_row);
-            memcpy(out + f->up_off, row_of(&W->ffn_up, i), f->gu_row);
+                memcpy(out + f->gate_off, si_file_row(&W->ffn_gate, i), f->gu_row);
+            memcpy(out + f->up_off, si_file_row(&W->ffn_up, i), f->gu_row);
             rc = down_t_row(s, i, out + f->dt_off);
             out += f->rec_bytes;
             break;
         case PART_GATE:
         case PART_UP:
             memset(out, 0, f->up_part);
-            memcpy(out, row_of(s->part == PART_GATE ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
+            memcpy(out, si_file_row(s->part == PART_GATE ? &W->ffn_gate : &W->ffn_up, i),
+                   f->gu_row);
             out += f->up_part;
             break;
         case PART_DT:

@@ -55,12 +55,6 @@ static void filter_rows(void *father, void *child, struct starpu_data_filter *f,
     matrix_part(F, C, F->nx, (uint32_t)(dn[id + 1] - dn[id]), (size_t)dn[id] * F->ld * F->elemsize);
 }
 
-/* Row i of tensor t (F32 in every supported file for 1-D vectors). */
-static const char *row_of(const struct si_tensor *t, int64_t i)
-{
-    return (const char *)t->data + (size_t)i * t->row_bytes;
-}
-
 /*
  * The pages of tensor t (NULL: none) that the engine copied: dropped from
  * the file's mapping, so that they are not resident twice; what reads them
@@ -95,20 +89,21 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
         const int32_t i = L->perm[p];
         char *r = rec + (size_t)p * rb;
         if (f->gate_off >= 0)
-            memcpy(r + f->gate_off, row_of(&W->ffn_gate, i), f->gu_row);
+            memcpy(r + f->gate_off, si_file_row(&W->ffn_gate, i), f->gu_row);
         if (f->up_off >= 0)
-            memcpy(r + f->up_off, row_of(&W->ffn_up, i), f->gu_row);
+            memcpy(r + f->up_off, si_file_row(&W->ffn_up, i), f->gu_row);
         if (e->lay.pre_sep)
             memcpy((char *)L->pre + (size_t)p * f->gu_row,
-                   row_of(e->lay.has_gate ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
+                   si_file_row(e->lay.has_gate ? &W->ffn_gate : &W->ffn_up, i), f->gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
         if (W->ffn_down_t.data != NULL)
-            memcpy(rec + (size_t)p * rb + f->dt_off, row_of(&W->ffn_down_t, i), f->dt_row);
+            memcpy(rec + (size_t)p * rb + f->dt_off, si_file_row(&W->ffn_down_t, i), f->dt_row);
     }
     if (W->ffn_down_t.data == NULL) {
         /* col holds ffn_down as (n_embd, n_ff) floats, one output per row */
         for (int64_t o = 0; o < d; o++)
-            si_dequantize_row(W->ffn_down.type, row_of(&W->ffn_down, o), col + (size_t)o * ff, ff);
+            si_dequantize_row(W->ffn_down.type, si_file_row(&W->ffn_down, o), col + (size_t)o * ff,
+                              ff);
         float *t = malloc((size_t)d * sizeof(float));
         if (t == NULL)
             return si__errf(err, err_size, SI_E_NOMEM, "out of memory for down_t");
@@ -122,7 +117,7 @@ int si__build_records(struct si_engine *e, int l, float *col, char *err, size_t 
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         const struct si_tensor *fc2 = &W->fc2;
         for (int64_t p = 0; p < ff; p++)
-            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, si_file_row(fc2, L->perm[p]),
                    fc2->row_bytes);
     }
     /* Copied: the mapping need not keep them (a 7B Q4_0 in gate mode was
@@ -149,7 +144,7 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     for (int64_t p = 0; p < ff; p++) {
         const int32_t i = L->perm[p];
         if (e->lay.pre_sep)
-            memcpy((char *)L->pre + (size_t)p * L->f.gu_row, row_of(g, i), L->f.gu_row);
+            memcpy((char *)L->pre + (size_t)p * L->f.gu_row, si_file_row(g, i), L->f.gu_row);
         L->up_b[p] = W->ffn_up_b.data != NULL ? ((const float *)W->ffn_up_b.data)[i] : 0.0f;
     }
     if (e->lay.pre_sep)
@@ -160,7 +155,7 @@ int si__build_flash(struct si_engine *e, int l, char *err, size_t err_size)
     if (e->p.mode == SI_SPARSITY_PREDICTOR) {
         const struct si_tensor *fc2 = &W->fc2;
         for (int64_t p = 0; p < ff; p++)
-            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, row_of(fc2, L->perm[p]),
+            memcpy((char *)L->fc2p + (size_t)p * fc2->row_bytes, si_file_row(fc2, L->perm[p]),
                    fc2->row_bytes);
     }
     return SI_OK;

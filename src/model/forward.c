@@ -98,7 +98,7 @@ void si_ref_matvec_cols(bool act_quant, void *xq, float *y, const struct si_tens
 const void *si_tensor_row(const struct si_tensor *w, int64_t r, void *buf)
 {
     if (r >= w->pk)
-        return (const char *)w->data + (size_t)r * w->row_bytes;
+        return si_file_row(w, r);
     const char *group = (const char *)w->data + (size_t)(r / 8) * 8 * w->row_bytes;
     si_unpack8_row(w->type, group, (int)(r % 8), w->ne[0], buf);
     return buf;

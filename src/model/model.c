@@ -602,22 +602,17 @@ void si_model_free(struct si_model *m)
     free(m);
 }
 
-static const char *row_of(const struct si_tensor *t, int64_t i)
-{
-    return (const char *)t->data + (size_t)i * t->row_bytes;
-}
-
 uint64_t si_model_ffn_hash(const struct si_model *m)
 {
     uint64_t h = SI_FNV_BASIS;
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const struct si_layer *W = &m->w.layers[l];
         const struct si_tensor *down = W->ffn_down.data != NULL ? &W->ffn_down : &W->ffn_down_t;
-        h = si__fnv1a(h, row_of(&W->ffn_up, 0), W->ffn_up.row_bytes);
-        h = si__fnv1a(h, row_of(&W->ffn_up, W->ffn_up.ne[1] - 1), W->ffn_up.row_bytes);
+        h = si__fnv1a(h, si_file_row(&W->ffn_up, 0), W->ffn_up.row_bytes);
+        h = si__fnv1a(h, si_file_row(&W->ffn_up, W->ffn_up.ne[1] - 1), W->ffn_up.row_bytes);
         if (W->ffn_gate.data != NULL)
-            h = si__fnv1a(h, row_of(&W->ffn_gate, 0), W->ffn_gate.row_bytes);
-        h = si__fnv1a(h, row_of(down, 0), down->row_bytes);
+            h = si__fnv1a(h, si_file_row(&W->ffn_gate, 0), W->ffn_gate.row_bytes);
+        h = si__fnv1a(h, si_file_row(down, 0), down->row_bytes);
     }
     return h;
 }

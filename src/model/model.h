@@ -100,6 +100,14 @@ struct si_tensor {
                            * data its q rows, type Q4_0 or Q4_1 (with mins) */
 };
 
+/* Row i of t in the row layout (ne[0] elements, row_bytes bytes): the
+ * file's tensors, and the rows past t->pk of packed ones (a packed row:
+ * forward.h's si_tensor_row). */
+static inline const char *si_file_row(const struct si_tensor *t, int64_t i)
+{
+    return (const char *)t->data + (size_t)i * t->row_bytes;
+}
+
 struct si_layer {
     struct si_tensor attn_norm, attn_norm_b;   /* [n_embd] */
     struct si_tensor attn_norm2, attn_norm2_b; /* falcon-40b style: the attention's
