@@ -30,11 +30,13 @@ flags=(--oversubscribe)
 # names, which stacks from frame pointers (run-tests' default) lose.
 lsan=${LSAN_OPTIONS:-}
 [ -z "${SI_SAN_FLAGS:-}" ] || lsan=${lsan:+$lsan:}fast_unwind_on_malloc=0
+# run_mpirun ARGS...: mpirun with the flags above, the sanitizers' unwinder
+# and a limit; mpi N ARGS...: N ranks of one worker each running starinfer.
+run_mpirun() { LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" "$@"; }
 mpi() {
     local n=$1
     shift
-    LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -np "$n" -x STARPU_NCPU=1 -x STARPU_SILENT=1 \
-        "$si" "$@"
+    run_mpirun -np "$n" -x STARPU_NCPU=1 -x STARPU_SILENT=1 "$si" "$@"
 }
 
 # Ranks to compare with one process: 2 and 3 (a middle rank that both
@@ -81,8 +83,8 @@ same "$tmp/r.gguf" --sparsity predictor
 # to one core, as mpirun -np 2 binds them on two cores, had no worker).
 STARPU_NCPU=1 "$si" generate -m "$tmp/r.gguf" -p "the cat sat on" -n 16 --temp 0 --ids \
     >"$tmp/one" 2>"$tmp/err" || fail "one process: $(cat "$tmp/err")"
-if LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -np 2 -x STARPU_SILENT=1 "$si" generate \
-    -m "$tmp/r.gguf" -p "the cat sat on" -n 16 --temp 0 --ids >"$tmp/many" 2>"$tmp/err"; then
+if run_mpirun -np 2 -x STARPU_SILENT=1 "$si" generate -m "$tmp/r.gguf" -p "the cat sat on" -n 16 \
+    --temp 0 --ids >"$tmp/many" 2>"$tmp/err"; then
     cmp -s "$tmp/one" "$tmp/many" && echo "ok: 2 ranks without STARPU_NCPU: $(grep '^ids' "$tmp/many")" ||
         fail "2 ranks without STARPU_NCPU: '$(cat "$tmp/many")', one process '$(cat "$tmp/one")'"
 else
@@ -166,7 +168,7 @@ grep -q '7 MPI ranks for a model of 6 layers' "$tmp/err" || fail "7 ranks: $(cat
 # A rank that dies (rank 1 out of CPU time after 2 s): mpirun ends the
 # others and says which one; nothing hangs.
 gen=(generate -m "$tmp/r.gguf" -p "the cat" -n 100000 -c 100100 --ignore-eos)
-LSAN_OPTIONS=$lsan timeout 300 mpirun "${flags[@]}" -x STARPU_NCPU=1 -np 1 "$si" "${gen[@]}" : \
+run_mpirun -x STARPU_NCPU=1 -np 1 "$si" "${gen[@]}" : \
     -np 1 bash -c 'ulimit -t 2; exec "$0" "$@"' "$si" "${gen[@]}" >/dev/null 2>"$tmp/err"
 rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a dying rank: mpirun exited $rc"
