@@ -1744,6 +1744,7 @@ void si_context_get_stats(const struct si_context *ctx, struct si_stats *out)
         s.step_seconds = e.seconds - b->seconds;
         s.step_tasks = e.tasks - b->tasks;
         s.step_submit_seconds = e.submit_seconds - b->submit_seconds;
+        s.step_submit_cpu_seconds = e.submit_cpu_seconds - b->submit_cpu_seconds;
         s.batch_tokens = e.batch_tokens - b->batch_tokens;
         s.batch_seconds = e.batch_seconds - b->batch_seconds;
         s.batch_tasks = e.batch_tasks - b->batch_tasks;

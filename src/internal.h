@@ -30,6 +30,15 @@ static inline double si__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Seconds of the calling thread's CPU time: for costs where the cores
+ * are shared. */
+static inline double si__thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Drops the whole pages of [p, p + n) from the process: for a read-only
  * file mapping whose pages were read (they come back from the file if read
  * again), so that what was copied is not resident twice. */

@@ -367,7 +367,8 @@ void si_run_print_engine_stats(FILE *f, const struct si_run_opts *o, const struc
         fprintf(f, " wall %.3f ms, %.1f tasks", 1e3 * wall / n,
                 (double)(batch ? st->batch_tasks : st->step_tasks) / n);
         if (!batch)
-            fprintf(f, " submitted in %.3f ms", 1e3 * st->step_submit_seconds / n);
+            fprintf(f, " submitted in %.3f ms (%.3f ms of CPU)", 1e3 * st->step_submit_seconds / n,
+                    1e3 * st->step_submit_cpu_seconds / n);
         fprintf(f, "; workers busy %.0f%% of the wall time\n",
                 wall > 0 ? 100.0 * busy / (wall * workers) : 0.0);
     }

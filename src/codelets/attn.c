@@ -71,7 +71,7 @@ static void attn_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct attn_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     attn_bufs(&b, e, a->l, &io);
     if (e->L[a->l].attn_gpu && e->p.gpu_twin) { /* the GPU's steps, on this CPU worker */
         attn_twin(e, a->l, &io);
@@ -366,7 +366,7 @@ static void attn_cuda(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
     struct attn_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     attn_bufs(&b, a->e, a->l, &io);
     const double t0 = si__now();
     const struct attn_ops ops = {(void *)starpu_cuda_get_local_stream(),
@@ -475,7 +475,7 @@ static void attn_grp_cpu(void *buffers[], void *cl_arg)
     const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     struct agrp_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     agrp_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
     const int j = a->j, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
@@ -556,7 +556,7 @@ static void apos_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     const struct si_hparams *hp = &e->m->hp;
     struct apos_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     apos_bufs(&b, e, a->l, a->j, &io);
     const double t0 = si__now();
     int c0, nc;
@@ -616,7 +616,7 @@ static void ao_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     struct ao_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     ao_bufs(&b, e, a->l, a->j, &io);
     double t0 = si__now();
     const float *att = io.att;
@@ -669,7 +669,7 @@ static void aout_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     struct aout_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     aout_bufs(&b, e, a->l, &io);
     double t0 = si__now();
     memcpy(sc->xf, io.o, (size_t)e->m->hp.n_embd * sizeof(float));
@@ -683,6 +683,8 @@ static void aout_cpu(void *buffers[], void *cl_arg)
  * (si__split_o). */
 static void join_o(struct si_engine *e, bool fused)
 {
+    if (e->ip.on) /* (in place: no partitions) */
+        return;
     if (fused && si__joins(e->dec.ng))
         si__join(&e->dec.o_join, e->dec.h_opart, (unsigned)e->dec.ng, e->dec.h_opart_c);
     else if (!fused && si__joins(e->dec.na))
@@ -713,7 +715,7 @@ int si__submit_attn_split(struct si_engine *e, int l, int32_t token)
         join_o(e, true);
         return rc;
     }
-    const bool join_att = e->dec.ng > 1 && si__joins(e->dec.ng);
+    const bool join_att = e->dec.ng > 1 && si__joins(e->dec.ng) && !e->ip.on;
     if (join_att) /* the groups' outputs whole for the tasks that read them all */
         starpu_data_unpartition_submit(e->dec.h_att, (unsigned)e->dec.ng, e->dec.h_att_c,
                                        STARPU_MAIN_RAM);

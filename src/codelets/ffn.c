@@ -290,7 +290,7 @@ static void ffn_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct ffn_io io;
-    struct si__bufs bw = si__bufs_read(buffers);
+    struct si__bufs bw = si__bufs_task(buffers, cl_arg);
     ffn_bufs(&bw, e, a->l, a->j, false, &io);
     if (e->p.gpu_twin && si__is_hot(e, a->l, a->j) && !e->p.redux && !e->lay.fuse_out &&
         !(e->p.mode == SI_SPARSITY_PREDICTOR && e->lay.fuse_pred)) {
@@ -554,7 +554,7 @@ static void ffn_cuda(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     const double t0 = si__now();
     struct ffn_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     ffn_bufs(&b, a->e, a->l, a->j, true, &io);
     const struct si__ffn_ops op = si__ffn_cuda_ops((void *)starpu_cuda_get_local_stream());
     const int rc = hot_gpu_form(&op, a->e, a->l, a->j, &io, io.iota, io.h);
@@ -612,7 +612,7 @@ static void down_cpu(void *buffers[], void *cl_arg)
     const struct si__layer_state *L = &e->L[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     struct si__down_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     si__down_bufs(&b, e, a->l, a->j, false, &io);
     double t0 = si__now();
     si__ffn_gather(L, io.act, 0, sc->h);

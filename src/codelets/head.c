@@ -14,7 +14,7 @@ static float *embed_bufs(struct si__bufs *b, struct si_engine *e)
 static void embed_cpu(void *buffers[], void *cl_arg)
 {
     struct si__task_arg *a = cl_arg;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     float *x = embed_bufs(&b, a->e);
     double t0 = si__now();
     si_ref_begin_into(a->e->ref, a->token, a->e->ref->n_past, x); /* checked before submission */
@@ -52,7 +52,7 @@ static void head_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct head_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     head_bufs(&b, e, &io);
     double t0 = si__now();
     const double tm = si__residual_in(e, e->m->hp.n_layer, &io.c, io.x, io.x, si__scratch_of(e));
@@ -85,7 +85,7 @@ static void head_rows_cpu(void *buffers[], void *cl_arg)
     struct si_engine *e = a->e;
     struct si__scratch *sc = si__scratch_of(e);
     struct head_rows_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     head_rows_bufs(&b, e, a->j, &io);
     double t0 = si__now();
     const double tm = si__residual_in(e, e->m->hp.n_layer, &io.c, io.x, sc->xl, sc);
@@ -105,14 +105,17 @@ int si__submit_head(struct si_engine *e, int32_t token)
         return si__submit(e, &si__cl_head, "norm+lm_head", -1, -1, token, &a, 0);
     }
     int rc = 0;
-    starpu_data_partition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c);
+    const bool split = !e->ip.on; /* (in place: no partitions) */
+    if (split)
+        starpu_data_partition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c);
     for (int32_t j = 0; j < e->dec.na && rc == 0; j++) {
         b = si__bufs_collect(&a);
         head_rows_bufs(&b, e, j, &(struct head_rows_io){0});
         rc = si__submit(e, &si__cl_head_rows, e->dec.name_head[j], -1, j, token, &a, 0);
     }
-    starpu_data_unpartition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c,
-                                   STARPU_MAIN_RAM);
+    if (split)
+        starpu_data_unpartition_submit(e->dec.h_logits, (unsigned)e->dec.na, e->dec.h_logits_c,
+                                       STARPU_MAIN_RAM);
     return rc;
 }
 
@@ -124,8 +127,7 @@ static struct starpu_perfmodel head_rows_model = {.type = STARPU_HISTORY_BASED,
 
 struct starpu_codelet si__cl_embed = {
     .cpu_funcs = {embed_cpu},
-    .nbuffers = 1,
-    .modes = {STARPU_W},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* (none in the in-place graph) */
     .model = &embed_model,
     .name = "embed",
 };

@@ -49,7 +49,7 @@ static void load_cpu(void *buffers[], void *cl_arg)
     struct si__layer_state *L = &e->L[a->l];
     int32_t *act = e->fl.ft->L[a->l].act;
     struct load_io io;
-    struct si__bufs bw = si__bufs_read(buffers);
+    struct si__bufs bw = si__bufs_task(buffers, cl_arg);
     load_bufs(&bw, e, a->l, &io);
     double t0 = si__now();
     const int32_t first = L->hot ? 1 : 0;
@@ -121,7 +121,7 @@ static void ffn_flash_cpu(void *buffers[], void *cl_arg)
     const size_t rb = f->rec_bytes;
     const uint32_t t = f->gu_type;
     struct flash_io io;
-    struct si__bufs bw = si__bufs_read(buffers);
+    struct si__bufs bw = si__bufs_task(buffers, cl_arg);
     flash_bufs(&bw, e, a->l, a->j, &io);
     double t0 = si__now();
     const float *xb = io.xb;

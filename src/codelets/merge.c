@@ -87,7 +87,7 @@ void si__carried_bufs(struct si__bufs *b, const struct si_engine *e, int l, stru
 void si__join_carried(struct si_engine *e, int l)
 {
     si__split_carried(e);
-    if (!carry_joined(e, l + 1))
+    if (!carry_joined(e, l + 1) || e->ip.on) /* (in place: no partitions) */
         return;
     struct si__layer_state *L = &e->L[l];
     if (e->lay.sparse)
@@ -141,7 +141,7 @@ static void merge_cpu(void *buffers[], void *cl_arg)
     const struct si_layer *W = &e->w->layers[a->l];
     const int64_t d = e->m->hp.n_embd;
     struct merge_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     merge_bufs(&b, e, a->l, &io);
     double t0 = si__now();
     memcpy(sc->xf, io.y, (size_t)d * sizeof(float));
@@ -182,7 +182,7 @@ static void residual_cpu(void *buffers[], void *cl_arg)
     struct si__task_arg *a = cl_arg;
     struct si_engine *e = a->e;
     struct residual_io io;
-    struct si__bufs b = si__bufs_read(buffers);
+    struct si__bufs b = si__bufs_task(buffers, cl_arg);
     residual_bufs(&b, e, a->l, &io);
     si__charge(e, SI_TASK_MERGE, si__residual_in(e, a->l, &io.c, io.x, io.x, si__scratch_of(e)));
 }

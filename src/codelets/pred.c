@@ -48,7 +48,7 @@ static void pred_cpu(void *buffers[], void *cl_arg)
     const struct si_layer *W = &e->w->layers[a->l];
     struct si__scratch *sc = si__scratch_of(e);
     struct pred_io io;
-    struct si__bufs bw = si__bufs_read(buffers);
+    struct si__bufs bw = si__bufs_task(buffers, cl_arg);
     pred_bufs(&bw, e, a->l, &io);
     double t0 = si__now();
     const float *xb = io.in;
@@ -127,7 +127,7 @@ static void gmask_cpu(void *buffers[], void *cl_arg)
     const float thr = e->lay.gthr[a->l];
     const bool relu = hp->act == SI_ACT_RELU;
     struct gmask_io io;
-    struct si__bufs bw = si__bufs_read(buffers);
+    struct si__bufs bw = si__bufs_task(buffers, cl_arg);
     gmask_bufs(&bw, e, a->l, a->j, &io);
     double t0 = si__now();
     const float *xb = io.xb, *b = io.b;

@@ -188,6 +188,8 @@ struct si__layout {
                          * positions; graph/layout.c) */
     bool fuse_pred;     /* predictor mode: each CPU slice task predicts its own
                          * neurons (no predictor task) */
+    bool inplace;       /* decoded tokens take the in-place graph (codelets/task.h;
+                         * graph/layout.c's si__fuse_of says where) */
 };
 
 /* The weights the engine holds itself: own_w, a copy of the model's whose
@@ -387,6 +389,26 @@ struct si__pipe_state {
     int rank, nranks;
 };
 
+/* The in-place graph of the token being submitted (codelets/task.h): the
+ * phase being gathered (its tasks, not yet submitted, of codelet key in
+ * layer l), the join of the phase before (not yet submitted), the token's
+ * last join once submitted, the first error.  With check, each task's
+ * handles and modes too (ck: nck entries, of task ck_task[i]). */
+struct si__inplace_state {
+    bool on, check;
+    const struct starpu_codelet *key;
+    int l;
+    int32_t n, cap;
+    struct starpu_task **pend;
+    struct starpu_task *prev, *last;
+    int done; /* set when last is done (si_runtime_waitable) */
+    int rc;
+    int32_t nck, ck_cap;
+    starpu_data_handle_t *ck_h;
+    enum starpu_data_access_mode *ck_md;
+    int32_t *ck_task;
+};
+
 struct si_engine {
     const struct si_model *m;
     const struct si_weights *w; /* the weights the tasks read: the model's, or own.own_w */
@@ -405,6 +427,7 @@ struct si_engine {
     struct si__obs_state obs;
     struct si__flash_state fl;
     struct si__pipe_state pipe;
+    struct si__inplace_state ip;
 
     struct si_engine_stats stats;
     int64_t token_bytes_fixed; /* weights every token reads besides the FFN slices'
@@ -419,6 +442,7 @@ struct si__task_arg {
     struct si_engine *e;
     int l, j;
     int32_t token;
+    bool inplace; /* a task of the in-place graph: no buffers (codelets/task.h) */
 };
 
 /* The calling worker's scratch. */

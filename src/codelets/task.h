@@ -20,7 +20,9 @@
  *     }
  *
  * Running a description over the buffers evaluates its handle expressions
- * (engine fields: cheap) and ignores them.
+ * (engine fields: cheap) and ignores them.  A task of the in-place graph
+ * (below) has no buffers: its walk (si__bufs_task) returns each handle's
+ * interface in main memory instead, the same data.
  */
 #ifndef SI_CODELETS_TASK_H
 #define SI_CODELETS_TASK_H
@@ -38,8 +40,9 @@ struct si__args {
     int n;
 };
 
-/* A description's walk: collecting handles (args) or reading a task's
- * buffers (buffers, from i). */
+/* A description's walk: collecting handles (args), reading a task's
+ * buffers (buffers, from i), or, neither set, the handles' interfaces in
+ * main memory (a task of the in-place graph). */
 struct si__bufs {
     struct si__args *args;
     void **buffers;
@@ -59,8 +62,17 @@ static inline struct si__bufs si__bufs_read(void *buffers[])
     return (struct si__bufs){.buffers = buffers};
 }
 
+/* Running a task of the decoding graph: over its buffers, or, in the
+ * in-place graph, over its handles' interfaces in main memory. */
+static inline struct si__bufs si__bufs_task(void *buffers[], const void *cl_arg)
+{
+    const struct si__task_arg *a = cl_arg;
+    return (struct si__bufs){.buffers = a->inplace ? NULL : buffers};
+}
+
 /* The next buffer: handle h with mode m.  Collecting, adds them and
- * returns NULL; running, returns the buffer's interface. */
+ * returns NULL; running, returns the buffer's interface (in place: h's in
+ * main memory). */
 static inline void *si__buf(struct si__bufs *b, starpu_data_handle_t h,
                             enum starpu_data_access_mode m)
 {
@@ -71,6 +83,8 @@ static inline void *si__buf(struct si__bufs *b, starpu_data_handle_t h,
         b->args->md[b->args->n++] = m;
         return NULL;
     }
+    if (b->buffers == NULL)
+        return starpu_data_get_interface_on_node(h, STARPU_MAIN_RAM);
     return b->buffers[b->i++];
 }
 
@@ -84,9 +98,44 @@ static inline void *si__vec(struct si__bufs *b, starpu_data_handle_t h,
 
 /* Create and submit a task of codelet cl named `name` (layer l, part j,
  * token) with the handles of a; `where` restricts its workers (0: the
- * codelet's).  -errno or 0. */
+ * codelet's).  In the in-place graph (e->ip.on) the task takes no buffers
+ * and joins its phase instead (below).  -errno or 0. */
 int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name, int l, int j,
                int32_t token, const struct si__args *a, uint32_t where);
+
+/*
+ * The in-place graph (graph/decode.c's choice, si__inplace_ok): a decoded
+ * token's tasks on CPU workers alone, with no buffers.  Every datum is in
+ * main memory, where the tasks read and write it through the handles'
+ * interfaces (si__bufs_task), so StarPU has no copies to keep coherent,
+ * and the order that its implicit dependencies gave is given by phases
+ * instead: a phase is a run of tasks of one kind in one layer (the parts
+ * of a fork, which read what the phases before wrote and write parts of
+ * their own), and one empty join task after each phase, on which every
+ * task of the next phase depends.  A task costs about half as much to
+ * submit, and the workers acquire and release no handles
+ * (docs/measurements.md).  With SI_CHECK_PHASES=1 each phase's
+ * descriptions are checked for two tasks touching the same bytes where one
+ * writes (si__check_phase): the tests run so.
+ */
+/* Begin a token's in-place graph. */
+void si__inplace_begin(struct si_engine *e);
+/* Submit its last phase and join (e->ip.last, on which every task of the
+ * token waits: its callback sets e->ip.done; graph/decode.c waits for it,
+ * destroys it and sets e->ip.on false).  0, or the first submission
+ * error. */
+int si__inplace_submit(struct si_engine *e);
+
+/* One access of a phase's check: a handle's bytes in main memory, as rows
+ * (ny rows of w bytes, stride bytes apart, from p; a vector is one row),
+ * and whether it is written. */
+struct si__extent {
+    uintptr_t p;
+    size_t w, stride, ny;
+    bool written;
+};
+/* Whether two extents share a byte. */
+bool si__extents_overlap(const struct si__extent *a, const struct si__extent *b);
 
 /*
  * The carried FFN output (state.h): layer l - 1's FFN output, which layer

@@ -50,7 +50,7 @@ static int submit_ffn(struct si_engine *e, int l, int32_t token)
     if (!e->lay.sparse) {
         /* every down block reads every slice's activations: joined
          * between them where it pays (si__down_joins) */
-        const bool join = si__down_joins(e, l);
+        const bool join = si__down_joins(e, l) && !e->ip.on;
         if (join)
             starpu_data_unpartition_submit(L->h_part, (unsigned)L->nsl, L->h_part_c,
                                            STARPU_MAIN_RAM);
@@ -103,8 +103,15 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         return SI_E_BUDGET;
     if (si_runtime_has_caller_worker() && !si_runtime_is_caller_worker())
         return SI_E_RUNTIME; /* its worker would not run: see si_runtime_start */
-    const double t0 = si__now();
+    const double t0 = si__now(), c0 = si__thread_cpu();
     e->err_msg[0] = '\0';
+    if (e->lay.inplace) {
+        /* (a graph of buffers before it has ended with its logits: what
+         * else it left running, the in-place tasks would not wait for) */
+        if (starpu_task_nsubmitted() > 0)
+            si_runtime_wait_all();
+        si__inplace_begin(e);
+    }
 
     int rc;
     if (e->pipe.l0 == 0) {
@@ -124,15 +131,30 @@ int si_engine_eval(struct si_engine *e, int32_t token)
             rc = si__pipe_send_x(e) == SI_OK ? 0 : -1;
     }
     si__split_carried(e); /* (after the head; or left joined by a failure) */
+    if (e->ip.on) {
+        const int rs = si__inplace_submit(e);
+        rc = rc != 0 ? rc : rs;
+    }
     e->stats.submit_seconds += si__now() - t0;
+    e->stats.submit_cpu_seconds += si__thread_cpu() - c0;
     if (rc == 0)
         rc = si__pipe_logits(e) == SI_OK ? 0 : -1;
-    /* Wait for this token's tasks: the logits are ready when readable (the
-     * caller's worker, if it has one, runs tasks meanwhile); on a middle
-     * rank of a pipeline, x once its last layer is added in. */
-    starpu_data_handle_t done = last || e->pipe.rank == 0 ? e->dec.h_logits : e->dec.h_x;
-    si_runtime_acquire(done, STARPU_R);
-    starpu_data_release(done);
+    if (e->ip.on) { /* its last join: every task of the token */
+        if (e->ip.last != NULL) {
+            const int rw = si_runtime_wait_task(e->ip.last, &e->ip.done) == SI_OK ? 0 : -1;
+            rc = rc != 0 ? rc : rw;
+            starpu_task_destroy(e->ip.last);
+            e->ip.last = NULL;
+        }
+        e->ip.on = false;
+    } else {
+        /* Wait for this token's tasks: the logits are ready when readable
+         * (the caller's worker, if it has one, runs tasks meanwhile); on a
+         * middle rank of a pipeline, x once its last layer is added in. */
+        starpu_data_handle_t done = last || e->pipe.rank == 0 ? e->dec.h_logits : e->dec.h_x;
+        si_runtime_acquire(done, STARPU_R);
+        starpu_data_release(done);
+    }
     if (rc == 0 && (e->dec.na > 1 || !last)) /* else the head's si_ref_end moved it */
         e->ref->n_past++;
     if (rc != 0) {

@@ -3,6 +3,8 @@
  * (si_engine_gpu_reserve). */
 #include "graph/graph.h"
 
+#include "codelets/codelets.h"
+
 #include "flash/store.h"
 #include "internal.h"
 #include "model/act.h"
@@ -131,6 +133,14 @@ void si__fuse_of(struct si_engine *e, bool redux)
     e->lay.fuse_wo = (fw == NULL || strcmp(fw, "0") != 0) && e->lay.fuse_out && e->lay.sparse &&
                      e->lay.n_slices > 1 && e->dec.ng > 1 && e->dec.opart != NULL &&
                      p->ref.input_thresholds == NULL && wo_cols_on_blocks(e);
+    /* The in-place graph: CPU workers alone, no flash tier (its loads),
+     * redux (StarPU's reductions), pipeline (StarPU-MPI's transfers) or
+     * predictor task (it runs beside the attention); SI_INPLACE=0 keeps
+     * the graph of buffers, for comparisons. */
+    const char *ip = getenv("SI_INPLACE");
+    e->lay.inplace = (ip == NULL || strcmp(ip, "0") != 0) && e->gpu.cuda_node < 0 &&
+                     si__cpu_graph(e) && !p->gpu_twin && !e->fl.on && !redux &&
+                     e->pipe.nranks <= 1 && (p->mode != SI_SPARSITY_PREDICTOR || e->lay.fuse_pred);
 }
 
 /* How layer l's FFN rows are stored under e's layout (graph.h). */

@@ -171,7 +171,8 @@ bool si_runtime_is_caller_worker(void)
     return caller_active && pthread_equal(pthread_self(), caller_thread);
 }
 
-static void acquired(void *arg)
+/* A callback: *arg = 1. */
+static void flag_set(void *arg)
 {
     __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
 }
@@ -185,11 +186,22 @@ int si_runtime_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode
     if (!si_runtime_is_caller_worker())
         return SI_E_RUNTIME;
     int done = 0;
-    if (starpu_data_acquire_cb(h, mode, acquired, &done) != 0)
+    if (starpu_data_acquire_cb(h, mode, flag_set, &done) != 0)
         return SI_E_RUNTIME;
     while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         starpu_driver_run_once(&caller_driver);
     return SI_OK;
+}
+
+int si_runtime_wait_task(struct starpu_task *t, const int *done)
+{
+    if (caller_active) {
+        if (!si_runtime_is_caller_worker())
+            return SI_E_RUNTIME;
+        while (!__atomic_load_n(done, __ATOMIC_ACQUIRE))
+            starpu_driver_run_once(&caller_driver);
+    }
+    return starpu_task_wait(t) == 0 ? SI_OK : SI_E_RUNTIME;
 }
 
 int si_runtime_wait_all(void)

@@ -77,6 +77,11 @@ int si_runtime_acquire(starpu_data_handle_t h, enum starpu_data_access_mode mode
 /* starpu_task_wait_for_all() likewise: SI_OK or SI_E_RUNTIME. */
 int si_runtime_wait_all(void);
 
+/* starpu_task_wait(t) likewise, for a task t submitted with detach 0
+ * whose callback sets *done to 1 (atomically, with release order): SI_OK
+ * or SI_E_RUNTIME. */
+int si_runtime_wait_task(struct starpu_task *t, const int *done);
+
 /* Worker counts by kind. */
 unsigned si_runtime_ncpu(void);
 unsigned si_runtime_ncuda(void);
