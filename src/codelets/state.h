@@ -393,7 +393,12 @@ struct si__pipe_state {
  * phase being gathered (its tasks, not yet submitted, of codelet key in
  * layer l), the join of the phase before (not yet submitted), the token's
  * last join once submitted, the first error.  With check, each task's
- * handles and modes too (ck: nck entries, of task ck_task[i]). */
+ * handles and modes too (ck: nck accesses, of the phase's task ck[i].task). */
+struct si__access {
+    starpu_data_handle_t h;
+    enum starpu_data_access_mode md;
+    int32_t task;
+};
 struct si__inplace_state {
     bool on, check;
     const struct starpu_codelet *key;
@@ -401,12 +406,10 @@ struct si__inplace_state {
     int32_t n, cap;
     struct starpu_task **pend;
     struct starpu_task *prev, *last;
-    int done; /* set when last is done (si_runtime_waitable) */
+    int done; /* set when last is done (its callback) */
     int rc;
     int32_t nck, ck_cap;
-    starpu_data_handle_t *ck_h;
-    enum starpu_data_access_mode *ck_md;
-    int32_t *ck_task;
+    struct si__access *ck;
 };
 
 struct si_engine {

@@ -97,16 +97,16 @@ static void check_phase(const struct si_engine *e)
 {
     const struct si__inplace_state *ip = &e->ip;
     for (int32_t i = 0; i < ip->nck; i++) {
-        const struct si__extent xi = extent_of(ip->ck_h[i], ip->ck_md[i]);
+        const struct si__extent xi = extent_of(ip->ck[i].h, ip->ck[i].md);
         for (int32_t k = i + 1; k < ip->nck; k++) {
-            if (ip->ck_task[k] == ip->ck_task[i])
+            if (ip->ck[k].task == ip->ck[i].task)
                 continue;
-            const struct si__extent xk = extent_of(ip->ck_h[k], ip->ck_md[k]);
+            const struct si__extent xk = extent_of(ip->ck[k].h, ip->ck[k].md);
             if ((xi.written || xk.written) && si__extents_overlap(&xi, &xk)) {
                 fprintf(stderr,
                         "starinfer: the in-place graph's tasks %s and %s, of one phase, touch "
                         "the same bytes and one writes them\n",
-                        ip->pend[ip->ck_task[i]]->name, ip->pend[ip->ck_task[k]]->name);
+                        ip->pend[ip->ck[i].task]->name, ip->pend[ip->ck[k].task]->name);
                 abort();
             }
         }
@@ -181,19 +181,10 @@ static int phase_add(struct si_engine *e, struct starpu_task *t, const struct st
     if (ip->n > 0 && (phase_key(cl) != ip->key || l != ip->l))
         phase_close(e, false);
     int rc = grow((void **)&ip->pend, &ip->cap, ip->n + 1, sizeof *ip->pend);
-    if (rc == 0 && ip->check) {
-        const int32_t n = ip->nck + a->n;
-        int32_t c1 = ip->ck_cap, c2 = ip->ck_cap;
-        if (grow((void **)&ip->ck_h, &c1, n, sizeof *ip->ck_h) != 0 ||
-            grow((void **)&ip->ck_md, &c2, n, sizeof *ip->ck_md) != 0 ||
-            grow((void **)&ip->ck_task, &ip->ck_cap, n, sizeof *ip->ck_task) != 0)
-            rc = -ENOMEM;
-        for (int32_t i = 0; i < a->n && rc == 0; i++) {
-            ip->ck_h[ip->nck] = a->h[i];
-            ip->ck_md[ip->nck] = a->md[i];
-            ip->ck_task[ip->nck++] = ip->n;
-        }
-    }
+    if (rc == 0 && ip->check)
+        rc = grow((void **)&ip->ck, &ip->ck_cap, ip->nck + a->n, sizeof *ip->ck);
+    for (int32_t i = 0; i < a->n && rc == 0 && ip->check; i++)
+        ip->ck[ip->nck++] = (struct si__access){a->h[i], a->md[i], ip->n};
     if (rc != 0) {
         t->destroy = 0;
         starpu_task_destroy(t);
@@ -268,6 +259,7 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
             free(t->dyn_modes);
             t->dyn_handles = NULL;
             t->dyn_modes = NULL;
+            t->destroy = 0; /* (StarPU's assertion: destroy 1 is for its own) */
             starpu_task_destroy(t);
             return -ENOMEM;
         }

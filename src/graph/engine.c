@@ -1103,9 +1103,7 @@ void si_engine_free(struct si_engine *e)
     si__weights_free(e);
     si_engine_observe(e, NULL, NULL);
     free(e->ip.pend);
-    free(e->ip.ck_h);
-    free(e->ip.ck_md);
-    free(e->ip.ck_task);
+    free(e->ip.ck);
     for (int32_t k = 0; k < e->down.nd; k++)
         if (e->down.bdout != NULL)
             free(e->down.bdout[k]);
