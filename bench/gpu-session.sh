@@ -122,12 +122,12 @@ late 540 "CPU-only starinfer" || {
     STARPU_NCUDA=0 timeout 45 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 -c 128 \
         --sparsity gate --profile $P --roofline 2>&1 | row
 }
-late 550 "CPU-only starinfer, Wo in row slices" || {
-    # the same with the attention's output projection in row slices of its
-    # own (SI_FUSE_WO=0, the graph before the attention groups took it):
-    # what one fork-join less a layer does on 16 cores
-    stamp "starinfer CPU only ($NT cores): gate, SI_FUSE_WO=0"
-    SI_FUSE_WO=0 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
+late 550 "CPU-only starinfer, graph of buffers" || {
+    # the same with the decoding graph's buffers (SI_INPLACE=0, the graph
+    # before the in-place one): what the in-place graph's cheaper tasks do
+    # on 16 cores (docs/measurements.md, "The in-place decoding graph")
+    stamp "starinfer CPU only ($NT cores): gate, SI_INPLACE=0"
+    SI_INPLACE=0 STARPU_NCUDA=0 timeout 40 "$SI" bench -m $M --prompt-tokens 64 -n 32 -r 2 \
         -c 128 --sparsity gate --profile $P 2>&1 | row
 }
 [ -n "$PRED" ] && { late 565 "CPU-only starinfer, predictor" || {

@@ -4,7 +4,9 @@
  * layer's (phases of `width` tasks, each reading the previous phase's
  * output whole and writing its own part), with empty tasks, in three ways:
  *
- *   joins     the engine's way (graph/data.c's si__joins): each phase's
+ *   joins     the engine's graph of buffers (graph/data.c's si__joins;
+ *             SI_INPLACE=0, and wherever a GPU, the flash tier or redux
+ *             is in the graph): each phase's
  *             parts are the children of one vector, unpartitioned after
  *             their writers and partitioned again after their readers, and
  *             StarPU's implicit dependencies (sequential consistency) do
@@ -13,15 +15,17 @@
  *             were read in place);
  *   explicit  no data at all: each task declares one dependency, on an
  *             empty join task (cl NULL) that declares the previous phase's
- *             `width` tasks;
+ *             `width` tasks (the engine's in-place graph on CPU workers
+ *             alone since the eleventh session, codelets/task.h);
  *   tags      the same edges through tags (starpu_tag_declare_deps), the
  *             join an empty task with a tag.
  *
  * It prints, per way, the submitting thread's CPU time and wall time per
  * task (the tasks run meanwhile on the workers, STARPU_NCPU, or after it
  * with --paused 1: submission alone, without the workers contending for
- * the same locks), and the wall time until all have run.  A floor for the engine's 3.0-4.1 us a
- * task (docs/measurements.md, "What the task graph costs per token").
+ * the same locks), and the wall time until all have run: a floor for the
+ * engine's cost per task (docs/measurements.md, "What the task graph costs
+ * per token" and "The in-place decoding graph").
  *
  *   tools/bench-submit [-w WIDTH] [-p PHASES] [-r ROUNDS] [-x EXTRA] [--paused 0|1]
  */

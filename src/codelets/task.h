@@ -104,7 +104,7 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
                int32_t token, const struct si__args *a, uint32_t where);
 
 /*
- * The in-place graph (graph/decode.c's choice, si__inplace_ok): a decoded
+ * The in-place graph (e->lay.inplace: graph/layout.c says where): a decoded
  * token's tasks on CPU workers alone, with no buffers.  Every datum is in
  * main memory, where the tasks read and write it through the handles'
  * interfaces (si__bufs_task), so StarPU has no copies to keep coherent,
@@ -116,12 +116,13 @@ int si__submit(struct si_engine *e, struct starpu_codelet *cl, const char *name,
  * submit, and the workers acquire and release no handles
  * (docs/measurements.md).  With SI_CHECK_PHASES=1 each phase's
  * descriptions are checked for two tasks touching the same bytes where one
- * writes (si__check_phase): the tests run so.
+ * writes (task.c's check_phase), and the engine stops naming them: the
+ * tests run so.
  */
 /* Begin a token's in-place graph. */
 void si__inplace_begin(struct si_engine *e);
-/* Submit its last phase and join (e->ip.last, on which every task of the
- * token waits: its callback sets e->ip.done; graph/decode.c waits for it,
+/* Submit its last phase and join (e->ip.last, which ends after every task
+ * of the token; its callback sets e->ip.done; graph/decode.c waits for it,
  * destroys it and sets e->ip.on false).  0, or the first submission
  * error. */
 int si__inplace_submit(struct si_engine *e);
