@@ -711,7 +711,8 @@ struct si_stats {
     double step_submit_seconds; /* the part of step_seconds spent creating and
                                  * submitting those tasks */
     double step_submit_cpu_seconds; /* the submitting thread's CPU time in it
-                                     * (the same where the cores are shared) */
+                                     * (without the time it waited for a core:
+                                     * the cost where cores are shared) */
     int64_t batch_tokens;      /* tokens it evaluated in prefill batches */
     double batch_seconds;
     int64_t batch_tasks;

@@ -549,6 +549,11 @@ static void test_generate(struct si_llm *llm, const char *model_path, enum si_en
         CHECK(attn >= 2, "engine stats: %lld attention tasks", (long long)attn);
         CHECK(st.step_tokens + st.batch_tokens == np + n_gen - 1, "engine tokens %lld + %lld",
               (long long)st.step_tokens, (long long)st.batch_tokens);
+        /* the submitting thread's CPU time: some, and no more than its wall time */
+        CHECK(st.step_tokens == 0 || (st.step_submit_cpu_seconds > 0 &&
+                                      st.step_submit_cpu_seconds <= st.step_submit_seconds + 1e-6),
+              "engine stats: submission %.6f s of CPU in %.6f s", st.step_submit_cpu_seconds,
+              st.step_submit_seconds);
         if (st.n_cuda_workers == 0)
             CHECK(st.neurons_gpu == 0 && st.gpu_share == 0.0, "no GPU, no GPU neurons");
         if (mode == SI_SPARSE_GATE)

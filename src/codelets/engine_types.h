@@ -146,8 +146,8 @@ struct si_engine_stats {
     double submit_seconds;  /* ... of it submitting the token's tasks (the graph's
                              * cost on the calling thread; the workers may run
                              * tasks meanwhile) */
-    double submit_cpu_seconds; /* the calling thread's CPU time in it (the same,
-                                * where the cores are shared) */
+    double submit_cpu_seconds; /* the calling thread's CPU time in it (without
+                                * the time it waited for a core) */
     /* Time spent inside the tasks' functions, by kind, summed over workers
      * (for CUDA tasks: the time to queue their kernels); the rest of
      * seconds x workers is scheduling, submission and idling. */

@@ -135,8 +135,9 @@ int si_engine_eval(struct si_engine *e, int32_t token)
         const int rs = si__inplace_submit(e);
         rc = rc != 0 ? rc : rs;
     }
+    const double c1 = si__thread_cpu(); /* (inside the wall interval) */
     e->stats.submit_seconds += si__now() - t0;
-    e->stats.submit_cpu_seconds += si__thread_cpu() - c0;
+    e->stats.submit_cpu_seconds += c1 - c0;
     if (rc == 0)
         rc = si__pipe_logits(e) == SI_OK ? 0 : -1;
     if (e->ip.on) { /* its last join: every task of the token */
